@@ -1,0 +1,7 @@
+"""Entry point for ``python -m router``."""
+
+import sys
+
+from router.cli import main
+
+sys.exit(main())

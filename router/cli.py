@@ -1,0 +1,84 @@
+"""Command line: ``python -m router run|check-config|hash-secret``."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import logging
+import sys
+
+from router.config import ConfigError, load_config
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from twisted.logger import STDLibLogObserver, globalLogBeginner
+    globalLogBeginner.beginLoggingTo([STDLibLogObserver()], redirectStandardIO=False)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    _setup_logging(args.log_level)
+    import txaio
+    txaio.use_twisted()
+    from twisted.internet import reactor
+
+    from router.node import Node
+
+    node = Node(config, reactor)
+    try:
+        node.start()
+    except Exception as exc:  # a port in use, a permission problem: say so and stop
+        logging.getLogger("router").error("cannot start: %s", exc)
+        return 1
+    reactor.run()
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.config}: OK ({len(config.realms)} realm(s): {', '.join(config.realms)}; "
+          f"{len(config.listeners)} listener(s))")
+    return 0
+
+
+def _hash_secret(args: argparse.Namespace) -> int:
+    from router.core.credentials import hash_secret
+
+    if sys.stdin.isatty():
+        secret = getpass.getpass("secret: ")
+    else:
+        secret = sys.stdin.readline().rstrip("\n")
+    if not secret:
+        print("an empty secret is not allowed", file=sys.stderr)
+        return 2
+    print(hash_secret(secret))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m router",
+                                     description="A WAMP router with event retention.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="start the router")
+    run.add_argument("--config", default="config.json", help="node configuration file")
+    run.add_argument("--log-level", default="info",
+                     choices=["debug", "info", "warning", "error"])
+    run.set_defaults(handler=_run)
+    check = commands.add_parser("check-config", help="validate the configuration and exit")
+    check.add_argument("--config", default="config.json", help="node configuration file")
+    check.set_defaults(handler=_check_config)
+    secret = commands.add_parser("hash-secret",
+                                 help="hash a ticket secret (read from stdin) for a realm file")
+    secret.set_defaults(handler=_hash_secret)
+    args = parser.parse_args(argv)
+    return args.handler(args)

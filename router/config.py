@@ -1,0 +1,228 @@
+"""Node configuration (``config.json``) and realm files (``realms/<name>.json``).
+
+Every problem is reported as ``<file>: <key path>: <what is wrong>`` and the
+router refuses to start; ``python -m router check-config`` runs the same checks.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from router.core.authorization import ACTIONS, PermissionRule
+from router.core.credentials import SCHEME, Principal
+from router.core.uri import MATCH_POLICIES, is_valid_uri
+
+SERIALIZERS = ("json", "msgpack", "cbor")
+LISTENER_TYPES = ("websocket", "rawsocket")
+DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
+RAWSOCKET_MIN, RAWSOCKET_MAX = 512, 2 ** 24
+
+
+class ConfigError(Exception):
+    """A configuration problem, naming the file and the key."""
+
+    def __init__(self, source: Path | str, key: str, problem: str) -> None:
+        super().__init__(f"{source}: {key}: {problem}" if key else f"{source}: {problem}")
+        self.source = str(source)
+        self.key = key
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    type: str
+    host: str
+    port: int
+    path: str = "/ws"
+    serializers: tuple[str, ...] = SERIALIZERS
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+
+
+@dataclass(frozen=True)
+class RealmConfig:
+    name: str
+    source: Path
+    roles: dict[str, list[PermissionRule]]
+    uri_check: str = "strict"
+    anonymous_role: str | None = None
+    principals: dict[str, Principal] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    source: Path
+    data_dir: Path
+    listeners: tuple[ListenerConfig, ...]
+    realms: dict[str, RealmConfig]
+    shutdown_timeout: float = 5.0
+
+
+class _Reader:
+    """Typed access to one JSON object, with errors that name the file and key path."""
+
+    def __init__(self, source: Path, data: Any, path: str = "") -> None:
+        self.source = source
+        self.data = data
+        self.path = path
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(self.source, self._join(key), problem)
+
+    def _join(self, key: str) -> str:
+        if not self.path:
+            return key
+        return f"{self.path}{key}" if key.startswith("[") else f"{self.path}.{key}"
+
+    def require_object(self) -> dict:
+        if not isinstance(self.data, dict):
+            raise ConfigError(self.source, self.path or "(top level)", "must be a JSON object")
+        return self.data
+
+    def reject_unknown(self, known: set[str]) -> None:
+        for key in self.require_object():
+            if key not in known:
+                raise self.fail(key, f"unknown key (known keys: {', '.join(sorted(known))})")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        data = self.require_object()
+        if key not in data:
+            if default is ...:
+                raise self.fail(key, "is required")
+            return default
+        value = data[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if type(value) not in kinds or (type(value) is bool and bool not in kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            raise self.fail(key, f"must be {names}, got {json.dumps(value)}")
+        return value
+
+    def child(self, key: str | int, data: Any) -> "_Reader":
+        suffix = f"[{key}]" if isinstance(key, int) else key
+        return _Reader(self.source, data, self._join(suffix))
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(path, "", f"cannot read file ({exc.strerror})") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(path, "", f"invalid JSON at line {exc.lineno} column {exc.colno}: "
+                          f"{exc.msg}") from exc
+
+
+def _listener(reader: _Reader) -> ListenerConfig:
+    reader.reject_unknown({"type", "host", "port", "path", "serializers", "max_message_size"})
+    kind = reader.get("type", str)
+    if kind not in LISTENER_TYPES:
+        raise reader.fail("type", f"must be one of {', '.join(LISTENER_TYPES)}, got '{kind}'")
+    host = reader.get("host", str, "127.0.0.1")
+    port = reader.get("port", int)
+    if not 0 <= port <= 65535:
+        raise reader.fail("port", f"must be between 0 and 65535, got {port}")
+    path = reader.get("path", str, "/ws")
+    if kind == "websocket" and not path.startswith("/"):
+        raise reader.fail("path", f"must start with '/', got '{path}'")
+    serializers = tuple(reader.get("serializers", list, list(SERIALIZERS)))
+    if not serializers:
+        raise reader.fail("serializers", "must name at least one serializer")
+    for index, name in enumerate(serializers):
+        if name not in SERIALIZERS:
+            raise reader.fail(f"serializers[{index}]",
+                              f"must be one of {', '.join(SERIALIZERS)}, got {json.dumps(name)}")
+    size = reader.get("max_message_size", int, DEFAULT_MAX_MESSAGE_SIZE)
+    low, high = (RAWSOCKET_MIN, RAWSOCKET_MAX) if kind == "rawsocket" else (512, 2 ** 30)
+    if not low <= size <= high:
+        raise reader.fail("max_message_size", f"must be between {low} and {high}, got {size}")
+    return ListenerConfig(kind, host, port, path, serializers, size)
+
+
+def _rule(reader: _Reader, check: str) -> PermissionRule:
+    reader.reject_unknown({"uri", "match", "allow", "disclose"})
+    uri = reader.get("uri", str)
+    match = reader.get("match", str, "exact")
+    if match not in MATCH_POLICIES:
+        raise reader.fail("match", f"must be one of {', '.join(MATCH_POLICIES)}, got '{match}'")
+    if not is_valid_uri(uri, check, match):
+        raise reader.fail("uri", f"'{uri}' is not a valid {check} URI for match '{match}'")
+    allow = reader.get("allow", list)
+    for index, action in enumerate(allow):
+        if action not in ACTIONS:
+            raise reader.fail(f"allow[{index}]",
+                              f"must be one of {', '.join(ACTIONS)}, got {json.dumps(action)}")
+    return PermissionRule(uri, match, frozenset(allow), reader.get("disclose", bool, False))
+
+
+def _principal(reader: _Reader, authid: str, roles: dict) -> Principal:
+    reader.reject_unknown({"role", "ticket"})
+    role = reader.get("role", str)
+    if role not in roles:
+        raise reader.fail("role", f"names the role '{role}', which is not in 'roles'")
+    ticket = reader.get("ticket", str, None)
+    if ticket is not None and not ticket.startswith(SCHEME + "$"):
+        raise reader.fail("ticket", "must be a hash made by 'python -m router hash-secret' "
+                          "(plain-text secrets are not accepted)")
+    return Principal(authid, role, ticket)
+
+
+def load_realm(path: Path, expected_name: str) -> RealmConfig:
+    """Read and validate one realm file."""
+    reader = _Reader(path, _load_json(path))
+    reader.reject_unknown({"name", "uri_check", "anonymous_role", "roles", "principals"})
+    name = reader.get("name", str)
+    if name != expected_name:
+        raise reader.fail("name", f"is '{name}' but config.json loads this file as "
+                          f"realm '{expected_name}'")
+    if not is_valid_uri(name, "loose"):
+        raise reader.fail("name", f"'{name}' is not a valid realm URI")
+    check = reader.get("uri_check", str, "strict")
+    if check not in ("strict", "loose"):
+        raise reader.fail("uri_check", f"must be 'strict' or 'loose', got '{check}'")
+    roles_reader = reader.child("roles", reader.get("roles", dict))
+    roles = {}
+    for role_name, rules in roles_reader.data.items():
+        rules_reader = roles_reader.child(role_name, rules)
+        if type(rules) is not list:
+            raise roles_reader.fail(role_name, "must be a list of permission rules")
+        roles[role_name] = [_rule(rules_reader.child(i, rule), check)
+                            for i, rule in enumerate(rules)]
+    anonymous = reader.get("anonymous_role", (str, type(None)), None)
+    if anonymous is not None and anonymous not in roles:
+        raise reader.fail("anonymous_role", f"names the role '{anonymous}', which is not in 'roles'")
+    principals_reader = reader.child("principals", reader.get("principals", dict, {}))
+    principals = {authid: _principal(principals_reader.child(authid, entry), authid, roles)
+                  for authid, entry in principals_reader.data.items()}
+    return RealmConfig(name, path, roles, check, anonymous, principals)
+
+
+def load_config(path: Path | str) -> NodeConfig:
+    """Read and validate ``config.json`` and every realm file it names."""
+    path = Path(path)
+    base = path.resolve().parent
+    reader = _Reader(path, _load_json(path))
+    reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout"})
+    data_dir = base / reader.get("data_dir", str, "data")
+    realms_dir = base / reader.get("realms_dir", str, "realms")
+    names = reader.get("realms", list)
+    if not names:
+        raise reader.fail("realms", "must name at least one realm")
+    realms = {}
+    for index, name in enumerate(names):
+        if type(name) is not str:
+            raise reader.fail(f"realms[{index}]", f"must be a realm name, got {json.dumps(name)}")
+        realm_file = realms_dir / f"{name}.json"
+        if not realm_file.exists():
+            raise reader.fail(f"realms[{index}]", f"realm file {realm_file} does not exist")
+        realms[name] = load_realm(realm_file, name)
+    listeners_reader = reader.child("listeners", reader.get("listeners", list))
+    listeners = tuple(_listener(listeners_reader.child(i, entry))
+                      for i, entry in enumerate(listeners_reader.data))
+    if not listeners:
+        raise reader.fail("listeners", "must define at least one listener")
+    timeout = reader.get("shutdown_timeout", (int, float), 5.0)
+    return NodeConfig(path, data_dir, listeners, realms, float(timeout))

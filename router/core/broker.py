@@ -1,0 +1,170 @@
+"""The broker: subscriptions, topic matching and event dispatch.
+
+Matching never scans all subscriptions: exact topics are a dict lookup, prefix
+subscriptions are probed once per distinct prefix length, and wildcard
+subscriptions are walked in a component trie. A subscription is shared by every
+session on the same (topic, match), so a frontend can encode an event once per
+subscription and serializer and send the same bytes to all its receivers.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Callable, Iterator
+
+from router.core.ids import router_scope_ids
+from router.core.model import Publication
+from router.core.peer import Peer
+from router.core.trie import TopicTrie
+from router.core.uri import EXACT, PREFIX, WILDCARD, is_reserved
+
+
+class Subscription:
+    """One (topic, match) pair and the sessions subscribed to it."""
+
+    __slots__ = ("id", "uri", "match", "created", "subscribers", "is_meta")
+
+    def __init__(self, subscription_id: int, uri: str, match: str) -> None:
+        self.id = subscription_id
+        self.uri = uri
+        self.match = match
+        self.created = datetime.now(timezone.utc).isoformat()
+        self.subscribers: dict[int, Peer] = {}
+        self.is_meta = is_reserved(uri)
+
+    def details(self) -> dict:
+        return {"id": self.id, "created": self.created, "uri": self.uri, "match": self.match}
+
+
+class SubscriptionIndex:
+    """Finds the subscriptions matching a concrete topic without scanning them all."""
+
+    def __init__(self) -> None:
+        self.exact: dict[str, Subscription] = {}
+        self.prefix: dict[str, Subscription] = {}
+        self._prefix_lengths: list[int] = []
+        self.wildcard: TopicTrie[Subscription] = TopicTrie()
+        self.by_id: dict[int, Subscription] = {}
+
+    def lookup(self, uri: str, match: str) -> Subscription | None:
+        if match == EXACT:
+            return self.exact.get(uri)
+        if match == PREFIX:
+            return self.prefix.get(uri)
+        return self.wildcard.get(uri)
+
+    def add(self, subscription: Subscription) -> None:
+        self.by_id[subscription.id] = subscription
+        if subscription.match == EXACT:
+            self.exact[subscription.uri] = subscription
+        elif subscription.match == PREFIX:
+            self.prefix[subscription.uri] = subscription
+            self._refresh_prefix_lengths()
+        else:
+            self.wildcard.set(subscription.uri, subscription)
+
+    def remove(self, subscription: Subscription) -> None:
+        del self.by_id[subscription.id]
+        if subscription.match == EXACT:
+            del self.exact[subscription.uri]
+        elif subscription.match == PREFIX:
+            del self.prefix[subscription.uri]
+            self._refresh_prefix_lengths()
+        else:
+            self.wildcard.pop(subscription.uri)
+
+    def _refresh_prefix_lengths(self) -> None:
+        self._prefix_lengths = sorted({len(uri) for uri in self.prefix})
+
+    def matching(self, topic: str) -> Iterator[Subscription]:
+        """Every subscription whose (uri, match) matches ``topic``."""
+        subscription = self.exact.get(topic)
+        if subscription is not None:
+            yield subscription
+        if self._prefix_lengths:
+            prefixes = self.prefix
+            for length in self._prefix_lengths:
+                if length > len(topic):
+                    break
+                subscription = prefixes.get(topic[:length])
+                if subscription is not None:
+                    yield subscription
+        if len(self.wildcard):
+            yield from self.wildcard.match_patterns(topic.split("."))
+
+
+MetaPublisher = Callable[[str, list], None]
+
+
+class Broker:
+    """Subscriptions and dispatch for one realm."""
+
+    def __init__(self, meta_publish: MetaPublisher | None = None) -> None:
+        self.index = SubscriptionIndex()
+        self._ids = router_scope_ids()
+        self._by_session: dict[int, set[Subscription]] = {}
+        self._meta_publish = meta_publish
+
+    def subscribe(self, peer: Peer, uri: str, match: str) -> Subscription:
+        """Add ``peer`` to the shared subscription for (uri, match); idempotent per session."""
+        subscription = self.index.lookup(uri, match)
+        created = subscription is None
+        if subscription is None:
+            subscription = Subscription(next(self._ids), uri, match)
+            self.index.add(subscription)
+        session_id = peer.info.session_id
+        already = session_id in subscription.subscribers
+        subscription.subscribers[session_id] = peer
+        self._by_session.setdefault(session_id, set()).add(subscription)
+        if not already and not subscription.is_meta:
+            if created:
+                self._meta("wamp.subscription.on_create", [session_id, subscription.details()])
+            self._meta("wamp.subscription.on_subscribe", [session_id, subscription.id])
+        return subscription
+
+    def unsubscribe(self, peer: Peer, subscription_id: int) -> Subscription | None:
+        """Remove ``peer`` from a subscription; ``None`` if it was not subscribed."""
+        subscription = self.index.by_id.get(subscription_id)
+        session_id = peer.info.session_id
+        if subscription is None or session_id not in subscription.subscribers:
+            return None
+        self._drop(session_id, subscription)
+        self._by_session.get(session_id, set()).discard(subscription)
+        return subscription
+
+    def remove_session(self, session_id: int) -> None:
+        """Drop every subscription of a leaving session."""
+        for subscription in self._by_session.pop(session_id, ()):
+            self._drop(session_id, subscription)
+
+    def _drop(self, session_id: int, subscription: Subscription) -> None:
+        del subscription.subscribers[session_id]
+        if not subscription.is_meta:
+            self._meta("wamp.subscription.on_unsubscribe", [session_id, subscription.id])
+        if not subscription.subscribers:
+            self.index.remove(subscription)
+            if not subscription.is_meta:
+                self._meta("wamp.subscription.on_delete", [session_id, subscription.id])
+
+    def dispatch(self, publication: Publication) -> int:
+        """Deliver ``publication`` to every eligible subscriber; returns the number of deliveries."""
+        delivered = 0
+        publisher_id = (publication.publisher.session_id
+                        if publication.exclude_me and publication.publisher is not None else None)
+        eligibility = publication.eligibility
+        for subscription in self.index.matching(publication.topic):
+            for session_id, peer in list(subscription.subscribers.items()):
+                if session_id == publisher_id:
+                    continue
+                if eligibility is not None and not eligibility.admits(peer.info):
+                    continue
+                peer.send_event(subscription, publication)
+                delivered += 1
+        return delivered
+
+    def subscriptions_of(self, session_id: int) -> set[Subscription]:
+        return self._by_session.get(session_id, set())
+
+    def _meta(self, topic: str, args: list) -> None:
+        if self._meta_publish is not None:
+            self._meta_publish(topic, args)

@@ -1,0 +1,278 @@
+"""The dealer: registrations, call routing, progressive results, cancel and timeout.
+
+Procedures are looked up exact first, then the longest matching prefix
+registration, then the wildcard registration whose first wildcard comes last.
+Router-provided procedures (the meta APIs) are plain callables checked first.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Protocol
+
+from router.core import errors
+from router.core.errors import RouterError
+from router.core.ids import router_scope_ids
+from router.core.model import SessionInfo
+from router.core.peer import Peer
+from router.core.trie import TopicTrie
+from router.core.uri import EXACT, PREFIX
+
+INVOKE_POLICIES = ("single", "roundrobin", "random", "first", "last")
+CANCEL_MODES = ("skip", "kill", "killnowait")
+
+
+class DelayedCall(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Scheduler(Protocol):
+    """The one thing the core needs from a reactor: timers (``IReactorTime.callLater``)."""
+
+    def callLater(self, delay: float, fn: Callable[..., Any], *args: Any) -> DelayedCall: ...
+
+
+RouterProcedure = Callable[[SessionInfo, list, dict], Any]
+"""A procedure the router implements itself: (caller, args, kwargs) -> result."""
+
+
+class Registration:
+    __slots__ = ("id", "uri", "match", "policy", "callees", "created", "_next")
+
+    def __init__(self, registration_id: int, uri: str, match: str, policy: str) -> None:
+        self.id = registration_id
+        self.uri = uri
+        self.match = match
+        self.policy = policy
+        self.callees: list[Peer] = []
+        self.created = datetime.now(timezone.utc).isoformat()
+        self._next = 0
+
+    def pick(self) -> Peer:
+        """The callee for the next call under this registration's invocation policy."""
+        if self.policy == "roundrobin":
+            callee = self.callees[self._next % len(self.callees)]
+            self._next += 1
+            return callee
+        if self.policy == "random":
+            return random.choice(self.callees)
+        if self.policy == "last":
+            return self.callees[-1]
+        return self.callees[0]
+
+
+@dataclass(slots=True, eq=False)
+class Invocation:
+    request_id: int
+    registration: Registration
+    callee: Peer
+    caller: Peer
+    call_request: int
+    procedure: str
+    args: list | None
+    kwargs: dict | None
+    receive_progress: bool
+    disclose_caller: bool
+    timeout_call: DelayedCall | None = None
+    cancel_mode: str | None = None
+    details: dict = field(default_factory=dict)
+
+
+class Dealer:
+    """Registrations and in-flight calls for one realm."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+        self._ids = router_scope_ids()
+        self.exact: dict[str, Registration] = {}
+        self.prefix: dict[str, Registration] = {}
+        self.wildcard: TopicTrie[Registration] = TopicTrie()
+        self.by_id: dict[int, Registration] = {}
+        self.procedures: dict[str, RouterProcedure] = {}
+        self._invocation_ids: dict[int, int] = {}
+        self._by_invocation: dict[tuple[int, int], Invocation] = {}
+        self._by_call: dict[tuple[int, int], Invocation] = {}
+
+    def register(self, peer: Peer, uri: str, match: str, policy: str) -> Registration:
+        if policy not in INVOKE_POLICIES:
+            raise RouterError(errors.INVALID_ARGUMENT, f"unknown invocation policy '{policy}'")
+        table = self._table(match)
+        registration = table.get(uri)
+        if registration is None:
+            registration = Registration(next(self._ids), uri, match, policy)
+            if match == EXACT or match == PREFIX:
+                table[uri] = registration  # type: ignore[index]
+            else:
+                self.wildcard.set(uri, registration)
+            self.by_id[registration.id] = registration
+        elif registration.policy != policy:
+            raise RouterError(errors.PROCEDURE_EXISTS_WITH_DIFFERENT_POLICY,
+                              f"'{uri}' is registered with policy '{registration.policy}'")
+        elif policy == "single" or peer in registration.callees:
+            raise RouterError(errors.PROCEDURE_ALREADY_EXISTS,
+                              f"'{uri}' is already registered")
+        registration.callees.append(peer)
+        return registration
+
+    def unregister(self, peer: Peer, registration_id: int) -> Registration:
+        registration = self.by_id.get(registration_id)
+        if registration is None or peer not in registration.callees:
+            raise RouterError(errors.NO_SUCH_REGISTRATION,
+                              f"no registration {registration_id} for this session")
+        self._remove_callee(registration, peer)
+        return registration
+
+    def _table(self, match: str) -> Any:
+        if match == EXACT:
+            return self.exact
+        if match == PREFIX:
+            return self.prefix
+        return self.wildcard
+
+    def _remove_callee(self, registration: Registration, peer: Peer) -> None:
+        registration.callees.remove(peer)
+        if registration.callees:
+            return
+        del self.by_id[registration.id]
+        if registration.match == EXACT or registration.match == PREFIX:
+            del self._table(registration.match)[registration.uri]
+        else:
+            self.wildcard.pop(registration.uri)
+
+    def lookup(self, procedure: str) -> Registration | None:
+        """The registration a call to ``procedure`` goes to, by the spec's precedence."""
+        registration = self.exact.get(procedure)
+        if registration is not None:
+            return registration
+        best = None
+        for uri, candidate in self.prefix.items():
+            if procedure.startswith(uri) and (best is None or len(uri) > len(best.uri)):
+                best = candidate
+        if best is not None:
+            return best
+        matches = list(self.wildcard.match_patterns(procedure.split(".")))
+        if not matches:
+            return None
+        return max(matches, key=lambda r: (r.uri.split(".") + [""]).index(""))
+
+    def call(self, caller: Peer, call_request: int, procedure: str, args: list | None,
+             kwargs: dict | None, receive_progress: bool = False, timeout_ms: int = 0,
+             disclose_caller: bool = False) -> None:
+        """Route a call; the outcome reaches ``caller`` through its Peer callbacks."""
+        builtin = self.procedures.get(procedure)
+        if builtin is not None:
+            self._call_builtin(caller, call_request, builtin, args, kwargs)
+            return
+        registration = self.lookup(procedure)
+        if registration is None:
+            raise RouterError(errors.NO_SUCH_PROCEDURE, f"no callee registered for '{procedure}'")
+        callee = registration.pick()
+        callee_id = callee.info.session_id
+        request_id = self._invocation_ids.get(callee_id, 0) + 1
+        self._invocation_ids[callee_id] = request_id
+        invocation = Invocation(request_id, registration, callee, caller, call_request,
+                                procedure, args, kwargs, receive_progress, disclose_caller)
+        details = invocation.details
+        if registration.match != EXACT:
+            details["procedure"] = procedure
+        if receive_progress:
+            details["receive_progress"] = True
+        if disclose_caller:
+            details["caller"] = caller.info.session_id
+            details["caller_authid"] = caller.info.authid
+            details["caller_authrole"] = caller.info.authrole
+        if timeout_ms > 0:
+            invocation.timeout_call = self._scheduler.callLater(
+                timeout_ms / 1000.0, self._timed_out, invocation)
+        self._by_invocation[(callee_id, request_id)] = invocation
+        self._by_call[(caller.info.session_id, call_request)] = invocation
+        callee.send_invocation(invocation)
+
+    def _call_builtin(self, caller: Peer, call_request: int, procedure: RouterProcedure,
+                      args: list | None, kwargs: dict | None) -> None:
+        try:
+            result = procedure(caller.info, list(args or ()), dict(kwargs or {}))
+        except TypeError as exc:
+            raise RouterError(errors.INVALID_ARGUMENT, str(exc)) from exc
+        caller.send_result(call_request, None if result is None else [result], None, False)
+
+    def yield_(self, callee: Peer, request_id: int, args: list | None, kwargs: dict | None,
+               progress: bool) -> None:
+        """A callee's (progressive) result; unknown ids are late yields after a cancel."""
+        key = (callee.info.session_id, request_id)
+        invocation = self._by_invocation.get(key)
+        if invocation is None:
+            return
+        if progress:
+            if invocation.receive_progress and invocation.cancel_mode is None:
+                invocation.caller.send_result(invocation.call_request, args, kwargs, True)
+            return
+        self._finish(invocation)
+        if invocation.cancel_mode is None:
+            invocation.caller.send_result(invocation.call_request, args, kwargs, False)
+
+    def invocation_error(self, callee: Peer, request_id: int, error: str, args: list | None,
+                         kwargs: dict | None) -> None:
+        invocation = self._by_invocation.get((callee.info.session_id, request_id))
+        if invocation is None:
+            return
+        self._finish(invocation)
+        if invocation.cancel_mode == "kill":
+            invocation.caller.send_call_error(invocation.call_request, errors.CANCELED, args, kwargs)
+        elif invocation.cancel_mode is None:
+            invocation.caller.send_call_error(invocation.call_request, error, args, kwargs)
+
+    def cancel(self, caller: Peer, call_request: int, mode: str) -> None:
+        if mode not in CANCEL_MODES:
+            raise RouterError(errors.INVALID_ARGUMENT, f"unknown cancel mode '{mode}'")
+        invocation = self._by_call.get((caller.info.session_id, call_request))
+        if invocation is None or invocation.cancel_mode is not None:
+            return
+        if mode != "skip" and not invocation.callee.supports("callee", "call_canceling"):
+            mode = "skip"
+        invocation.cancel_mode = mode
+        if mode != "skip":
+            invocation.callee.send_interrupt(invocation, mode, errors.CANCELED)
+        if mode != "kill":
+            self._finish(invocation)
+            caller.send_call_error(call_request, errors.CANCELED, ["call canceled"], None)
+
+    def _timed_out(self, invocation: Invocation) -> None:
+        invocation.timeout_call = None
+        if invocation.callee.supports("callee", "call_canceling"):
+            invocation.callee.send_interrupt(invocation, "killnowait", errors.TIMEOUT)
+        invocation.cancel_mode = "timeout"
+        self._finish(invocation)
+        invocation.caller.send_call_error(invocation.call_request, errors.TIMEOUT,
+                                          ["call timed out"], None)
+
+    def _finish(self, invocation: Invocation) -> None:
+        if invocation.timeout_call is not None:
+            invocation.timeout_call.cancel()
+            invocation.timeout_call = None
+        self._by_call.pop((invocation.caller.info.session_id, invocation.call_request), None)
+        self._by_invocation.pop((invocation.callee.info.session_id, invocation.request_id), None)
+
+    def remove_session(self, peer: Peer) -> None:
+        """Unregister a leaving session and settle the calls it was part of."""
+        session_id = peer.info.session_id
+        for registration in [r for r in self.by_id.values() if peer in r.callees]:
+            self._remove_callee(registration, peer)
+        for (callee_id, _), invocation in list(self._by_invocation.items()):
+            if callee_id == session_id:
+                self._finish(invocation)
+                if invocation.cancel_mode is None or invocation.cancel_mode == "kill":
+                    invocation.caller.send_call_error(
+                        invocation.call_request, errors.CANCELED, ["callee left"], None)
+        for (caller_id, _), invocation in list(self._by_call.items()):
+            if caller_id == session_id:
+                self._finish(invocation)
+                if invocation.callee.supports("callee", "call_canceling"):
+                    invocation.callee.send_interrupt(invocation, "killnowait", errors.CANCELED)
+        self._invocation_ids.pop(session_id, None)
+
+    def was_issued(self, callee: Peer, request_id: int) -> bool:
+        """Did this callee ever get an invocation with ``request_id``? (Late replies are fine.)"""
+        return 0 < request_id <= self._invocation_ids.get(callee.info.session_id, 0)

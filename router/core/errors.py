@@ -1,0 +1,36 @@
+"""Errors the core raises; frontends turn them into their protocol's error replies."""
+
+from __future__ import annotations
+
+
+class RouterError(Exception):
+    """A request failed with a WAMP error URI (also the canonical error for other protocols)."""
+
+    def __init__(self, uri: str, message: str | None = None, args: list | None = None,
+                 kwargs: dict | None = None) -> None:
+        super().__init__(message or uri)
+        self.uri = uri
+        self.message = message
+        self.args_list = args if args is not None else ([message] if message else None)
+        self.kwargs = kwargs
+
+
+class ProtocolViolation(Exception):
+    """The peer broke the protocol; its session must be aborted."""
+
+
+INVALID_URI = "wamp.error.invalid_uri"
+INVALID_ARGUMENT = "wamp.error.invalid_argument"
+NOT_AUTHORIZED = "wamp.error.not_authorized"
+NO_SUCH_SUBSCRIPTION = "wamp.error.no_such_subscription"
+NO_SUCH_REGISTRATION = "wamp.error.no_such_registration"
+NO_SUCH_PROCEDURE = "wamp.error.no_such_procedure"
+NO_SUCH_SESSION = "wamp.error.no_such_session"
+NO_SUCH_REALM = "wamp.error.no_such_realm"
+PROCEDURE_ALREADY_EXISTS = "wamp.error.procedure_already_exists"
+PROCEDURE_EXISTS_WITH_DIFFERENT_POLICY = (
+    "wamp.error.procedure_exists_with_different_invocation_policy")
+CANCELED = "wamp.error.canceled"
+TIMEOUT = "wamp.error.timeout"
+PROTOCOL_VIOLATION = "wamp.error.protocol_violation"
+OPTION_NOT_ALLOWED = "wamp.error.option_not_allowed"

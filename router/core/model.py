@@ -1,0 +1,116 @@
+"""The core's data model, shared by every frontend."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class SessionInfo:
+    """Who a session is, as the core sees it (whatever the protocol)."""
+
+    session_id: int
+    realm: str
+    authid: str
+    authrole: str
+    authmethod: str = "anonymous"
+    authprovider: str = "static"
+    protocol: str = "wamp"
+    transport: dict[str, Any] = field(default_factory=dict)
+    joined_at: float = field(default_factory=time.time)
+
+    def details(self) -> dict[str, Any]:
+        """The session details of the session meta API."""
+        return {
+            "session": self.session_id,
+            "authid": self.authid,
+            "authrole": self.authrole,
+            "authmethod": self.authmethod,
+            "authprovider": self.authprovider,
+            "transport": self.transport,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Eligibility:
+    """Subscriber black/white lists of a publication; ``None`` means the list is absent.
+
+    A receiver qualifies iff it passes every present list (AND); exclusion wins.
+    """
+
+    exclude: frozenset[int] | None = None
+    exclude_authid: frozenset[str] | None = None
+    exclude_authrole: frozenset[str] | None = None
+    eligible: frozenset[int] | None = None
+    eligible_authid: frozenset[str] | None = None
+    eligible_authrole: frozenset[str] | None = None
+
+    def admits(self, session: SessionInfo) -> bool:
+        if self.exclude is not None and session.session_id in self.exclude:
+            return False
+        if self.exclude_authid is not None and session.authid in self.exclude_authid:
+            return False
+        if self.exclude_authrole is not None and session.authrole in self.exclude_authrole:
+            return False
+        if self.eligible is not None and session.session_id not in self.eligible:
+            return False
+        if self.eligible_authid is not None and session.authid not in self.eligible_authid:
+            return False
+        if self.eligible_authrole is not None and session.authrole not in self.eligible_authrole:
+            return False
+        return True
+
+    @property
+    def names_sessions(self) -> bool:
+        """Session ids lose their meaning across a restart; such events must not outlive it."""
+        return self.exclude is not None or self.eligible is not None
+
+    def to_json(self) -> dict[str, list]:
+        return {name: sorted(getattr(self, name)) for name in ELIGIBILITY_KEYS
+                if getattr(self, name) is not None}
+
+    @classmethod
+    def from_json(cls, data: dict[str, list]) -> "Eligibility":
+        return cls(**{name: frozenset(values) for name, values in data.items()})
+
+
+ELIGIBILITY_KEYS = ("exclude", "exclude_authid", "exclude_authrole",
+                    "eligible", "eligible_authid", "eligible_authrole")
+
+
+@dataclass(slots=True, eq=False)
+class Publication:
+    """One published event, routed once to every matching subscription."""
+
+    publication_id: int
+    topic: str
+    args: list | None
+    kwargs: dict | None
+    publisher: SessionInfo | None
+    disclose: bool = False
+    eligibility: Eligibility | None = None
+    exclude_me: bool = True
+    retain: bool = False
+    retain_ttl: float | None = None
+    timestamp: float = field(default_factory=time.time)
+    wire_cache: dict = field(default_factory=dict)
+    """Per-frontend encodings shared by all receivers (e.g. one WAMP EVENT per subscription)."""
+
+    def admits(self, session: SessionInfo) -> bool:
+        """Would ``session`` have received this event as a subscriber when it was published?"""
+        if (self.exclude_me and self.publisher is not None
+                and session.session_id == self.publisher.session_id):
+            return False
+        return self.eligibility is None or self.eligibility.admits(session)
+
+    def publisher_details(self) -> dict[str, Any]:
+        """The publisher identity an EVENT discloses, if disclosure applies."""
+        if not self.disclose or self.publisher is None:
+            return {}
+        return {
+            "publisher": self.publisher.session_id,
+            "publisher_authid": self.publisher.authid,
+            "publisher_authrole": self.publisher.authrole,
+        }

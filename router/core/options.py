@@ -1,0 +1,93 @@
+"""Publish and subscribe options as the core understands them.
+
+WAMP PUBLISH options are also used verbatim by testaments, so they are parsed
+here, once, from a plain dict. A wrong type for a known key is a protocol
+violation (as the WAMP test vectors expect); unknown keys are ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from router.core.errors import ProtocolViolation
+from router.core.model import ELIGIBILITY_KEYS, Eligibility
+from router.core.uri import EXACT, MATCH_POLICIES
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOptions:
+    acknowledge: bool = False
+    exclude_me: bool = True
+    disclose_me: bool = False
+    retain: bool = False
+    retain_ttl: float | None = None
+    eligibility: Eligibility | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeOptions:
+    match: str = EXACT
+    get_retained: bool = False
+
+
+def _bool(options: dict, key: str, default: bool) -> bool:
+    value = options.get(key, default)
+    if type(value) is not bool:
+        raise ProtocolViolation(f"option '{key}' must be a bool, got {type(value).__name__}")
+    return value
+
+
+def _id_list(options: dict, key: str, kind: type) -> frozenset | None:
+    if key not in options:
+        return None
+    value = options[key]
+    if type(value) is not list or any(type(item) is not kind for item in value):
+        raise ProtocolViolation(f"option '{key}' must be a list of {kind.__name__}")
+    return frozenset(value)
+
+
+def parse_publish_options(options: dict) -> PublishOptions:
+    """Validate and normalise a WAMP-style publish options dict."""
+    if type(options) is not dict:
+        raise ProtocolViolation("publish options must be a dict")
+    lists = {}
+    for key in ELIGIBILITY_KEYS:
+        kind = int if key in ("exclude", "eligible") else str
+        parsed = _id_list(options, key, kind)
+        if parsed is not None:
+            lists[key] = parsed
+    ttl = options.get("_retain_ttl")
+    if ttl is not None and (type(ttl) not in (int, float) or ttl <= 0):
+        raise ProtocolViolation("option '_retain_ttl' must be a positive number of seconds")
+    return PublishOptions(
+        acknowledge=_bool(options, "acknowledge", False),
+        exclude_me=_bool(options, "exclude_me", True),
+        disclose_me=_bool(options, "disclose_me", False),
+        retain=_bool(options, "retain", False),
+        retain_ttl=float(ttl) if ttl is not None else None,
+        eligibility=Eligibility(**lists) if lists else None,
+    )
+
+
+def parse_subscribe_options(options: dict) -> SubscribeOptions:
+    """Validate and normalise a WAMP-style subscribe options dict."""
+    match = options.get("match", EXACT)
+    if match not in MATCH_POLICIES:
+        raise ProtocolViolation(f"option 'match' must be one of {', '.join(MATCH_POLICIES)}")
+    return SubscribeOptions(match=match, get_retained=_bool(options, "get_retained", False))
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    receive_progress: bool = False
+    timeout_ms: int = 0
+    disclose_me: bool = False
+
+
+def parse_call_options(options: dict) -> CallOptions:
+    """Validate and normalise a WAMP-style call options dict."""
+    timeout = options.get("timeout", 0)
+    if type(timeout) is not int or timeout < 0:
+        raise ProtocolViolation("option 'timeout' must be a non-negative integer (ms)")
+    return CallOptions(_bool(options, "receive_progress", False), timeout,
+                       _bool(options, "disclose_me", False))

@@ -1,0 +1,41 @@
+"""What a frontend session offers the core: its identity and delivery callbacks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from router.core.model import Publication, SessionInfo
+
+if TYPE_CHECKING:
+    from router.core.broker import Subscription
+    from router.core.dealer import Invocation
+
+
+class Peer(Protocol):
+    """A session attached to a realm, whatever its wire protocol."""
+
+    info: SessionInfo
+
+    def send_event(self, subscription: "Subscription", publication: Publication,
+                   retained: bool = False) -> None:
+        """Deliver one event on one subscription."""
+
+    def send_invocation(self, invocation: "Invocation") -> None:
+        """Ask this callee to run a procedure."""
+
+    def send_interrupt(self, invocation: "Invocation", mode: str, reason: str) -> None:
+        """Tell this callee to stop working on an invocation."""
+
+    def send_result(self, call_request: int, args: list | None, kwargs: dict | None,
+                    progress: bool) -> None:
+        """Return a (possibly progressive) call result to this caller."""
+
+    def send_call_error(self, call_request: int, error: str, args: list | None,
+                        kwargs: dict | None) -> None:
+        """Fail a call of this caller."""
+
+    def supports(self, role: str, feature: str) -> bool:
+        """Did the peer announce ``feature`` for ``role``?"""
+
+    def kill(self, reason: str, message: str | None) -> None:
+        """Close the session from the router side."""

@@ -1,0 +1,114 @@
+"""A realm: the sessions, broker, dealer and authorizer behind one realm name.
+
+Every frontend calls these methods; they validate URIs, authorize, and route.
+Errors come back as :class:`RouterError` for the frontend to translate.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from router.core import errors
+from router.core.authorization import Authorizer
+from router.core.broker import Broker, Subscription
+from router.core.dealer import Dealer, Registration, Scheduler
+from router.core.errors import RouterError
+from router.core.ids import random_id
+from router.core.model import Publication, SessionInfo
+from router.core.options import CallOptions, PublishOptions, SubscribeOptions
+from router.core.peer import Peer
+from router.core.uri import EXACT, is_reserved, is_valid_uri
+
+
+class Realm:
+    """The routing state of one realm."""
+
+    def __init__(self, name: str, authorizer: Authorizer, scheduler: Scheduler,
+                 uri_check: str = "strict", anonymous_role: str | None = None) -> None:
+        self.name = name
+        self.uri_check = uri_check
+        self.anonymous_role = anonymous_role
+        self.authorizer = authorizer
+        self.sessions: dict[int, Peer] = {}
+        self.broker = Broker(meta_publish=self.publish_meta)
+        self.dealer = Dealer(scheduler)
+        self._leave_hooks: list[Callable[[Peer], None]] = []
+
+    # sessions -------------------------------------------------------------
+
+    def attach(self, peer: Peer) -> None:
+        self.sessions[peer.info.session_id] = peer
+        self.publish_meta("wamp.session.on_join", [peer.info.details()])
+
+    def on_leave(self, hook: Callable[[Peer], None]) -> None:
+        """Run ``hook`` when a session leaves, after its subscriptions and registrations are gone."""
+        self._leave_hooks.append(hook)
+
+    def detach(self, peer: Peer) -> None:
+        info = peer.info
+        if self.sessions.pop(info.session_id, None) is None:
+            return
+        self.broker.remove_session(info.session_id)
+        self.dealer.remove_session(peer)
+        for hook in self._leave_hooks:
+            hook(peer)
+        self.publish_meta("wamp.session.on_leave", [info.session_id, info.authid, info.authrole])
+
+    # pub/sub --------------------------------------------------------------
+
+    def check_uri(self, uri: str, match: str = EXACT) -> None:
+        if not is_valid_uri(uri, self.uri_check, match):
+            raise RouterError(errors.INVALID_URI, f"invalid URI '{uri}' for match '{match}'")
+
+    def authorize(self, info: SessionInfo, action: str, uri: str, match: str = EXACT) -> None:
+        if not self.authorizer.allows(info.authrole, action, uri, match):
+            raise RouterError(errors.NOT_AUTHORIZED,
+                              f"role '{info.authrole}' may not {action} '{uri}'")
+
+    def publish(self, info: SessionInfo, topic: str, args: list | None, kwargs: dict | None,
+                options: PublishOptions) -> Publication:
+        """Validate, authorize and dispatch a publication from a client session."""
+        self.check_uri(topic)
+        if is_reserved(topic):
+            raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
+        self.authorize(info, "publish", topic)
+        disclose = options.disclose_me or self.authorizer.discloses(info.authrole, "publish", topic)
+        publication = Publication(random_id(), topic, args, kwargs, info, disclose,
+                                  options.eligibility, options.exclude_me, options.retain,
+                                  options.retain_ttl)
+        self.broker.dispatch(publication)
+        return publication
+
+    def publish_meta(self, topic: str, args: list) -> None:
+        """Publish a router-originated meta event (nobody to exclude, nothing to authorize)."""
+        self.broker.dispatch(Publication(random_id(), topic, args, None, None))
+
+    def subscribe(self, peer: Peer, topic: str, options: SubscribeOptions) -> Subscription:
+        self.check_uri(topic, options.match)
+        self.authorize(peer.info, "subscribe", topic, options.match)
+        return self.broker.subscribe(peer, topic, options.match)
+
+    def unsubscribe(self, peer: Peer, subscription_id: int) -> Subscription:
+        subscription = self.broker.unsubscribe(peer, subscription_id)
+        if subscription is None:
+            raise RouterError(errors.NO_SUCH_SUBSCRIPTION,
+                              f"no subscription {subscription_id} for this session")
+        return subscription
+
+    # rpc ------------------------------------------------------------------
+
+    def register(self, peer: Peer, procedure: str, match: str, policy: str) -> Registration:
+        self.check_uri(procedure, match)
+        if is_reserved(procedure):
+            raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
+        self.authorize(peer.info, "register", procedure, match)
+        return self.dealer.register(peer, procedure, match, policy)
+
+    def call(self, peer: Peer, request: int, procedure: str, args: list | None,
+             kwargs: dict | None, options: CallOptions) -> None:
+        self.check_uri(procedure)
+        self.authorize(peer.info, "call", procedure)
+        disclose = (options.disclose_me
+                    or self.authorizer.discloses(peer.info.authrole, "call", procedure))
+        self.dealer.call(peer, request, procedure, args, kwargs, options.receive_progress,
+                         options.timeout_ms, disclose)

@@ -1,0 +1,35 @@
+"""The router: every realm of the node and every live session, whatever its protocol."""
+
+from __future__ import annotations
+
+from router.core.credentials import Principal
+from router.core.ids import random_id
+from router.core.peer import Peer
+from router.core.realm import Realm
+
+
+class Router:
+    """Owns the realms and hands out globally unique session ids."""
+
+    def __init__(self) -> None:
+        self.realms: dict[str, Realm] = {}
+        self.principals: dict[str, dict[str, Principal]] = {}
+        self.peers: dict[int, Peer] = {}
+        self.connections: set[Peer] = set()
+        """Every open client connection, joined or not (closed with GOODBYE on shutdown)."""
+
+    def add_realm(self, realm: Realm, principals: dict[str, Principal]) -> None:
+        self.realms[realm.name] = realm
+        self.principals[realm.name] = principals
+
+    def new_session_id(self) -> int:
+        while True:
+            session_id = random_id()
+            if session_id not in self.peers:
+                return session_id
+
+    def track(self, peer: Peer) -> None:
+        self.peers[peer.info.session_id] = peer
+
+    def forget(self, peer: Peer) -> None:
+        self.peers.pop(peer.info.session_id, None)

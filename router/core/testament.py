@@ -1,0 +1,89 @@
+"""Session testaments: publications a session leaves behind when it goes away.
+
+On detach the ``detached`` bucket is published, then the ``destroyed`` one (we
+have no session resumption, so both fire), each authorized as a publish by the
+testator at the time it is published.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from router.core import errors
+from router.core.errors import ProtocolViolation, RouterError
+from router.core.model import SessionInfo
+from router.core.options import PublishOptions, parse_publish_options
+from router.core.peer import Peer
+from router.core.realm import Realm
+from router.core.uri import is_reserved
+
+SCOPES = ("detached", "destroyed")
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Testament:
+    topic: str
+    args: list | None
+    kwargs: dict | None
+    options: PublishOptions
+
+
+class Testaments:
+    """The testaments of every session of one realm."""
+
+    def __init__(self, realm: Realm) -> None:
+        self._realm = realm
+        self._by_session: dict[int, dict[str, list[Testament]]] = {}
+        realm.dealer.procedures["wamp.session.add_testament"] = self.add
+        realm.dealer.procedures["wamp.session.flush_testaments"] = self.flush
+        realm.on_leave(self._publish_all)
+
+    def add(self, caller: SessionInfo, args: list, kwargs: dict) -> None:
+        topic = args[0] if args else kwargs.get("topic")
+        t_args = args[1] if len(args) > 1 else kwargs.get("args")
+        t_kwargs = args[2] if len(args) > 2 else kwargs.get("kwargs")
+        raw_options = kwargs.get("publish_options") or {}
+        scope = kwargs.get("scope", "destroyed")
+        if type(topic) is not str:
+            raise RouterError(errors.INVALID_ARGUMENT, "'topic' (a string) is required")
+        if scope not in SCOPES:
+            raise RouterError(errors.INVALID_ARGUMENT, f"scope must be one of {', '.join(SCOPES)}")
+        if t_args is not None and type(t_args) is not list:
+            raise RouterError(errors.INVALID_ARGUMENT, "'args' must be a list")
+        if t_kwargs is not None and type(t_kwargs) is not dict:
+            raise RouterError(errors.INVALID_ARGUMENT, "'kwargs' must be a dict")
+        try:
+            options = parse_publish_options(raw_options)
+        except ProtocolViolation as exc:
+            raise RouterError(errors.INVALID_ARGUMENT, str(exc)) from exc
+        self._realm.check_uri(topic)
+        if is_reserved(topic):
+            raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
+        self._realm.authorize(caller, "publish", topic)
+        buckets = self._by_session.setdefault(caller.session_id, {s: [] for s in SCOPES})
+        buckets[scope].append(Testament(topic, t_args, t_kwargs, options))
+
+    def flush(self, caller: SessionInfo, args: list, kwargs: dict) -> int:
+        scope = args[0] if args else kwargs.get("scope", "destroyed")
+        if scope not in SCOPES:
+            raise RouterError(errors.INVALID_ARGUMENT, f"scope must be one of {', '.join(SCOPES)}")
+        bucket = self._by_session.get(caller.session_id, {}).get(scope, [])
+        flushed = len(bucket)
+        bucket.clear()
+        return flushed
+
+    def _publish_all(self, peer: Peer) -> None:
+        buckets = self._by_session.pop(peer.info.session_id, None)
+        if not buckets:
+            return
+        for scope in SCOPES:
+            for testament in buckets[scope]:
+                try:
+                    self._realm.publish(peer.info, testament.topic, testament.args,
+                                        testament.kwargs, testament.options)
+                except RouterError as exc:
+                    log.warning("testament of session %s on '%s' not published: %s",
+                                peer.info.session_id, testament.topic, exc.message or exc.uri)

@@ -1,0 +1,154 @@
+"""A topic trie keyed by URI components.
+
+One structure serves both directions of matching:
+
+* stored keys are *patterns* (wildcard subscriptions, registrations) and the query
+  is a concrete topic: :meth:`TopicTrie.match_patterns`;
+* stored keys are *concrete topics* (retained events) and the query is a pattern:
+  :meth:`TopicTrie.under_prefix` and :meth:`TopicTrie.matching_wildcard`.
+
+Walks touch only the branches that can match, never every key.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, Iterator, TypeVar
+
+V = TypeVar("V")
+
+_MISSING = object()
+
+
+class _Node:
+    __slots__ = ("children", "value", "key")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Node] = {}
+        self.value: object = _MISSING
+        self.key: str | None = None
+
+
+class TopicTrie(Generic[V]):
+    """Maps dotted keys to values, with pattern walks over components."""
+
+    def __init__(self) -> None:
+        self._root = _Node()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def get(self, key: str, default: V | None = None) -> V | None:
+        node = self._root
+        for part in key.split("."):
+            node = node.children.get(part)
+            if node is None:
+                return default
+        return default if node.value is _MISSING else node.value  # type: ignore[return-value]
+
+    def set(self, key: str, value: V) -> None:
+        node = self._root
+        for part in key.split("."):
+            child = node.children.get(part)
+            if child is None:
+                child = node.children[part] = _Node()
+            node = child
+        if node.value is _MISSING:
+            self._size += 1
+        node.value = value
+        node.key = key
+
+    def pop(self, key: str, default: V | None = None) -> V | None:
+        path = [self._root]
+        parts = key.split(".")
+        for part in parts:
+            child = path[-1].children.get(part)
+            if child is None:
+                return default
+            path.append(child)
+        node = path[-1]
+        if node.value is _MISSING:
+            return default
+        value = node.value
+        node.value = _MISSING
+        node.key = None
+        self._size -= 1
+        for depth in range(len(parts), 0, -1):
+            current = path[depth]
+            if current.children or current.value is not _MISSING:
+                break
+            del path[depth - 1].children[parts[depth - 1]]
+        return value  # type: ignore[return-value]
+
+    def items(self) -> Iterator[tuple[str, V]]:
+        yield from self._subtree(self._root)
+
+    def match_patterns(self, topic_parts: list[str]) -> Iterator[V]:
+        """Values stored under wildcard patterns ('' = any one component) that match the topic."""
+        last = len(topic_parts)
+        stack = [(self._root, 0)]
+        while stack:
+            node, depth = stack.pop()
+            if depth == last:
+                if node.value is not _MISSING:
+                    yield node.value  # type: ignore[misc]
+                continue
+            children = node.children
+            exact = children.get(topic_parts[depth])
+            if exact is not None:
+                stack.append((exact, depth + 1))
+            if topic_parts[depth] != "":
+                wild = children.get("")
+                if wild is not None:
+                    stack.append((wild, depth + 1))
+
+    def under_prefix(self, prefix: str) -> Iterator[tuple[str, V]]:
+        """Stored (key, value) pairs whose key starts with the string ``prefix``.
+
+        The prefix is a plain string prefix (WAMP prefix matching), so its last
+        component may be partial: ``a.b`` yields ``a.b``, ``a.b.c`` and ``a.bc``.
+        """
+        parts = prefix.split(".")
+        node = self._root
+        for part in parts[:-1]:
+            node = node.children.get(part)
+            if node is None:
+                return
+        partial = parts[-1]
+        if partial == "":
+            if prefix == "":
+                yield from self._subtree(self._root)
+            else:
+                for child in node.children.values():
+                    yield from self._subtree(child)
+            return
+        for name, child in node.children.items():
+            if name.startswith(partial):
+                yield from self._subtree(child)
+
+    def matching_wildcard(self, pattern_parts: list[str]) -> Iterator[tuple[str, V]]:
+        """Stored (key, value) pairs whose key matches the wildcard pattern."""
+        last = len(pattern_parts)
+        stack = [(self._root, 0)]
+        while stack:
+            node, depth = stack.pop()
+            if depth == last:
+                if node.value is not _MISSING:
+                    yield node.key, node.value  # type: ignore[misc]
+                continue
+            part = pattern_parts[depth]
+            if part == "":
+                stack.extend((child, depth + 1) for child in node.children.values())
+            else:
+                child = node.children.get(part)
+                if child is not None:
+                    stack.append((child, depth + 1))
+
+    @staticmethod
+    def _subtree(node: _Node) -> Iterator[tuple[str, V]]:
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if current.value is not _MISSING:
+                yield current.key, current.value  # type: ignore[misc]
+            stack.extend(current.children.values())

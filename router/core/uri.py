@@ -1,0 +1,51 @@
+"""URI validation per the WAMP spec (strict or loose, per realm)."""
+
+from __future__ import annotations
+
+import re
+
+EXACT, PREFIX, WILDCARD = "exact", "prefix", "wildcard"
+MATCH_POLICIES = (EXACT, PREFIX, WILDCARD)
+
+_STRICT = re.compile(r"^([0-9a-z_]+\.)*([0-9a-z_]+)$")
+_STRICT_LAST_EMPTY = re.compile(r"^([0-9a-z_]+\.)*([0-9a-z_]*)$")
+_STRICT_EMPTY = re.compile(r"^(([0-9a-z_]+\.)|\.)*([0-9a-z_]+)?$")
+_LOOSE = re.compile(r"^([^\s\.#]+\.)*([^\s\.#]+)$")
+_LOOSE_LAST_EMPTY = re.compile(r"^([^\s\.#]+\.)*([^\s\.#]*)$")
+_LOOSE_EMPTY = re.compile(r"^(([^\s\.#]+\.)|\.)*([^\s\.#]+)?$")
+
+_PATTERNS = {
+    ("strict", EXACT): _STRICT,
+    ("strict", PREFIX): _STRICT_LAST_EMPTY,
+    ("strict", WILDCARD): _STRICT_EMPTY,
+    ("loose", EXACT): _LOOSE,
+    ("loose", PREFIX): _LOOSE_LAST_EMPTY,
+    ("loose", WILDCARD): _LOOSE_EMPTY,
+}
+
+
+def is_valid_uri(uri: object, check: str = "strict", match: str = EXACT) -> bool:
+    """True if ``uri`` is acceptable for ``match`` under the realm's ``check`` mode."""
+    return isinstance(uri, str) and _PATTERNS[(check, match)].match(uri) is not None
+
+
+def is_reserved(uri: str) -> bool:
+    """The ``wamp.`` namespace belongs to the router; clients may not publish or register there."""
+    return uri == "wamp" or uri.startswith("wamp.")
+
+
+def wildcard_matches(pattern_components: list[str] | tuple[str, ...], topic: str) -> bool:
+    """True if the wildcard pattern (empty component = any one component) matches ``topic``."""
+    parts = topic.split(".")
+    if len(parts) != len(pattern_components):
+        return False
+    return all(p == "" or p == t for p, t in zip(pattern_components, parts))
+
+
+def uri_matches(pattern: str, match: str, uri: str) -> bool:
+    """True if a concrete ``uri`` is matched by ``pattern`` under ``match``."""
+    if match == EXACT:
+        return uri == pattern
+    if match == PREFIX:
+        return uri.startswith(pattern)
+    return wildcard_matches(pattern.split("."), uri)

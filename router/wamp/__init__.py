@@ -1,0 +1,1 @@
+"""The WAMP frontend: WebSocket and RawSocket transports, JSON/MsgPack/CBOR."""

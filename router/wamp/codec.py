@@ -1,0 +1,79 @@
+"""Sans-I/O WAMP message codec: bytes in, validated messages out; raw lists out, bytes back.
+
+Incoming messages are parsed (and validated) by autobahn's message classes; the
+raw list is kept beside each message because autobahn drops option keys it does
+not know, and implementation options such as ``_retain_ttl`` live there.
+Outgoing messages are plain lists wrapped in :class:`WireMessage`, which caches
+its bytes per serializer so a message shared by many receivers is encoded once.
+"""
+
+from __future__ import annotations
+
+from autobahn.wamp import message
+from autobahn.wamp.exception import ProtocolError
+from autobahn.wamp.serializer import (CBORSerializer, JsonSerializer, MsgPackSerializer,
+                                      Serializer)
+
+from router.core.errors import ProtocolViolation
+
+MESSAGE_CLASSES = Serializer.MESSAGE_TYPE_MAP
+
+SERIALIZER_CLASSES = {"json": JsonSerializer, "msgpack": MsgPackSerializer,
+                      "cbor": CBORSerializer}
+
+
+class WireMessage:
+    """An outgoing WAMP message as a raw list, serialized at most once per serializer."""
+
+    __slots__ = ("raw", "_cache")
+
+    def __init__(self, raw: list) -> None:
+        self.raw = raw
+        self._cache: dict = {}
+
+    def serialize(self, object_serializer) -> bytes:
+        data = self._cache.get(object_serializer)
+        if data is None:
+            data = self._cache[object_serializer] = object_serializer.serialize(self.raw)
+        return data
+
+    def uncache(self) -> None:
+        self._cache.clear()
+
+    def __repr__(self) -> str:
+        return f"WireMessage({self.raw!r})"
+
+
+def make_serializers(names: tuple[str, ...]) -> list[Serializer]:
+    """One serializer instance per format; share them across listeners so caches are shared."""
+    return [SERIALIZER_CLASSES[name]() for name in names]
+
+
+def decode(serializer: Serializer, payload: bytes,
+           is_binary: bool | None = None) -> list[tuple[message.Message, list]]:
+    """Decode one transport message into (parsed message, raw list) pairs.
+
+    Raises :class:`ProtocolViolation` for anything that is not valid WAMP.
+    """
+    object_serializer = serializer._serializer
+    if is_binary is not None and is_binary != object_serializer.BINARY:
+        raise ProtocolViolation("wrong WebSocket frame type for the negotiated serializer")
+    try:
+        raws = object_serializer.unserialize(payload)
+    except Exception as exc:
+        raise ProtocolViolation(f"undecodable message: {type(exc).__name__}") from exc
+    decoded = []
+    for raw in raws:
+        if type(raw) is not list or not raw:
+            raise ProtocolViolation("a WAMP message must be a non-empty array")
+        kind = raw[0]
+        klass = MESSAGE_CLASSES.get(kind) if type(kind) is int else None
+        if klass is None:
+            raise ProtocolViolation(f"unknown WAMP message type {kind!r}")
+        try:
+            decoded.append((klass.parse(raw), raw))
+        except ProtocolError as exc:
+            raise ProtocolViolation(str(exc)) from exc
+        except (TypeError, ValueError, KeyError, IndexError, AssertionError) as exc:
+            raise ProtocolViolation(f"malformed {klass.__name__.upper()}: {exc}") from exc
+    return decoded

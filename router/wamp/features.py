@@ -1,0 +1,26 @@
+"""The roles and features this router announces in WELCOME (only what is implemented)."""
+
+BROKER_FEATURES = {
+    "publisher_identification": True,
+    "pattern_based_subscription": True,
+    "subscriber_blackwhite_listing": True,
+    "publisher_exclusion": True,
+    "subscription_meta_api": True,
+    "session_meta_api": True,
+}
+
+DEALER_FEATURES = {
+    "caller_identification": True,
+    "progressive_call_results": True,
+    "call_canceling": True,
+    "call_timeout": True,
+    "shared_registration": True,
+    "pattern_based_registration": True,
+    "session_meta_api": True,
+    "testament_meta_api": True,
+}
+
+ROUTER_ROLES = {
+    "broker": {"features": BROKER_FEATURES},
+    "dealer": {"features": DEALER_FEATURES},
+}

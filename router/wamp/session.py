@@ -1,0 +1,341 @@
+"""One WAMP session on one transport: the state machine and the translation to the core.
+
+States: HANDSHAKE (waiting for HELLO) -> CHALLENGED (ticket sent) -> ESTABLISHED
+-> CLOSING (we sent GOODBYE) -> CLOSED. Any protocol violation sends ABORT
+``wamp.error.protocol_violation``, drops the session from its realm and closes
+the transport; nothing after it is processed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from autobahn.wamp import message as m
+from autobahn.exception import PayloadExceededError
+from autobahn.wamp.exception import TransportLost
+
+from router.core import errors
+from router.core.broker import Subscription
+from router.core.credentials import verify_secret
+from router.core.dealer import Invocation
+from router.core.errors import ProtocolViolation, RouterError
+from router.core.model import Publication, SessionInfo
+from router.core.options import (parse_call_options, parse_publish_options,
+                                 parse_subscribe_options)
+from router.core.realm import Realm
+from router.core.router import Router
+from router.core.uri import EXACT
+from router.wamp.codec import WireMessage, decode
+from router.wamp.features import ROUTER_ROLES
+
+log = logging.getLogger(__name__)
+
+HANDSHAKE, CHALLENGED, ESTABLISHED, CLOSING, CLOSED = range(5)
+
+ERROR, EVENT, RESULT, INVOCATION, INTERRUPT = 8, 36, 50, 68, 69
+
+
+class WampSession:
+    """Implements autobahn's ITransportHandler for the router side, and the core's Peer."""
+
+    def __init__(self, router: Router, protocol_name: str) -> None:
+        self._router = router
+        self._protocol_name = protocol_name
+        self._transport: Any = None
+        self._state = HANDSHAKE
+        self._realm: Realm | None = None
+        self._pending_auth: tuple[Realm, str, str] | None = None
+        self._client_roles: dict = {}
+        self.info: SessionInfo | None = None  # type: ignore[assignment]
+
+    # ITransportHandler ------------------------------------------------------
+
+    def onOpen(self, transport: Any) -> None:
+        self._transport = transport
+        self._router.connections.add(self)
+
+    def onClose(self, was_clean: bool) -> None:
+        self._state = CLOSED
+        self._leave_realm()
+        self._router.connections.discard(self)
+
+    def on_payload(self, payload: bytes, is_binary: bool | None) -> None:
+        """Entry point for every transport message (WebSocket message or RawSocket frame)."""
+        if self._state == CLOSED:
+            return
+        try:
+            for msg, raw in decode(self._transport._serializer, payload, is_binary):
+                if self._state == CLOSED:
+                    return
+                self._handle(msg, raw)
+        except ProtocolViolation as exc:
+            self.protocol_violation(str(exc))
+
+    # state machine --------------------------------------------------------
+
+    def _handle(self, msg: m.Message, raw: list) -> None:
+        if self._state == ESTABLISHED:
+            handler = _ESTABLISHED_HANDLERS.get(type(msg))
+            if handler is None:
+                raise ProtocolViolation(f"{type(msg).__name__.upper()} is not allowed "
+                                        "in an established session")
+            handler(self, msg, raw)
+        elif self._state == HANDSHAKE:
+            if type(msg) is not m.Hello:
+                raise ProtocolViolation(f"{type(msg).__name__.upper()} received before HELLO")
+            self._on_hello(msg, raw)
+        elif self._state == CHALLENGED:
+            if type(msg) is not m.Authenticate:
+                raise ProtocolViolation(f"{type(msg).__name__.upper()} received while "
+                                        "waiting for AUTHENTICATE")
+            self._on_authenticate(msg)
+        elif self._state == CLOSING and type(msg) is m.Goodbye:
+            self._close_transport()
+
+    def _on_hello(self, msg: m.Hello, raw: list) -> None:
+        realm = self._router.realms.get(msg.realm)
+        if realm is None:
+            self._abort(errors.NO_SUCH_REALM, f"no realm '{msg.realm}' on this router")
+            return
+        details = raw[2]
+        self._client_roles = details.get("roles", {}) if isinstance(details, dict) else {}
+        methods = msg.authmethods or ["anonymous"]
+        principal = self._router.principals[realm.name].get(msg.authid) if msg.authid else None
+        if "ticket" in methods and principal is not None and principal.ticket_hash:
+            self._pending_auth = (realm, principal.authid, principal.role)
+            self._state = CHALLENGED
+            self._send(WireMessage([m.Challenge.MESSAGE_TYPE, "ticket", {}]))
+        elif "anonymous" in methods and realm.anonymous_role is not None:
+            authid = f"anonymous-{self._router.new_session_id():x}"
+            self._welcome(realm, authid, realm.anonymous_role, "anonymous")
+        elif "ticket" in methods and msg.authid and principal is None:
+            self._abort("wamp.error.no_such_principal", "no such principal")
+        else:
+            self._abort("wamp.error.no_matching_auth_method",
+                        f"none of the offered auth methods {methods} is available")
+
+    def _on_authenticate(self, msg: m.Authenticate) -> None:
+        realm, authid, role = self._pending_auth  # type: ignore[misc]
+        principal = self._router.principals[realm.name].get(authid)
+        if principal is None or not verify_secret(msg.signature, principal.ticket_hash or ""):
+            log.warning("authentication failed for authid '%s' from %s", authid, self._peer_address())
+            self._abort("wamp.error.authentication_failed", "authentication failed")
+            return
+        self._welcome(realm, authid, role, "ticket")
+
+    def _welcome(self, realm: Realm, authid: str, authrole: str, authmethod: str) -> None:
+        session_id = self._router.new_session_id()
+        self.info = SessionInfo(session_id, realm.name, authid, authrole, authmethod,
+                                authprovider="static", protocol=self._protocol_name,
+                                transport={"type": self._protocol_name,
+                                           "peer": self._peer_address()})
+        self._realm = realm
+        self._state = ESTABLISHED
+        self._send(WireMessage([m.Welcome.MESSAGE_TYPE, session_id, {
+            "realm": realm.name, "authid": authid, "authrole": authrole,
+            "authmethod": authmethod, "authprovider": "static", "roles": ROUTER_ROLES}]))
+        self._router.track(self)
+        realm.attach(self)
+
+    # established: pub/sub ------------------------------------------------------
+
+    def _on_goodbye(self, msg: m.Goodbye, raw: list) -> None:
+        self._send(WireMessage([m.Goodbye.MESSAGE_TYPE, {}, "wamp.close.goodbye_and_out"]))
+        self._leave_realm()
+        self._close_transport()
+
+    def _on_abort(self, msg: m.Abort, raw: list) -> None:
+        self._leave_realm()
+        self._close_transport()
+
+    def _on_publish(self, msg: m.Publish, raw: list) -> None:
+        options = parse_publish_options(raw[2])
+        if msg.payload is not None:
+            raise ProtocolViolation("payload passthru mode is not supported by this router")
+        try:
+            publication = self._realm.publish(self.info, msg.topic, msg.args, msg.kwargs, options)
+        except RouterError as exc:
+            if options.acknowledge:
+                self._send_error(m.Publish.MESSAGE_TYPE, msg.request, exc)
+            return
+        if options.acknowledge:
+            self._send(WireMessage([m.Published.MESSAGE_TYPE, msg.request,
+                                    publication.publication_id]))
+
+    def _on_subscribe(self, msg: m.Subscribe, raw: list) -> None:
+        options = parse_subscribe_options(raw[2])
+        try:
+            subscription = self._realm.subscribe(self, msg.topic, options)
+        except RouterError as exc:
+            self._send_error(m.Subscribe.MESSAGE_TYPE, msg.request, exc)
+            return
+        self._send(WireMessage([m.Subscribed.MESSAGE_TYPE, msg.request, subscription.id]))
+
+    def _on_unsubscribe(self, msg: m.Unsubscribe, raw: list) -> None:
+        try:
+            self._realm.unsubscribe(self, msg.subscription)
+        except RouterError as exc:
+            self._send_error(m.Unsubscribe.MESSAGE_TYPE, msg.request, exc)
+            return
+        self._send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, msg.request]))
+
+    def send_event(self, subscription: Subscription, publication: Publication,
+                   retained: bool = False) -> None:
+        key = (subscription.id, retained)
+        event = publication.wire_cache.get(key)
+        if event is None:
+            details = publication.publisher_details()
+            if subscription.match != EXACT:
+                details["topic"] = publication.topic
+            if retained:
+                details["retained"] = True
+            event = publication.wire_cache[key] = WireMessage(_with_payload(
+                [EVENT, subscription.id, publication.publication_id, details],
+                publication.args, publication.kwargs))
+        self._send(event)
+
+    # established: rpc -----------------------------------------------------------
+
+    def _on_register(self, msg: m.Register, raw: list) -> None:
+        try:
+            registration = self._realm.register(self, msg.procedure, msg.match or EXACT,
+                                                msg.invoke or "single")
+        except RouterError as exc:
+            self._send_error(m.Register.MESSAGE_TYPE, msg.request, exc)
+            return
+        self._send(WireMessage([m.Registered.MESSAGE_TYPE, msg.request, registration.id]))
+
+    def _on_unregister(self, msg: m.Unregister, raw: list) -> None:
+        try:
+            self._realm.dealer.unregister(self, msg.registration)
+        except RouterError as exc:
+            self._send_error(m.Unregister.MESSAGE_TYPE, msg.request, exc)
+            return
+        self._send(WireMessage([m.Unregistered.MESSAGE_TYPE, msg.request]))
+
+    def _on_call(self, msg: m.Call, raw: list) -> None:
+        if msg.payload is not None:
+            raise ProtocolViolation("payload passthru mode is not supported by this router")
+        options = parse_call_options(raw[2])
+        try:
+            self._realm.call(self, msg.request, msg.procedure, msg.args, msg.kwargs, options)
+        except RouterError as exc:
+            self._send_error(m.Call.MESSAGE_TYPE, msg.request, exc)
+
+    def _on_cancel(self, msg: m.Cancel, raw: list) -> None:
+        try:
+            self._realm.dealer.cancel(self, msg.request, msg.mode or "killnowait")
+        except RouterError as exc:
+            self._send_error(m.Call.MESSAGE_TYPE, msg.request, exc)
+
+    def _on_yield(self, msg: m.Yield, raw: list) -> None:
+        if not self._realm.dealer.was_issued(self, msg.request):
+            raise ProtocolViolation(f"YIELD for unknown invocation {msg.request}")
+        self._realm.dealer.yield_(self, msg.request, msg.args, msg.kwargs, bool(msg.progress))
+
+    def _on_error(self, msg: m.Error, raw: list) -> None:
+        if msg.request_type != m.Invocation.MESSAGE_TYPE:
+            raise ProtocolViolation(f"ERROR for request type {msg.request_type} "
+                                    "(only INVOCATION errors come from clients)")
+        if not self._realm.dealer.was_issued(self, msg.request):
+            raise ProtocolViolation(f"ERROR for unknown invocation {msg.request}")
+        self._realm.dealer.invocation_error(self, msg.request, msg.error, msg.args, msg.kwargs)
+
+    def send_invocation(self, invocation: Invocation) -> None:
+        self._send(WireMessage(_with_payload(
+            [INVOCATION, invocation.request_id, invocation.registration.id, invocation.details],
+            invocation.args, invocation.kwargs)))
+
+    def send_interrupt(self, invocation: Invocation, mode: str, reason: str) -> None:
+        self._send(WireMessage([INTERRUPT, invocation.request_id,
+                                {"mode": mode, "reason": reason}]))
+
+    def send_result(self, call_request: int, args: list | None, kwargs: dict | None,
+                    progress: bool) -> None:
+        self._send(WireMessage(_with_payload(
+            [RESULT, call_request, {"progress": True} if progress else {}], args, kwargs)))
+
+    def send_call_error(self, call_request: int, error: str, args: list | None,
+                        kwargs: dict | None) -> None:
+        self._send(WireMessage(_with_payload(
+            [ERROR, m.Call.MESSAGE_TYPE, call_request, {}, error], args, kwargs)))
+
+    # peer ---------------------------------------------------------------------
+
+    def supports(self, role: str, feature: str) -> bool:
+        features = self._client_roles.get(role)
+        return isinstance(features, dict) and bool(features.get("features", {}).get(feature))
+
+    def kill(self, reason: str, message: str | None) -> None:
+        """Close the session from the router side with GOODBYE (e.g. on shutdown)."""
+        if self._state != ESTABLISHED:
+            self._close_transport()
+            return
+        self._send(WireMessage([m.Goodbye.MESSAGE_TYPE, {"message": message} if message else {},
+                                reason]))
+        self._state = CLOSING
+        self._leave_realm()
+
+    def protocol_violation(self, reason: str) -> None:
+        log.info("protocol violation from %s: %s", self._peer_address(), reason)
+        self._abort(errors.PROTOCOL_VIOLATION, reason)
+
+    # plumbing -----------------------------------------------------------------
+
+    def _abort(self, reason: str, message: str) -> None:
+        self._send(WireMessage([m.Abort.MESSAGE_TYPE, {"message": message}, reason]))
+        self._leave_realm()
+        self._close_transport()
+
+    def _send_error(self, request_type: int, request: int, exc: RouterError) -> None:
+        self._send(WireMessage(_with_payload([ERROR, request_type, request, {}, exc.uri],
+                                             exc.args_list, exc.kwargs)))
+
+    def _send(self, msg: WireMessage) -> None:
+        try:
+            self._transport.send(msg)
+        except PayloadExceededError as exc:
+            log.warning("message not sent to session %s: %s",
+                        self.info.session_id if self.info else "-", exc)
+        except TransportLost:
+            pass
+
+    def _leave_realm(self) -> None:
+        realm, self._realm = self._realm, None
+        if realm is not None:
+            realm.detach(self)
+            self._router.forget(self)
+
+    def _close_transport(self) -> None:
+        self._state = CLOSED
+        if self._transport is not None:
+            self._transport.close_wamp()
+
+    def _peer_address(self) -> str:
+        return getattr(self._transport, "peer", None) or "unknown"
+
+
+def _with_payload(raw: list, args: list | None, kwargs: dict | None) -> list:
+    """Append Arguments/ArgumentsKw, dropping trailing empty elements as the spec advises."""
+    if kwargs:
+        raw.append(args or [])
+        raw.append(kwargs)
+    elif args:
+        raw.append(args)
+    return raw
+
+
+_ESTABLISHED_HANDLERS = {
+    m.Publish: WampSession._on_publish,
+    m.Subscribe: WampSession._on_subscribe,
+    m.Unsubscribe: WampSession._on_unsubscribe,
+    m.Register: WampSession._on_register,
+    m.Unregister: WampSession._on_unregister,
+    m.Call: WampSession._on_call,
+    m.Cancel: WampSession._on_cancel,
+    m.Yield: WampSession._on_yield,
+    m.Error: WampSession._on_error,
+    m.Goodbye: WampSession._on_goodbye,
+    m.Abort: WampSession._on_abort,
+}

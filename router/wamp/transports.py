@@ -1,0 +1,112 @@
+"""Twisted transports for WAMP: WebSocket and RawSocket on autobahn's factories.
+
+autobahn has no router side, so these subclasses route every received
+transport message to :class:`WampSession.on_payload` (which answers protocol
+violations with ABORT instead of dropping the connection silently).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from autobahn.twisted.rawsocket import WampRawSocketServerFactory, WampRawSocketServerProtocol
+from autobahn.twisted.websocket import WampWebSocketServerFactory, WampWebSocketServerProtocol
+from autobahn.exception import PayloadExceededError
+from autobahn.wamp.exception import TransportLost
+from autobahn.wamp.serializer import Serializer
+from autobahn.websocket.types import ConnectionDeny
+
+from router.wamp.codec import WireMessage
+from router.wamp.session import WampSession
+
+log = logging.getLogger(__name__)
+
+RAWSOCKET_MAGIC = 0x7F
+RAWSOCKET_ERROR_SERIALIZER_UNSUPPORTED = 1
+RAWSOCKET_ERROR_RESERVED_BITS = 3
+
+
+class RouterWebSocketProtocol(WampWebSocketServerProtocol):
+    """WAMP over WebSocket, router side."""
+
+    def onConnect(self, request):
+        if request.path != self.factory.path:
+            raise ConnectionDeny(ConnectionDeny.NOT_FOUND, f"no WAMP endpoint at {request.path}")
+        return super().onConnect(request)
+
+    def onMessage(self, payload: bytes, isBinary: bool) -> None:
+        self._session.on_payload(payload, isBinary)
+
+    def send(self, msg: WireMessage) -> None:
+        """Send without autobahn's per-message trace formatting (hot path)."""
+        if self._session is None:
+            raise TransportLost()
+        object_serializer = self._serializer._serializer
+        self.sendMessage(msg.serialize(object_serializer), object_serializer.BINARY)
+
+    def close_wamp(self) -> None:
+        if self.state != self.STATE_CLOSED:
+            self.sendClose(self.CLOSE_STATUS_CODE_NORMAL)
+
+
+class RouterWebSocketFactory(WampWebSocketServerFactory):
+    protocol = RouterWebSocketProtocol
+
+    def __init__(self, session_factory: Callable[[], WampSession], serializers: list[Serializer],
+                 path: str, max_message_size: int) -> None:
+        super().__init__(session_factory, serializers=serializers)
+        self.path = path
+        self.setProtocolOptions(maxMessagePayloadSize=max_message_size,
+                                maxFramePayloadSize=max_message_size)
+
+
+class RouterRawSocketProtocol(WampRawSocketServerProtocol):
+    """WAMP over RawSocket, router side, with the spec's handshake error replies."""
+
+    def dataReceived(self, data: bytes) -> None:
+        if not self._handshake_complete and len(self._handshake_bytes) + len(data) >= 4:
+            handshake = (self._handshake_bytes + data)[:4]
+            serializer_id = handshake[1] & 0x0F
+            if handshake[0] == RAWSOCKET_MAGIC:
+                if handshake[2:4] != b"\x00\x00":
+                    self._refuse(RAWSOCKET_ERROR_RESERVED_BITS)
+                    return
+                if serializer_id not in self.factory._serializers:
+                    self._refuse(RAWSOCKET_ERROR_SERIALIZER_UNSUPPORTED)
+                    return
+        super().dataReceived(data)
+
+    def _refuse(self, code: int) -> None:
+        self.transport.write(bytes([RAWSOCKET_MAGIC, code << 4, 0, 0]))
+        self.transport.loseConnection()
+
+    def stringReceived(self, payload: bytes) -> None:
+        self._session.on_payload(payload, None)
+
+    def send(self, msg: WireMessage) -> None:
+        """Send one frame, refusing messages over the peer's announced maximum length."""
+        if self._session is None:
+            raise TransportLost()
+        payload = msg.serialize(self._serializer._serializer)
+        if len(payload) > self._max_len_send:
+            raise PayloadExceededError(f"{len(payload)} octets exceed the peer's limit of "
+                                       f"{self._max_len_send}")
+        self.sendString(payload)
+
+    def lengthLimitExceeded(self, length: int) -> None:
+        log.info("RawSocket peer %s sent %d octets, over the limit of %d: closing",
+                 self.peer, length, self.MAX_LENGTH)
+        self.transport.abortConnection()
+
+    def close_wamp(self) -> None:
+        self.transport.loseConnection()
+
+
+class RouterRawSocketFactory(WampRawSocketServerFactory):
+    protocol = RouterRawSocketProtocol
+
+    def __init__(self, session_factory: Callable[[], WampSession], serializers: list[Serializer],
+                 max_message_size: int) -> None:
+        super().__init__(session_factory, serializers=serializers)
+        self.setProtocolOptions(maxMessagePayloadSize=max_message_size)

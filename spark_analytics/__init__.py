@@ -1,0 +1,1 @@
+"""Spark analytics over the per-realm event logs (filled in by the event-log work)."""

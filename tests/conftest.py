@@ -1,0 +1,15 @@
+"""Shared fixtures: a real router process per test module."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.harness import RouterProcess, realm_file
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory):
+    """A router with one open realm ``realm1`` on WebSocket and RawSocket."""
+    process = RouterProcess(tmp_path_factory.mktemp("router"), [realm_file("realm1")]).start()
+    yield process
+    process.stop()

@@ -1,0 +1,120 @@
+"""Start the real router as a subprocess on ephemeral ports and talk to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+OPEN_ROLE = [{"uri": "", "match": "prefix", "allow": ["publish", "subscribe", "call", "register"]}]
+
+
+def realm_file(name: str, roles: dict | None = None, anonymous_role: str | None = "anonymous",
+               **extra) -> dict:
+    """A realm definition; by default anonymous sessions may do anything outside wamp.*."""
+    realm = {"name": name, "anonymous_role": anonymous_role,
+             "roles": roles if roles is not None else {"anonymous": OPEN_ROLE}}
+    realm.update(extra)
+    return realm
+
+
+class RouterProcess:
+    """The router under test, started with ``python -m router run`` like a user would."""
+
+    def __init__(self, workdir: Path, realms: list[dict], listeners: list[dict] | None = None,
+                 extra_config: dict | None = None) -> None:
+        self.workdir = workdir
+        self.realms = realms
+        self.listeners = listeners or [
+            {"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws"},
+            {"type": "rawsocket", "host": "127.0.0.1", "port": 0},
+        ]
+        self.extra_config = extra_config or {}
+        self.proc: subprocess.Popen | None = None
+        self.log_lines: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self.urls: dict[str, str] = {}
+        self.write_config()
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "config.json"
+
+    def write_config(self) -> None:
+        realms_dir = self.workdir / "realms"
+        realms_dir.mkdir(parents=True, exist_ok=True)
+        for realm in self.realms:
+            (realms_dir / f"{realm['name']}.json").write_text(json.dumps(realm, indent=2))
+        config = {"data_dir": "data", "realms_dir": "realms",
+                  "realms": [realm["name"] for realm in self.realms],
+                  "listeners": self.listeners, "shutdown_timeout": 2}
+        config.update(self.extra_config)
+        self.config_path.write_text(json.dumps(config, indent=2))
+
+    def start(self, timeout: float = 20.0) -> "RouterProcess":
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "router", "run", "--config", str(self.config_path)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self._lines = queue.Queue()
+        threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
+        line = self.wait_for_log(r"ready: ", timeout)
+        self.urls = {}
+        for url in line.split("ready: ", 1)[1].split():
+            scheme = url.split("://", 1)[0]
+            self.urls[{"ws": "websocket", "rawsocket": "rawsocket"}[scheme]] = url
+        return self
+
+    def _pump(self, proc: subprocess.Popen, lines: "queue.Queue[str | None]") -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            self.log_lines.append(line.rstrip("\n"))
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    def wait_for_log(self, pattern: str, timeout: float = 10.0) -> str:
+        """Block until a log line matches ``pattern`` (or fail with the log so far)."""
+        regex = re.compile(pattern)
+        while True:
+            try:
+                line = self._lines.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"no log line matching {pattern!r} within {timeout}s; "
+                                     f"log:\n" + "\n".join(self.log_lines[-40:])) from None
+            if line is None:
+                raise AssertionError(f"router exited before logging {pattern!r}; log:\n"
+                                     + "\n".join(self.log_lines[-40:]))
+            if regex.search(line):
+                return line
+
+    def address(self, transport: str) -> tuple[str, int, str]:
+        """(host, port, path) of a listener."""
+        url = self.urls[transport]
+        rest = url.split("://", 1)[1]
+        hostport, _, path = rest.partition("/")
+        host, port = hostport.rsplit(":", 1)
+        return host, int(port), "/" + path
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM, like a service manager; returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("router did not stop within the timeout after SIGTERM")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
