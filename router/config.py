@@ -13,6 +13,8 @@ from typing import Any
 
 from router.core.authorization import ACTIONS, PermissionRule
 from router.core.credentials import SCHEME, Principal
+from router.core.history import HistoryRule
+from router.core.retention import RetentionPolicy
 from router.core.uri import MATCH_POLICIES, is_valid_uri
 
 SERIALIZERS = ("json", "msgpack", "cbor")
@@ -49,6 +51,8 @@ class RealmConfig:
     uri_check: str = "strict"
     anonymous_role: str | None = None
     principals: dict[str, Principal] = field(default_factory=dict)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    history: tuple[HistoryRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ class _Reader:
         value = data[key]
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if type(value) not in kinds or (type(value) is bool and bool not in kinds):
-            names = " or ".join(k.__name__ for k in kinds)
+            names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
             raise self.fail(key, f"must be {names}, got {json.dumps(value)}")
         return value
 
@@ -144,12 +148,7 @@ def _listener(reader: _Reader) -> ListenerConfig:
 
 def _rule(reader: _Reader, check: str) -> PermissionRule:
     reader.reject_unknown({"uri", "match", "allow", "disclose"})
-    uri = reader.get("uri", str)
-    match = reader.get("match", str, "exact")
-    if match not in MATCH_POLICIES:
-        raise reader.fail("match", f"must be one of {', '.join(MATCH_POLICIES)}, got '{match}'")
-    if not is_valid_uri(uri, check, match):
-        raise reader.fail("uri", f"'{uri}' is not a valid {check} URI for match '{match}'")
+    uri, match = _pattern(reader, check)
     allow = reader.get("allow", list)
     for index, action in enumerate(allow):
         if action not in ACTIONS:
@@ -170,10 +169,52 @@ def _principal(reader: _Reader, authid: str, roles: dict) -> Principal:
     return Principal(authid, role, ticket)
 
 
+def _pattern(reader: _Reader, check: str) -> tuple[str, str]:
+    uri = reader.get("uri", str)
+    match = reader.get("match", str, "exact")
+    if match not in MATCH_POLICIES:
+        raise reader.fail("match", f"must be one of {', '.join(MATCH_POLICIES)}, got '{match}'")
+    if not is_valid_uri(uri, check, match):
+        raise reader.fail("uri", f"'{uri}' is not a valid {check} URI for match '{match}'")
+    return uri, match
+
+
+def _positive(reader: _Reader, key: str, kind: type | tuple, default: Any) -> Any:
+    value = reader.get(key, kind, default)
+    if value is not None and value <= 0:
+        raise reader.fail(key, f"must be positive, got {value}")
+    return value
+
+
+def _retention(reader: _Reader, check: str) -> RetentionPolicy:
+    reader.reject_unknown({"default_ttl", "max_topics", "max_bytes", "max_restricted", "decline"})
+    defaults = RetentionPolicy()
+    declined_reader = reader.child("decline", reader.get("decline", list, []))
+    declined = []
+    for index, entry in enumerate(declined_reader.data):
+        entry_reader = declined_reader.child(index, entry)
+        entry_reader.reject_unknown({"uri", "match"})
+        declined.append(_pattern(entry_reader, check))
+    return RetentionPolicy(
+        default_ttl=_positive(reader, "default_ttl", (int, float, type(None)), None),
+        max_topics=_positive(reader, "max_topics", int, defaults.max_topics),
+        max_bytes=_positive(reader, "max_bytes", int, defaults.max_bytes),
+        max_restricted=_positive(reader, "max_restricted", int, defaults.max_restricted),
+        declined=tuple(declined))
+
+
+def _history_rule(reader: _Reader, check: str) -> HistoryRule:
+    reader.reject_unknown({"uri", "match", "limit", "max_age"})
+    uri, match = _pattern(reader, check)
+    return HistoryRule(uri, match, _positive(reader, "limit", int, ...),
+                       _positive(reader, "max_age", (int, float, type(None)), None))
+
+
 def load_realm(path: Path, expected_name: str) -> RealmConfig:
     """Read and validate one realm file."""
     reader = _Reader(path, _load_json(path))
-    reader.reject_unknown({"name", "uri_check", "anonymous_role", "roles", "principals"})
+    reader.reject_unknown({"name", "uri_check", "anonymous_role", "roles", "principals",
+                           "retention", "history"})
     name = reader.get("name", str)
     if name != expected_name:
         raise reader.fail("name", f"is '{name}' but config.json loads this file as "
@@ -197,7 +238,11 @@ def load_realm(path: Path, expected_name: str) -> RealmConfig:
     principals_reader = reader.child("principals", reader.get("principals", dict, {}))
     principals = {authid: _principal(principals_reader.child(authid, entry), authid, roles)
                   for authid, entry in principals_reader.data.items()}
-    return RealmConfig(name, path, roles, check, anonymous, principals)
+    retention = _retention(reader.child("retention", reader.get("retention", dict, {})), check)
+    history_reader = reader.child("history", reader.get("history", list, []))
+    history = tuple(_history_rule(history_reader.child(i, rule), check)
+                    for i, rule in enumerate(history_reader.data))
+    return RealmConfig(name, path, roles, check, anonymous, principals, retention, history)
 
 
 def load_config(path: Path | str) -> NodeConfig:

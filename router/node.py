@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import logging
+import time
 
-from twisted.internet import defer, task
+from twisted.internet import defer, task, threads
 from twisted.internet.interfaces import IListeningPort, IReactorCore
 
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
 from router.core.authorization import Authorizer, Role
-from router.core.meta import install_session_meta, install_subscription_meta
+from router.core.history import EventHistory
+from router.core.meta import (install_event_history, install_retention_admin,
+                              install_session_meta, install_subscription_meta)
 from router.core.realm import Realm
+from router.core.retention import RetainedStore
 from router.core.router import Router
 from router.core.testament import Testaments
+from router.store.codec import decode_retained, encode_retained
+from router.store.sqlite import SqliteStore
 from router.wamp.codec import make_serializers
 from router.wamp.session import WampSession
 from router.wamp.transports import RouterRawSocketFactory, RouterWebSocketFactory
@@ -20,19 +26,49 @@ from router.wamp.transports import RouterRawSocketFactory, RouterWebSocketFactor
 log = logging.getLogger(__name__)
 
 
-def build_router(config: NodeConfig, reactor) -> Router:
-    """Realms, authorizers and meta APIs from configuration; no I/O."""
+def build_router(config: NodeConfig, reactor, store: SqliteStore) -> Router:
+    """Realms, authorizers, retained events (restored from ``store``) and meta APIs."""
     router = Router()
     for realm_config in config.realms.values():
         roles = {name: Role(name, rules) for name, rules in realm_config.roles.items()}
+        retention = RetainedStore(realm_config.retention, encode_retained)
+        restored = restore_retained(retention, store, realm_config.name)
+        if restored:
+            log.info("realm %s: restored %d retained topic(s)", realm_config.name, restored)
+        retention.listeners.append(
+            lambda topic, entries, name=realm_config.name: store.save_retained(name, topic, entries))
         realm = Realm(realm_config.name, Authorizer(roles), reactor,
                       uri_check=realm_config.uri_check,
-                      anonymous_role=realm_config.anonymous_role)
+                      anonymous_role=realm_config.anonymous_role,
+                      retention=retention, persistence=store,
+                      history=EventHistory(list(realm_config.history)))
         install_session_meta(realm)
         install_subscription_meta(realm)
+        install_event_history(realm)
+        install_retention_admin(realm)
         Testaments(realm)
         router.add_realm(realm, realm_config.principals)
     return router
+
+
+def restore_retained(retention: RetainedStore, store: SqliteStore, realm: str) -> int:
+    """Load a realm's retained events as they should look after a restart.
+
+    Session ids of the old process mean nothing now, so entries whose eligibility
+    named sessions were never stored, and entries kept only for a publisher's own
+    session (older than the newest general event) are dropped.
+    """
+    now = time.time()
+    restored = 0
+    for topic, blobs in store.load_retained(realm):
+        entries = [decode_retained(blob, realm) for blob in blobs]
+        newest_general = max((i for i, e in enumerate(entries) if e.general), default=0)
+        live = [e for e in entries[newest_general:]
+                if e.expires_at is None or e.expires_at > now]
+        if live:
+            retention.restore(topic, live)
+            restored += 1
+    return restored
 
 
 class Node:
@@ -41,14 +77,18 @@ class Node:
     def __init__(self, config: NodeConfig, reactor: IReactorCore) -> None:
         self.config = config
         self.reactor = reactor
-        self.router = build_router(config, reactor)
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = SqliteStore(config.data_dir / "router.sqlite3", reactor.callFromThread)
+        self.router = build_router(config, reactor, self.store)
+        self._expiry = task.LoopingCall(self._expire_retained)
+        self._expiry.clock = reactor
         self.ports: list[tuple[ListenerConfig, IListeningPort]] = []
         # One serializer instance per format for all listeners: an EVENT is encoded once
         # per format and the bytes are reused for every receiver on any transport.
         self._serializers = dict(zip(SERIALIZERS, make_serializers(SERIALIZERS)))
 
     def start(self) -> None:
-        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._expiry.start(1.0, now=False)
         for listener in self.config.listeners:
             self.ports.append((listener, self._listen(listener)))
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
@@ -90,4 +130,13 @@ class Node:
         deadline = self.reactor.seconds() + self.config.shutdown_timeout
         while self.router.connections and self.reactor.seconds() < deadline:
             yield task.deferLater(self.reactor, 0.05, lambda: None)
+        if self._expiry.running:
+            self._expiry.stop()
+        yield threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(),
+                                        self.store.close)
         log.info("shutdown complete")
+
+    def _expire_retained(self) -> None:
+        for realm in self.router.realms.values():
+            if realm.retention is not None:
+                realm.retention.expire()

@@ -14,7 +14,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-OPEN_ROLE = [{"uri": "", "match": "prefix", "allow": ["publish", "subscribe", "call", "register"]}]
+OPEN_ROLE = [
+    {"uri": "", "match": "prefix", "allow": ["publish", "subscribe", "call", "register"]},
+    {"uri": "wamp.", "match": "prefix", "allow": ["subscribe", "call"]},
+]
 
 
 def realm_file(name: str, roles: dict | None = None, anonymous_role: str | None = "anonymous",

@@ -6,13 +6,17 @@ URI that means the rule matches it; for a pattern (a prefix or wildcard
 subscription or registration) it means every URI the pattern can match is
 matched by the rule. Checking the pattern this way at subscribe time makes a
 per-event re-check at delivery unnecessary.
+
+The router's own ``wamp.`` namespace (meta API, retained-event administration)
+is only granted by rules whose URI names it: a catch-all prefix rule ``""``
+does not hand out ``wamp.retained.purge``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from router.core.uri import EXACT, PREFIX, WILDCARD, wildcard_matches
+from router.core.uri import EXACT, PREFIX, WILDCARD, is_reserved, wildcard_matches
 
 ACTIONS = ("publish", "subscribe", "call", "register")
 
@@ -27,6 +31,8 @@ class PermissionRule:
 
     def covers(self, uri: str, match: str = EXACT) -> bool:
         """True if every URI matched by ``(uri, match)`` is matched by this rule."""
+        if is_reserved(uri) and not is_reserved(self.uri):
+            return False
         if self.match == PREFIX:
             if match == WILDCARD:
                 return _wildcard_fixed_head(uri).startswith(self.uri)

@@ -160,6 +160,8 @@ class Broker:
                     continue
                 peer.send_event(subscription, publication)
                 delivered += 1
+        if publication.wire_cache:
+            publication.wire_cache.clear()  # retained/history copies must not pin encodings
         return delivered
 
     def subscriptions_of(self, session_id: int) -> set[Subscription]:

@@ -1,12 +1,15 @@
-"""The session and subscription meta APIs, as router procedures on a realm."""
+"""Router procedures on a realm: session and subscription meta APIs, history, retained admin."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from router.core import errors
 from router.core.errors import RouterError
 from router.core.model import SessionInfo
+from router.core.history import TimeWindow, rfc3339
 from router.core.realm import Realm
-from router.core.uri import EXACT, MATCH_POLICIES
+from router.core.uri import EXACT, MATCH_POLICIES, PREFIX
 
 
 def _authroles_filter(args: list) -> set[str] | None:
@@ -100,3 +103,93 @@ def install_subscription_meta(realm: Realm) -> None:
         "wamp.subscription.list_subscribers": list_subscribers,
         "wamp.subscription.count_subscribers": count_subscribers,
     })
+
+
+def _timestamp_kwarg(kwargs: dict, key: str) -> float | None:
+    value = kwargs.get(key)
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError as exc:
+        raise RouterError(errors.INVALID_ARGUMENT, f"'{key}' must be an RFC 3339 time") from exc
+
+
+def install_event_history(realm: Realm) -> None:
+    """wamp.subscription.get_events(subscription, limit=, reverse=, after_time=, ...)."""
+    history = realm.history
+
+    def get_events(caller: SessionInfo, args: list, kwargs: dict) -> list[dict]:
+        subscription = realm.broker.index.by_id.get(_int_arg(args, "subscription"))
+        if subscription is None:
+            raise RouterError(errors.NO_SUCH_SUBSCRIPTION, "no such subscription")
+        realm.authorize(caller, "subscribe", subscription.uri, subscription.match)
+        limit = kwargs.get("limit")
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise RouterError(errors.INVALID_ARGUMENT, "'limit' must be a non-negative integer")
+        reverse = kwargs.get("reverse", False)
+        if type(reverse) is not bool:
+            raise RouterError(errors.INVALID_ARGUMENT, "'reverse' must be a bool")
+        window = TimeWindow(*(_timestamp_kwarg(kwargs, key) for key in
+                              ("from_time", "after_time", "before_time", "until_time")))
+        events = history.events(subscription.uri, subscription.match, caller, limit, reverse,
+                                window)
+        records = []
+        for publication in events:
+            details = publication.publisher_details()
+            details["topic"] = publication.topic
+            record = {"timestamp": rfc3339(publication.timestamp),
+                      "subscription": subscription.id,
+                      "publication": publication.publication_id, "details": details}
+            if publication.args:
+                record["args"] = publication.args
+            if publication.kwargs:
+                record["kwargs"] = publication.kwargs
+            records.append(record)
+        return records
+
+    realm.dealer.procedures["wamp.subscription.get_events"] = get_events
+
+
+def install_retention_admin(realm: Realm) -> None:
+    """wamp.retained.list(prefix="", limit=1000) and wamp.retained.purge(topic= | prefix=)."""
+    retention = realm.retention
+
+    def _prefix(kwargs: dict, args: list) -> str:
+        prefix = kwargs.get("prefix", args[0] if args else "")
+        if type(prefix) is not str:
+            raise RouterError(errors.INVALID_ARGUMENT, "'prefix' must be a string")
+        return prefix
+
+    def list_(caller: SessionInfo, args: list, kwargs: dict) -> list[dict]:
+        limit = kwargs.get("limit", 1000)
+        if type(limit) is not int or limit < 0:
+            raise RouterError(errors.INVALID_ARGUMENT, "'limit' must be a non-negative integer")
+        listed = []
+        for topic, entries in retention.topics(_prefix(kwargs, args), PREFIX):
+            if len(listed) >= limit:
+                break
+            listed.append({
+                "topic": topic,
+                "events": [{"publication": e.publication.publication_id,
+                            "timestamp": rfc3339(e.publication.timestamp),
+                            "expires": rfc3339(e.expires_at) if e.expires_at else None,
+                            "restricted": not e.general, "bytes": e.size} for e in entries],
+            })
+        return sorted(listed, key=lambda item: item["topic"])
+
+    def purge(caller: SessionInfo, args: list, kwargs: dict) -> int:
+        topic = kwargs.get("topic")
+        if topic is not None:
+            if type(topic) is not str:
+                raise RouterError(errors.INVALID_ARGUMENT, "'topic' must be a string")
+            return 1 if retention.clear(topic) else 0
+        if "prefix" not in kwargs:
+            raise RouterError(errors.INVALID_ARGUMENT, "give 'topic' or 'prefix' (\"\" = all)")
+        topics = [topic for topic, _ in retention.topics(_prefix(kwargs, args), PREFIX)]
+        for topic in topics:
+            retention.clear(topic)
+        return len(topics)
+
+    realm.dealer.procedures["wamp.retained.list"] = list_
+    realm.dealer.procedures["wamp.retained.purge"] = purge

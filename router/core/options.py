@@ -21,6 +21,7 @@ class PublishOptions:
     disclose_me: bool = False
     retain: bool = False
     retain_ttl: float | None = None
+    retain_clear: bool = False
     eligibility: Eligibility | None = None
 
 
@@ -65,6 +66,7 @@ def parse_publish_options(options: dict) -> PublishOptions:
         disclose_me=_bool(options, "disclose_me", False),
         retain=_bool(options, "retain", False),
         retain_ttl=float(ttl) if ttl is not None else None,
+        retain_clear=_bool(options, "_retain_clear", False),
         eligibility=Eligibility(**lists) if lists else None,
     )
 

@@ -6,6 +6,7 @@ Errors come back as :class:`RouterError` for the frontend to translate.
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 from router.core import errors
@@ -13,19 +14,30 @@ from router.core.authorization import Authorizer
 from router.core.broker import Broker, Subscription
 from router.core.dealer import Dealer, Registration, Scheduler
 from router.core.errors import RouterError
+from router.core.history import EventHistory
 from router.core.ids import random_id
 from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer
+from router.core.persistence import RetainedPersistence
+from router.core.retention import RetainedStore
 from router.core.uri import EXACT, is_reserved, is_valid_uri
+
+log = logging.getLogger(__name__)
 
 
 class Realm:
     """The routing state of one realm."""
 
     def __init__(self, name: str, authorizer: Authorizer, scheduler: Scheduler,
-                 uri_check: str = "strict", anonymous_role: str | None = None) -> None:
+                 uri_check: str = "strict", anonymous_role: str | None = None,
+                 retention: RetainedStore | None = None,
+                 persistence: RetainedPersistence | None = None,
+                 history: EventHistory | None = None) -> None:
         self.name = name
+        self.retention = retention
+        self.persistence = persistence
+        self.history = history
         self.uri_check = uri_check
         self.anonymous_role = anonymous_role
         self.authorizer = authorizer
@@ -66,8 +78,13 @@ class Realm:
                               f"role '{info.authrole}' may not {action} '{uri}'")
 
     def publish(self, info: SessionInfo, topic: str, args: list | None, kwargs: dict | None,
-                options: PublishOptions) -> Publication:
-        """Validate, authorize and dispatch a publication from a client session."""
+                options: PublishOptions,
+                on_durable: Callable[[Publication, bool], None] | None = None) -> Publication:
+        """Validate, authorize and dispatch a publication from a client session.
+
+        ``on_durable(publication, ok)`` runs once the publication's effect on retained state
+        is stored (at once when there is nothing to store): acknowledge then.
+        """
         self.check_uri(topic)
         if is_reserved(topic):
             raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
@@ -77,7 +94,40 @@ class Realm:
                                   options.eligibility, options.exclude_me, options.retain,
                                   options.retain_ttl)
         self.broker.dispatch(publication)
+        if self.history:
+            self.history.record(publication)
+        changed = False
+        if self.retention is not None:
+            if options.retain_clear:
+                changed = self.retention.clear(topic) > 0
+            elif options.retain and not self.retention.declines(topic):
+                changed = self._retain(publication)
+        if on_durable is not None:
+            if changed and self.persistence is not None:
+                self.persistence.when_durable(lambda ok: on_durable(publication, ok))
+            else:
+                on_durable(publication, True)
         return publication
+
+    def _retain(self, publication: Publication) -> bool:
+        try:
+            self.retention.retain(publication)  # type: ignore[union-attr]
+        except (TypeError, ValueError) as exc:
+            log.warning("not retaining event on '%s': payload cannot be stored (%s)",
+                        publication.topic, exc)
+            return False
+        return True
+
+    def send_retained(self, peer: Peer, subscription: Subscription) -> int:
+        """Send ``peer`` the retained events its new subscription covers (call after SUBSCRIBED)."""
+        if self.retention is None:
+            return 0
+        sent = 0
+        for publication in self.retention.for_subscriber(subscription.uri, subscription.match,
+                                                         peer.info):
+            peer.send_event(subscription, publication, retained=True)
+            sent += 1
+        return sent
 
     def publish_meta(self, topic: str, args: list) -> None:
         """Publish a router-originated meta event (nobody to exclude, nothing to authorize)."""

@@ -31,7 +31,7 @@ def is_valid_uri(uri: object, check: str = "strict", match: str = EXACT) -> bool
 
 def is_reserved(uri: str) -> bool:
     """The ``wamp.`` namespace belongs to the router; clients may not publish or register there."""
-    return uri == "wamp" or uri.startswith("wamp.")
+    return uri.startswith("wamp.") or uri == "wamp"
 
 
 def wildcard_matches(pattern_components: list[str] | tuple[str, ...], topic: str) -> bool:

@@ -7,6 +7,8 @@ BROKER_FEATURES = {
     "publisher_exclusion": True,
     "subscription_meta_api": True,
     "session_meta_api": True,
+    "event_retention": True,
+    "event_history": True,
 }
 
 DEALER_FEATURES = {

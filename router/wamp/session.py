@@ -153,15 +153,22 @@ class WampSession:
         options = parse_publish_options(raw[2])
         if msg.payload is not None:
             raise ProtocolViolation("payload passthru mode is not supported by this router")
+        request = msg.request
+        on_durable = None
+        if options.acknowledge:
+            def on_durable(publication: Publication, ok: bool) -> None:
+                if not ok:
+                    self._send_error(m.Publish.MESSAGE_TYPE, request, RouterError(
+                        "wamp.error.unavailable", "the event was delivered but could not be "
+                        "stored as the retained event"))
+                elif self._state == ESTABLISHED:
+                    self._send(WireMessage([m.Published.MESSAGE_TYPE, request,
+                                            publication.publication_id]))
         try:
-            publication = self._realm.publish(self.info, msg.topic, msg.args, msg.kwargs, options)
+            self._realm.publish(self.info, msg.topic, msg.args, msg.kwargs, options, on_durable)
         except RouterError as exc:
             if options.acknowledge:
-                self._send_error(m.Publish.MESSAGE_TYPE, msg.request, exc)
-            return
-        if options.acknowledge:
-            self._send(WireMessage([m.Published.MESSAGE_TYPE, msg.request,
-                                    publication.publication_id]))
+                self._send_error(m.Publish.MESSAGE_TYPE, request, exc)
 
     def _on_subscribe(self, msg: m.Subscribe, raw: list) -> None:
         options = parse_subscribe_options(raw[2])
@@ -171,6 +178,8 @@ class WampSession:
             self._send_error(m.Subscribe.MESSAGE_TYPE, msg.request, exc)
             return
         self._send(WireMessage([m.Subscribed.MESSAGE_TYPE, msg.request, subscription.id]))
+        if options.get_retained:
+            self._realm.send_retained(self, subscription)
 
     def _on_unsubscribe(self, msg: m.Unsubscribe, raw: list) -> None:
         try:
@@ -182,17 +191,12 @@ class WampSession:
 
     def send_event(self, subscription: Subscription, publication: Publication,
                    retained: bool = False) -> None:
-        key = (subscription.id, retained)
-        event = publication.wire_cache.get(key)
+        if retained:
+            self._send(_event(subscription, publication, retained=True))
+            return
+        event = publication.wire_cache.get(subscription.id)
         if event is None:
-            details = publication.publisher_details()
-            if subscription.match != EXACT:
-                details["topic"] = publication.topic
-            if retained:
-                details["retained"] = True
-            event = publication.wire_cache[key] = WireMessage(_with_payload(
-                [EVENT, subscription.id, publication.publication_id, details],
-                publication.args, publication.kwargs))
+            event = publication.wire_cache[subscription.id] = _event(subscription, publication)
         self._send(event)
 
     # established: rpc -----------------------------------------------------------
@@ -314,6 +318,18 @@ class WampSession:
 
     def _peer_address(self) -> str:
         return getattr(self._transport, "peer", None) or "unknown"
+
+
+def _event(subscription: Subscription, publication: Publication,
+           retained: bool = False) -> WireMessage:
+    """The EVENT for one subscription; shared by every receiver of a live publication."""
+    details = publication.publisher_details()
+    if subscription.match != EXACT:
+        details["topic"] = publication.topic
+    if retained:
+        details["retained"] = True
+    return WireMessage(_with_payload([EVENT, subscription.id, publication.publication_id, details],
+                                     publication.args, publication.kwargs))
 
 
 def _with_payload(raw: list, args: list | None, kwargs: dict | None) -> list:

@@ -1,0 +1,199 @@
+"""Event retention (WAMP Advanced Profile), shared by every frontend.
+
+Per topic the store keeps a short list of retained events, newest last:
+
+* the latest event every subscriber may receive ("general"), and
+* later events of limited distribution (black/white lists) that supersede it
+  only for their audience, at most ``max_restricted`` of them, and
+* when the general event excluded its own publisher (``exclude_me``), the newest
+  older event that publisher's session may receive, so that session still gets
+  "the most recent retained event it would have received".
+
+A subscriber gets, per matching topic, the newest entry it is eligible for and
+that has not expired. Topic lookups for prefix and wildcard subscriptions walk
+a component trie. Limits per realm bound topics and bytes; over a limit, the
+topic whose retained event was set longest ago is evicted first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from router.core.model import Publication, SessionInfo
+from router.core.trie import TopicTrie
+from router.core.uri import EXACT, PREFIX, uri_matches
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """Per-realm retention settings (the ``retention`` block of a realm file)."""
+
+    default_ttl: float | None = None
+    max_topics: int = 100_000
+    max_bytes: int = 256 * 1024 * 1024
+    max_restricted: int = 8
+    declined: tuple[tuple[str, str], ...] = ()
+    """(uri, match) patterns on which ``retain`` is silently ignored."""
+
+
+@dataclass(slots=True, eq=False)
+class RetainedEvent:
+    publication: Publication
+    expires_at: float | None
+    blob: bytes
+    """The persisted encoding of this entry (opaque to the core); its length counts toward limits."""
+
+    @property
+    def general(self) -> bool:
+        return self.publication.eligibility is None
+
+    @property
+    def size(self) -> int:
+        return len(self.blob)
+
+
+Encoder = Callable[[Publication, "float | None"], bytes]
+"""Encodes a retained entry for persistence; raises TypeError/ValueError if it cannot."""
+
+ChangeListener = Callable[[str, list[RetainedEvent]], None]
+"""Called with (topic, entries) after every change; an empty list means the topic is gone."""
+
+
+class RetainedStore:
+    """The retained events of one realm."""
+
+    def __init__(self, policy: RetentionPolicy, encoder: Encoder,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.policy = policy
+        self._encoder = encoder
+        self._clock = clock
+        self._topics: TopicTrie[list[RetainedEvent]] = TopicTrie()
+        self._recency: OrderedDict[str, None] = OrderedDict()
+        self._expiry: list[tuple[float, str, int]] = []
+        self.bytes = 0
+        self.listeners: list[ChangeListener] = []
+
+    def __len__(self) -> int:
+        return len(self._topics)
+
+    # writing --------------------------------------------------------------
+
+    def declines(self, topic: str) -> bool:
+        return any(uri_matches(uri, match, topic) for uri, match in self.policy.declined)
+
+    def retain(self, publication: Publication) -> RetainedEvent:
+        """Make ``publication`` the topic's retained event (for its audience).
+
+        Raises TypeError/ValueError if the payload cannot be encoded for storage.
+        """
+        topic = publication.topic
+        ttl = publication.retain_ttl or self.policy.default_ttl
+        expires_at = publication.timestamp + ttl if ttl else None
+        event = RetainedEvent(publication, expires_at, self._encoder(publication, expires_at))
+        entries = self._topics.get(topic) or []
+        self._set(topic, self._supersede(entries, event))
+        self._recency[topic] = None
+        self._recency.move_to_end(topic)
+        if expires_at is not None:
+            heapq.heappush(self._expiry, (expires_at, topic, publication.publication_id))
+        self._enforce_limits()
+        return event
+
+    def _supersede(self, entries: list[RetainedEvent], event: RetainedEvent) -> list[RetainedEvent]:
+        publication = event.publication
+        if not event.general:
+            restricted = [e for e in entries if not e.general]
+            kept = entries
+            if len(restricted) >= self.policy.max_restricted:
+                oldest = restricted[0]
+                kept = [e for e in entries if e is not oldest]
+            return kept + [event]
+        publisher = publication.publisher
+        if publication.exclude_me and publisher is not None:
+            for older in reversed(entries):
+                if older.publication.admits(publisher):
+                    return [older, event]
+        return [event]
+
+    def clear(self, topic: str) -> int:
+        """Remove every retained event of ``topic``; returns how many there were."""
+        entries = self._topics.get(topic)
+        if not entries:
+            return 0
+        self._set(topic, [])
+        return len(entries)
+
+    def restore(self, topic: str, entries: list[RetainedEvent]) -> None:
+        """Load persisted entries at start-up (no change notification)."""
+        self._topics.set(topic, entries)
+        self._recency[topic] = None
+        self.bytes += sum(e.size for e in entries)
+        for entry in entries:
+            if entry.expires_at is not None:
+                heapq.heappush(self._expiry, (entry.expires_at, topic,
+                                              entry.publication.publication_id))
+
+    def _set(self, topic: str, entries: list[RetainedEvent]) -> None:
+        old = self._topics.get(topic) or []
+        self.bytes += sum(e.size for e in entries) - sum(e.size for e in old)
+        if entries:
+            self._topics.set(topic, entries)
+        else:
+            self._topics.pop(topic)
+            self._recency.pop(topic, None)
+        for listener in self.listeners:
+            listener(topic, entries)
+
+    def _enforce_limits(self) -> None:
+        policy = self.policy
+        while self._recency and (len(self._topics) > policy.max_topics
+                                 or self.bytes > policy.max_bytes):
+            oldest = next(iter(self._recency))
+            self._set(oldest, [])
+
+    def expire(self) -> int:
+        """Drop entries whose TTL has passed; returns how many were dropped."""
+        now = self._clock()
+        dropped = 0
+        while self._expiry and self._expiry[0][0] <= now:
+            _, topic, publication_id = heapq.heappop(self._expiry)
+            entries = self._topics.get(topic)
+            if not entries:
+                continue
+            kept = [e for e in entries if e.publication.publication_id != publication_id]
+            if len(kept) != len(entries):
+                dropped += len(entries) - len(kept)
+                self._set(topic, kept)
+        return dropped
+
+    # reading --------------------------------------------------------------
+
+    def entries(self, topic: str) -> list[RetainedEvent]:
+        return list(self._topics.get(topic) or ())
+
+    def topics(self, uri: str, match: str) -> Iterator[tuple[str, list[RetainedEvent]]]:
+        """(topic, entries) for every retained topic matched by (uri, match)."""
+        if match == EXACT:
+            entries = self._topics.get(uri)
+            if entries:
+                yield uri, entries
+        elif match == PREFIX:
+            yield from self._topics.under_prefix(uri)
+        else:
+            yield from self._topics.matching_wildcard(uri.split("."))
+
+    def for_subscriber(self, uri: str, match: str,
+                       session: SessionInfo) -> Iterator[Publication]:
+        """Per matching topic, the newest live retained event ``session`` is eligible for."""
+        now = self._clock()
+        for _, entries in self.topics(uri, match):
+            for entry in reversed(entries):
+                if entry.expires_at is not None and entry.expires_at <= now:
+                    continue
+                if entry.publication.admits(session):
+                    yield entry.publication
+                    break

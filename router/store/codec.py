@@ -1,0 +1,47 @@
+"""The persisted form of a retained event (MessagePack, so binary payloads survive)."""
+
+from __future__ import annotations
+
+import msgpack
+
+from router.core.model import Eligibility, Publication, SessionInfo
+from router.core.retention import RetainedEvent
+
+
+def encode_retained(publication: Publication, expires_at: float | None) -> bytes:
+    """One retained entry as bytes; raises TypeError for payloads MessagePack cannot hold."""
+    publisher = publication.publisher
+    return msgpack.packb({
+        "id": publication.publication_id,
+        "topic": publication.topic,
+        "args": publication.args,
+        "kwargs": publication.kwargs,
+        "publisher": ([publisher.session_id, publisher.authid, publisher.authrole]
+                      if publisher is not None else None),
+        "disclose": publication.disclose,
+        "eligibility": publication.eligibility.to_json() if publication.eligibility else None,
+        "exclude_me": publication.exclude_me,
+        "ts": publication.timestamp,
+        "expires": expires_at,
+    }, use_bin_type=True)
+
+
+def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
+    data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    publisher = None
+    if data["publisher"] is not None:
+        session_id, authid, authrole = data["publisher"]
+        publisher = SessionInfo(session_id, realm, authid, authrole)
+    eligibility = Eligibility.from_json(data["eligibility"]) if data["eligibility"] else None
+    publication = Publication(data["id"], data["topic"], data["args"], data["kwargs"], publisher,
+                              data["disclose"], eligibility, data["exclude_me"], retain=True,
+                              timestamp=data["ts"])
+    return RetainedEvent(publication, data["expires"], blob)
+
+
+def pack_topic(entries: list[RetainedEvent]) -> bytes:
+    return msgpack.packb([entry.blob for entry in entries], use_bin_type=True)
+
+
+def unpack_topic(blob: bytes) -> list[bytes]:
+    return msgpack.unpackb(blob, raw=False)

@@ -1,0 +1,121 @@
+"""SQLite (WAL) persistence with a single writer thread and group commit.
+
+The reactor thread only enqueues; the writer drains everything queued, writes it
+in one transaction (coalescing repeated writes of the same key), commits with
+``synchronous=FULL`` and then reports durability back on the reactor thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Callable
+
+from router.core.retention import RetainedEvent
+from router.store.codec import pack_topic, unpack_topic
+
+log = logging.getLogger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS retained (
+    realm TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    entries BLOB NOT NULL,
+    PRIMARY KEY (realm, topic)
+) WITHOUT ROWID;
+"""
+
+_STOP = object()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=FULL")
+    connection.executescript(SCHEMA)
+    return connection
+
+
+class SqliteStore:
+    """Implements :class:`router.core.persistence.RetainedPersistence`."""
+
+    def __init__(self, path: Path, call_in_loop: Callable[..., None],
+                 max_batch: int = 5000) -> None:
+        self.path = path
+        self._call_in_loop = call_in_loop
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._connection = _connect(path)
+        self._thread = threading.Thread(target=self._run, name="sqlite-writer", daemon=True)
+        self._thread.start()
+
+    # reactor side -------------------------------------------------------------
+
+    def load_retained(self, realm: str) -> list[tuple[str, list[bytes]]]:
+        """Every stored topic of ``realm`` (call before the writer has work: at start-up)."""
+        rows = self._connection.execute(
+            "SELECT topic, entries FROM retained WHERE realm = ?", (realm,)).fetchall()
+        return [(topic, unpack_topic(entries)) for topic, entries in rows]
+
+    def save_retained(self, realm: str, topic: str, entries: list[RetainedEvent]) -> None:
+        durable = [entry for entry in entries if not _names_sessions(entry)]
+        self._queue.put((realm, topic, pack_topic(durable) if durable else None))
+
+    def when_durable(self, callback: Callable[[bool], None]) -> None:
+        self._queue.put(callback)
+
+    def close(self) -> None:
+        """Commit everything queued and stop the writer (blocks; call from a thread or at exit)."""
+        self._queue.put(_STOP)
+        self._thread.join()
+        self._connection.close()
+
+    # writer thread --------------------------------------------------------------
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch = [self._queue.get()]
+            while len(batch) < self._max_batch:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            writes: dict[tuple[str, str], bytes | None] = {}
+            callbacks = []
+            for item in batch:
+                if item is _STOP:
+                    stopping = True
+                elif callable(item):
+                    callbacks.append(item)
+                else:
+                    realm, topic, blob = item
+                    writes[(realm, topic)] = blob
+            ok = self._write(writes) if writes else True
+            for callback in callbacks:
+                self._call_in_loop(callback, ok)
+
+    def _write(self, writes: dict[tuple[str, str], bytes | None]) -> bool:
+        try:
+            with self._connection:
+                self._connection.execute("BEGIN")
+                self._connection.executemany(
+                    "INSERT INTO retained (realm, topic, entries) VALUES (?, ?, ?) "
+                    "ON CONFLICT (realm, topic) DO UPDATE SET entries = excluded.entries",
+                    [(realm, topic, blob) for (realm, topic), blob in writes.items()
+                     if blob is not None])
+                self._connection.executemany(
+                    "DELETE FROM retained WHERE realm = ? AND topic = ?",
+                    [key for key, blob in writes.items() if blob is None])
+        except sqlite3.Error:
+            log.exception("writing %d retained topic(s) failed", len(writes))
+            return False
+        return True
+
+
+def _names_sessions(entry: RetainedEvent) -> bool:
+    eligibility = entry.publication.eligibility
+    return eligibility is not None and eligibility.names_sessions
