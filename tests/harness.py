@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 OPEN_ROLE = [
     {"uri": "", "match": "prefix", "allow": ["publish", "subscribe", "call", "register"]},
-    {"uri": "wamp.", "match": "prefix", "allow": ["subscribe", "call"]},
+    {"uri": "wamp.session.", "match": "prefix", "allow": ["subscribe", "call"]},
+    {"uri": "wamp.subscription.", "match": "prefix", "allow": ["subscribe", "call"]},
 ]
 
 
