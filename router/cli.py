@@ -1,4 +1,4 @@
-"""Command line: ``python -m router run|check-config|hash-secret``."""
+"""Command line: ``python -m router run|check-config|hash-secret|retained``."""
 
 from __future__ import annotations
 
@@ -65,6 +65,17 @@ def _hash_secret(args: argparse.Namespace) -> int:
     return 0
 
 
+def _retained(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    from router.admin import retained_command
+
+    return retained_command(args, config)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m router",
                                      description="A WAMP router with event retention.")
@@ -80,5 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     secret = commands.add_parser("hash-secret",
                                  help="hash a ticket secret (read from stdin) for a realm file")
     secret.set_defaults(handler=_hash_secret)
+    retained = commands.add_parser(
+        "retained", help="list or purge retained events on a running router")
+    retained.add_argument("action", choices=["list", "purge"])
+    retained.add_argument("--realm", required=True)
+    retained.add_argument("--prefix", help="topics starting with this string (\"\" = all)")
+    retained.add_argument("--topic", help="purge: exactly this topic")
+    retained.add_argument("--limit", type=int, default=1000, help="list: at most this many topics")
+    retained.add_argument("--config", default="config.json",
+                          help="node configuration (to find the WebSocket listener)")
+    retained.add_argument("--url", help="WebSocket URL of the router (default: from --config)")
+    retained.add_argument("--authid", help="principal to authenticate as (ticket from "
+                          "$ROUTER_TICKET or a prompt)")
+    retained.set_defaults(handler=_retained)
     args = parser.parse_args(argv)
     return args.handler(args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from autobahn.wamp.types import PublishOptions
@@ -389,3 +390,37 @@ def test_acknowledged_retained_events_survive_a_restart(tmp_path, how):
         run(after())
     finally:
         router.stop()
+
+
+def test_cli_lists_and_purges_retained_events_of_a_running_router(router):
+    import os
+    import subprocess
+    import sys
+
+    async def seed():
+        publisher = await joined(router)
+        await publish(publisher, "com.cli.one", [1], retain=True)
+        await publish(publisher, "com.cli.two", [2], retain=True)
+
+    run(seed())
+    env = dict(os.environ, ROUTER_TICKET="operator-secret")
+    base = [sys.executable, "-m", "router", "retained"]
+    common = ["--realm", "realm1", "--url", router.urls["websocket"], "--authid", "op"]
+    listed = subprocess.run(base + ["list", "--prefix", "com.cli."] + common, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert [item["topic"] for item in json.loads(listed.stdout)] == ["com.cli.one", "com.cli.two"]
+    purged = subprocess.run(base + ["purge", "--topic", "com.cli.one"] + common, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert purged.returncode == 0 and "purged 1 topic(s)" in purged.stdout, purged.stderr
+    denied = subprocess.run(base + ["purge", "--prefix", ""] + common[:4], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert denied.returncode != 0 and "wamp.error.not_authorized" in denied.stderr
+
+    async def check():
+        subscriber = await joined(router)
+        events = await retained_after_subscribe(router, subscriber, "com.cli.", "com.cli.zz",
+                                                match="prefix", get_retained=True)
+        assert [e[3]["topic"] for e in events] == ["com.cli.two"]
+
+    run(check())
