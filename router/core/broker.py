@@ -146,13 +146,19 @@ class Broker:
             if not subscription.is_meta:
                 self._meta("wamp.subscription.on_delete", [session_id, subscription.id])
 
-    def dispatch(self, publication: Publication) -> int:
-        """Deliver ``publication`` to every eligible subscriber; returns the number of deliveries."""
+    def dispatch(self, publication: Publication, meta_only: bool = False) -> int:
+        """Deliver ``publication`` to every eligible subscriber; returns the number of deliveries.
+
+        ``meta_only``: deliver only on subscriptions inside the ``wamp.`` namespace, so a
+        catch-all pattern subscription does not receive the router's meta events.
+        """
         delivered = 0
         publisher_id = (publication.publisher.session_id
                         if publication.exclude_me and publication.publisher is not None else None)
         eligibility = publication.eligibility
         for subscription in self.index.matching(publication.topic):
+            if meta_only and not subscription.is_meta:
+                continue
             for session_id, peer in list(subscription.subscribers.items()):
                 if session_id == publisher_id:
                     continue
@@ -163,9 +169,6 @@ class Broker:
         if publication.wire_cache:
             publication.wire_cache.clear()  # retained/history copies must not pin encodings
         return delivered
-
-    def subscriptions_of(self, session_id: int) -> set[Subscription]:
-        return self._by_session.get(session_id, set())
 
     def _meta(self, topic: str, args: list) -> None:
         if self._meta_publish is not None:

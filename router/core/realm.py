@@ -131,7 +131,7 @@ class Realm:
 
     def publish_meta(self, topic: str, args: list) -> None:
         """Publish a router-originated meta event (nobody to exclude, nothing to authorize)."""
-        self.broker.dispatch(Publication(random_id(), topic, args, None, None))
+        self.broker.dispatch(Publication(random_id(), topic, args, None, None), meta_only=True)
 
     def subscribe(self, peer: Peer, topic: str, options: SubscribeOptions) -> Subscription:
         self.check_uri(topic, options.match)
