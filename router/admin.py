@@ -47,14 +47,14 @@ def call_procedure(url: str, realm: str, authid: str | None, procedure: str,
             outcome["result"] = await session.call(procedure, *args, **kwargs)
         except Exception as exc:  # reported below, with the error URI
             outcome["error"] = getattr(exc, "error", None) or str(exc)
-        await session.leave()
+        session.leave()
 
     @component.on_leave
     async def left(session, details):
         if "result" not in outcome and "error" not in outcome:
             outcome["error"] = f"{details.reason}: {details.message or ''}".strip()
 
-    run([component], log_level="error")
+    run([component], log_level=None)
     if "error" in outcome:
         raise SystemExit(f"{procedure} failed: {outcome['error']}")
     if "result" not in outcome:
