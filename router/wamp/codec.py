@@ -14,6 +14,8 @@ from autobahn.wamp.exception import ProtocolError
 from autobahn.wamp.serializer import (CBORSerializer, JsonSerializer, MsgPackSerializer,
                                       Serializer)
 
+import struct
+
 from router.core.errors import ProtocolViolation
 
 MESSAGE_CLASSES = Serializer.MESSAGE_TYPE_MAP
@@ -37,11 +39,39 @@ class WireMessage:
             data = self._cache[object_serializer] = object_serializer.serialize(self.raw)
         return data
 
-    def uncache(self) -> None:
-        self._cache.clear()
+    def websocket_frame(self, object_serializer) -> bytes:
+        """The whole unmasked server-to-client WebSocket frame, shared by every receiver."""
+        key = (object_serializer, "ws")
+        frame = self._cache.get(key)
+        if frame is None:
+            payload = self.serialize(object_serializer)
+            frame = self._cache[key] = websocket_frame(payload, object_serializer.BINARY)
+        return frame
+
+    def rawsocket_frame(self, object_serializer) -> bytes:
+        """The RawSocket frame (4-octet prefix + message), shared by every receiver."""
+        key = (object_serializer, "rs")
+        frame = self._cache.get(key)
+        if frame is None:
+            payload = self.serialize(object_serializer)
+            frame = self._cache[key] = struct.pack("!I", len(payload)) + payload
+        return frame
 
     def __repr__(self) -> str:
         return f"WireMessage({self.raw!r})"
+
+
+def websocket_frame(payload: bytes, binary: bool) -> bytes:
+    """A single-frame, unmasked WebSocket data message (RFC 6455 section 5.2)."""
+    first = 0x82 if binary else 0x81
+    length = len(payload)
+    if length < 126:
+        header = struct.pack("!BB", first, length)
+    elif length < 65536:
+        header = struct.pack("!BBH", first, 126, length)
+    else:
+        header = struct.pack("!BBQ", first, 127, length)
+    return header + payload
 
 
 def make_serializers(names: tuple[str, ...]) -> list[Serializer]:

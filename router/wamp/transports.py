@@ -39,11 +39,17 @@ class RouterWebSocketProtocol(WampWebSocketServerProtocol):
         self._session.on_payload(payload, isBinary)
 
     def send(self, msg: WireMessage) -> None:
-        """Send without autobahn's per-message trace formatting (hot path)."""
-        if self._session is None:
+        """Write the message's shared frame bytes (hot path: no per-receiver framing).
+
+        With permessage-deflate the frame differs per connection, so autobahn frames it.
+        """
+        if self._session is None or self.state != self.STATE_OPEN:
             raise TransportLost()
         object_serializer = self._serializer._serializer
-        self.sendMessage(msg.serialize(object_serializer), object_serializer.BINARY)
+        if self._perMessageCompress is None and not self.send_queue:
+            self.transport.write(msg.websocket_frame(object_serializer))
+        else:
+            self.sendMessage(msg.serialize(object_serializer), object_serializer.BINARY)
 
     def close_wamp(self) -> None:
         if self.state != self.STATE_CLOSED:
@@ -88,11 +94,11 @@ class RouterRawSocketProtocol(WampRawSocketServerProtocol):
         """Send one frame, refusing messages over the peer's announced maximum length."""
         if self._session is None:
             raise TransportLost()
-        payload = msg.serialize(self._serializer._serializer)
-        if len(payload) > self._max_len_send:
-            raise PayloadExceededError(f"{len(payload)} octets exceed the peer's limit of "
+        frame = msg.rawsocket_frame(self._serializer._serializer)
+        if len(frame) - 4 > self._max_len_send:
+            raise PayloadExceededError(f"{len(frame) - 4} octets exceed the peer's limit of "
                                        f"{self._max_len_send}")
-        self.sendString(payload)
+        self.transport.write(frame)
 
     def lengthLimitExceeded(self, length: int) -> None:
         log.info("RawSocket peer %s sent %d octets, over the limit of %d: closing",
