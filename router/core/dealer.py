@@ -2,7 +2,9 @@
 
 Procedures are looked up exact first, then the longest matching prefix
 registration, then the wildcard registration whose first wildcard comes last.
-Router-provided procedures (the meta APIs) are plain callables checked first.
+Router-provided procedures (the meta APIs) are plain callables checked first;
+a call into the ``wamp.`` namespace never reaches a client registration, so a
+pattern registration such as prefix ``wam`` cannot answer for the router.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from router.core.ids import router_scope_ids
 from router.core.model import SessionInfo
 from router.core.peer import Peer
 from router.core.trie import TopicTrie
-from router.core.uri import EXACT, PREFIX
+from router.core.uri import EXACT, PREFIX, is_reserved
 
 INVOKE_POLICIES = ("single", "roundrobin", "random", "first", "last")
 CANCEL_MODES = ("skip", "kill", "killnowait")
@@ -165,7 +167,7 @@ class Dealer:
         if builtin is not None:
             self._call_builtin(caller, call_request, builtin, args, kwargs)
             return
-        registration = self.lookup(procedure)
+        registration = None if is_reserved(procedure) else self.lookup(procedure)
         if registration is None:
             raise RouterError(errors.NO_SUCH_PROCEDURE, f"no callee registered for '{procedure}'")
         callee = registration.pick()
@@ -210,7 +212,9 @@ class Dealer:
                 invocation.caller.send_result(invocation.call_request, args, kwargs, True)
             return
         self._finish(invocation)
-        if invocation.cancel_mode is None:
+        if invocation.cancel_mode is None or invocation.cancel_mode == "kill":
+            # in kill mode the callee may finish before it handles the INTERRUPT:
+            # the caller then gets the RESULT (RFC: "RESULT or ERROR")
             invocation.caller.send_result(invocation.call_request, args, kwargs, False)
 
     def invocation_error(self, callee: Peer, request_id: int, error: str, args: list | None,

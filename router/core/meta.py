@@ -83,7 +83,7 @@ def install_subscription_meta(realm: Realm) -> None:
     def match(caller: SessionInfo, args: list, kwargs: dict) -> list[int] | None:
         if not args or type(args[0]) is not str:
             raise RouterError(errors.INVALID_ARGUMENT, "'topic' (a string) is required")
-        ids = [sub.id for sub in index.matching(args[0])]
+        ids = [sub.id for sub in index.matching(args[0]) if not sub.is_meta]
         return ids or None
 
     def get(caller: SessionInfo, args: list, kwargs: dict) -> dict:

@@ -73,6 +73,8 @@ def parse_publish_options(options: dict) -> PublishOptions:
 
 def parse_subscribe_options(options: dict) -> SubscribeOptions:
     """Validate and normalise a WAMP-style subscribe options dict."""
+    if type(options) is not dict:
+        raise ProtocolViolation("subscribe options must be a dict")
     match = options.get("match", EXACT)
     if match not in MATCH_POLICIES:
         raise ProtocolViolation(f"option 'match' must be one of {', '.join(MATCH_POLICIES)}")
@@ -88,6 +90,8 @@ class CallOptions:
 
 def parse_call_options(options: dict) -> CallOptions:
     """Validate and normalise a WAMP-style call options dict."""
+    if type(options) is not dict:
+        raise ProtocolViolation("call options must be a dict")
     timeout = options.get("timeout", 0)
     if type(timeout) is not int or timeout < 0:
         raise ProtocolViolation("option 'timeout' must be a non-negative integer (ms)")
