@@ -10,11 +10,12 @@ its bytes per serializer so a message shared by many receivers is encoded once.
 from __future__ import annotations
 
 from autobahn.wamp import message
-from autobahn.wamp.exception import ProtocolError
+from autobahn.wamp.exception import InvalidUriError, ProtocolError
 from autobahn.wamp.serializer import (CBORSerializer, JsonSerializer, MsgPackSerializer,
                                       Serializer)
 
 import struct
+from dataclasses import dataclass
 
 from router.core.errors import ProtocolViolation
 
@@ -61,6 +62,27 @@ class WireMessage:
         return f"WireMessage({self.raw!r})"
 
 
+@dataclass(frozen=True, slots=True)
+class InvalidUriRequest:
+    """A request whose URI autobahn's parser rejected: answer ERROR invalid_uri, not ABORT."""
+
+    request_type: int
+    request: int
+    options: dict
+    reason: str
+
+
+_URI_REQUESTS = (message.Publish.MESSAGE_TYPE, message.Subscribe.MESSAGE_TYPE,
+                 message.Call.MESSAGE_TYPE, message.Register.MESSAGE_TYPE)
+
+
+def _invalid_uri_request(raw: list, reason: str) -> InvalidUriRequest:
+    if (raw[0] in _URI_REQUESTS and len(raw) >= 4 and type(raw[1]) is int
+            and type(raw[2]) is dict):
+        return InvalidUriRequest(raw[0], raw[1], raw[2], reason)
+    raise ProtocolViolation(reason)
+
+
 def websocket_frame(payload: bytes, binary: bool) -> bytes:
     """A single-frame, unmasked WebSocket data message (RFC 6455 section 5.2)."""
     first = 0x82 if binary else 0x81
@@ -80,10 +102,12 @@ def make_serializers(names: tuple[str, ...]) -> list[Serializer]:
 
 
 def decode(serializer: Serializer, payload: bytes,
-           is_binary: bool | None = None) -> list[tuple[message.Message, list]]:
+           is_binary: bool | None = None
+           ) -> list[tuple[message.Message | InvalidUriRequest, list]]:
     """Decode one transport message into (parsed message, raw list) pairs.
 
-    Raises :class:`ProtocolViolation` for anything that is not valid WAMP.
+    Raises :class:`ProtocolViolation` for anything that is not valid WAMP; a
+    well-formed request with a malformed URI decodes to :class:`InvalidUriRequest`.
     """
     object_serializer = serializer._serializer
     if is_binary is not None and is_binary != object_serializer.BINARY:
@@ -102,6 +126,8 @@ def decode(serializer: Serializer, payload: bytes,
             raise ProtocolViolation(f"unknown WAMP message type {kind!r}")
         try:
             decoded.append((klass.parse(raw), raw))
+        except InvalidUriError as exc:
+            decoded.append((_invalid_uri_request(raw, str(exc)), raw))
         except ProtocolError as exc:
             raise ProtocolViolation(str(exc)) from exc
         except (TypeError, ValueError, KeyError, IndexError, AssertionError) as exc:

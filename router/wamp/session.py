@@ -26,7 +26,7 @@ from router.core.options import (parse_call_options, parse_publish_options,
 from router.core.realm import Realm
 from router.core.router import Router
 from router.core.uri import EXACT
-from router.wamp.codec import WireMessage, decode
+from router.wamp.codec import InvalidUriRequest, WireMessage, decode
 from router.wamp.features import ROUTER_ROLES
 
 log = logging.getLogger(__name__)
@@ -169,6 +169,13 @@ class WampSession:
         except RouterError as exc:
             if options.acknowledge:
                 self._send_error(m.Publish.MESSAGE_TYPE, request, exc)
+
+    def _on_invalid_uri(self, msg: InvalidUriRequest, raw: list) -> None:
+        if msg.request_type == m.Publish.MESSAGE_TYPE:
+            if not parse_publish_options(msg.options).acknowledge:
+                return
+        self._send_error(msg.request_type, msg.request,
+                         RouterError(errors.INVALID_URI, msg.reason))
 
     def _on_subscribe(self, msg: m.Subscribe, raw: list) -> None:
         options = parse_subscribe_options(raw[2])
@@ -352,6 +359,7 @@ _ESTABLISHED_HANDLERS = {
     m.Cancel: WampSession._on_cancel,
     m.Yield: WampSession._on_yield,
     m.Error: WampSession._on_error,
+    InvalidUriRequest: WampSession._on_invalid_uri,
     m.Goodbye: WampSession._on_goodbye,
     m.Abort: WampSession._on_abort,
 }

@@ -1,0 +1,223 @@
+"""The command line as an operator uses it: check-config, run with a bad config, SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from router.core.credentials import hash_secret
+from tests.clients import connect, raw_connect, run
+from tests.harness import OPEN_ROLE, ROOT, RouterProcess, realm_file
+
+PLAIN_SECRET = "hunter2-plain-text"
+
+
+def router_cli(*args: str, stdin: str | None = None, timeout: float = 30.0):
+    return subprocess.run([sys.executable, "-m", "router", *args], cwd=ROOT, input=stdin,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def good_config() -> tuple[dict, dict]:
+    config = {"data_dir": "data", "realms_dir": "realms", "realms": ["realm1"],
+              "listeners": [{"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws"},
+                            {"type": "rawsocket", "host": "127.0.0.1", "port": 0}],
+              "shutdown_timeout": 2}
+    # deep copies: the mutations below must not touch the harness's shared OPEN_ROLE
+    realm = realm_file("realm1", roles={"anonymous": copy.deepcopy(OPEN_ROLE),
+                                        "user": copy.deepcopy(OPEN_ROLE)},
+                       principals={"alice": {"role": "user",
+                                             "ticket": hash_secret("secret", 1000)}})
+    return config, realm
+
+
+def write(directory: Path, config, realm) -> Path:
+    """Write config.json and realms/realm1.json (dicts as JSON, strings verbatim)."""
+    (directory / "realms").mkdir(exist_ok=True)
+    for path, content in ((directory / "config.json", config),
+                          (directory / "realms" / "realm1.json", realm)):
+        path.write_text(content if isinstance(content, str) else json.dumps(content, indent=2))
+    return directory / "config.json"
+
+
+def test_check_config_accepts_good_config(tmp_path):
+    config_path = write(tmp_path, *good_config())
+    result = router_cli("check-config", "--config", str(config_path))
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout
+
+
+def test_repository_config_passes_check_config():
+    result = router_cli("check-config", "--config", "config.json")
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout
+    default = router_cli("check-config")  # --config defaults to ./config.json
+    assert default.returncode == 0, default.stderr
+
+
+def _set(path: list, value):
+    def mutate(config, realm):
+        target = config if path[0] == "config" else realm
+        *parents, last = path[1:]
+        for key in parents:
+            target = target[key]
+        target[last] = value
+    return mutate
+
+
+def _add_realm(name):
+    def mutate(config, realm):
+        config["realms"].append(name)
+    return mutate
+
+
+def _replace(which, text):
+    def mutate(config, realm):
+        return (text, realm) if which == "config" else (config, text)
+    return mutate
+
+
+# (id, mutation, file the message must name, words the message must contain)
+BAD_CONFIGS = [
+    ("invalid JSON in config.json", _replace("config", '{"realms": ["realm1"],,}'),
+     "config.json", ["JSON", "line 1"]),
+    ("invalid JSON in realm file", _replace("realm", '{"name": "realm1"'),
+     "realm1.json", ["JSON"]),
+    ("unknown top-level key", _set(["config", "colour"], "blue"), "config.json", ["colour"]),
+    ("unknown listener key", _set(["config", "listeners", 0, "tls"], True), "config.json",
+     ["listeners", "tls"]),
+    ("port is a string", _set(["config", "listeners", 1, "port"], "8081"), "config.json",
+     ["listeners", "port"]),
+    ("port out of range", _set(["config", "listeners", 0, "port"], 70000), "config.json",
+     ["listeners", "port"]),
+    ("unknown listener type", _set(["config", "listeners", 0, "type"], "http"), "config.json",
+     ["listeners", "type"]),
+    ("realm file missing", _add_realm("ghost"), "config.json", ["realms[", "ghost.json"]),
+    ("rule with invalid match", _set(["realm", "roles", "user", 0, "match"], "regex"),
+     "realm1.json", ["user", "match"]),
+    ("rule with unknown action", _set(["realm", "roles", "user", 0, "allow"], ["delete"]),
+     "realm1.json", ["user", "allow"]),
+    ("principal with unknown role", _set(["realm", "principals", "alice", "role"], "admin"),
+     "realm1.json", ["alice", "role"]),
+    ("plain-text ticket", _set(["realm", "principals", "alice", "ticket"], PLAIN_SECRET),
+     "realm1.json", ["alice", "ticket"]),
+    ("anonymous_role unknown", _set(["realm", "anonymous_role"], "guest"), "realm1.json",
+     ["anonymous_role"]),
+    ("uri_check invalid", _set(["realm", "uri_check"], "sloppy"), "realm1.json", ["uri_check"]),
+]
+
+
+def make_bad_config(directory: Path, mutation) -> Path:
+    config, realm = good_config()
+    replaced = mutation(config, realm)
+    if replaced is not None:
+        config, realm = replaced
+    return write(directory, config, realm)
+
+
+@pytest.mark.parametrize("mutation,file_name,words", [case[1:] for case in BAD_CONFIGS],
+                         ids=[case[0] for case in BAD_CONFIGS])
+def test_check_config_rejects_bad_config(tmp_path, mutation, file_name, words):
+    config_path = make_bad_config(tmp_path, mutation)
+    result = router_cli("check-config", "--config", str(config_path))
+    assert result.returncode != 0
+    assert "OK" not in result.stdout
+    message = result.stderr
+    assert file_name in message, message
+    # the key must be named in the text, not merely appear in the temporary path
+    text = message.replace(str(tmp_path), "<dir>")
+    for word in words:
+        assert word in text, f"{word!r} not in {message!r}"
+    assert PLAIN_SECRET not in result.stdout + result.stderr, "the secret was echoed"
+
+
+@pytest.mark.parametrize("mutation,file_name,words",
+                         [BAD_CONFIGS[4][1:], BAD_CONFIGS[7][1:], BAD_CONFIGS[11][1:]],
+                         ids=[BAD_CONFIGS[4][0], BAD_CONFIGS[7][0], BAD_CONFIGS[11][0]])
+def test_run_refuses_bad_config(tmp_path, mutation, file_name, words):
+    config_path = make_bad_config(tmp_path, mutation)
+    result = router_cli("run", "--config", str(config_path), timeout=20)
+    assert result.returncode != 0
+    assert file_name in result.stderr and all(word in result.stderr for word in words), \
+        result.stderr
+    assert "ready:" not in result.stderr
+
+
+def test_run_refuses_missing_config_file(tmp_path):
+    result = router_cli("run", "--config", str(tmp_path / "nope.json"), timeout=20)
+    assert result.returncode != 0
+    assert "nope.json" in result.stderr
+
+
+def test_run_refuses_port_in_use(tmp_path):
+    config, realm = good_config()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        config["listeners"][1]["port"] = busy.getsockname()[1]
+        config_path = write(tmp_path, config, realm)
+        result = router_cli("run", "--config", str(config_path), timeout=20)
+    assert result.returncode != 0
+    assert str(config["listeners"][1]["port"]) in result.stderr, result.stderr
+
+
+def test_hash_secret_output_is_accepted(tmp_path):
+    result = router_cli("hash-secret", stdin="s3cret-value\n")
+    assert result.returncode == 0, result.stderr
+    hashed = result.stdout.strip()
+    assert hashed and "s3cret-value" not in hashed
+    config, realm = good_config()
+    realm["principals"]["alice"]["ticket"] = hashed
+    check = router_cli("check-config", "--config", str(write(tmp_path, config, realm)))
+    assert check.returncode == 0, check.stderr
+
+
+# SIGTERM -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def fresh_router(tmp_path):
+    process = RouterProcess(tmp_path, [realm_file("realm1")]).start()
+    yield process
+    if process.proc.poll() is None:
+        process.kill9()
+
+
+def test_sigterm_sends_goodbye_system_shutdown_and_exits_zero(fresh_router):
+    async def scenario():
+        ws_client = await connect(fresh_router, "websocket", "json")
+        raw_client = await connect(fresh_router, "rawsocket", "cbor")
+        fresh_router.proc.send_signal(signal.SIGTERM)
+        for client in (ws_client, raw_client):
+            details = await asyncio.wait_for(asyncio.shield(client.left), 10)
+            assert details is not None, "disconnected without GOODBYE"
+            assert details.reason == "wamp.close.system_shutdown"
+            await asyncio.wait_for(asyncio.shield(client.disconnected), 10)
+
+    run(scenario())
+    # wait for the exit the one SIGTERM started (a second signal would race with it)
+    assert fresh_router.proc.wait(15) == 0
+
+
+def test_sigterm_with_unresponsive_client_still_exits_zero(fresh_router):
+    """A client that never answers GOODBYE cannot hold the shutdown hostage."""
+    async def scenario():
+        silent = await raw_connect(fresh_router, "rawsocket", "json")
+        welcome = await silent.hello()
+        assert welcome[0] == 2
+        half_open = await raw_connect(fresh_router, "websocket", "json")  # never sends HELLO
+        fresh_router.proc.send_signal(signal.SIGTERM)
+        goodbye = await silent.recv()
+        assert goodbye[0] == 6 and goodbye[2] == "wamp.close.system_shutdown", goodbye
+        # no reply from us: the router must close the connection itself
+        await asyncio.wait_for(silent.closed, 15)
+        await asyncio.wait_for(half_open.closed, 15)
+
+    run(scenario())
+    assert fresh_router.proc.wait(15) == 0

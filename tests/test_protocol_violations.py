@@ -1,0 +1,451 @@
+"""Misbehaving peers: protocol violations, handshake failures, oversize messages, bad auth.
+
+Every case checks two things: what the misbehaving peer gets (ABORT with the right
+reason, then the connection closes), and that the router goes on serving everyone
+else (a session opened *before* the incident still receives events published by a
+session opened *after* it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import struct
+
+import pytest
+from autobahn.wamp.exception import ApplicationError
+from autobahn.wamp.types import PublishOptions
+
+from router.core.credentials import hash_secret
+from tests.clients import (COMBINATIONS, TRANSPORTS, JoinFailed, connect, next_item,
+                           raw_connect, run)
+from tests.harness import OPEN_ROLE, RouterProcess, realm_file
+
+HELLO, WELCOME, ABORT, CHALLENGE, AUTHENTICATE, GOODBYE = 1, 2, 3, 4, 5, 6
+PUBLISH, PUBLISHED, SUBSCRIBE, SUBSCRIBED = 16, 17, 32, 33
+PROTOCOL_VIOLATION = "wamp.error.protocol_violation"
+MAX_MESSAGE_SIZE = 4096
+TIMEOUT = 10.0
+
+ROLES = {"publisher": {"features": {}}, "subscriber": {"features": {}}}
+ALICE_SECRET = "alice-secret"
+# open, plus the meta API (the witness checks that aborted sessions are gone)
+OPEN_REALM_ROLES = {"anonymous": OPEN_ROLE + [
+    {"uri": "wamp.session.", "match": "prefix", "allow": ["call"]},
+    {"uri": "wamp.subscription.", "match": "prefix", "allow": ["call"]}]}
+
+
+@pytest.fixture(scope="module")
+def pv_router(tmp_path_factory):
+    private = realm_file("private", anonymous_role=None, roles={"user": [
+        {"uri": "com.", "match": "prefix", "allow": ["publish", "subscribe"]}]},
+        principals={"alice": {"role": "user", "ticket": hash_secret(ALICE_SECRET, 1000)}})
+    listeners = [
+        {"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws",
+         "max_message_size": MAX_MESSAGE_SIZE},
+        {"type": "rawsocket", "host": "127.0.0.1", "port": 0,
+         "max_message_size": MAX_MESSAGE_SIZE},
+    ]
+    process = RouterProcess(tmp_path_factory.mktemp("violations"),
+                            [realm_file("realm1", roles=OPEN_REALM_ROLES), private],
+                            listeners=listeners).start()
+    yield process
+    process.stop()
+
+
+# helpers -------------------------------------------------------------------------------
+
+class Witness:
+    """A session joined before an incident; proves afterwards that the router still routes."""
+
+    def __init__(self, router) -> None:
+        self.router = router
+
+    async def __aenter__(self) -> "Witness":
+        self.sub = await connect(self.router, "rawsocket", "msgpack")
+        self.events = await self.sub.events("com.witness.topic")
+        return self
+
+    async def check(self, label: str = "alive") -> None:
+        assert self.router.proc.poll() is None, "the router process died"
+        pub = await connect(self.router, "websocket", "cbor")
+        await pub.publish("com.witness.topic", label,
+                          options=PublishOptions(acknowledge=True))
+        args, _, _ = await next_item(self.events)
+        assert args == [label]
+        await pub.close()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.sub.close()
+
+
+async def join(client, realm="realm1") -> list:
+    welcome = await client.hello(realm, {"roles": ROLES})
+    assert welcome[0] == WELCOME, welcome
+    return welcome
+
+
+async def assert_aborted(client, reason: str = PROTOCOL_VIOLATION) -> list:
+    """The peer gets exactly one ABORT with ``reason``, then the connection closes."""
+    messages = await client.recv_until_closed()
+    assert len(messages) == 1, f"expected one ABORT then close, got {messages}"
+    abort = messages[0]
+    assert abort[0] == ABORT and isinstance(abort[1], dict), abort
+    assert abort[2] == reason, abort
+    return abort
+
+
+GARBAGE = {"json": b"{this is not json", "msgpack": b"\xc1\xc1\xc1\xc1",
+           "cbor": b"\xff\xff\xff"}
+
+
+def send_publish(options):
+    return lambda client, serializer: client.send([PUBLISH, client.next_request(), options,
+                                                   "com.pv.topic"])
+
+
+# (id, needs an established session first, action(client, serializer))
+VIOLATIONS = [
+    ("publish before HELLO", False, lambda c, s: c.send([PUBLISH, 1, {}, "com.pv.topic"])),
+    ("subscribe before HELLO", False, lambda c, s: c.send([SUBSCRIBE, 1, {}, "com.pv.topic"])),
+    ("goodbye before HELLO", False, lambda c, s: c.send([GOODBYE, {}, "wamp.close.close_realm"])),
+    ("unknown type before HELLO", False, lambda c, s: c.send([999])),
+    ("empty array before HELLO", False, lambda c, s: c.send([])),
+    ("garbage before HELLO", False, lambda c, s: c.send_bytes(GARBAGE[s])),
+    ("second HELLO", True, lambda c, s: c.send([HELLO, "realm1", {"roles": ROLES}])),
+    ("WELCOME from client", True, lambda c, s: c.send([WELCOME, 1, {}])),
+    ("unknown message type", True, lambda c, s: c.send([999])),
+    ("message type not an integer", True, lambda c, s: c.send(["16", 1, {}, "com.pv.topic"])),
+    ("bad arity PUBLISH", True, lambda c, s: c.send([PUBLISH, 1])),
+    ("bad arity SUBSCRIBE", True, lambda c, s: c.send([SUBSCRIBE, 2, {}])),
+    ("request id not an integer", True,
+     lambda c, s: c.send([SUBSCRIBE, "two", {}, "com.pv.topic"])),
+    ("options not a dict", True, lambda c, s: c.send([PUBLISH, 1, [], "com.pv.topic"])),
+    ("arguments not a list", True,
+     lambda c, s: c.send([PUBLISH, 1, {}, "com.pv.topic", "not a list"])),
+    ("keyword arguments not a dict", True,
+     lambda c, s: c.send([PUBLISH, 1, {}, "com.pv.topic", [], ["not", "a", "dict"]])),
+    ("acknowledge not a bool", True, send_publish({"acknowledge": "yes"})),
+    ("acknowledge as integer", True, send_publish({"acknowledge": 1})),
+    ("retain not a bool", True, send_publish({"retain": "hello"})),
+    ("exclude_me not a bool", True, send_publish({"exclude_me": "no"})),
+    ("exclude_authid not strings", True, send_publish({"exclude_authid": [123]})),
+    ("eligible not integers", True, send_publish({"eligible": ["someone"]})),
+    ("get_retained not a bool", True,
+     lambda c, s: c.send([SUBSCRIBE, c.next_request(), {"get_retained": "yes"}, "com.pv.x"])),
+    ("empty array", True, lambda c, s: c.send([])),
+    ("undecodable bytes", True, lambda c, s: c.send_bytes(GARBAGE[s])),
+    ("non-list message (object)", True, lambda c, s: c.send({"type": 16})),
+    ("non-list message (integer)", True, lambda c, s: c.send(42)),
+]
+
+
+@pytest.mark.parametrize("transport,serializer", COMBINATIONS)
+@pytest.mark.parametrize("name,established,action", VIOLATIONS,
+                         ids=[case[0] for case in VIOLATIONS])
+def test_protocol_violation_aborts_and_closes(pv_router, name, established, action,
+                                              transport, serializer):
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            client = await raw_connect(pv_router, transport, serializer)
+            if established:
+                welcome = await join(client)
+                # a subscription the router must drop with the aborted session
+                topic = f"com.pv.{transport}.{serializer}.owned"
+                request = client.next_request()
+                client.send([SUBSCRIBE, request, {}, topic])
+                subscribed = await client.recv()
+                assert subscribed[:2] == [SUBSCRIBED, request], subscribed
+            action(client, serializer)
+            await assert_aborted(client)
+            await witness.check()
+            if established:
+                session_id = welcome[1]
+                assert await witness.sub.call("wamp.subscription.lookup", topic) is None, \
+                    "the aborted session's subscription survived"
+                with pytest.raises(ApplicationError) as failure:
+                    await witness.sub.call("wamp.session.get", session_id)
+                assert failure.value.error == "wamp.error.no_such_session"
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_nothing_processed_after_violation(pv_router, transport):
+    """A message sent right behind the offending one is not processed."""
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            client = await raw_connect(pv_router, transport, "json")
+            await join(client)
+            sentinel: asyncio.Queue = await witness.sub.events("com.pv.after_sentinel")
+            client.send([999])
+            client.send([PUBLISH, client.next_request(), {"acknowledge": True},
+                         "com.witness.topic", ["after the violation"]])
+            await assert_aborted(client)
+            pub = await connect(pv_router, "websocket", "json")
+            await pub.publish("com.pv.after_sentinel", options=PublishOptions(acknowledge=True))
+            await next_item(sentinel)
+            assert witness.events.empty(), \
+                f"processed input after the violation: {witness.events.get_nowait()}"
+            await pub.close()
+            await witness.check()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_unknown_realm(pv_router, transport):
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            client = await raw_connect(pv_router, transport, "json")
+            client.send([HELLO, "com.no.such.realm", {"roles": ROLES}])
+            await assert_aborted(client, "wamp.error.no_such_realm")
+            with pytest.raises(JoinFailed) as failure:
+                await connect(pv_router, transport, "cbor", realm="com.no.such.realm")
+            assert failure.value.reason == "wamp.error.no_such_realm"
+            await witness.check()
+
+    run(scenario())
+
+
+# oversize messages ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_oversize_message_closes_connection(pv_router, transport):
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            client = await raw_connect(pv_router, transport, "json")
+            await join(client)
+            # control: just under the limit goes through
+            request = client.next_request()
+            client.send([PUBLISH, request, {"acknowledge": True}, "com.witness.topic",
+                         ["x" * (MAX_MESSAGE_SIZE - 200)]])
+            reply = await client.recv()
+            assert reply[:2] == [PUBLISHED, request], reply
+            args, _, _ = await next_item(witness.events)
+            assert args == ["x" * (MAX_MESSAGE_SIZE - 200)]
+
+            client.send([PUBLISH, client.next_request(), {"acknowledge": True},
+                         "com.witness.topic", ["y" * (3 * MAX_MESSAGE_SIZE)]])
+            messages = await client.recv_until_closed()
+            assert [m for m in messages if m[0] != ABORT] == [], messages
+            await witness.check("after oversize")  # the oversize event never arrived first
+
+    run(scenario())
+
+
+# peers that vanish mid-handshake ----------------------------------------------------------
+
+async def open_tcp(router, transport):
+    host, port, _ = router.address(transport)
+    return await asyncio.wait_for(asyncio.open_connection(host, port), TIMEOUT)
+
+
+def ws_upgrade_request(router, path: str) -> bytes:
+    host, port, _ = router.address("websocket")
+    key = base64.b64encode(os.urandom(16)).decode()
+    return (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            f"Sec-WebSocket-Protocol: wamp.2.json\r\n\r\n").encode()
+
+
+async def ws_upgrade(router, path: str):
+    reader, writer = await open_tcp(router, "websocket")
+    writer.write(ws_upgrade_request(router, path))
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+    return reader, writer, head.decode("latin-1").split("\r\n", 1)[0]
+
+
+async def kill_half_rawsocket_handshake(router, abort):
+    _, writer = await open_tcp(router, "rawsocket")
+    writer.write(b"\x7f\xf1")
+    await writer.drain()
+    return writer
+
+
+async def kill_half_rawsocket_frame(router, abort):
+    reader, writer = await open_tcp(router, "rawsocket")
+    writer.write(b"\x7f\xf1\x00\x00")
+    reply = await asyncio.wait_for(reader.readexactly(4), TIMEOUT)
+    assert reply[0] == 0x7F and reply[1] & 0x0F == 1
+    hello = json.dumps([HELLO, "realm1", {"roles": ROLES}]).encode()
+    writer.write(struct.pack("!I", len(hello)) + hello[: len(hello) // 2])
+    await writer.drain()
+    return writer
+
+
+async def kill_half_ws_upgrade(router, abort):
+    _, writer = await open_tcp(router, "websocket")
+    writer.write(ws_upgrade_request(router, "/ws")[:40])
+    await writer.drain()
+    return writer
+
+
+async def kill_half_ws_frame(router, abort):
+    _, writer, status = await ws_upgrade(router, "/ws")
+    assert status.split()[1] == "101", status
+    # a masked text frame announcing 300 octets, of which only 10 are sent
+    writer.write(bytes([0x81, 0x80 | 126]) + struct.pack("!H", 300) + os.urandom(4)
+                 + b"[1,\"realm1")
+    await writer.drain()
+    return writer
+
+
+HALF_HANDSHAKES = {
+    "rawsocket handshake": kill_half_rawsocket_handshake,
+    "rawsocket HELLO frame": kill_half_rawsocket_frame,
+    "websocket upgrade": kill_half_ws_upgrade,
+    "websocket HELLO frame": kill_half_ws_frame,
+}
+
+
+@pytest.mark.parametrize("how", ["close", "reset"])
+@pytest.mark.parametrize("stage", list(HALF_HANDSHAKES))
+def test_client_killed_mid_handshake(pv_router, stage, how):
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            writer = await HALF_HANDSHAKES[stage](pv_router, how)
+            if how == "reset":
+                writer.transport.abort()
+            else:
+                writer.close()
+            await witness.check()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_client_gone_while_challenged(pv_router, transport):
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            client = await raw_connect(pv_router, transport, "json")
+            challenge = await client.hello("private", {"roles": ROLES, "authmethods": ["ticket"],
+                                                       "authid": "alice"})
+            assert challenge[:2] == [CHALLENGE, "ticket"], challenge
+            client.close()
+            await asyncio.wait_for(client.closed, TIMEOUT)
+            await witness.check()
+            alice = await connect(pv_router, transport, "json", realm="private",
+                                  authid="alice", ticket=ALICE_SECRET)
+            assert (await alice.joined).authid == "alice"
+            await alice.close()
+
+    run(scenario())
+
+
+# RawSocket handshake ---------------------------------------------------------------------
+
+async def rawsocket_handshake(router, octets: bytes) -> tuple[bytes, bytes]:
+    """Send a handshake; return the 4-octet reply (or fewer) and whatever followed before EOF."""
+    reader, writer = await open_tcp(router, "rawsocket")
+    writer.write(octets)
+    try:
+        data = await asyncio.wait_for(reader.read(4), TIMEOUT)
+        reply = data
+        while data and len(reply) < 4:
+            data = await asyncio.wait_for(reader.read(4 - len(reply)), TIMEOUT)
+            reply += data
+        rest = await asyncio.wait_for(reader.read(), TIMEOUT) if data else b""
+    except ConnectionResetError:
+        reply, rest = b"", b""
+    writer.close()
+    return reply, rest
+
+
+def test_rawsocket_handshake_accepted(pv_router):
+    async def scenario():
+        reader, writer = await open_tcp(pv_router, "rawsocket")
+        writer.write(b"\x7f\xf2\x00\x00")  # msgpack, we accept 16 MiB
+        reply = await asyncio.wait_for(reader.readexactly(4), TIMEOUT)
+        assert reply[0] == 0x7F and reply[1] & 0x0F == 2 and reply[2:] == b"\x00\x00"
+        assert 2 ** (9 + (reply[1] >> 4)) == MAX_MESSAGE_SIZE, \
+            "the router must announce the configured max_message_size"
+        writer.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("octets,expected", [
+    (b"\x7f\xf7\x00\x00", b"\x7f\x10\x00\x00"),  # serializer 7 does not exist
+    (b"\x7f\xf4\x00\x00", b"\x7f\x10\x00\x00"),  # UBJSON: not offered by this router
+    (b"\x7f\xf1\x00\x01", b"\x7f\x30\x00\x00"),  # reserved bits used
+], ids=["serializer 7", "serializer 4", "reserved bits"])
+def test_rawsocket_handshake_error_reply(pv_router, octets, expected):
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            reply, rest = await rawsocket_handshake(pv_router, octets)
+            assert reply == expected
+            assert rest == b"", "the router must close the connection after the error reply"
+            await witness.check()
+
+    run(scenario())
+
+
+def test_rawsocket_bad_magic_fails_connection(pv_router):
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            reply, rest = await rawsocket_handshake(pv_router, b"GET / HTTP/1.1\r\n\r\n")
+            assert reply + rest == b""  # closed, nothing sent
+            await witness.check()
+
+    run(scenario())
+
+
+# WebSocket path ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/wrong", "/", "/ws/extra", "/WS"])
+def test_websocket_wrong_path_refused(pv_router, path):
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            _, writer, status = await ws_upgrade(pv_router, "/ws")
+            assert status.split()[1] == "101", status  # control: the right path upgrades
+            writer.close()
+            _, writer, status = await ws_upgrade(pv_router, path)
+            assert status.split()[1] == "404", status
+            writer.close()
+            await witness.check()
+
+    run(scenario())
+
+
+# authentication ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("transport,serializer", COMBINATIONS)
+def test_wrong_ticket_aborts(pv_router, transport, serializer):
+    async def scenario():
+        with pytest.raises(JoinFailed) as failure:
+            await connect(pv_router, transport, serializer, realm="private", authid="alice",
+                          ticket="not-the-secret")
+        assert failure.value.reason == "wamp.error.authentication_failed"
+
+        client = await raw_connect(pv_router, transport, serializer)
+        challenge = await client.hello("private", {"roles": ROLES, "authmethods": ["ticket"],
+                                                   "authid": "alice"})
+        assert challenge[:2] == [CHALLENGE, "ticket"], challenge
+        client.send([AUTHENTICATE, "wrong", {}])
+        await assert_aborted(client, "wamp.error.authentication_failed")
+
+        alice = await connect(pv_router, transport, serializer, realm="private", authid="alice",
+                              ticket=ALICE_SECRET)  # control: the right secret works
+        await alice.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_anonymous_refused_without_anonymous_role(pv_router, transport):
+    async def scenario():
+        with pytest.raises(JoinFailed) as failure:
+            await connect(pv_router, transport, "json", realm="private")
+        assert failure.value.reason == "wamp.error.no_matching_auth_method"
+
+        client = await raw_connect(pv_router, transport, "msgpack")
+        client.send([HELLO, "private", {"roles": ROLES}])
+        await assert_aborted(client, "wamp.error.no_matching_auth_method")
+
+        anonymous = await connect(pv_router, transport, "json")  # realm1 is open: control
+        await anonymous.close()
+
+    run(scenario())
