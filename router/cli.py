@@ -7,7 +7,7 @@ import getpass
 import logging
 import sys
 
-from router.config import ConfigError, load_config
+from router.config import ConfigError, NodeConfig, load_config
 
 
 def _setup_logging(level: str) -> None:
@@ -17,11 +17,18 @@ def _setup_logging(level: str) -> None:
     globalLogBeginner.beginLoggingTo([STDLibLogObserver()], redirectStandardIO=False)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace) -> NodeConfig | None:
+    """The configuration, or None after saying what is wrong with it."""
     try:
-        config = load_config(args.config)
+        return load_config(args.config)
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
+        return None
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config is None:
         return 2
     _setup_logging(args.log_level)
     import txaio
@@ -41,10 +48,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
+    config = _load(args)
+    if config is None:
         return 2
     print(f"{args.config}: OK ({len(config.realms)} realm(s): {', '.join(config.realms)}; "
           f"{len(config.listeners)} listener(s))")
@@ -66,10 +71,8 @@ def _hash_secret(args: argparse.Namespace) -> int:
 
 
 def _retained(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
+    config = _load(args)
+    if config is None:
         return 2
     from router.admin import retained_command
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 from typing import Any
 
@@ -252,3 +253,38 @@ async def raw_connect(router, transport: str = "rawsocket", serializer: str = "j
         client._send_bytes = lambda data: protocol.sendMessage(data, isBinary=binary)
         client._close = lambda: protocol.sendClose(1000)
     return client
+
+
+class Sessions:
+    """Opens autobahn and raw sessions and closes them all at the end of a scenario."""
+
+    def __init__(self, router) -> None:
+        self.router = router
+        self.opened = []
+        self.raw = []
+
+    async def __call__(self, transport="websocket", serializer="json", **kwargs):
+        session = await connect(self.router, transport, serializer, **kwargs)
+        self.opened.append(session)
+        return session
+
+    async def raw_client(self, transport="websocket", serializer="json", realm="realm1",
+                         callee_features: dict | None = None):
+        client = await raw_connect(self.router, transport, serializer)
+        self.raw.append(client)
+        roles = {"caller": {"features": {"call_canceling": True}},
+                 "callee": {"features": callee_features or {}}}
+        welcome = await client.hello(realm, {"roles": roles})
+        assert welcome[0] == 2, welcome
+        return client, welcome
+
+    async def __aenter__(self) -> "Sessions":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        for session in self.opened:
+            with contextlib.suppress(Exception):
+                await session.close()
+        for client in self.raw:
+            with contextlib.suppress(Exception):
+                client.close()

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import pytest
 from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import PublishOptions, SubscribeOptions
 
 from router.core.credentials import hash_secret
-from tests.clients import TIMEOUT, connect, next_item, run
+from tests.clients import TIMEOUT, Sessions, next_item, run
 from tests.harness import OPEN_ROLE, RouterProcess, realm_file
 
 NO_SUCH_SESSION = "wamp.error.no_such_session"
@@ -39,27 +38,6 @@ def router(tmp_path_factory):
                             [realm_file("realm1"), REALM2]).start()
     yield process
     process.stop()
-
-
-class Sessions:
-    """Opens autobahn sessions and closes them all at the end of a scenario."""
-
-    def __init__(self, router) -> None:
-        self.router = router
-        self.opened = []
-
-    async def __call__(self, transport="websocket", serializer="json", **kwargs):
-        session = await connect(self.router, transport, serializer, **kwargs)
-        self.opened.append(session)
-        return session
-
-    async def __aenter__(self) -> "Sessions":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        for session in self.opened:
-            with contextlib.suppress(Exception):
-                await session.close()
 
 
 def session_id(session) -> int:

@@ -603,7 +603,7 @@ def test_publish_not_authorized(broker_router):
         topic_sub = await raw_subscribe(sub, "com.acl.topic")
         sentinel = await raw_subscribe(sub, "com.acl_sentinel")
 
-        unacknowledged = raw_publish(rita, "com.acl.topic", ["denied silently"])
+        raw_publish(rita, "com.acl.topic", ["denied silently"])
         reply = await raw_request_error(rita, [PUBLISH, rita.next_request(),
                                                {"acknowledge": True}, "com.acl.topic", ["denied"]])
         assert reply[4] == "wamp.error.not_authorized"

@@ -11,7 +11,7 @@ from autobahn.wamp.types import PublishOptions
 from tests.clients import COMBINATIONS, connect, next_item, run
 from tests.harness import RouterProcess
 from tests.retention_helpers import (EVENT, SUBSCRIBED, call, joined, publish,
-                                     retained_after_subscribe, retention_realm, subscribe)
+                                     retained_after_subscribe, retention_realm)
 
 
 @pytest.fixture(scope="module")

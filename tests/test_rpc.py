@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import pytest
 from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import CallOptions, CallResult, RegisterOptions
 
-from tests.clients import COMBINATIONS, SERIALIZERS, TIMEOUT, connect, raw_connect, run
+from tests.clients import COMBINATIONS, SERIALIZERS, TIMEOUT, Sessions, run
 from tests.harness import RouterProcess, realm_file
 
 NO_SUCH_PROCEDURE = "wamp.error.no_such_procedure"
@@ -32,41 +31,6 @@ def router(tmp_path_factory):
     ]).start()
     yield process
     process.stop()
-
-
-class Sessions:
-    """Opens autobahn sessions and closes them all at the end of a scenario."""
-
-    def __init__(self, router) -> None:
-        self.router = router
-        self.opened = []
-        self.raw = []
-
-    async def __call__(self, transport="websocket", serializer="json", **kwargs):
-        session = await connect(self.router, transport, serializer, **kwargs)
-        self.opened.append(session)
-        return session
-
-    async def raw_client(self, transport="websocket", serializer="json", realm="realm1",
-                         callee_features: dict | None = None):
-        client = await raw_connect(self.router, transport, serializer)
-        self.raw.append(client)
-        roles = {"caller": {"features": {"call_canceling": True}},
-                 "callee": {"features": callee_features or {}}}
-        welcome = await client.hello(realm, {"roles": roles})
-        assert welcome[0] == 2, welcome
-        return client, welcome
-
-    async def __aenter__(self) -> "Sessions":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        for session in self.opened:
-            with contextlib.suppress(Exception):
-                await session.close()
-        for client in self.raw:
-            with contextlib.suppress(Exception):
-                client.close()
 
 
 async def expect_error(awaitable, uri: str) -> ApplicationError:

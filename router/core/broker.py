@@ -16,7 +16,7 @@ from router.core.ids import router_scope_ids
 from router.core.model import Publication
 from router.core.peer import Peer
 from router.core.trie import TopicTrie
-from router.core.uri import EXACT, PREFIX, WILDCARD, is_reserved
+from router.core.uri import EXACT, PREFIX, is_reserved
 
 
 class Subscription:

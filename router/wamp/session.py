@@ -9,6 +9,7 @@ the transport; nothing after it is processed.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 from autobahn.wamp import message as m
@@ -154,21 +155,22 @@ class WampSession:
         if msg.payload is not None:
             raise ProtocolViolation("payload passthru mode is not supported by this router")
         request = msg.request
-        on_durable = None
-        if options.acknowledge:
-            def on_durable(publication: Publication, ok: bool) -> None:
-                if not ok:
-                    self._send_error(m.Publish.MESSAGE_TYPE, request, RouterError(
-                        "wamp.error.unavailable", "the event was delivered but could not be "
-                        "stored as the retained event"))
-                elif self._state == ESTABLISHED:
-                    self._send(WireMessage([m.Published.MESSAGE_TYPE, request,
-                                            publication.publication_id]))
+        on_durable = partial(self._acknowledge_publish, request) if options.acknowledge else None
         try:
             self._realm.publish(self.info, msg.topic, msg.args, msg.kwargs, options, on_durable)
         except RouterError as exc:
             if options.acknowledge:
                 self._send_error(m.Publish.MESSAGE_TYPE, request, exc)
+
+    def _acknowledge_publish(self, request: int, publication: Publication, ok: bool) -> None:
+        """PUBLISHED once the publication's retained state is stored (ERROR if that failed)."""
+        if not ok:
+            self._send_error(m.Publish.MESSAGE_TYPE, request, RouterError(
+                "wamp.error.unavailable",
+                "the event was delivered but could not be stored as the retained event"))
+        elif self._state == ESTABLISHED:
+            self._send(WireMessage([m.Published.MESSAGE_TYPE, request,
+                                    publication.publication_id]))
 
     def _on_invalid_uri(self, msg: InvalidUriRequest, raw: list) -> None:
         if msg.request_type == m.Publish.MESSAGE_TYPE:
