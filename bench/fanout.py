@@ -123,11 +123,15 @@ def main() -> None:
     parser.add_argument("--rawsocket", help="HOST:PORT of a running router")
     parser.add_argument("--websocket", help="HOST:PORT/PATH of a running router")
     parser.add_argument("--pid", type=int, help="pid of the running router (CPU, RSS)")
+    parser.add_argument("--no-eventlog", action="store_true",
+                        help="start the router with the event log off (to measure its cost)")
     args = parser.parse_args()
     router = None
     if not (args.rawsocket or args.websocket):
         router = RouterProcess(Path(tempfile.mkdtemp(prefix="bench-fanout-")),
-                               [realm_file("realm1")]).start()
+                               [realm_file("realm1")],
+                               extra_config={"eventlog": {"enabled": not args.no_eventlog}}
+                               ).start()
     try:
         for pair in args.pairs.split(","):
             transport, serializer = pair.split(":")

@@ -15,6 +15,8 @@ from router.core.authorization import ACTIONS, PermissionRule
 from router.core.credentials import SCHEME, Principal
 from router.core.history import HistoryRule
 from router.core.retention import RetentionPolicy
+from router.eventlog.realm_log import RealmLogSettings
+from router.eventlog.schema import KINDS
 from router.core.uri import MATCH_POLICIES, is_valid_uri
 
 SERIALIZERS = ("json", "msgpack", "cbor")
@@ -56,12 +58,25 @@ class RealmConfig:
 
 
 @dataclass(frozen=True)
+class EventLogConfig:
+    enabled: bool = True
+    flush_interval: float = 1.0
+    max_file_bytes: int = 64 * 1024 * 1024
+    max_file_age: float = 3600.0
+    realms: dict[str, RealmLogSettings] = field(default_factory=dict)
+
+    def for_realm(self, name: str) -> RealmLogSettings:
+        return self.realms.get(name, RealmLogSettings(enabled=self.enabled))
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     source: Path
     data_dir: Path
     listeners: tuple[ListenerConfig, ...]
     realms: dict[str, RealmConfig]
     shutdown_timeout: float = 5.0
+    eventlog: EventLogConfig = field(default_factory=EventLogConfig)
 
 
 class _Reader:
@@ -245,12 +260,43 @@ def load_realm(path: Path, expected_name: str) -> RealmConfig:
     return RealmConfig(name, path, roles, check, anonymous, principals, retention, history)
 
 
+def _realm_log(reader: _Reader, default_enabled: bool) -> RealmLogSettings:
+    reader.reject_unknown({"enabled", "kinds", "payloads"})
+    kinds = reader.get("kinds", list, list(KINDS))
+    for index, kind in enumerate(kinds):
+        if kind not in KINDS:
+            raise reader.fail(f"kinds[{index}]",
+                              f"must be one of {', '.join(KINDS)}, got {json.dumps(kind)}")
+    return RealmLogSettings(reader.get("enabled", bool, default_enabled), frozenset(kinds),
+                            reader.get("payloads", bool, False))
+
+
+def _eventlog(reader: _Reader, realm_names: list[str]) -> EventLogConfig:
+    reader.reject_unknown({"enabled", "flush_interval", "max_file_bytes", "max_file_age",
+                           "realms"})
+    defaults = EventLogConfig()
+    enabled = reader.get("enabled", bool, True)
+    realms_reader = reader.child("realms", reader.get("realms", dict, {}))
+    realms = {}
+    for name, entry in realms_reader.data.items():
+        if name not in realm_names:
+            raise realms_reader.fail(name, "is not one of the realms this node loads")
+        realms[name] = _realm_log(realms_reader.child(name, entry), enabled)
+    return EventLogConfig(
+        enabled=enabled,
+        flush_interval=_positive(reader, "flush_interval", (int, float), defaults.flush_interval),
+        max_file_bytes=_positive(reader, "max_file_bytes", int, defaults.max_file_bytes),
+        max_file_age=_positive(reader, "max_file_age", (int, float), defaults.max_file_age),
+        realms=realms)
+
+
 def load_config(path: Path | str) -> NodeConfig:
     """Read and validate ``config.json`` and every realm file it names."""
     path = Path(path)
     base = path.resolve().parent
     reader = _Reader(path, _load_json(path))
-    reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout"})
+    reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout",
+                           "eventlog"})
     data_dir = base / reader.get("data_dir", str, "data")
     realms_dir = base / reader.get("realms_dir", str, "realms")
     names = reader.get("realms", list)
@@ -270,4 +316,5 @@ def load_config(path: Path | str) -> NodeConfig:
     if not listeners:
         raise reader.fail("listeners", "must define at least one listener")
     timeout = reader.get("shutdown_timeout", (int, float), 5.0)
-    return NodeConfig(path, data_dir, listeners, realms, float(timeout))
+    eventlog = _eventlog(reader.child("eventlog", reader.get("eventlog", dict, {})), names)
+    return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog)

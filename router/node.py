@@ -17,6 +17,8 @@ from router.core.realm import Realm
 from router.core.retention import RetainedStore
 from router.core.router import Router
 from router.core.testament import Testaments
+from router.eventlog.realm_log import RealmEventLog
+from router.eventlog.writer import EventLogWriter
 from router.store.codec import decode_retained, encode_retained
 from router.store.sqlite import SqliteStore
 from router.wamp.codec import make_serializers
@@ -26,22 +28,32 @@ from router.wamp.transports import RouterRawSocketFactory, RouterWebSocketFactor
 log = logging.getLogger(__name__)
 
 
-def build_router(config: NodeConfig, reactor, store: SqliteStore) -> Router:
-    """Realms, authorizers, retained events (restored from ``store``) and meta APIs."""
+def build_router(config: NodeConfig, reactor, store: SqliteStore,
+                 eventlog: EventLogWriter) -> Router:
+    """Realms, authorizers, retained events (restored from ``store``), event logs, meta APIs."""
     router = Router()
     for realm_config in config.realms.values():
+        log_settings = config.eventlog.for_realm(realm_config.name)
+        activity = (RealmEventLog(realm_config.name, eventlog, log_settings)
+                    if log_settings.enabled else None)
         roles = {name: Role(name, rules) for name, rules in realm_config.roles.items()}
         retention = RetainedStore(realm_config.retention, encode_retained)
         restored = restore_retained(retention, store, realm_config.name)
         if restored:
             log.info("realm %s: restored %d retained topic(s)", realm_config.name, restored)
         retention.listeners.append(
-            lambda topic, entries, name=realm_config.name: store.save_retained(name, topic, entries))
+            lambda topic, entries, action, publication, name=realm_config.name:
+            store.save_retained(name, topic, entries))
+        if activity is not None:
+            retention.listeners.append(
+                lambda topic, entries, action, publication, activity=activity:
+                activity.retained(topic, action, publication))
         realm = Realm(realm_config.name, Authorizer(roles), reactor,
                       uri_check=realm_config.uri_check,
                       anonymous_role=realm_config.anonymous_role,
                       retention=retention, persistence=store,
-                      history=EventHistory(list(realm_config.history)))
+                      history=EventHistory(list(realm_config.history)),
+                      activity=activity)
         install_session_meta(realm)
         install_subscription_meta(realm)
         install_event_history(realm)
@@ -79,9 +91,14 @@ class Node:
         self.reactor = reactor
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = SqliteStore(config.data_dir / "router.sqlite3", reactor.callFromThread)
-        self.router = build_router(config, reactor, self.store)
+        self.eventlog = EventLogWriter(config.data_dir / "eventlog",
+                                       config.eventlog.max_file_bytes,
+                                       config.eventlog.max_file_age)
+        self.router = build_router(config, reactor, self.store, self.eventlog)
         self._expiry = task.LoopingCall(self._expire_retained)
         self._expiry.clock = reactor
+        self._log_flush = task.LoopingCall(self.eventlog.flush)
+        self._log_flush.clock = reactor
         self.ports: list[tuple[ListenerConfig, IListeningPort]] = []
         # One serializer instance per format for all listeners: an EVENT is encoded once
         # per format and the bytes are reused for every receiver on any transport.
@@ -89,6 +106,7 @@ class Node:
 
     def start(self) -> None:
         self._expiry.start(1.0, now=False)
+        self._log_flush.start(self.config.eventlog.flush_interval, now=False)
         for listener in self.config.listeners:
             self.ports.append((listener, self._listen(listener)))
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
@@ -130,10 +148,12 @@ class Node:
         deadline = self.reactor.seconds() + self.config.shutdown_timeout
         while self.router.connections and self.reactor.seconds() < deadline:
             yield task.deferLater(self.reactor, 0.05, lambda: None)
-        if self._expiry.running:
-            self._expiry.stop()
-        yield threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(),
-                                        self.store.close)
+        for loop in (self._expiry, self._log_flush):
+            if loop.running:
+                loop.stop()
+        pool = self.reactor.getThreadPool()
+        yield threads.deferToThreadPool(self.reactor, pool, self.store.close)
+        yield threads.deferToThreadPool(self.reactor, pool, self.eventlog.close)
         log.info("shutdown complete")
 
     def _expire_retained(self) -> None:

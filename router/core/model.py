@@ -94,6 +94,8 @@ class Publication:
     exclude_me: bool = True
     retain: bool = False
     retain_ttl: float | None = None
+    payload_bytes: int = 0
+    """Encoded size of the payload as the publisher sent it (for the event log)."""
     timestamp: float = field(default_factory=time.time)
     wire_cache: dict = field(default_factory=dict)
     """Per-frontend encodings shared by all receivers (e.g. one WAMP EVENT per subscription)."""

@@ -10,6 +10,7 @@ import logging
 from typing import Callable
 
 from router.core import errors
+from router.core.activity import ActivityLog
 from router.core.authorization import Authorizer
 from router.core.broker import Broker, Subscription
 from router.core.dealer import Dealer, Registration, Scheduler
@@ -33,8 +34,10 @@ class Realm:
                  uri_check: str = "strict", anonymous_role: str | None = None,
                  retention: RetainedStore | None = None,
                  persistence: RetainedPersistence | None = None,
-                 history: EventHistory | None = None) -> None:
+                 history: EventHistory | None = None,
+                 activity: ActivityLog | None = None) -> None:
         self.name = name
+        self.activity = activity
         self.retention = retention
         self.persistence = persistence
         self.history = history
@@ -50,6 +53,8 @@ class Realm:
 
     def attach(self, peer: Peer) -> None:
         self.sessions[peer.info.session_id] = peer
+        if self.activity is not None:
+            self.activity.joined(peer.info)
         self.publish_meta("wamp.session.on_join", [peer.info.details()])
 
     def on_leave(self, hook: Callable[[Peer], None]) -> None:
@@ -64,6 +69,8 @@ class Realm:
         self.dealer.remove_session(peer)
         for hook in self._leave_hooks:
             hook(peer)
+        if self.activity is not None:
+            self.activity.left(info)
         self.publish_meta("wamp.session.on_leave", [info.session_id, info.authid, info.authrole])
 
     # pub/sub --------------------------------------------------------------
@@ -79,7 +86,8 @@ class Realm:
 
     def publish(self, info: SessionInfo, topic: str, args: list | None, kwargs: dict | None,
                 options: PublishOptions,
-                on_durable: Callable[[Publication, bool], None] | None = None) -> Publication:
+                on_durable: Callable[[Publication, bool], None] | None = None,
+                payload_bytes: int = 0) -> Publication:
         """Validate, authorize and dispatch a publication from a client session.
 
         ``on_durable(publication, ok)`` runs once the publication's effect on retained state
@@ -92,8 +100,10 @@ class Realm:
         disclose = options.disclose_me or self.authorizer.discloses(info.authrole, "publish", topic)
         publication = Publication(random_id(), topic, args, kwargs, info, disclose,
                                   options.eligibility, options.exclude_me, options.retain,
-                                  options.retain_ttl)
-        self.broker.dispatch(publication)
+                                  options.retain_ttl, payload_bytes)
+        receivers = self.broker.dispatch(publication)
+        if self.activity is not None:
+            self.activity.published(publication, receivers)
         if self.history:
             self.history.record(publication)
         changed = False
@@ -136,13 +146,18 @@ class Realm:
     def subscribe(self, peer: Peer, topic: str, options: SubscribeOptions) -> Subscription:
         self.check_uri(topic, options.match)
         self.authorize(peer.info, "subscribe", topic, options.match)
-        return self.broker.subscribe(peer, topic, options.match)
+        subscription = self.broker.subscribe(peer, topic, options.match)
+        if self.activity is not None:
+            self.activity.subscribed(peer.info, subscription, options.get_retained)
+        return subscription
 
     def unsubscribe(self, peer: Peer, subscription_id: int) -> Subscription:
         subscription = self.broker.unsubscribe(peer, subscription_id)
         if subscription is None:
             raise RouterError(errors.NO_SUCH_SUBSCRIPTION,
                               f"no subscription {subscription_id} for this session")
+        if self.activity is not None:
+            self.activity.unsubscribed(peer.info, subscription)
         return subscription
 
     # rpc ------------------------------------------------------------------

@@ -59,8 +59,10 @@ class RetainedEvent:
 Encoder = Callable[[Publication, "float | None"], bytes]
 """Encodes a retained entry for persistence; raises TypeError/ValueError if it cannot."""
 
-ChangeListener = Callable[[str, list[RetainedEvent]], None]
-"""Called with (topic, entries) after every change; an empty list means the topic is gone."""
+ChangeListener = Callable[[str, list[RetainedEvent], str, "Publication | None"], None]
+"""Called with (topic, entries, action, publication) after every change: action is one of
+set, clear, expire, evict; ``publication`` is the one set or expired. An empty list
+means the topic is gone."""
 
 
 class RetainedStore:
@@ -95,7 +97,7 @@ class RetainedStore:
         expires_at = publication.timestamp + ttl if ttl else None
         event = RetainedEvent(publication, expires_at, self._encoder(publication, expires_at))
         entries = self._topics.get(topic) or []
-        self._set(topic, self._supersede(entries, event))
+        self._set(topic, self._supersede(entries, event), "set", publication)
         self._recency[topic] = None
         self._recency.move_to_end(topic)
         if expires_at is not None:
@@ -124,7 +126,7 @@ class RetainedStore:
         entries = self._topics.get(topic)
         if not entries:
             return 0
-        self._set(topic, [])
+        self._set(topic, [], "clear", None)
         return len(entries)
 
     def restore(self, topic: str, entries: list[RetainedEvent]) -> None:
@@ -137,7 +139,8 @@ class RetainedStore:
                 heapq.heappush(self._expiry, (entry.expires_at, topic,
                                               entry.publication.publication_id))
 
-    def _set(self, topic: str, entries: list[RetainedEvent]) -> None:
+    def _set(self, topic: str, entries: list[RetainedEvent], action: str,
+             publication: Publication | None) -> None:
         old = self._topics.get(topic) or []
         self.bytes += sum(e.size for e in entries) - sum(e.size for e in old)
         if entries:
@@ -146,14 +149,14 @@ class RetainedStore:
             self._topics.pop(topic)
             self._recency.pop(topic, None)
         for listener in self.listeners:
-            listener(topic, entries)
+            listener(topic, entries, action, publication)
 
     def _enforce_limits(self) -> None:
         policy = self.policy
         while self._recency and (len(self._topics) > policy.max_topics
                                  or self.bytes > policy.max_bytes):
             oldest = next(iter(self._recency))
-            self._set(oldest, [])
+            self._set(oldest, [], "evict", None)
 
     def expire(self) -> int:
         """Drop entries whose TTL has passed; returns how many were dropped."""
@@ -164,10 +167,11 @@ class RetainedStore:
             entries = self._topics.get(topic)
             if not entries:
                 continue
-            kept = [e for e in entries if e.publication.publication_id != publication_id]
-            if len(kept) != len(entries):
-                dropped += len(entries) - len(kept)
-                self._set(topic, kept)
+            expired = [e for e in entries if e.publication.publication_id == publication_id]
+            if expired:
+                dropped += len(expired)
+                self._set(topic, [e for e in entries if e not in expired], "expire",
+                          expired[0].publication)
         return dropped
 
     # reading --------------------------------------------------------------

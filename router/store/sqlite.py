@@ -8,12 +8,11 @@ in one transaction (coalescing repeated writes of the same key), commits with
 from __future__ import annotations
 
 import logging
-import queue
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Callable
 
+from router.background import BatchWorker
 from router.core.retention import RetainedEvent
 from router.store.codec import pack_topic, unpack_topic
 
@@ -28,9 +27,6 @@ CREATE TABLE IF NOT EXISTS retained (
 ) WITHOUT ROWID;
 """
 
-_STOP = object()
-
-
 def _connect(path: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     connection.execute("PRAGMA journal_mode=WAL")
@@ -42,15 +38,11 @@ def _connect(path: Path) -> sqlite3.Connection:
 class SqliteStore:
     """Implements :class:`router.core.persistence.RetainedPersistence`."""
 
-    def __init__(self, path: Path, call_in_loop: Callable[..., None],
-                 max_batch: int = 5000) -> None:
+    def __init__(self, path: Path, call_in_loop: Callable[..., None]) -> None:
         self.path = path
         self._call_in_loop = call_in_loop
-        self._max_batch = max_batch
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._connection = _connect(path)
-        self._thread = threading.Thread(target=self._run, name="sqlite-writer", daemon=True)
-        self._thread.start()
+        self._worker = BatchWorker("sqlite-writer", self._write_batch)
 
     # reactor side -------------------------------------------------------------
 
@@ -62,41 +54,30 @@ class SqliteStore:
 
     def save_retained(self, realm: str, topic: str, entries: list[RetainedEvent]) -> None:
         durable = [entry for entry in entries if not _names_sessions(entry)]
-        self._queue.put((realm, topic, pack_topic(durable) if durable else None))
+        self._worker.put((realm, topic, pack_topic(durable) if durable else None))
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
-        self._queue.put(callback)
+        self._worker.put(callback)
 
     def close(self) -> None:
         """Commit everything queued and stop the writer (blocks; call from a thread or at exit)."""
-        self._queue.put(_STOP)
-        self._thread.join()
+        self._worker.close()
         self._connection.close()
 
     # writer thread --------------------------------------------------------------
 
-    def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            batch = [self._queue.get()]
-            while len(batch) < self._max_batch:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            writes: dict[tuple[str, str], bytes | None] = {}
-            callbacks = []
-            for item in batch:
-                if item is _STOP:
-                    stopping = True
-                elif callable(item):
-                    callbacks.append(item)
-                else:
-                    realm, topic, blob = item
-                    writes[(realm, topic)] = blob
-            ok = self._write(writes) if writes else True
-            for callback in callbacks:
-                self._call_in_loop(callback, ok)
+    def _write_batch(self, batch: list) -> None:
+        writes: dict[tuple[str, str], bytes | None] = {}
+        callbacks = []
+        for item in batch:
+            if callable(item):
+                callbacks.append(item)
+            else:
+                realm, topic, blob = item
+                writes[(realm, topic)] = blob
+        ok = self._write(writes) if writes else True
+        for callback in callbacks:
+            self._call_in_loop(callback, ok)
 
     def _write(self, writes: dict[tuple[str, str], bytes | None]) -> bool:
         try:

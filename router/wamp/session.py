@@ -48,6 +48,7 @@ class WampSession:
         self._realm: Realm | None = None
         self._pending_auth: tuple[Realm, str, str] | None = None
         self._client_roles: dict = {}
+        self._last_payload_size = 0
         self.info: SessionInfo | None = None  # type: ignore[assignment]
 
     # ITransportHandler ------------------------------------------------------
@@ -65,6 +66,7 @@ class WampSession:
         """Entry point for every transport message (WebSocket message or RawSocket frame)."""
         if self._state == CLOSED:
             return
+        self._last_payload_size = len(payload)
         try:
             for msg, raw in decode(self._transport._serializer, payload, is_binary):
                 if self._state == CLOSED:
@@ -157,7 +159,8 @@ class WampSession:
         request = msg.request
         on_durable = partial(self._acknowledge_publish, request) if options.acknowledge else None
         try:
-            self._realm.publish(self.info, msg.topic, msg.args, msg.kwargs, options, on_durable)
+            self._realm.publish(self.info, msg.topic, msg.args, msg.kwargs, options, on_durable,
+                                self._last_payload_size)
         except RouterError as exc:
             if options.acknowledge:
                 self._send_error(m.Publish.MESSAGE_TYPE, request, exc)

@@ -1,0 +1,29 @@
+"""What the core reports about a realm's activity (the event log implements it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from router.core.model import Publication, SessionInfo
+
+if TYPE_CHECKING:
+    from router.core.broker import Subscription
+
+RETAINED_ACTIONS = ("set", "clear", "expire", "evict")
+
+
+class ActivityLog(Protocol):
+    """Called on the event loop thread; implementations must only buffer, never block."""
+
+    def published(self, publication: Publication, receivers: int) -> None: ...
+
+    def retained(self, topic: str, action: str, publication: Publication | None) -> None: ...
+
+    def subscribed(self, session: SessionInfo, subscription: "Subscription",
+                   get_retained: bool) -> None: ...
+
+    def unsubscribed(self, session: SessionInfo, subscription: "Subscription") -> None: ...
+
+    def joined(self, session: SessionInfo) -> None: ...
+
+    def left(self, session: SessionInfo) -> None: ...

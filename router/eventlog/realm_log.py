@@ -1,0 +1,91 @@
+"""A realm's view of the event log: turns core activity into schema records."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from router.core.broker import Subscription
+from router.core.model import ELIGIBILITY_KEYS, Publication, SessionInfo
+from router.eventlog.schema import KINDS
+from router.eventlog.writer import EventLogWriter
+
+
+@dataclass(frozen=True)
+class RealmLogSettings:
+    """Per-realm event-log settings (``eventlog.realms.<name>`` in config.json)."""
+
+    enabled: bool = True
+    kinds: frozenset[str] = frozenset(KINDS)
+    payloads: bool = False
+    """Log payload contents (JSON of [args, kwargs]); off by default: sizes only."""
+
+
+class RealmEventLog:
+    """Implements :class:`router.core.activity.ActivityLog` for one realm."""
+
+    def __init__(self, realm: str, writer: EventLogWriter, settings: RealmLogSettings) -> None:
+        self._realm = realm
+        self._writer = writer
+        self._kinds = settings.kinds
+        self._payloads = settings.payloads
+
+    def _append(self, record: dict) -> None:
+        self._writer.append(self._realm, record)
+
+    def published(self, publication: Publication, receivers: int) -> None:
+        """Client publications only (the realm's own meta events are not logged)."""
+        if "publish" not in self._kinds:
+            return
+        publisher = publication.publisher
+        record = {"ts": publication.timestamp, "kind": "publish", "topic": publication.topic,
+                  "publication": publication.publication_id, "session": publisher.session_id,
+                  "authid": publisher.authid, "authrole": publisher.authrole,
+                  "protocol": publisher.protocol, "qos": 0, "retain": publication.retain,
+                  "payload_bytes": publication.payload_bytes, "receivers": receivers}
+        if publication.eligibility is not None:
+            record["eligibility"] = ",".join(
+                key for key in ELIGIBILITY_KEYS if getattr(publication.eligibility, key) is not None)
+        if self._payloads:
+            record["payload"] = json.dumps([publication.args, publication.kwargs], default=repr)
+        self._append(record)
+
+    def retained(self, topic: str, action: str, publication: Publication | None) -> None:
+        kind = f"retained_{action}"
+        if kind not in self._kinds:
+            return
+        record = {"ts": time.time(), "kind": kind, "topic": topic}
+        if publication is not None:
+            record["publication"] = publication.publication_id
+        self._append(record)
+
+    def subscribed(self, session: SessionInfo, subscription: Subscription,
+                   get_retained: bool) -> None:
+        if "subscribe" in self._kinds:
+            self._append(dict(self._session_fields(session), kind="subscribe",
+                              topic=subscription.uri, match=subscription.match,
+                              subscription=subscription.id, get_retained=get_retained))
+
+    def unsubscribed(self, session: SessionInfo, subscription: Subscription) -> None:
+        if "unsubscribe" in self._kinds:
+            self._append(dict(self._session_fields(session), kind="unsubscribe",
+                              topic=subscription.uri, match=subscription.match,
+                              subscription=subscription.id))
+
+    def joined(self, session: SessionInfo) -> None:
+        if "session_join" in self._kinds:
+            self._append(dict(self._session_fields(session), kind="session_join",
+                              authmethod=session.authmethod))
+
+    def left(self, session: SessionInfo) -> None:
+        if "session_leave" in self._kinds:
+            now = time.time()
+            self._append(dict(self._session_fields(session, now), kind="session_leave",
+                              authmethod=session.authmethod, duration=now - session.joined_at))
+
+    @staticmethod
+    def _session_fields(session: SessionInfo, now: float | None = None) -> dict:
+        return {"ts": now if now is not None else time.time(), "session": session.session_id,
+                "authid": session.authid, "authrole": session.authrole,
+                "protocol": session.protocol}

@@ -1,0 +1,55 @@
+"""The one schema of event-log records, used by the writer and by the Spark reader.
+
+Every record is one JSON object per line with these fields; a field that does
+not apply to a record's ``kind`` is absent (read as null). Files live at
+``<data_dir>/eventlog/realm=<name>/date=<yyyy-mm-dd>/part-<n>.jsonl`` so Spark
+prunes by realm and day (the partition columns ``realm`` and ``date`` come from
+the path and are not repeated inside records).
+"""
+
+from __future__ import annotations
+
+KINDS = (
+    "publish",          # one per publication
+    "retained_set",     # a publication became (part of) a topic's retained state
+    "retained_clear",   # a topic's retained events were cleared (by a publish or an operator)
+    "retained_expire",  # a retained event's TTL passed
+    "retained_evict",   # a topic was evicted by the realm's limits
+    "subscribe",
+    "unsubscribe",
+    "session_join",
+    "session_leave",
+    "ack",              # a receiver acknowledged a QoS >= 1 delivery
+)
+
+FIELDS: tuple[tuple[str, str], ...] = (
+    ("ts", "double"),            # seconds since the epoch (UTC), when the router saw it
+    ("kind", "string"),          # one of KINDS
+    ("topic", "string"),         # canonical WAMP URI (publish, retained_*, subscribe, unsubscribe)
+    ("publication", "long"),     # publication id (publish, retained_set, ack)
+    ("session", "long"),         # acting session: publisher, subscriber, joining/leaving session
+    ("authid", "string"),
+    ("authrole", "string"),
+    ("protocol", "string"),      # e.g. wamp.websocket, wamp.rawsocket, mqtt, amqp
+    ("qos", "integer"),          # 0, 1 or 2 (publish, ack)
+    ("retain", "boolean"),       # publish: retain requested
+    ("payload_bytes", "long"),   # publish: encoded size of the payload as received
+    ("receivers", "integer"),    # publish: number of deliveries (fan-out)
+    ("eligibility", "string"),   # publish: comma-separated names of black/white lists used
+    ("match", "string"),         # subscribe/unsubscribe: exact | prefix | wildcard
+    ("subscription", "long"),    # subscribe/unsubscribe
+    ("get_retained", "boolean"),  # subscribe
+    ("granted_qos", "integer"),  # subscribe
+    ("authmethod", "string"),    # session_join / session_leave
+    ("duration", "double"),      # session_leave: seconds the session lasted
+    ("latency_ms", "double"),    # ack: milliseconds from delivery to acknowledgement
+    ("payload", "string"),       # publish: JSON of [args, kwargs], only where the realm opts in
+)
+
+FIELD_NAMES = tuple(name for name, _ in FIELDS)
+PARTITION_COLUMNS = ("realm", "date")
+
+
+def spark_ddl() -> str:
+    """The schema as a Spark DDL string (``StructType.fromDDL`` / ``schema=`` accept it)."""
+    return ", ".join(f"`{name}` {kind}" for name, kind in FIELDS)

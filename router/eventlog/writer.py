@@ -1,0 +1,125 @@
+"""The event-log writer: buffer on the reactor thread, write JSON lines in a background thread.
+
+Layout: ``<base>/realm=<name>/date=<yyyy-mm-dd>/part-<n>.jsonl``. A part file is
+closed and the next one started when it reaches ``max_file_bytes``, is older
+than ``max_file_age`` seconds, or the UTC date changes. Every flush writes whole
+lines and flushes the file, so a crash loses at most the last flush interval; a
+line torn by a crash mid-write is the last line of its file and readers skip it
+(the writer never appends to a file it did not create, it starts a new part).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Callable
+
+import orjson
+
+from router.background import BatchWorker
+
+log = logging.getLogger(__name__)
+
+Opener = Callable[[Path], IO[bytes]]
+
+
+def _open_new(path: Path) -> IO[bytes]:
+    return open(path, "xb")
+
+
+@dataclass
+class _PartFile:
+    day_start: float
+    day_end: float
+    number: int
+    handle: IO[bytes]
+    opened_at: float
+    size: int = 0
+    lines: list[bytes] = field(default_factory=list)
+
+
+class EventLogWriter:
+    """One per node; realms append records, a timer calls :meth:`flush`."""
+
+    def __init__(self, base_dir: Path, max_file_bytes: int = 64 * 1024 * 1024,
+                 max_file_age: float = 3600.0, opener: Opener = _open_new,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.base_dir = base_dir
+        self.max_file_bytes = max_file_bytes
+        self.max_file_age = max_file_age
+        self._opener = opener
+        self._clock = clock
+        self._buffer: list[tuple[str, dict]] = []
+        self._files: dict[str, _PartFile] = {}
+        self._worker = BatchWorker("eventlog-writer", self._write_batches)
+
+    def append(self, realm: str, record: dict) -> None:
+        """Buffer one record (reactor thread: no I/O, no encoding)."""
+        self._buffer.append((realm, record))
+
+    def flush(self) -> None:
+        """Hand everything buffered to the writer thread."""
+        if self._buffer:
+            batch, self._buffer = self._buffer, []
+            self._worker.put(batch)
+
+    def close(self) -> None:
+        """Write what is buffered and close the files (blocks; call from a thread or at exit)."""
+        self.flush()
+        self._worker.close()
+        for part in self._files.values():
+            part.handle.close()
+        self._files.clear()
+
+    # writer thread --------------------------------------------------------------
+
+    def _write_batches(self, batches: list[list[tuple[str, dict]]]) -> None:
+        """Write each flushed batch; rotation by age is decided once per batch."""
+        dumps = orjson.dumps
+        for batch in batches:
+            now = self._clock()
+            touched: dict[str, _PartFile] = {}
+            for realm, record in batch:
+                line = dumps(record, default=str) + b"\n"
+                part = touched.get(realm)
+                timestamp = record["ts"]
+                if (part is None or not part.day_start <= timestamp < part.day_end
+                        or part.size >= self.max_file_bytes):
+                    part = touched[realm] = self._part_for(realm, timestamp, now)
+                part.lines.append(line)
+                part.size += len(line)
+            for part in touched.values():
+                self._write_out(part)
+                part.handle.flush()
+
+    @staticmethod
+    def _write_out(part: _PartFile) -> None:
+        part.handle.write(b"".join(part.lines))
+        part.lines.clear()
+
+    def _part_for(self, realm: str, timestamp: float, now: float) -> _PartFile:
+        part = self._files.get(realm)
+        if part is not None and (not part.day_start <= timestamp < part.day_end
+                                 or part.size >= self.max_file_bytes
+                                 or now - part.opened_at >= self.max_file_age):
+            self._write_out(part)
+            part.handle.close()
+            part = None
+        if part is None:
+            part = self._files[realm] = self._new_part(realm, timestamp, now)
+        return part
+
+    def _new_part(self, realm: str, timestamp: float, now: float) -> _PartFile:
+        day = datetime.fromtimestamp(timestamp, timezone.utc).replace(
+            hour=0, minute=0, second=0, microsecond=0)
+        folder = self.base_dir / f"realm={realm}" / f"date={day:%Y-%m-%d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        numbers = [int(p.stem.split("-", 1)[1]) for p in folder.glob("part-*.jsonl")
+                   if p.stem.split("-", 1)[1].isdigit()]
+        number = max(numbers, default=-1) + 1
+        start = day.timestamp()
+        return _PartFile(start, start + 86_400, number,
+                         self._opener(folder / f"part-{number}.jsonl"), now)

@@ -1,0 +1,162 @@
+"""The per-realm event log: layout, rotation, crash tolerance, non-blocking writes, content."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from autobahn.wamp.types import PublishOptions
+
+from router.eventlog.schema import FIELD_NAMES, KINDS
+from router.eventlog.writer import EventLogWriter
+from tests.clients import connect, next_item, run
+from tests.harness import RouterProcess, realm_file
+
+DAY1 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+def read_records(base: Path, realm: str | None = None) -> list[dict]:
+    """Every complete record under ``base`` (a torn last line is skipped, as readers must)."""
+    records = []
+    pattern = f"realm={realm}/date=*/part-*.jsonl" if realm else "realm=*/date=*/part-*.jsonl"
+    for path in sorted(base.glob(pattern)):
+        for line in path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def test_records_are_partitioned_by_realm_and_utc_date(tmp_path):
+    writer = EventLogWriter(tmp_path)
+    writer.append("r1", {"ts": DAY1 + 10, "kind": "publish", "topic": "a"})
+    writer.append("r1", {"ts": DAY1 + 86_400 + 10, "kind": "publish", "topic": "b"})
+    writer.append("r2", {"ts": DAY1 + 20, "kind": "publish", "topic": "c"})
+    writer.close()
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.jsonl"))
+    assert files == ["realm=r1/date=2026-01-01/part-0.jsonl", "realm=r1/date=2026-01-02/part-0.jsonl",
+                     "realm=r2/date=2026-01-01/part-0.jsonl"]
+    assert [r["topic"] for r in read_records(tmp_path, "r1")] == ["a", "b"]
+
+
+def test_files_rotate_by_size_and_by_age(tmp_path):
+    writer = EventLogWriter(tmp_path, max_file_bytes=200, max_file_age=60, clock=lambda: DAY1)
+    for n in range(10):
+        writer.append("r", {"ts": DAY1 + n, "kind": "publish", "topic": f"com.example.t{n}"})
+    writer.flush()
+    writer.close()
+    parts = sorted((tmp_path / "realm=r" / "date=2026-01-01").glob("part-*.jsonl"))
+    assert len(parts) > 1 and all(p.stat().st_size <= 200 + 80 for p in parts)
+    assert [r["topic"] for r in read_records(tmp_path)] == [f"com.example.t{n}" for n in range(10)]
+
+    # the writer reads its clock once per flushed batch: the second batch is 61 s later
+    ticks = iter([DAY1, DAY1 + 61])
+    aged = EventLogWriter(tmp_path / "aged", max_file_age=60, clock=lambda: next(ticks))
+    aged.append("r", {"ts": DAY1, "kind": "publish"})
+    aged.flush()
+    aged.append("r", {"ts": DAY1 + 61, "kind": "publish"})
+    aged.close()
+    assert len(list((tmp_path / "aged").rglob("part-*.jsonl"))) == 2
+
+
+def test_a_restart_never_appends_to_a_torn_file(tmp_path):
+    folder = tmp_path / "realm=r" / "date=2026-01-01"
+    folder.mkdir(parents=True)
+    (folder / "part-0.jsonl").write_text('{"ts": 1767225600, "kind": "publish"}\n{"ts": 17672')
+    writer = EventLogWriter(tmp_path)
+    writer.append("r", {"ts": DAY1 + 5, "kind": "subscribe"})
+    writer.close()
+    assert (folder / "part-0.jsonl").read_text().endswith('{"ts": 17672')
+    assert (folder / "part-1.jsonl").read_text().count("\n") == 1
+    assert [r["kind"] for r in read_records(tmp_path)] == ["publish", "subscribe"]
+
+
+class GatedFile:
+    """A file whose writes wait until the test opens the gate: a disk that stalls."""
+
+    def __init__(self, path: Path, gate: threading.Event, entered: threading.Event) -> None:
+        self._file = open(path, "xb")
+        self._gate = gate
+        self._entered = entered
+
+    def write(self, data: bytes) -> int:
+        self._entered.set()
+        assert self._gate.wait(30), "the test never released the disk"
+        return self._file.write(data)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def test_a_stalled_disk_never_blocks_the_caller(tmp_path):
+    gate, entered = threading.Event(), threading.Event()
+    writer = EventLogWriter(tmp_path, opener=lambda path: GatedFile(path, gate, entered))
+    writer.append("r", {"ts": DAY1, "kind": "publish", "topic": "first"})
+    writer.flush()
+    assert entered.wait(10), "the writer thread never started writing"
+    # The writer thread is now stuck inside write(); the caller must still make progress.
+    for n in range(1000):
+        writer.append("r", {"ts": DAY1 + n, "kind": "publish", "topic": f"t{n}"})
+        if n % 100 == 0:
+            writer.flush()
+    assert not gate.is_set()
+    gate.set()
+    writer.close()
+    assert len(read_records(tmp_path)) == 1001
+
+
+def test_schema_lists_every_kind_the_router_writes():
+    assert set(KINDS) >= {"publish", "retained_set", "retained_clear", "subscribe",
+                          "unsubscribe", "session_join", "session_leave"}
+    assert len(FIELD_NAMES) == len(set(FIELD_NAMES))
+
+
+def test_router_logs_what_clients_did(tmp_path):
+    router = RouterProcess(tmp_path, [realm_file("realm1"), realm_file("open")],
+                           extra_config={"eventlog": {"flush_interval": 0.1, "realms": {
+                               "open": {"payloads": True, "kinds": ["publish"]}}}}).start()
+
+    async def traffic():
+        subscribers = [await connect(router, "rawsocket", "msgpack") for _ in range(3)]
+        queues = [await s.events("com.log.fanout", get_retained=True) for s in subscribers]
+        publisher = await connect(router, "websocket", "json")
+        for n in range(5):
+            await publisher.publish("com.log.fanout", n, options=PublishOptions(acknowledge=True))
+        await publisher.publish("com.log.kept", "state",
+                                options=PublishOptions(acknowledge=True, retain=True))
+        for q in queues:
+            for _ in range(5):
+                await next_item(q)
+        other = await connect(router, realm="open")
+        await other.publish("com.log.secret", "contents", options=PublishOptions(acknowledge=True))
+        for client in subscribers + [publisher, other]:
+            await client.close()
+
+    try:
+        run(traffic())
+    finally:
+        assert router.stop() == 0  # a clean stop writes what is buffered
+    records = read_records(router.workdir / "data" / "eventlog", "realm1")
+    publishes = [r for r in records if r["kind"] == "publish"]
+    assert [r["receivers"] for r in publishes if r["topic"] == "com.log.fanout"] == [3] * 5
+    assert all(r["payload_bytes"] > 0 and r["protocol"] == "wamp.websocket" and "payload" not in r
+               for r in publishes)
+    kept, = [r for r in publishes if r["topic"] == "com.log.kept"]
+    assert kept["retain"] is True
+    assert [r["publication"] for r in records if r["kind"] == "retained_set"] == [kept["publication"]]
+    subscribes = [r for r in records if r["kind"] == "subscribe"]
+    assert len(subscribes) == 3 and all(r["get_retained"] and r["match"] == "exact"
+                                        for r in subscribes)
+    joins = [r for r in records if r["kind"] == "session_join"]
+    leaves = [r for r in records if r["kind"] == "session_leave"]
+    assert len(joins) == len(leaves) == 4
+    assert all(r["duration"] >= 0 and r["authmethod"] == "anonymous" for r in leaves)
+    assert all(set(r) <= set(FIELD_NAMES) for r in records)
+    opened = read_records(router.workdir / "data" / "eventlog", "open")
+    assert [r["kind"] for r in opened] == ["publish"]
+    assert json.loads(opened[0]["payload"]) == [["contents"], None]
