@@ -14,13 +14,17 @@ from typing import Any
 from router.core.authorization import ACTIONS, PermissionRule
 from router.core.credentials import SCHEME, Principal
 from router.core.history import HistoryRule
+from router.core.payload import MAPPINGS
+from router.core.qos import POLICIES, QOS_LEVELS
 from router.core.retention import RetentionPolicy
 from router.eventlog.realm_log import RealmLogSettings
 from router.eventlog.schema import KINDS
+from router.mqtt.frontend import MqttSettings
 from router.core.uri import MATCH_POLICIES, is_valid_uri
 
 SERIALIZERS = ("json", "msgpack", "cbor")
-LISTENER_TYPES = ("websocket", "rawsocket")
+LISTENER_TYPES = ("websocket", "rawsocket", "mqtt", "mqtt-websocket")
+MQTT_LISTENERS = ("mqtt", "mqtt-websocket")
 DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
 RAWSOCKET_MIN, RAWSOCKET_MAX = 512, 2 ** 24
 
@@ -43,6 +47,8 @@ class ListenerConfig:
     path: str = "/ws"
     serializers: tuple[str, ...] = SERIALIZERS
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    realm: str | None = None
+    """The realm an MQTT listener's clients join (MQTT has no realm of its own)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,7 @@ class RealmConfig:
     principals: dict[str, Principal] = field(default_factory=dict)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     history: tuple[HistoryRule, ...] = ()
+    mqtt: MqttSettings = field(default_factory=MqttSettings)
 
 
 @dataclass(frozen=True)
@@ -135,17 +142,24 @@ def _load_json(path: Path) -> Any:
                           f"{exc.msg}") from exc
 
 
-def _listener(reader: _Reader) -> ListenerConfig:
-    reader.reject_unknown({"type", "host", "port", "path", "serializers", "max_message_size"})
+def _listener(reader: _Reader, realm_names: list[str]) -> ListenerConfig:
     kind = reader.get("type", str)
     if kind not in LISTENER_TYPES:
         raise reader.fail("type", f"must be one of {', '.join(LISTENER_TYPES)}, got '{kind}'")
+    if kind in MQTT_LISTENERS:
+        reader.reject_unknown({"type", "host", "port", "path", "max_message_size", "realm"})
+        realm = reader.get("realm", str)
+        if realm not in realm_names:
+            raise reader.fail("realm", f"'{realm}' is not one of the realms this node loads")
+    else:
+        reader.reject_unknown({"type", "host", "port", "path", "serializers", "max_message_size"})
+        realm = None
     host = reader.get("host", str, "127.0.0.1")
     port = reader.get("port", int)
     if not 0 <= port <= 65535:
         raise reader.fail("port", f"must be between 0 and 65535, got {port}")
-    path = reader.get("path", str, "/ws")
-    if kind == "websocket" and not path.startswith("/"):
+    path = reader.get("path", str, "/mqtt" if kind == "mqtt-websocket" else "/ws")
+    if kind.endswith("websocket") and not path.startswith("/"):
         raise reader.fail("path", f"must start with '/', got '{path}'")
     serializers = tuple(reader.get("serializers", list, list(SERIALIZERS)))
     if not serializers:
@@ -158,7 +172,7 @@ def _listener(reader: _Reader) -> ListenerConfig:
     low, high = (RAWSOCKET_MIN, RAWSOCKET_MAX) if kind == "rawsocket" else (512, 2 ** 30)
     if not low <= size <= high:
         raise reader.fail("max_message_size", f"must be between {low} and {high}, got {size}")
-    return ListenerConfig(kind, host, port, path, serializers, size)
+    return ListenerConfig(kind, host, port, path, serializers, size, realm)
 
 
 def _rule(reader: _Reader, check: str) -> PermissionRule:
@@ -218,6 +232,25 @@ def _retention(reader: _Reader, check: str) -> RetentionPolicy:
         declined=tuple(declined))
 
 
+def _mqtt(reader: _Reader) -> MqttSettings:
+    reader.reject_unknown({"payload_mapping", "qos_policy", "max_qos", "max_packet_size",
+                           "max_queued"})
+    defaults = MqttSettings()
+    mapping = reader.get("payload_mapping", str, defaults.payload_mapping)
+    if mapping not in MAPPINGS:
+        raise reader.fail("payload_mapping", f"must be one of {', '.join(MAPPINGS)}, "
+                          f"got '{mapping}'")
+    policy = reader.get("qos_policy", str, defaults.qos_policy)
+    if policy not in POLICIES:
+        raise reader.fail("qos_policy", f"must be one of {', '.join(POLICIES)}, got '{policy}'")
+    max_qos = reader.get("max_qos", int, defaults.max_qos)
+    if max_qos not in QOS_LEVELS:
+        raise reader.fail("max_qos", f"must be 0, 1 or 2, got {max_qos}")
+    return MqttSettings(mapping, policy, max_qos,
+                        _positive(reader, "max_packet_size", int, defaults.max_packet_size),
+                        _positive(reader, "max_queued", int, defaults.max_queued))
+
+
 def _history_rule(reader: _Reader, check: str) -> HistoryRule:
     reader.reject_unknown({"uri", "match", "limit", "max_age"})
     uri, match = _pattern(reader, check)
@@ -229,7 +262,7 @@ def load_realm(path: Path, expected_name: str) -> RealmConfig:
     """Read and validate one realm file."""
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"name", "uri_check", "anonymous_role", "roles", "principals",
-                           "retention", "history"})
+                           "retention", "history", "mqtt"})
     name = reader.get("name", str)
     if name != expected_name:
         raise reader.fail("name", f"is '{name}' but config.json loads this file as "
@@ -257,7 +290,8 @@ def load_realm(path: Path, expected_name: str) -> RealmConfig:
     history_reader = reader.child("history", reader.get("history", list, []))
     history = tuple(_history_rule(history_reader.child(i, rule), check)
                     for i, rule in enumerate(history_reader.data))
-    return RealmConfig(name, path, roles, check, anonymous, principals, retention, history)
+    mqtt = _mqtt(reader.child("mqtt", reader.get("mqtt", dict, {})))
+    return RealmConfig(name, path, roles, check, anonymous, principals, retention, history, mqtt)
 
 
 def _realm_log(reader: _Reader, default_enabled: bool) -> RealmLogSettings:
@@ -311,7 +345,7 @@ def load_config(path: Path | str) -> NodeConfig:
             raise reader.fail(f"realms[{index}]", f"realm file {realm_file} does not exist")
         realms[name] = load_realm(realm_file, name)
     listeners_reader = reader.child("listeners", reader.get("listeners", list))
-    listeners = tuple(_listener(listeners_reader.child(i, entry))
+    listeners = tuple(_listener(listeners_reader.child(i, entry), names)
                       for i, entry in enumerate(listeners_reader.data))
     if not listeners:
         raise reader.fail("listeners", "must define at least one listener")

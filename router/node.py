@@ -19,6 +19,9 @@ from router.core.router import Router
 from router.core.testament import Testaments
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
+from router.mqtt.frontend import MqttFrontend
+from router.mqtt.persistence import MqttSessionStore
+from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
 from router.store.codec import decode_retained, encode_retained
 from router.store.sqlite import SqliteStore
 from router.wamp.codec import make_serializers
@@ -95,6 +98,7 @@ class Node:
                                        config.eventlog.max_file_bytes,
                                        config.eventlog.max_file_age)
         self.router = build_router(config, reactor, self.store, self.eventlog)
+        self.mqtt = self._mqtt_frontends()
         self._expiry = task.LoopingCall(self._expire_retained)
         self._expiry.clock = reactor
         self._log_flush = task.LoopingCall(self.eventlog.flush)
@@ -118,11 +122,37 @@ class Node:
             address = port.getHost()
             if listener.type == "websocket":
                 urls.append(f"ws://{address.host}:{address.port}{listener.path}")
-            else:
+            elif listener.type == "rawsocket":
                 urls.append(f"rawsocket://{address.host}:{address.port}")
+            elif listener.type == "mqtt":
+                urls.append(f"mqtt://{address.host}:{address.port}")
+            else:
+                urls.append(f"mqtt+ws://{address.host}:{address.port}{listener.path}")
         return urls
 
+    def _mqtt_frontends(self) -> dict[str, MqttFrontend]:
+        """One MQTT frontend per realm an MQTT listener serves, with its sessions restored."""
+        frontends = {}
+        for listener in self.config.listeners:
+            if listener.realm is None or listener.realm in frontends:
+                continue
+            realm = self.router.realms[listener.realm]
+            frontend = MqttFrontend(self.router, realm, self.config.realms[realm.name].mqtt,
+                                    MqttSessionStore(self.store, realm.name), self.reactor)
+            restored = frontend.restore()
+            if restored:
+                log.info("realm %s: restored %d persistent MQTT session(s)", realm.name, restored)
+            frontends[realm.name] = frontend
+        return frontends
+
     def _listen(self, listener: ListenerConfig) -> IListeningPort:
+        if listener.type == "mqtt":
+            return self.reactor.listenTCP(listener.port, MqttTcpFactory(self.mqtt[listener.realm]),
+                                          interface=listener.host)
+        if listener.type == "mqtt-websocket":
+            factory = MqttWebSocketFactory(self.mqtt[listener.realm], listener.path,
+                                           listener.max_message_size)
+            return self.reactor.listenTCP(listener.port, factory, interface=listener.host)
         serializers = [self._serializers[name] for name in listener.serializers]
         protocol_name = f"wamp.{listener.type}"
 

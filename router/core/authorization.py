@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from router.core.uri import EXACT, PREFIX, WILDCARD, is_reserved, wildcard_matches
+from router.core.uri import EXACT, MQTT, PREFIX, WILDCARD, is_reserved, wildcard_matches
 
 ACTIONS = ("publish", "subscribe", "call", "register")
 
@@ -36,13 +36,15 @@ class PermissionRule:
         if self.match == PREFIX:
             if match == WILDCARD:
                 return _wildcard_fixed_head(uri).startswith(self.uri)
+            if match == MQTT:
+                return _filter_fixed_head(uri).startswith(self.uri)
             return uri.startswith(self.uri)
         if self.match == EXACT:
             return match == EXACT and uri == self.uri
         rule_parts = self.uri.split(".")
         if match == EXACT:
             return wildcard_matches(rule_parts, uri)
-        if match == WILDCARD:
+        if match == WILDCARD or (match == MQTT and not uri.endswith("#")):
             parts = uri.split(".")
             return len(parts) == len(rule_parts) and all(
                 r == "" or r == p for r, p in zip(rule_parts, parts))
@@ -56,6 +58,23 @@ def _wildcard_fixed_head(pattern: str) -> str:
         return pattern
     fixed = parts[:parts.index("")]
     return ".".join(fixed) + "." if fixed else ""
+
+
+def _filter_fixed_head(pattern: str) -> str:
+    """The literal text every topic an MQTT-style filter matches starts with.
+
+    ``a.b.#`` matches ``a.b`` itself, so its head is ``a.b``; a one-level
+    wildcard first seen after ``a.`` leaves ``a.``.
+    """
+    parts = pattern.split(".")
+    fixed = []
+    for part in parts:
+        if part == "#":
+            return ".".join(fixed)
+        if part == "":
+            return ".".join(fixed) + "." if fixed else ""
+        fixed.append(part)
+    return pattern
 
 
 class Role:

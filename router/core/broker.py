@@ -16,7 +16,7 @@ from router.core.ids import router_scope_ids
 from router.core.model import Publication
 from router.core.peer import Peer
 from router.core.trie import TopicTrie
-from router.core.uri import EXACT, PREFIX, is_reserved
+from router.core.uri import EXACT, MQTT, PREFIX, is_reserved
 
 
 class Subscription:
@@ -44,14 +44,18 @@ class SubscriptionIndex:
         self.prefix: dict[str, Subscription] = {}
         self._prefix_lengths: list[int] = []
         self.wildcard: TopicTrie[Subscription] = TopicTrie()
+        self.filters: TopicTrie[Subscription] = TopicTrie()
         self.by_id: dict[int, Subscription] = {}
+
+    def _trie(self, match: str) -> TopicTrie[Subscription]:
+        return self.filters if match == MQTT else self.wildcard
 
     def lookup(self, uri: str, match: str) -> Subscription | None:
         if match == EXACT:
             return self.exact.get(uri)
         if match == PREFIX:
             return self.prefix.get(uri)
-        return self.wildcard.get(uri)
+        return self._trie(match).get(uri)
 
     def add(self, subscription: Subscription) -> None:
         self.by_id[subscription.id] = subscription
@@ -61,7 +65,7 @@ class SubscriptionIndex:
             self.prefix[subscription.uri] = subscription
             self._refresh_prefix_lengths()
         else:
-            self.wildcard.set(subscription.uri, subscription)
+            self._trie(subscription.match).set(subscription.uri, subscription)
 
     def remove(self, subscription: Subscription) -> None:
         del self.by_id[subscription.id]
@@ -71,7 +75,7 @@ class SubscriptionIndex:
             del self.prefix[subscription.uri]
             self._refresh_prefix_lengths()
         else:
-            self.wildcard.pop(subscription.uri)
+            self._trie(subscription.match).pop(subscription.uri)
 
     def _refresh_prefix_lengths(self) -> None:
         self._prefix_lengths = sorted({len(uri) for uri in self.prefix})
@@ -91,6 +95,8 @@ class SubscriptionIndex:
                     yield subscription
         if len(self.wildcard):
             yield from self.wildcard.match_patterns(topic.split("."))
+        if len(self.filters):
+            yield from self.filters.match_filters(topic.split("."))
 
 
 MetaPublisher = Callable[[str, list], None]

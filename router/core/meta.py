@@ -67,7 +67,7 @@ def install_subscription_meta(realm: Realm) -> None:
         listed: dict[str, list[int]] = {policy: [] for policy in MATCH_POLICIES}
         for sub in index.by_id.values():
             if not sub.is_meta:
-                listed[sub.match].append(sub.id)
+                listed.setdefault(sub.match, []).append(sub.id)
         return listed
 
     def lookup(caller: SessionInfo, args: list, kwargs: dict) -> int | None:

@@ -96,6 +96,13 @@ class Publication:
     retain_ttl: float | None = None
     payload_bytes: int = 0
     """Encoded size of the payload as the publisher sent it (for the event log)."""
+    qos: int = 0
+    payload: bytes | None = None
+    """The raw payload of a byte-oriented publisher (MQTT, AMQP), passed on unchanged."""
+    properties: dict | None = None
+    """MQTT 5 properties passed through to MQTT receivers (user properties, content type...)."""
+    expires_at: float | None = None
+    """Message expiry: the event is not delivered after this time."""
     timestamp: float = field(default_factory=time.time)
     wire_cache: dict = field(default_factory=dict)
     """Per-frontend encodings shared by all receivers (e.g. one WAMP EVENT per subscription)."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from router.core.errors import ProtocolViolation
 from router.core.model import ELIGIBILITY_KEYS, Eligibility
+from router.core.qos import QOS_LEVELS
 from router.core.uri import EXACT, MATCH_POLICIES
 
 
@@ -23,6 +24,7 @@ class PublishOptions:
     retain_ttl: float | None = None
     retain_clear: bool = False
     eligibility: Eligibility | None = None
+    qos: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,11 @@ def parse_publish_options(options: dict) -> PublishOptions:
     ttl = options.get("_retain_ttl")
     if ttl is not None and (type(ttl) not in (int, float) or ttl <= 0):
         raise ProtocolViolation("option '_retain_ttl' must be a positive number of seconds")
+    qos = options.get("_qos", 0)
+    if type(qos) is not int or qos not in QOS_LEVELS:
+        raise ProtocolViolation("option '_qos' must be 0, 1 or 2")
     return PublishOptions(
+        qos=qos,
         acknowledge=_bool(options, "acknowledge", False),
         exclude_me=_bool(options, "exclude_me", True),
         disclose_me=_bool(options, "disclose_me", False),

@@ -87,11 +87,14 @@ class Realm:
     def publish(self, info: SessionInfo, topic: str, args: list | None, kwargs: dict | None,
                 options: PublishOptions,
                 on_durable: Callable[[Publication, bool], None] | None = None,
-                payload_bytes: int = 0) -> Publication:
+                payload_bytes: int = 0, *, payload: bytes | None = None,
+                properties: dict | None = None,
+                expires_at: float | None = None) -> Publication:
         """Validate, authorize and dispatch a publication from a client session.
 
-        ``on_durable(publication, ok)`` runs once the publication's effect on retained state
-        is stored (at once when there is nothing to store): acknowledge then.
+        ``on_durable(publication, ok)`` runs once everything the publication made
+        durable (retained state, QoS >= 1 copies queued for persistent sessions)
+        is stored, at once when there is nothing to store: acknowledge then.
         """
         self.check_uri(topic)
         if is_reserved(topic):
@@ -100,7 +103,8 @@ class Realm:
         disclose = options.disclose_me or self.authorizer.discloses(info.authrole, "publish", topic)
         publication = Publication(random_id(), topic, args, kwargs, info, disclose,
                                   options.eligibility, options.exclude_me, options.retain,
-                                  options.retain_ttl, payload_bytes)
+                                  options.retain_ttl, payload_bytes, options.qos, payload,
+                                  properties, expires_at)
         receivers = self.broker.dispatch(publication)
         if self.activity is not None:
             self.activity.published(publication, receivers)
@@ -113,7 +117,7 @@ class Realm:
             elif options.retain and not self.retention.declines(topic):
                 changed = self._retain(publication)
         if on_durable is not None:
-            if changed and self.persistence is not None:
+            if (changed or publication.qos) and self.persistence is not None:
                 self.persistence.when_durable(lambda ok: on_durable(publication, ok))
             else:
                 on_durable(publication, True)

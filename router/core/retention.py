@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 
 from router.core.model import Publication, SessionInfo
 from router.core.trie import TopicTrie
-from router.core.uri import EXACT, PREFIX, uri_matches
+from router.core.uri import EXACT, MQTT, PREFIX, uri_matches
 
 
 @dataclass(frozen=True)
@@ -187,6 +187,8 @@ class RetainedStore:
                 yield uri, entries
         elif match == PREFIX:
             yield from self._topics.under_prefix(uri)
+        elif match == MQTT:
+            yield from self._topics.matching_filter(uri.split("."))
         else:
             yield from self._topics.matching_wildcard(uri.split("."))
 

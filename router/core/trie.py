@@ -102,6 +102,64 @@ class TopicTrie(Generic[V]):
                 if wild is not None:
                     stack.append((wild, depth + 1))
 
+    def match_filters(self, topic_parts: list[str]) -> Iterator[V]:
+        """Values stored under MQTT-style filters that match the topic.
+
+        In stored filters ``''`` is one level (MQTT ``+``) and a last component
+        ``'#'`` is this level and everything below, including nothing more
+        (``a.#`` matches ``a``). A topic whose first level starts with ``$`` is not
+        matched by a filter that starts with a wildcard (MQTT's rule).
+        """
+        last = len(topic_parts)
+        system = last > 0 and topic_parts[0].startswith("$")
+        stack = [(self._root, 0)]
+        while stack:
+            node, depth = stack.pop()
+            wild_allowed = depth > 0 or not system
+            if wild_allowed:
+                rest = node.children.get("#")
+                if rest is not None and rest.value is not _MISSING:
+                    yield rest.value  # type: ignore[misc]
+            if depth == last:
+                if node.value is not _MISSING:
+                    yield node.value  # type: ignore[misc]
+                continue
+            exact = node.children.get(topic_parts[depth])
+            if exact is not None:
+                stack.append((exact, depth + 1))
+            if wild_allowed:
+                one = node.children.get("")
+                if one is not None:
+                    stack.append((one, depth + 1))
+
+    def matching_filter(self, filter_parts: list[str]) -> Iterator[tuple[str, V]]:
+        """Stored (key, value) pairs whose key matches an MQTT-style filter (see match_filters)."""
+        last = len(filter_parts)
+        stack = [(self._root, 0)]
+        while stack:
+            node, depth = stack.pop()
+            if depth == last:
+                if node.value is not _MISSING:
+                    yield node.key, node.value  # type: ignore[misc]
+                continue
+            part = filter_parts[depth]
+            if part == "#":
+                for key, value in self._subtree(node) if depth > 0 else self._subtree_public(node):
+                    yield key, value
+            elif part == "":
+                stack.extend((child, depth + 1) for name, child in node.children.items()
+                             if depth > 0 or not name.startswith("$"))
+            else:
+                child = node.children.get(part)
+                if child is not None:
+                    stack.append((child, depth + 1))
+
+    def _subtree_public(self, node: _Node) -> Iterator[tuple[str, V]]:
+        """The whole trie except topics whose first level starts with ``$``."""
+        for name, child in node.children.items():
+            if not name.startswith("$"):
+                yield from self._subtree(child)
+
     def under_prefix(self, prefix: str) -> Iterator[tuple[str, V]]:
         """Stored (key, value) pairs whose key starts with the string ``prefix``.
 

@@ -73,6 +73,12 @@ class RealmEventLog:
                               topic=subscription.uri, match=subscription.match,
                               subscription=subscription.id))
 
+    def acknowledged(self, session: SessionInfo, topic: str, qos: int,
+                     latency_ms: float) -> None:
+        if "ack" in self._kinds:
+            self._append(dict(self._session_fields(session), kind="ack", topic=topic, qos=qos,
+                              latency_ms=latency_ms))
+
     def joined(self, session: SessionInfo) -> None:
         if "session_join" in self._kinds:
             self._append(dict(self._session_fields(session), kind="session_join",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from router.background import BatchWorker
 from router.core.retention import RetainedEvent
@@ -59,6 +59,18 @@ class SqliteStore:
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         self._worker.put(callback)
 
+    def execute(self, statement: str, params: tuple = ()) -> None:
+        """Queue one write; writes run in the order queued, in the next committed batch."""
+        self._worker.put(_Statement(statement, params))
+
+    def create_schema(self, script: str) -> None:
+        """Create tables at start-up (before the writer has work)."""
+        self._connection.executescript(script)
+
+    def query(self, statement: str, params: tuple = ()) -> list[tuple]:
+        """Read at start-up (before the writer has work)."""
+        return self._connection.execute(statement, params).fetchall()
+
     def close(self) -> None:
         """Commit everything queued and stop the writer (blocks; call from a thread or at exit)."""
         self._worker.close()
@@ -68,21 +80,27 @@ class SqliteStore:
 
     def _write_batch(self, batch: list) -> None:
         writes: dict[tuple[str, str], bytes | None] = {}
+        statements: list[_Statement] = []
         callbacks = []
         for item in batch:
-            if callable(item):
+            if type(item) is _Statement:
+                statements.append(item)
+            elif callable(item):
                 callbacks.append(item)
             else:
                 realm, topic, blob = item
                 writes[(realm, topic)] = blob
-        ok = self._write(writes) if writes else True
+        ok = self._write(writes, statements) if writes or statements else True
         for callback in callbacks:
             self._call_in_loop(callback, ok)
 
-    def _write(self, writes: dict[tuple[str, str], bytes | None]) -> bool:
+    def _write(self, writes: dict[tuple[str, str], bytes | None],
+               statements: list["_Statement"]) -> bool:
         try:
             with self._connection:
                 self._connection.execute("BEGIN")
+                for statement in statements:
+                    self._connection.execute(statement.sql, statement.params)
                 self._connection.executemany(
                     "INSERT INTO retained (realm, topic, entries) VALUES (?, ?, ?) "
                     "ON CONFLICT (realm, topic) DO UPDATE SET entries = excluded.entries",
@@ -92,9 +110,15 @@ class SqliteStore:
                     "DELETE FROM retained WHERE realm = ? AND topic = ?",
                     [key for key, blob in writes.items() if blob is None])
         except sqlite3.Error:
-            log.exception("writing %d retained topic(s) failed", len(writes))
+            log.exception("writing a batch (%d retained topic(s), %d statement(s)) failed",
+                          len(writes), len(statements))
             return False
         return True
+
+
+class _Statement(NamedTuple):
+    sql: str
+    params: tuple
 
 
 def _names_sessions(entry: RetainedEvent) -> bool:

@@ -1,0 +1,84 @@
+"""Payload mapping between byte-oriented protocols (MQTT, AMQP) and WAMP args/kwargs.
+
+Configured per realm (``payload_mapping``):
+
+``json`` (default)
+    bytes -> WAMP: a UTF-8 JSON array becomes ``args``, an object ``kwargs``, any
+    other JSON value ``args=[value]``; bytes that are not UTF-8 JSON become
+    ``args=[bytes]`` (a binary argument).
+    WAMP -> bytes: a single binary argument is sent as is; ``args=[x]`` as JSON of
+    ``x``; only ``kwargs`` as JSON of ``kwargs``; several args as a JSON array; args
+    and kwargs as ``{"args": [...], "kwargs": {...}}``; nothing as empty bytes.
+    Binary values inside JSON follow WAMP's convention: ``"\u0000" + base64``.
+``binary``
+    bytes -> WAMP: always ``args=[bytes]``. WAMP -> bytes: as for ``json``.
+
+A publication from a byte-oriented publisher keeps its original bytes, which
+byte-oriented receivers get unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from router.core.model import Publication
+
+MAPPINGS = ("json", "binary")
+
+
+def from_bytes(data: bytes, mapping: str) -> tuple[list | None, dict | None]:
+    """(args, kwargs) for a byte payload."""
+    if not data:
+        return None, None
+    if mapping == "json":
+        try:
+            value = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return [data], None
+        if isinstance(value, list):
+            return value, None
+        if isinstance(value, dict):
+            return None, value
+        return [value], None
+    return [data], None
+
+
+def to_bytes(publication: Publication) -> bytes:
+    """The byte payload of a publication, computed once per dispatch for all receivers."""
+    if publication.payload is not None:
+        return publication.payload
+    cached = publication.wire_cache.get(_CACHE_KEY)
+    if cached is None:
+        cached = publication.wire_cache[_CACHE_KEY] = _encode(publication)
+    return cached
+
+
+_CACHE_KEY = "payload-bytes"
+
+
+def _encode(publication: Publication) -> bytes:
+    args, kwargs = publication.args, publication.kwargs
+    if not kwargs:
+        if not args:
+            return b""
+        if len(args) == 1:
+            if isinstance(args[0], (bytes, bytearray)):
+                return bytes(args[0])
+            return _json(args[0])
+        return _json(args)
+    if not args:
+        return _json(kwargs)
+    return _json({"args": args, "kwargs": kwargs})
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False,
+                      default=_binary_as_text).encode("utf-8")
+
+
+def _binary_as_text(value: object) -> str:
+    """WAMP's JSON convention for binary values: a NUL character, then base64."""
+    if isinstance(value, (bytes, bytearray)):
+        return "\x00" + base64.b64encode(bytes(value)).decode("ascii")
+    raise TypeError(f"{type(value).__name__} cannot be sent as JSON")

@@ -1,0 +1,318 @@
+"""One MQTT network connection: CONNECT handshake, packet dispatch, keep-alive.
+
+Transport-agnostic: it is given ``write(bytes)`` and ``close()`` and fed bytes
+with :meth:`data_received`, so MQTT over TCP and over WebSocket share it. The
+session it attaches to (and everything routing-related) lives elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Callable
+
+from router.core import errors
+from router.core.errors import RouterError
+from router.mqtt.codec import MqttCodec, MqttProtocolError
+from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp, Puback,
+                                 Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
+                                 Subscribe, Unsuback, Unsubscribe)
+from router.mqtt.persistence import StoredMessage
+from router.mqtt.topics import UnmappableTopic, topic_to_uri
+
+if TYPE_CHECKING:
+    from router.mqtt.frontend import MqttFrontend
+    from router.mqtt.session import MqttSession
+
+log = logging.getLogger(__name__)
+
+SERVER_RECEIVE_MAXIMUM = 100
+TOPIC_ALIAS_MAXIMUM = 16
+
+
+class MqttConnection:
+    """The protocol state of one connection."""
+
+    def __init__(self, frontend: "MqttFrontend", write: Callable[[bytes], None],
+                 close: Callable[[], None], peer: str, transport_name: str) -> None:
+        self.frontend = frontend
+        self._write = write
+        self._close = close
+        self.peer = peer
+        self.transport_name = transport_name
+        self.codec = MqttCodec(max_packet_size=frontend.settings.max_packet_size)
+        self.session: MqttSession | None = None
+        self.send_quota = 65535
+        self._client_max_packet = None
+        self._topic_aliases: dict[int, str] = {}
+        self._keep_alive = None
+        self._keep_alive_call = None
+        self._will = None
+        self._closed = False
+        self._inbound_unacknowledged = 0
+
+    @property
+    def version(self) -> int:
+        return self.codec.protocol_version or 4
+
+    # bytes in -------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self.codec.receive_data(data)
+        try:
+            while not self._closed:
+                packet = self.codec.next_packet()
+                if packet is None:
+                    break
+                self._touch()
+                self._handle(packet)
+        except MqttProtocolError as error:
+            self._fail(error.reason_code, error.message, error.send_connack)
+        except Exception:  # a router bug must cost this connection only, and be seen
+            log.exception("MQTT connection %s: unexpected error", self.peer)
+            self._fail(ReasonCode.UNSPECIFIED_ERROR, "internal error", False)
+
+    def _handle(self, packet) -> None:
+        kind = type(packet)
+        if kind is Connect:
+            if self.session is not None:
+                raise MqttProtocolError(ReasonCode.PROTOCOL_ERROR, "second CONNECT")
+            self._on_connect(packet)
+            return
+        if self.session is None:
+            raise MqttProtocolError(ReasonCode.PROTOCOL_ERROR, "CONNECT must come first")
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            raise MqttProtocolError(ReasonCode.PROTOCOL_ERROR,
+                                    f"{kind.__name__.upper()} is not supported here")
+        handler(self, packet)
+
+    # connect --------------------------------------------------------------------------
+
+    def _on_connect(self, packet: Connect) -> None:
+        outcome = self.frontend.connect(self, packet)
+        if isinstance(outcome, int):
+            self._send(Connack(False, outcome))
+            self._close_now()
+            return
+        session, session_present, assigned_id = outcome
+        self.session = session
+        properties = {}
+        if self.version == 5:
+            self.send_quota = packet.properties.get("receive_maximum", 65535)
+            self._client_max_packet = packet.properties.get("maximum_packet_size")
+            properties = {"receive_maximum": SERVER_RECEIVE_MAXIMUM,
+                          "topic_alias_maximum": TOPIC_ALIAS_MAXIMUM,
+                          "shared_subscription_available": 0,
+                          "maximum_packet_size": self.frontend.settings.max_packet_size}
+            if assigned_id is not None:
+                properties["assigned_client_identifier"] = assigned_id
+        else:
+            self.send_quota = SERVER_RECEIVE_MAXIMUM
+        self._will = packet.will
+        if packet.keep_alive:
+            self._keep_alive = packet.keep_alive * 1.5
+            self._touch()
+        self._send(Connack(session_present, ReasonCode.SUCCESS, properties))
+        session.resume()
+
+    # publish in -------------------------------------------------------------------------
+
+    def _on_publish(self, packet: Publish) -> None:
+        topic = self._resolve_alias(packet)
+        session = self.session
+        if packet.qos == 2 and not session.remember_inbound(packet.packet_id):
+            self._send(Pubrec(packet.packet_id))  # a duplicate: delivered already
+            return
+        if packet.qos and self.version == 5:
+            self._inbound_unacknowledged += 1
+            if self._inbound_unacknowledged > SERVER_RECEIVE_MAXIMUM:
+                raise MqttProtocolError(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+                                        "more unacknowledged QoS > 0 publishes than allowed")
+        reason = self._publish(topic, packet)
+        if packet.qos == 0:
+            return
+        if reason != ReasonCode.SUCCESS and packet.qos == 2:
+            session.release_inbound(packet.packet_id)
+        ack = Puback if packet.qos == 1 else Pubrec
+        if reason != ReasonCode.SUCCESS:
+            self._acknowledge(ack(packet.packet_id, reason))
+            return
+        self.frontend.when_durable(lambda ok: self._acknowledge(
+            ack(packet.packet_id, ReasonCode.SUCCESS if ok else ReasonCode.UNSPECIFIED_ERROR)))
+
+    def _acknowledge(self, ack) -> None:
+        if self._inbound_unacknowledged:
+            self._inbound_unacknowledged -= 1
+        if not self._closed:
+            self._send(ack)
+
+    def _publish(self, topic: str, packet: Publish) -> int:
+        """Route an inbound PUBLISH; returns the MQTT 5 reason code for its acknowledgement."""
+        try:
+            uri = topic_to_uri(topic, self.frontend.realm.uri_check)
+        except UnmappableTopic as exc:
+            log.info("MQTT client %s: %s", self.session.client_id, exc)
+            return ReasonCode.TOPIC_NAME_INVALID
+        try:
+            self.frontend.publish(self.session, uri, packet.payload, packet.qos, packet.retain,
+                                  packet.properties)
+        except RouterError as exc:
+            log.info("MQTT client %s: publish to %s refused: %s", self.session.client_id, uri,
+                     exc.message or exc.uri)
+            if exc.uri == errors.NOT_AUTHORIZED:
+                return ReasonCode.NOT_AUTHORIZED
+            return ReasonCode.TOPIC_NAME_INVALID
+        return ReasonCode.SUCCESS
+
+    def _resolve_alias(self, packet: Publish) -> str:
+        alias = packet.properties.get("topic_alias")
+        if alias is None:
+            return packet.topic
+        if alias > TOPIC_ALIAS_MAXIMUM:
+            raise MqttProtocolError(ReasonCode.TOPIC_ALIAS_INVALID,
+                                    f"topic alias {alias} is over the maximum")
+        if packet.topic:
+            self._topic_aliases[alias] = packet.topic
+            return packet.topic
+        topic = self._topic_aliases.get(alias)
+        if topic is None:
+            raise MqttProtocolError(ReasonCode.PROTOCOL_ERROR, f"unknown topic alias {alias}")
+        return topic
+
+    def _on_pubrel(self, packet: Pubrel) -> None:
+        found = self.session.release_inbound(packet.packet_id)
+        reason = ReasonCode.SUCCESS if found else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+        self.frontend.when_durable(lambda ok: self._send(Pubcomp(packet.packet_id, reason))
+                                   if not self._closed else None)
+
+    # acknowledgements of our publishes --------------------------------------------------
+
+    def _on_puback(self, packet: Puback) -> None:
+        self.session.acknowledged(packet.packet_id, 1)
+
+    def _on_pubrec(self, packet: Pubrec) -> None:
+        if packet.reason_code >= 0x80:
+            self.session.acknowledged_with_error(packet.packet_id)
+            return
+        if self.session.received(packet.packet_id):
+            self.send_pubrel(packet.packet_id)
+        else:
+            self.send_pubrel(packet.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)
+
+    def _on_pubcomp(self, packet: Pubcomp) -> None:
+        self.session.acknowledged(packet.packet_id, 2)
+
+    # subscribe ----------------------------------------------------------------------------
+
+    def _on_subscribe(self, packet: Subscribe) -> None:
+        identifiers = packet.properties.get("subscription_identifier") or [None]
+        codes = [self.frontend.subscribe(self.session, topic_filter, options, identifiers[0])
+                 for topic_filter, options in packet.subscriptions]
+        self._send(Suback(packet.packet_id, [code for code, _ in codes]))
+        for code, deliver_retained in codes:
+            if deliver_retained is not None:
+                deliver_retained()
+
+    def _on_unsubscribe(self, packet: Unsubscribe) -> None:
+        codes = [self.frontend.unsubscribe(self.session, topic_filter)
+                 for topic_filter in packet.topic_filters]
+        self._send(Unsuback(packet.packet_id, codes))
+
+    def _on_pingreq(self, packet: Pingreq) -> None:
+        self._send(Pingresp())
+
+    def _on_disconnect(self, packet: Disconnect) -> None:
+        if packet.reason_code != ReasonCode.DISCONNECT_WITH_WILL_MESSAGE:
+            self._will = None
+        if self.version == 5 and "session_expiry_interval" in packet.properties:
+            self.frontend.set_expiry(self.session, packet.properties["session_expiry_interval"])
+        self._close_now()
+
+    # bytes out ----------------------------------------------------------------------------
+
+    def send_publish(self, message: StoredMessage, packet_id: int | None, dup: bool) -> None:
+        properties = dict(message.properties)
+        if message.expires_at is not None:
+            properties["message_expiry_interval"] = max(0, int(message.expires_at - time.time()))
+        packet = Publish(message.topic, message.payload, message.qos if packet_id else 0,
+                         message.retain, dup, packet_id, properties)
+        data = self.codec.encode(packet)
+        if self._client_max_packet is not None and len(data) > self._client_max_packet:
+            log.info("MQTT client %s: message on %s (%d bytes) is over its maximum packet size",
+                     self.session.client_id, message.topic, len(data))
+            return
+        if not self._closed:
+            self._write(data)
+
+    def send_pubrel(self, packet_id: int, reason: int = ReasonCode.SUCCESS) -> None:
+        self._send(Pubrel(packet_id, reason))
+
+    def _send(self, packet) -> None:
+        if not self._closed:
+            self._write(self.codec.encode(packet))
+
+    # life cycle -----------------------------------------------------------------------------
+
+    def _touch(self) -> None:
+        if self._keep_alive is None:
+            return
+        if self._keep_alive_call is not None and self._keep_alive_call.active():
+            self._keep_alive_call.reset(self._keep_alive)
+        else:
+            self._keep_alive_call = self.frontend.scheduler.callLater(
+                self._keep_alive, self._keep_alive_expired)
+
+    def _keep_alive_expired(self) -> None:
+        log.info("MQTT client %s: keep-alive expired", self.session.client_id
+                 if self.session else self.peer)
+        self._fail(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep-alive timeout", False)
+
+    def _fail(self, reason: int, message: str, send_connack: bool) -> None:
+        log.info("MQTT connection %s: closing (0x%02x %s)", self.peer, reason, message)
+        if send_connack:
+            try:
+                self._send(Connack(False, reason))
+            except ValueError:
+                pass  # no MQTT 3.1.1 CONNACK code for this reason: close without one
+        elif self.session is not None and self.version == 5:
+            self._send(Disconnect(reason))
+        self._close_now()
+
+    def kill(self, reason: str, message: str | None) -> None:
+        """Router-side close (shutdown, takeover)."""
+        code = (ReasonCode.SESSION_TAKEN_OVER if reason == "takeover"
+                else ReasonCode.SERVER_SHUTTING_DOWN)
+        if self.session is not None and self.version == 5:
+            self._send(Disconnect(code))
+        if reason == "takeover":
+            self._will = None
+        self._close_now()
+
+    def _close_now(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def connection_lost(self) -> None:
+        """The transport is gone: publish the will if due, detach from the session."""
+        self._closed = True
+        if self._keep_alive_call is not None and self._keep_alive_call.active():
+            self._keep_alive_call.cancel()
+        if self.session is not None:
+            self.frontend.disconnected(self, self.session, self._will)
+
+
+_HANDLERS = {
+    Publish: MqttConnection._on_publish,
+    Pubrel: MqttConnection._on_pubrel,
+    Puback: MqttConnection._on_puback,
+    Pubrec: MqttConnection._on_pubrec,
+    Pubcomp: MqttConnection._on_pubcomp,
+    Subscribe: MqttConnection._on_subscribe,
+    Unsubscribe: MqttConnection._on_unsubscribe,
+    Pingreq: MqttConnection._on_pingreq,
+    Disconnect: MqttConnection._on_disconnect,
+}

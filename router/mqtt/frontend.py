@@ -1,0 +1,300 @@
+"""The MQTT frontend of one realm: sessions by client id, and their translation to the core.
+
+Authentication uses the realm's principals (username = authid, password = the
+ticket secret) or its anonymous role; every subscribe and publish is authorized
+by the core exactly as for WAMP clients.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from router.core import errors
+from router.core.credentials import Principal, verify_secret
+from router.core.dealer import Scheduler
+from router.core.errors import RouterError
+from router.core.model import SessionInfo
+from router.core.options import PublishOptions, SubscribeOptions
+from router.core.payload import from_bytes
+from router.core.qos import ENFORCE_MINIMUM
+from router.core.realm import Realm
+from router.core.router import Router
+from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will
+from router.mqtt.persistence import MqttSessionStore, StoredSession
+from router.mqtt.session import MqttSession, MqttSubscription, Outbound
+from router.mqtt.topics import UnmappableTopic, filter_to_pattern, topic_to_uri
+
+if TYPE_CHECKING:
+    from router.mqtt.connection import MqttConnection
+
+log = logging.getLogger(__name__)
+
+NEVER_EXPIRES = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class MqttSettings:
+    """Per-realm MQTT settings (the ``mqtt`` block of a realm file)."""
+
+    payload_mapping: str = "json"
+    qos_policy: str = ENFORCE_MINIMUM
+    max_qos: int = 2
+    max_packet_size: int = 1024 * 1024
+    max_queued: int = 10_000
+
+
+class MqttFrontend:
+    """MQTT sessions of one realm."""
+
+    def __init__(self, router: Router, realm: Realm, settings: MqttSettings,
+                 store: MqttSessionStore, scheduler: Scheduler) -> None:
+        self.router = router
+        self.realm = realm
+        self.settings = settings
+        self.store = store
+        self.scheduler = scheduler
+        self.sessions: dict[str, MqttSession] = {}
+        self._principals: dict[str, Principal] = router.principals[realm.name]
+
+    def when_durable(self, callback: Callable[[bool], None]) -> None:
+        self.store.when_durable(callback)
+
+    # connect / disconnect ---------------------------------------------------------------
+
+    def connect(self, connection: "MqttConnection", packet: Connect
+                ) -> int | tuple[MqttSession, bool, str | None]:
+        """A CONNACK failure reason, or (session, session present, assigned client id)."""
+        identity = self._authenticate(connection, packet)
+        if isinstance(identity, int):
+            return identity
+        authid, authrole, authmethod = identity
+        client_id, assigned = packet.client_id, None
+        if not client_id:
+            client_id = assigned = f"auto-{self.router.new_session_id():x}"
+        expiry = self._requested_expiry(connection, packet)
+        existing = self.sessions.get(client_id)
+        if existing is not None and existing.connection is not None:
+            existing.connection.kill("takeover", None)
+            existing.connection = None
+        if existing is not None and (packet.clean_start or existing.info.authid != authid):
+            self.destroy(existing)
+            existing = None
+        session_present = existing is not None
+        if existing is None:
+            info = SessionInfo(self.router.new_session_id(), self.realm.name, authid, authrole,
+                               authmethod, protocol=connection.transport_name,
+                               transport={"type": connection.transport_name,
+                                          "peer": connection.peer})
+            existing = self._open(client_id, info, expiry)
+        else:
+            self._set_persistence(existing, expiry)
+        session = existing
+        if session.expiry_timer is not None and session.expiry_timer.active():
+            session.expiry_timer.cancel()
+        session.connection = connection
+        self.router.connections.add(connection)
+        if session.persistent:
+            self._save(session, None)
+        return session, session_present, assigned
+
+    def _authenticate(self, connection: "MqttConnection",
+                      packet: Connect) -> int | tuple[str, str, str]:
+        if packet.username is None:
+            if self.realm.anonymous_role is None:
+                return ReasonCode.NOT_AUTHORIZED
+            return (f"anonymous-{self.router.new_session_id():x}", self.realm.anonymous_role,
+                    "anonymous")
+        principal = self._principals.get(packet.username)
+        password = (packet.password or b"").decode("utf-8", "replace")
+        if (principal is None or principal.ticket_hash is None
+                or not verify_secret(password, principal.ticket_hash)):
+            log.warning("MQTT authentication failed for '%s' from %s", packet.username,
+                        connection.peer)
+            return ReasonCode.BAD_USER_NAME_OR_PASSWORD
+        return principal.authid, principal.role, "password"
+
+    @staticmethod
+    def _requested_expiry(connection: "MqttConnection", packet: Connect) -> float | None:
+        """Seconds the session outlives its connection: 0 = not at all, None = forever."""
+        if connection.version == 5:
+            seconds = packet.properties.get("session_expiry_interval", 0)
+            return None if seconds == NEVER_EXPIRES else float(seconds)
+        return 0.0 if packet.clean_start else None
+
+    def _open(self, client_id: str, info: SessionInfo, expiry: float | None) -> MqttSession:
+        session = MqttSession(self, client_id, info, expiry != 0, expiry)
+        self.sessions[client_id] = session
+        self.router.track(session)
+        self.realm.attach(session)
+        return session
+
+    def _set_persistence(self, session: MqttSession, expiry: float | None) -> None:
+        was_persistent = session.persistent
+        session.expiry = expiry
+        session.persistent = expiry != 0
+        if was_persistent and not session.persistent:
+            self.store.delete_session(session.client_id)
+        elif session.persistent and not was_persistent:
+            self._save(session, None)
+            for subscription in session.subscriptions.values():
+                self.store.save_subscription(session.client_id, subscription.topic_filter,
+                                             subscription.packed())
+
+    def _save(self, session: MqttSession, disconnected_at: float | None) -> None:
+        info = session.info
+        self.store.save_session(session.client_id, info.authid, info.authrole, info.authmethod,
+                                session.expiry, disconnected_at)
+
+    def set_expiry(self, session: MqttSession, seconds: int) -> None:
+        """MQTT 5 DISCONNECT may change the session expiry (not from 0 to more)."""
+        if session.persistent or seconds == 0:
+            self._set_persistence(session, None if seconds == NEVER_EXPIRES else float(seconds))
+
+    def disconnected(self, connection: "MqttConnection", session: MqttSession,
+                     will: Will | None) -> None:
+        self.router.connections.discard(connection)
+        if session.connection is not connection:
+            return  # taken over by a newer connection
+        session.connection = None
+        if will is not None:
+            self._publish_will(session, will)
+        if not session.persistent:
+            self.destroy(session)
+            return
+        self._save(session, time.time())
+        if session.expiry is not None:
+            session.expiry_timer = self.scheduler.callLater(session.expiry, self._expire, session)
+
+    def _expire(self, session: MqttSession) -> None:
+        if session.connection is None and self.sessions.get(session.client_id) is session:
+            log.info("MQTT session %s expired", session.client_id)
+            self.destroy(session)
+
+    def destroy(self, session: MqttSession) -> None:
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+        self.realm.detach(session)
+        self.router.forget(session)
+        if session.persistent:
+            self.store.delete_session(session.client_id)
+
+    def _publish_will(self, session: MqttSession, will: Will) -> None:
+        delay = will.properties.get("will_delay_interval", 0)
+        if delay:
+            self.scheduler.callLater(min(delay, session.expiry if session.expiry is not None
+                                         else delay), self._delayed_will, session, will)
+            return
+        self._send_will(session, will)
+
+    def _delayed_will(self, session: MqttSession, will: Will) -> None:
+        if session.connection is None:
+            self._send_will(session, will)
+
+    def _send_will(self, session: MqttSession, will: Will) -> None:
+        try:
+            uri = topic_to_uri(will.topic, self.realm.uri_check)
+            self.publish(session, uri, will.payload, will.qos, will.retain, will.properties)
+        except (UnmappableTopic, RouterError) as exc:
+            log.info("MQTT will of %s on %s not published: %s", session.client_id, will.topic,
+                     exc)
+
+    # publish / subscribe ------------------------------------------------------------------
+
+    def publish(self, session: MqttSession, uri: str, payload: bytes, qos: int, retain: bool,
+                properties: dict) -> None:
+        """Route an MQTT publication through the core (raises RouterError when refused)."""
+        args, kwargs = from_bytes(payload, self.settings.payload_mapping)
+        expiry = properties.get("message_expiry_interval")
+        options = PublishOptions(qos=qos, retain=retain and bool(payload),
+                                 retain_clear=retain and not payload, exclude_me=False)
+        self.realm.publish(session.info, uri, args, kwargs, options, None, len(payload),
+                           payload=payload, properties=properties or None,
+                           expires_at=time.time() + expiry if expiry is not None else None)
+
+    def subscribe(self, session: MqttSession, topic_filter: str, options: SubscriptionOptions,
+                  identifier: int | None) -> tuple[int, Callable[[], None] | None]:
+        """(SUBACK reason code, a call that sends the retained messages, if any are due)."""
+        if topic_filter.startswith("$share/"):
+            return ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, None
+        try:
+            uri, match = filter_to_pattern(topic_filter, self.realm.uri_check)
+        except UnmappableTopic as exc:
+            log.info("MQTT client %s: %s", session.client_id, exc)
+            return ReasonCode.TOPIC_FILTER_INVALID, None
+        existed = topic_filter in session.subscriptions
+        granted = min(options.qos, self.settings.max_qos)
+        try:
+            core = self.realm.subscribe(session, uri, SubscribeOptions(
+                match, get_retained=options.retain_handling != 2))
+        except RouterError as exc:
+            log.info("MQTT client %s: subscribe %s refused: %s", session.client_id,
+                     topic_filter, exc.message or exc.uri)
+            return (ReasonCode.NOT_AUTHORIZED if exc.uri == errors.NOT_AUTHORIZED
+                    else ReasonCode.TOPIC_FILTER_INVALID), None
+        granted_options = SubscriptionOptions(granted, options.no_local,
+                                              options.retain_as_published,
+                                              options.retain_handling)
+        session.add_subscription(MqttSubscription(topic_filter, core, granted_options,
+                                                  identifier))
+        wants_retained = options.retain_handling == 0 or (options.retain_handling == 1
+                                                          and not existed)
+        deliver = (lambda: self.realm.send_retained(session, core)) if wants_retained else None
+        return granted, deliver
+
+    def unsubscribe(self, session: MqttSession, topic_filter: str) -> int:
+        subscription = session.remove_subscription(topic_filter)
+        if subscription is None:
+            return ReasonCode.NO_SUBSCRIPTION_EXISTED
+        try:
+            self.realm.unsubscribe(session, subscription.core.id)
+        except RouterError:
+            pass  # the core subscription was already gone; the client's view is what counts
+        return ReasonCode.SUCCESS
+
+    def delivery_acknowledged(self, session: MqttSession, entry: Outbound) -> None:
+        if self.realm.activity is not None and entry.sent_at:
+            self.realm.activity.acknowledged(session.info, entry.message.topic,
+                                             entry.message.qos,
+                                             (time.time() - entry.sent_at) * 1000.0)
+
+    # restart ------------------------------------------------------------------------------
+
+    def restore(self) -> int:
+        """Bring back persistent sessions (disconnected) with their subscriptions and queues."""
+        now = time.time()
+        restored = 0
+        for stored in self.store.load():
+            if (stored.expiry is not None and stored.disconnected_at is not None
+                    and stored.disconnected_at + stored.expiry <= now):
+                self.store.delete_session(stored.client_id)
+                continue
+            self._restore_one(stored, now)
+            restored += 1
+        return restored
+
+    def _restore_one(self, stored: StoredSession, now: float) -> None:
+        info = SessionInfo(self.router.new_session_id(), self.realm.name, stored.authid,
+                           stored.authrole, stored.authmethod, protocol="mqtt")
+        session = self._open(stored.client_id, info, stored.expiry)
+        for topic_filter, packed in stored.subscriptions.items():
+            qos, no_local, retain_as_published, retain_handling, identifier = packed
+            uri, match = filter_to_pattern(topic_filter, self.realm.uri_check)
+            try:
+                core = self.realm.subscribe(session, uri, SubscribeOptions(match))
+            except RouterError as exc:
+                log.warning("MQTT session %s: subscription %s dropped on restore: %s",
+                            stored.client_id, topic_filter, exc.message or exc.uri)
+                self.store.delete_subscription(stored.client_id, topic_filter)
+                continue
+            session.add_subscription(MqttSubscription(
+                topic_filter, core, SubscriptionOptions(qos, no_local, retain_as_published,
+                                                        retain_handling), identifier),
+                persist=False)
+        session.restore_outbound(stored.outbound)
+        session.inbound_qos2 = set(stored.inbound)
+        if stored.expiry is not None:
+            remaining = max(0.0, (stored.disconnected_at or now) + stored.expiry - now)
+            session.expiry_timer = self.scheduler.callLater(remaining, self._expire, session)
