@@ -20,6 +20,7 @@ from router.core.retention import RetentionPolicy
 from router.eventlog.realm_log import RealmLogSettings
 from router.eventlog.schema import KINDS
 from router.mqtt.frontend import MqttSettings
+from router.wamp.settings import WampSettings
 from router.core.uri import MATCH_POLICIES, is_valid_uri
 
 SERIALIZERS = ("json", "msgpack", "cbor")
@@ -62,6 +63,7 @@ class RealmConfig:
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     history: tuple[HistoryRule, ...] = ()
     mqtt: MqttSettings = field(default_factory=MqttSettings)
+    wamp: WampSettings = field(default_factory=WampSettings)
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,20 @@ def _mqtt(reader: _Reader) -> MqttSettings:
                         _positive(reader, "max_queued", int, defaults.max_queued))
 
 
+def _wamp(reader: _Reader) -> WampSettings:
+    reader.reject_unknown({"granted_qos", "qos_policy", "ack_timeout", "max_redeliveries"})
+    defaults = WampSettings()
+    granted = reader.get("granted_qos", int, defaults.granted_qos)
+    if granted not in QOS_LEVELS:
+        raise reader.fail("granted_qos", f"must be 0, 1 or 2, got {granted}")
+    policy = reader.get("qos_policy", str, defaults.qos_policy)
+    if policy not in POLICIES:
+        raise reader.fail("qos_policy", f"must be one of {', '.join(POLICIES)}, got '{policy}'")
+    return WampSettings(granted, policy,
+                        float(_positive(reader, "ack_timeout", (int, float), defaults.ack_timeout)),
+                        reader.get("max_redeliveries", int, defaults.max_redeliveries))
+
+
 def _history_rule(reader: _Reader, check: str) -> HistoryRule:
     reader.reject_unknown({"uri", "match", "limit", "max_age"})
     uri, match = _pattern(reader, check)
@@ -262,7 +278,7 @@ def load_realm(path: Path, expected_name: str) -> RealmConfig:
     """Read and validate one realm file."""
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"name", "uri_check", "anonymous_role", "roles", "principals",
-                           "retention", "history", "mqtt"})
+                           "retention", "history", "mqtt", "wamp"})
     name = reader.get("name", str)
     if name != expected_name:
         raise reader.fail("name", f"is '{name}' but config.json loads this file as "
@@ -291,7 +307,9 @@ def load_realm(path: Path, expected_name: str) -> RealmConfig:
     history = tuple(_history_rule(history_reader.child(i, rule), check)
                     for i, rule in enumerate(history_reader.data))
     mqtt = _mqtt(reader.child("mqtt", reader.get("mqtt", dict, {})))
-    return RealmConfig(name, path, roles, check, anonymous, principals, retention, history, mqtt)
+    wamp = _wamp(reader.child("wamp", reader.get("wamp", dict, {})))
+    return RealmConfig(name, path, roles, check, anonymous, principals, retention, history, mqtt,
+                       wamp)
 
 
 def _realm_log(reader: _Reader, default_enabled: bool) -> RealmLogSettings:

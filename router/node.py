@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 def build_router(config: NodeConfig, reactor, store: SqliteStore,
                  eventlog: EventLogWriter) -> Router:
     """Realms, authorizers, retained events (restored from ``store``), event logs, meta APIs."""
-    router = Router()
+    router = Router(reactor)
     for realm_config in config.realms.values():
         log_settings = config.eventlog.for_realm(realm_config.name)
         activity = (RealmEventLog(realm_config.name, eventlog, log_settings)
@@ -156,8 +156,10 @@ class Node:
         serializers = [self._serializers[name] for name in listener.serializers]
         protocol_name = f"wamp.{listener.type}"
 
+        wamp_settings = {name: realm.wamp for name, realm in self.config.realms.items()}
+
         def session_factory() -> WampSession:
-            return WampSession(self.router, protocol_name)
+            return WampSession(self.router, protocol_name, wamp_settings)
 
         if listener.type == "websocket":
             factory = RouterWebSocketFactory(session_factory, serializers, listener.path,

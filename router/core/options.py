@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from router.core.errors import ProtocolViolation
 from router.core.model import ELIGIBILITY_KEYS, Eligibility
-from router.core.qos import QOS_LEVELS
+from router.core.qos import POLICIES, QOS_LEVELS
 from router.core.uri import EXACT, MATCH_POLICIES
 
 
@@ -31,6 +31,10 @@ class PublishOptions:
 class SubscribeOptions:
     match: str = EXACT
     get_retained: bool = False
+    qos: int | None = None
+    """Requested QoS (WAMP ``_qos``); None = the realm's default for the frontend."""
+    qos_policy: str | None = None
+    """Requested QoS policy (WAMP ``_qos_policy``); None = the realm's default."""
 
 
 def _bool(options: dict, key: str, default: bool) -> bool:
@@ -84,7 +88,14 @@ def parse_subscribe_options(options: dict) -> SubscribeOptions:
     match = options.get("match", EXACT)
     if match not in MATCH_POLICIES:
         raise ProtocolViolation(f"option 'match' must be one of {', '.join(MATCH_POLICIES)}")
-    return SubscribeOptions(match=match, get_retained=_bool(options, "get_retained", False))
+    qos = options.get("_qos")
+    if qos is not None and (type(qos) is not int or qos not in QOS_LEVELS):
+        raise ProtocolViolation("option '_qos' must be 0, 1 or 2")
+    policy = options.get("_qos_policy")
+    if policy is not None and policy not in POLICIES:
+        raise ProtocolViolation(f"option '_qos_policy' must be one of {', '.join(POLICIES)}")
+    return SubscribeOptions(match=match, get_retained=_bool(options, "get_retained", False),
+                            qos=qos, qos_policy=policy)
 
 
 @dataclass(frozen=True, slots=True)

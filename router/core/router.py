@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from router.core.credentials import Principal
+from router.core.dealer import Scheduler
 from router.core.ids import random_id
 from router.core.peer import Peer
 from router.core.realm import Realm
@@ -11,9 +12,11 @@ from router.core.realm import Realm
 class Router:
     """Owns the realms and hands out globally unique session ids."""
 
-    def __init__(self) -> None:
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
         self.realms: dict[str, Realm] = {}
         self.principals: dict[str, dict[str, Principal]] = {}
+
         self.peers: dict[int, Peer] = {}
         self.connections: set[Peer] = set()
         """Every open client connection, joined or not (closed with GOODBYE on shutdown)."""

@@ -9,6 +9,7 @@ BROKER_FEATURES = {
     "session_meta_api": True,
     "event_retention": True,
     "event_history": True,
+    "x_acknowledged_event_delivery": True,
 }
 
 DEALER_FEATURES = {

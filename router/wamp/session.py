@@ -9,6 +9,8 @@ the transport; nothing after it is processed.
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -24,11 +26,13 @@ from router.core.errors import ProtocolViolation, RouterError
 from router.core.model import Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
+from router.core.qos import ENFORCE_MINIMUM, delivered_qos
 from router.core.realm import Realm
 from router.core.router import Router
 from router.core.uri import EXACT
 from router.wamp.codec import InvalidUriRequest, WireMessage, decode
 from router.wamp.features import ROUTER_ROLES
+from router.wamp.settings import WampSettings
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +44,16 @@ ERROR, EVENT, RESULT, INVOCATION, INTERRUPT = 8, 36, 50, 68, 69
 class WampSession:
     """Implements autobahn's ITransportHandler for the router side, and the core's Peer."""
 
-    def __init__(self, router: Router, protocol_name: str) -> None:
+    def __init__(self, router: Router, protocol_name: str,
+                 settings: dict[str, WampSettings]) -> None:
         self._router = router
         self._protocol_name = protocol_name
+        self._all_settings = settings
+        self._settings = WampSettings()
+        self._grants: dict[int, tuple[int, str]] = {}
+        """subscription id -> (granted QoS, policy), for subscriptions that may need acks."""
+        self._unacked: dict[int, _Unacked] = {}
+        self._redelivery = None
         self._transport: Any = None
         self._state = HANDSHAKE
         self._realm: Realm | None = None
@@ -134,6 +145,7 @@ class WampSession:
                                 transport={"type": self._protocol_name,
                                            "peer": self._peer_address()})
         self._realm = realm
+        self._settings = self._all_settings.get(realm.name, self._settings)
         self._state = ESTABLISHED
         self._send(WireMessage([m.Welcome.MESSAGE_TYPE, session_id, {
             "realm": realm.name, "authid": authid, "authrole": authrole,
@@ -189,6 +201,12 @@ class WampSession:
         except RouterError as exc:
             self._send_error(m.Subscribe.MESSAGE_TYPE, msg.request, exc)
             return
+        granted = options.qos if options.qos is not None else self._settings.granted_qos
+        policy = options.qos_policy or self._settings.qos_policy
+        if granted or policy != ENFORCE_MINIMUM:
+            self._grants[subscription.id] = (granted, policy)
+        else:
+            self._grants.pop(subscription.id, None)
         self._send(WireMessage([m.Subscribed.MESSAGE_TYPE, msg.request, subscription.id]))
         if options.get_retained:
             self._realm.send_retained(self, subscription)
@@ -199,10 +217,15 @@ class WampSession:
         except RouterError as exc:
             self._send_error(m.Unsubscribe.MESSAGE_TYPE, msg.request, exc)
             return
+        self._grants.pop(msg.subscription, None)
         self._send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, msg.request]))
 
     def send_event(self, subscription: Subscription, publication: Publication,
                    retained: bool = False) -> None:
+        grant = self._grants.get(subscription.id)
+        if grant is not None and delivered_qos(publication.qos, *grant) > 0:
+            self._send_acknowledged(subscription, publication, retained)
+            return
         if retained:
             self._send(_event(subscription, publication, retained=True))
             return
@@ -210,6 +233,55 @@ class WampSession:
         if event is None:
             event = publication.wire_cache[subscription.id] = _event(subscription, publication)
         self._send(event)
+
+    def _send_acknowledged(self, subscription: Subscription, publication: Publication,
+                           retained: bool) -> None:
+        """At-least-once: the event is sent again until the client answers EVENT_RECEIVED."""
+        if retained:
+            event = _event(subscription, publication, retained=True, acknowledged=True)
+        else:
+            key = (subscription.id, "ack")
+            event = publication.wire_cache.get(key)
+            if event is None:
+                event = publication.wire_cache[key] = _event(subscription, publication,
+                                                              acknowledged=True)
+        pending = self._unacked.get(publication.publication_id)
+        if pending is None:
+            pending = self._unacked[publication.publication_id] = _Unacked(
+                publication, time.time())
+            if self._redelivery is None or not self._redelivery.active():
+                self._redelivery = self._router.scheduler.callLater(
+                    self._settings.ack_timeout, self._redeliver)
+        pending.events.append(event)
+        self._send(event)
+
+    def _on_event_received(self, msg: m.EventReceived, raw: list) -> None:
+        pending = self._unacked.pop(msg.publication, None)
+        if pending is not None and self._realm.activity is not None:
+            self._realm.activity.acknowledged(self.info, pending.publication.topic,
+                                              pending.publication.qos or 1,
+                                              (time.time() - pending.sent_at) * 1000.0)
+
+    def _redeliver(self) -> None:
+        self._redelivery = None
+        if self._state != ESTABLISHED:
+            return
+        timeout = self._settings.ack_timeout
+        due = time.time() - timeout
+        for publication_id, pending in list(self._unacked.items()):
+            if pending.sent_at > due:
+                continue
+            if pending.attempts >= self._settings.max_redeliveries:
+                log.warning("session %s never acknowledged publication %s on %s: given up",
+                            self.info.session_id, publication_id, pending.publication.topic)
+                del self._unacked[publication_id]
+                continue
+            pending.attempts += 1
+            pending.sent_at = time.time()
+            for event in pending.events:
+                self._send(event)
+        if self._unacked:
+            self._redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
 
     # established: rpc -----------------------------------------------------------
 
@@ -318,6 +390,9 @@ class WampSession:
             pass
 
     def _leave_realm(self) -> None:
+        if self._redelivery is not None and self._redelivery.active():
+            self._redelivery.cancel()
+        self._unacked.clear()
         realm, self._realm = self._realm, None
         if realm is not None:
             realm.detach(self)
@@ -332,14 +407,24 @@ class WampSession:
         return getattr(self._transport, "peer", None) or "unknown"
 
 
-def _event(subscription: Subscription, publication: Publication,
-           retained: bool = False) -> WireMessage:
+@dataclass(slots=True)
+class _Unacked:
+    publication: Publication
+    sent_at: float
+    attempts: int = 0
+    events: list[WireMessage] = field(default_factory=list)
+
+
+def _event(subscription: Subscription, publication: Publication, retained: bool = False,
+           acknowledged: bool = False) -> WireMessage:
     """The EVENT for one subscription; shared by every receiver of a live publication."""
     details = publication.publisher_details()
     if subscription.match != EXACT:
         details["topic"] = publication.topic
     if retained:
         details["retained"] = True
+    if acknowledged:
+        details["x_acknowledged_delivery"] = True
     return WireMessage(_with_payload([EVENT, subscription.id, publication.publication_id, details],
                                      publication.args, publication.kwargs))
 
@@ -365,6 +450,7 @@ _ESTABLISHED_HANDLERS = {
     m.Yield: WampSession._on_yield,
     m.Error: WampSession._on_error,
     InvalidUriRequest: WampSession._on_invalid_uri,
+    m.EventReceived: WampSession._on_event_received,
     m.Goodbye: WampSession._on_goodbye,
     m.Abort: WampSession._on_abort,
 }
