@@ -234,15 +234,22 @@ class MqttConnection:
     # bytes out ----------------------------------------------------------------------------
 
     def send_publish(self, message: StoredMessage, packet_id: int | None, dup: bool) -> None:
+        self.write_publish(self.encode_publish(message, packet_id, dup), message.topic)
+
+    def encode_publish(self, message: StoredMessage, packet_id: int | None = None,
+                       dup: bool = False) -> bytes:
+        """A PUBLISH's bytes; without a packet id (QoS 0) they can be shared by receivers."""
         properties = dict(message.properties)
         if message.expires_at is not None:
             properties["message_expiry_interval"] = max(0, int(message.expires_at - time.time()))
-        packet = Publish(message.topic, message.payload, message.qos if packet_id else 0,
-                         message.retain, dup, packet_id, properties)
-        data = self.codec.encode(packet)
+        return self.codec.encode(Publish(message.topic, message.payload,
+                                         message.qos if packet_id else 0, message.retain, dup,
+                                         packet_id, properties))
+
+    def write_publish(self, data: bytes, topic: str) -> None:
         if self._client_max_packet is not None and len(data) > self._client_max_packet:
             log.info("MQTT client %s: message on %s (%d bytes) is over its maximum packet size",
-                     self.session.client_id, message.topic, len(data))
+                     self.session.client_id, topic, len(data))
             return
         if not self._closed:
             self._write(data)

@@ -123,8 +123,17 @@ class MqttSession:
                                 retained or (options.retain_as_published and publication.retain),
                                 properties, publication.expires_at)
         if qos == 0:
-            if self.connection is not None:
-                self.connection.send_publish(message, None, False)
+            connection = self.connection
+            if connection is None:
+                return
+            if mine.identifier is None and message.expires_at is None:
+                key = ("mqtt", connection.version, message.retain)
+                data = publication.wire_cache.get(key)
+                if data is None:
+                    data = publication.wire_cache[key] = connection.encode_publish(message)
+                connection.write_publish(data, message.topic)
+            else:
+                connection.send_publish(message, None, False)
             return
         self._enqueue(message)
 

@@ -1,0 +1,139 @@
+"""MQTT fan-out at QoS 0, 1 and 2 against any broker: messages/s, latency, losses.
+
+One publisher, N subscriber processes (paho-mqtt). The publish time travels in the
+payload. Starts our router from this checkout unless --broker HOST:PORT is given
+(e.g. a mosquitto started with `mosquitto -p 1884`); --pid adds the broker's CPU
+seconds per delivered message and peak RSS from /proc.
+
+    .venv/bin/python bench/mqtt_fanout.py --subscribers 4 --messages 5000
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import struct
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import paho.mqtt.client as mqtt  # noqa: E402
+
+from bench.fanout import proc_stats  # noqa: E402
+from tests.harness import RouterProcess, realm_file  # noqa: E402
+
+TOPIC = "bench/mqtt"
+
+
+def _client(name: str) -> mqtt.Client:
+    return mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=name,
+                       protocol=mqtt.MQTTv311, clean_session=True)
+
+
+def subscriber_main(host, port, qos, messages, index, ready, results) -> None:
+    received: list[float] = []
+    seen: set[int] = set()
+    done = threading.Event()
+    subscribed = threading.Event()
+
+    def on_message(client, userdata, message):
+        sent_at, number = struct.unpack("!dQ", message.payload[:16])
+        received.append(time.time() - sent_at)
+        seen.add(number)
+        if len(seen) >= messages:
+            done.set()
+
+    client = _client(f"bench-sub-{index}-{qos}")
+    client.on_message = on_message
+    client.on_subscribe = lambda *args: subscribed.set()
+    client.connect(host, port, keepalive=60)
+    client.loop_start()
+    client.subscribe(TOPIC, qos=qos)
+    subscribed.wait(30)
+    ready.put(True)
+    done.wait(120)
+    client.disconnect()
+    client.loop_stop()
+    results.put((received, len(seen)))
+
+
+def run_qos(host, port, qos, subscribers, messages, pid) -> dict:
+    ctx = mp.get_context("spawn")
+    ready, results = ctx.Queue(), ctx.Queue()
+    workers = [ctx.Process(target=subscriber_main,
+                           args=(host, port, qos, messages, i, ready, results))
+               for i in range(subscribers)]
+    for worker in workers:
+        worker.start()
+    for _ in workers:
+        ready.get(timeout=60)
+    publisher = _client(f"bench-pub-{qos}")
+    publisher.max_inflight_messages_set(100)
+    publisher.max_queued_messages_set(0)
+    publisher.connect(host, port, keepalive=60)
+    publisher.loop_start()
+    cpu_before = proc_stats(pid)[0] if pid else None
+    started = time.perf_counter()
+    infos = [publisher.publish(TOPIC, struct.pack("!dQ", time.time(), n) + b"x" * 48, qos=qos)
+             for n in range(messages)]
+    for info in infos:
+        info.wait_for_publish(120)
+    latencies, distinct = [], []
+    for _ in workers:
+        received, count = results.get(timeout=300)
+        latencies.extend(received)
+        distinct.append(count)
+    elapsed = time.perf_counter() - started
+    publisher.disconnect()
+    publisher.loop_stop()
+    for worker in workers:
+        worker.join()
+    report = {"qos": qos, "subscribers": subscribers, "delivered": len(latencies),
+              "lost": subscribers * messages - sum(distinct),
+              "duplicates": len(latencies) - sum(distinct),
+              "msgs_per_s": len(latencies) / elapsed,
+              "p50_ms": statistics.median(latencies) * 1000,
+              "p99_ms": statistics.quantiles(latencies, n=100)[98] * 1000}
+    if pid:
+        cpu_after, peak = proc_stats(pid)
+        report["cpu_us_per_msg"] = (cpu_after - cpu_before) / max(1, len(latencies)) * 1e6
+        report["peak_rss_mb"] = peak / 2**20
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--subscribers", type=int, default=4)
+    parser.add_argument("--messages", type=int, default=5000)
+    parser.add_argument("--qos", default="0,1,2")
+    parser.add_argument("--broker", help="HOST:PORT of a running MQTT broker")
+    parser.add_argument("--pid", type=int, help="pid of that broker (CPU, RSS)")
+    args = parser.parse_args()
+    router = None
+    if args.broker:
+        host, port = args.broker.rsplit(":", 1)
+        port, pid = int(port), args.pid
+    else:
+        router = RouterProcess(
+            Path(tempfile.mkdtemp(prefix="bench-mqtt-")), [realm_file("realm1")],
+            listeners=[{"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"}],
+            extra_config={"eventlog": {"enabled": False}}).start()
+        host, port, _ = router.address("mqtt")
+        pid = router.proc.pid
+    try:
+        for qos in (int(q) for q in args.qos.split(",")):
+            report = run_qos(host, port, qos, args.subscribers, args.messages, pid)
+            print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in report.items()), flush=True)
+    finally:
+        if router is not None:
+            router.stop()
+
+
+if __name__ == "__main__":
+    main()
