@@ -113,6 +113,3 @@ class Authorizer:
     def discloses(self, authrole: str, action: str, uri: str) -> bool:
         role = self._roles.get(authrole)
         return role is not None and role.discloses(action, uri)
-
-    def has_role(self, authrole: str) -> bool:
-        return authrole in self._roles

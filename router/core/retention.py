@@ -176,9 +176,6 @@ class RetainedStore:
 
     # reading --------------------------------------------------------------
 
-    def entries(self, topic: str) -> list[RetainedEvent]:
-        return list(self._topics.get(topic) or ())
-
     def topics(self, uri: str, match: str) -> Iterator[tuple[str, list[RetainedEvent]]]:
         """(topic, entries) for every retained topic matched by (uri, match)."""
         if match == EXACT:

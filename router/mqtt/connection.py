@@ -124,7 +124,9 @@ class MqttConnection:
         topic = self._resolve_alias(packet)
         session = self.session
         if packet.qos == 2 and not session.remember_inbound(packet.packet_id):
-            self._send(Pubrec(packet.packet_id))  # a duplicate: delivered already
+            # a duplicate, routed already: acknowledge once its receipt is on disk too
+            self.frontend.when_durable(
+                lambda ok: self._send(Pubrec(packet.packet_id)) if ok else None)
             return
         if packet.qos and self.version == 5:
             self._inbound_unacknowledged += 1
