@@ -235,8 +235,9 @@ class MqttConnection:
 
     # bytes out ----------------------------------------------------------------------------
 
-    def send_publish(self, message: StoredMessage, packet_id: int | None, dup: bool) -> None:
-        self.write_publish(self.encode_publish(message, packet_id, dup), message.topic)
+    def send_publish(self, message: StoredMessage, packet_id: int | None, dup: bool) -> bool:
+        """False if the client's maximum packet size rules the message out (MQTT 5)."""
+        return self.write_publish(self.encode_publish(message, packet_id, dup), message.topic)
 
     def encode_publish(self, message: StoredMessage, packet_id: int | None = None,
                        dup: bool = False) -> bytes:
@@ -248,13 +249,14 @@ class MqttConnection:
                                          message.qos if packet_id else 0, message.retain, dup,
                                          packet_id, properties))
 
-    def write_publish(self, data: bytes, topic: str) -> None:
+    def write_publish(self, data: bytes, topic: str) -> bool:
         if self._client_max_packet is not None and len(data) > self._client_max_packet:
-            log.info("MQTT client %s: message on %s (%d bytes) is over its maximum packet size",
-                     self.session.client_id, topic, len(data))
-            return
+            log.info("MQTT client %s: message on %s (%d bytes) is over its maximum packet size: "
+                     "discarded", self.session.client_id, topic, len(data))
+            return False
         if not self._closed:
             self._write(data)
+        return True
 
     def send_pubrel(self, packet_id: int, reason: int = ReasonCode.SUCCESS) -> None:
         self._send(Pubrel(packet_id, reason))

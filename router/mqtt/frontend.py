@@ -67,13 +67,19 @@ class MqttFrontend:
     def connect(self, connection: "MqttConnection", packet: Connect
                 ) -> int | tuple[MqttSession, bool, str | None]:
         """A CONNACK failure reason, or (session, session present, assigned client id)."""
+        if "authentication_method" in packet.properties:
+            log.info("MQTT client %s asked for enhanced authentication (%s): not supported",
+                     connection.peer, packet.properties["authentication_method"])
+            return ReasonCode.BAD_AUTHENTICATION_METHOD
         identity = self._authenticate(connection, packet)
         if isinstance(identity, int):
             return identity
-        authid, authrole, authmethod = identity
         client_id, assigned = packet.client_id, None
         if not client_id:
             client_id = assigned = f"auto-{self.router.new_session_id():x}"
+        authid, authrole, authmethod = identity
+        if authid is None:
+            authid = client_id  # anonymous: the client id is the identity, as sessions are
         expiry = self._requested_expiry(connection, packet)
         existing = self.sessions.get(client_id)
         if existing is not None and existing.connection is not None:
@@ -101,12 +107,12 @@ class MqttFrontend:
         return session, session_present, assigned
 
     def _authenticate(self, connection: "MqttConnection",
-                      packet: Connect) -> int | tuple[str, str, str]:
+                      packet: Connect) -> int | tuple[str | None, str, str]:
+        """A CONNACK failure reason, or (authid or None for anonymous, authrole, method)."""
         if packet.username is None:
             if self.realm.anonymous_role is None:
                 return ReasonCode.NOT_AUTHORIZED
-            return (f"anonymous-{self.router.new_session_id():x}", self.realm.anonymous_role,
-                    "anonymous")
+            return None, self.realm.anonymous_role, "anonymous"
         principal = self._principals.get(packet.username)
         password = (packet.password or b"").decode("utf-8", "replace")
         if (principal is None or principal.ticket_hash is None

@@ -167,7 +167,28 @@ class MqttSession:
             if self.persistent:
                 self.frontend.store.update_outbound(self.client_id, entry.seq, entry.packet_id,
                                                     SENT)
-            connection.send_publish(entry.message, entry.packet_id, False)
+                if entry.message.qos == 2:
+                    # the packet id must be on disk before the client sees it: after a crash
+                    # the same id is resent and the client can recognise the duplicate
+                    self.frontend.when_durable(
+                        lambda ok, entry=entry: self._transmit_later(entry))
+                    continue
+            self._transmit(entry)
+
+    def _transmit(self, entry: Outbound) -> bool:
+        """Write one in-flight PUBLISH; False if it had to be discarded (too big)."""
+        connection = self.connection
+        if connection is None or self._by_packet_id.get(entry.packet_id) is not entry:
+            return True
+        if connection.send_publish(entry.message, entry.packet_id, False):
+            return True
+        del self._by_packet_id[entry.packet_id]  # too big for this client: as if delivered
+        self._drop(entry)
+        return False
+
+    def _transmit_later(self, entry: Outbound) -> None:
+        if not self._transmit(entry):
+            self.pump()
 
     def resume(self) -> None:
         """After a (re)connect: resend what is in flight, in order, then the queue."""

@@ -23,6 +23,10 @@ def encode_retained(publication: Publication, expires_at: float | None) -> bytes
         "exclude_me": publication.exclude_me,
         "ts": publication.timestamp,
         "expires": expires_at,
+        "qos": publication.qos,
+        "payload": publication.payload,
+        "properties": publication.properties,
+        "message_expires": publication.expires_at,
     }, use_bin_type=True)
 
 
@@ -35,7 +39,9 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
     eligibility = Eligibility.from_json(data["eligibility"]) if data["eligibility"] else None
     publication = Publication(data["id"], data["topic"], data["args"], data["kwargs"], publisher,
                               data["disclose"], eligibility, data["exclude_me"], retain=True,
-                              timestamp=data["ts"])
+                              timestamp=data["ts"], qos=data.get("qos", 0),
+                              payload=data.get("payload"), properties=data.get("properties"),
+                              expires_at=data.get("message_expires"))
     return RetainedEvent(publication, data["expires"], blob)
 
 
