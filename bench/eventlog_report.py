@@ -26,7 +26,7 @@ from router.eventlog.schema import KINDS  # noqa: E402
 from spark_analytics.progress import Progress  # noqa: E402
 from spark_analytics.reader import input_files  # noqa: E402
 from spark_analytics.report import REPORT_STAGES, build_report  # noqa: E402
-from spark_analytics.session import shuffle_partitions_for, start_session  # noqa: E402
+from spark_analytics.session import Sizing, start_session  # noqa: E402
 
 DAY = 86_400
 FIRST_DAY = 1_767_225_600.0  # 2026-01-01 00:00 UTC
@@ -50,44 +50,52 @@ class Realm:
     def __init__(self, name: str, logs: Path, rng: random.Random) -> None:
         self.name = name
         self.logs = logs
+        self.rng = rng
         self.topics = [f"com.example.{name}.{TOPIC_GROUPS[n % len(TOPIC_GROUPS)]}.item{n}"
                        for n in range(TOPICS_PER_REALM)]
         self.topic_weights = [1 / (rank + 1) for rank in range(len(self.topics))]
         self.sessions = [(rng.randint(1, 2**53), f"{name}-user{n % 300}",
                           rng.choices(list(PROTOCOLS), list(PROTOCOLS.values()))[0])
                          for n in range(SESSIONS_PER_REALM)]
+        self.awaiting_ack = (1, 1)  # (publication, qos) of the latest QoS >= 1 publish
+
+    def line(self, kind: str, ts: float, topic: str, session: tuple[int, str, str]) -> str:
+        """One record as the writer encodes it (compact JSON, absent fields left out)."""
+        rng = self.rng
+        session_id, authid, protocol = session
+        who = (f'"session":{session_id},"authid":"{authid}","authrole":"user",'
+               f'"protocol":"{protocol}"')
+        if kind == "publish":
+            publication, qos = rng.randint(1, 2**53), rng.choices(list(QOS), list(QOS.values()))[0]
+            if qos:
+                self.awaiting_ack = (publication, qos)
+            retain = "true" if rng.random() < 0.1 else "false"
+            return (f'{{"ts":{ts:.6f},"kind":"publish","topic":"{topic}",'
+                    f'"publication":{publication},{who},"qos":{qos},"retain":{retain},'
+                    f'"payload_bytes":{int(rng.lognormvariate(5, 1))},'
+                    f'"receivers":{int(rng.paretovariate(1.5))}}}\n')
+        if kind == "ack":
+            publication, qos = self.awaiting_ack
+            return (f'{{"ts":{ts:.6f},"kind":"ack","publication":{publication},{who},'
+                    f'"qos":{qos},"latency_ms":{rng.lognormvariate(1.5, 0.8):.3f}}}\n')
+        if kind.startswith("retained_"):
+            return f'{{"ts":{ts:.6f},"kind":"{kind}","topic":"{topic}"}}\n'
+        if kind in ("subscribe", "unsubscribe"):
+            return (f'{{"ts":{ts:.6f},"kind":"{kind}",{who},"topic":"{topic}","match":"exact",'
+                    f'"subscription":{rng.randint(1, 2**53)},"get_retained":true}}\n')
+        duration = f',"duration":{rng.expovariate(1 / 600):.3f}' if kind == "session_leave" else ""
+        return f'{{"ts":{ts:.6f},"kind":"{kind}",{who},"authmethod":"ticket"{duration}}}\n'
 
     def write(self, day: int, lines: list[str]) -> None:
-        folder = self.logs / f"realm={self.name}" / f"date={time.strftime('%Y-%m-%d', time.gmtime(FIRST_DAY + day * DAY))}"
+        """Append to the day's newest part, starting a new one past the writer's size limit."""
+        day_name = time.strftime("%Y-%m-%d", time.gmtime(FIRST_DAY + day * DAY))
+        folder = self.logs / f"realm={self.name}" / f"date={day_name}"
         folder.mkdir(parents=True, exist_ok=True)
         parts = sorted(folder.glob("part-*.jsonl"), key=lambda path: int(path.stem[5:]))
         part = parts[-1] if parts and parts[-1].stat().st_size < MAX_FILE_BYTES else \
             folder / f"part-{len(parts)}.jsonl"
         with part.open("a") as file:
             file.write("".join(lines))
-
-
-def record(kind: str, ts: float, topic: str, session: tuple[int, str, str],
-           rng: random.Random) -> str:
-    session_id, authid, protocol = session
-    who = f'"session":{session_id},"authid":"{authid}","authrole":"user","protocol":"{protocol}"'
-    if kind == "publish":
-        qos = rng.choices((0, 1, 2), (0.6, 0.3, 0.1))[0]
-        retain = "true" if rng.random() < 0.1 else "false"
-        return (f'{{"ts":{ts:.6f},"kind":"publish","topic":"{topic}",'
-                f'"publication":{rng.randint(1, 2**53)},{who},"qos":{qos},"retain":{retain},'
-                f'"payload_bytes":{int(rng.lognormvariate(5, 1))},'
-                f'"receivers":{int(rng.paretovariate(1.5))}}}\n')
-    if kind == "ack":
-        return (f'{{"ts":{ts:.6f},"kind":"ack","publication":{rng.randint(1, 2**53)},{who},'
-                f'"qos":{rng.choice((1, 2))},"latency_ms":{rng.lognormvariate(1.5, 0.8):.3f}}}\n')
-    if kind.startswith("retained_"):
-        return f'{{"ts":{ts:.6f},"kind":"{kind}","topic":"{topic}"}}\n'
-    if kind in ("subscribe", "unsubscribe"):
-        return (f'{{"ts":{ts:.6f},"kind":"{kind}",{who},"topic":"{topic}","match":"exact",'
-                f'"subscription":{rng.randint(1, 2**53)},"get_retained":true}}\n')
-    duration = f',"duration":{rng.expovariate(1 / 600):.3f}' if kind == "session_leave" else ""
-    return f'{{"ts":{ts:.6f},"kind":"{kind}",{who},"authmethod":"ticket"{duration}}}\n'
 
 
 def generate(logs: Path, events: int, days: int, seed: int = 1) -> None:
@@ -105,7 +113,7 @@ def generate(logs: Path, events: int, days: int, seed: int = 1) -> None:
                 chosen_kinds = rng.choices(kinds, kind_weights, k=size)
                 topics = rng.choices(realm.topics, realm.topic_weights, k=size)
                 sessions = rng.choices(realm.sessions, k=size)
-                realm.write(day, [record(kind, start + (offset + n) * step, topic, session, rng)
+                realm.write(day, [realm.line(kind, start + (offset + n) * step, topic, session)
                                   for n, (kind, topic, session)
                                   in enumerate(zip(chosen_kinds, topics, sessions))])
 
@@ -150,7 +158,7 @@ def main() -> None:
 
         progress = Progress(REPORT_STAGES)
         started = time.perf_counter()
-        spark = start_session(args.master, shuffle_partitions_for(input_bytes), args.driver_memory)
+        spark = start_session(Sizing.for_input(input_bytes), args.master, args.driver_memory)
         session_seconds = time.perf_counter() - started
         try:
             cores = spark.sparkContext.defaultParallelism

@@ -1,4 +1,4 @@
-"""WAMP fan-out: one publisher, N subscribers, each in its own process.
+"""WAMP fan-out: P publishers, N subscribers, each subscriber in its own process.
 
 Reports delivered events/s, latency p50/p99 (publish timestamp carried in the
 payload), and the router's CPU seconds per delivered event and peak RSS read
@@ -6,12 +6,15 @@ from /proc. Starts the router from this checkout unless --rawsocket/--websocket
 points at a running one (then pass --pid to get CPU and memory figures).
 
     .venv/bin/python bench/fanout.py --subscribers 10 --events 20000
+    .venv/bin/python bench/fanout.py --publishers 4 --subscribers 4 --events 5000
+    .venv/bin/python bench/fanout.py --match prefix    # subscribers subscribe to "bench."
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import statistics
@@ -26,6 +29,7 @@ from tests.clients import raw_connect  # noqa: E402
 from tests.harness import RouterProcess, realm_file  # noqa: E402
 
 TOPIC = "bench.fanout"
+DONE_TOPIC = "benchmark.done"  # outside the "bench." prefix that --match subscribes to
 
 
 class Endpoint:
@@ -36,28 +40,92 @@ class Endpoint:
         return self._address
 
 
-def proc_stats(pid: int) -> tuple[float, int]:
-    """(CPU seconds, peak RSS bytes) of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
-    peak = 0
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its living descendants (a broker's worker processes)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    tree, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        tree.append(current)
+        pending.extend(children.get(current, []))
+    return tree
+
+
+def _status_kb(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            peak = int(line.split()[1]) * 1024
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def proc_stats(pid: int) -> tuple[float, int]:
+    """(CPU seconds, peak RSS bytes) of a process and its descendants, from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu, peak = 0.0, 0
+    for member in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu += (int(fields[11]) + int(fields[12])) / ticks
+            peak += _status_kb(member, "VmHWM") * 1024
+        except (OSError, IndexError, ValueError):
+            continue  # exited meanwhile
     return cpu, peak
 
 
-def subscriber_main(endpoint, transport, serializer, events, ready, results) -> None:
+def current_rss(pid: int) -> int:
+    """Resident bytes now of a process and its descendants."""
+    return sum(_status_kb(member, "VmRSS") * 1024 for member in process_tree(pid))
+
+
+class BrokerMeter:
+    """CPU seconds and peak RSS of a broker's process tree over one scenario.
+
+    The kernel's peak-RSS mark is reset at the start (``clear_refs`` 5), so the peak is the
+    scenario's own; where that is not permitted it is the process's lifetime peak.
+    """
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        if pid:
+            for member in process_tree(pid):
+                try:
+                    Path(f"/proc/{member}/clear_refs").write_text("5")
+                except OSError:
+                    pass
+            self.cpu_before = proc_stats(pid)[0]
+
+    def report(self, delivered: int, unit: str = "event") -> dict:
+        """``cpu_us_per_<unit>`` and ``peak_rss_mb``, or nothing without a pid."""
+        if not self.pid:
+            return {}
+        cpu_after, peak = proc_stats(self.pid)
+        return {f"cpu_us_per_{unit}": (cpu_after - self.cpu_before) / max(1, delivered) * 1e6,
+                "peak_rss_mb": peak / 2**20}
+
+
+def subscriber_main(endpoint, transport, serializer, events, ready, results,
+                    topic=TOPIC, options=None, idle_timeout=120.0) -> None:
+    """Subscribe (with ``options``, e.g. match=prefix) and collect latencies of ``events``
+    events; gives up after ``idle_timeout`` s without one and reports what it got."""
     async def run():
         client = await raw_connect(endpoint, transport, serializer)
         assert (await client.hello())[0] == 2
-        client.send([32, 1, {}, TOPIC])
+        client.send([32, 1, options or {}, topic])
         assert (await client.recv())[0] == 33
         ready.put(True)
         latencies = []
         while len(latencies) < events:
-            message = await client.recv(timeout=120)
+            try:
+                message = await client.recv(timeout=idle_timeout)
+            except asyncio.TimeoutError:
+                break
             latencies.append(time.time() - message[4][0])
         client.close()
         results.put(latencies)
@@ -65,74 +133,108 @@ def subscriber_main(endpoint, transport, serializer, events, ready, results) -> 
     asyncio.run(run())
 
 
-async def publish_all(endpoint, transport, serializer, events: int, rate: float | None) -> float:
+async def publish_all(endpoint, transport, serializer, events: int, rate: float | None,
+                      topic: str = TOPIC) -> float:
     client = await raw_connect(endpoint, transport, serializer)
     assert (await client.hello())[0] == 2
     started = time.perf_counter()
     for n in range(events):
-        client.send([16, n + 1, {}, TOPIC, [time.time(), n]])
+        client.send([16, n + 1, {}, topic, [time.time(), n]])
         if n % 200 == 0:
             await asyncio.sleep(0)
         if rate:
             delay = started + n / rate - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-    client.send([16, events + 1, {"acknowledge": True}, "bench.done"])
+    client.send([16, events + 1, {"acknowledge": True}, DONE_TOPIC])
     await client.recv(timeout=120)
     return time.perf_counter() - started
 
 
-def run_scenario(endpoint, transport, serializer, subscribers, events, rate, pid) -> dict:
+async def publish_concurrently(endpoint, transport, serializer, publishers: int, events: int,
+                               rate: float | None) -> None:
+    """``publishers`` sessions, each publishing ``events`` events at once."""
+    await asyncio.gather(*(publish_all(endpoint, transport, serializer, events, rate)
+                           for _ in range(publishers)))
+
+
+def latency_report(latencies: list[float]) -> dict:
+    """p50 and p99 in milliseconds (zero when nothing arrived)."""
+    if len(latencies) < 2:
+        return {"p50_ms": 0.0, "p99_ms": 0.0}
+    return {"p50_ms": statistics.median(latencies) * 1000,
+            "p99_ms": statistics.quantiles(latencies, n=100)[98] * 1000}
+
+
+def run_scenario(endpoint, transport, serializer, subscribers, events, rate, pid,
+                 publishers=1, match=None, idle_timeout=120.0) -> dict:
+    """``publishers`` sessions each publish ``events`` events to ``subscribers`` processes.
+
+    With ``match="prefix"`` the subscribers subscribe to the topic's prefix ("bench.").
+    """
+    topic, options = (TOPIC, {}) if match is None else (TOPIC.split(".")[0] + ".",
+                                                        {"match": match})
+    expected = publishers * events
     ctx = mp.get_context("spawn")
     ready, results = ctx.Queue(), ctx.Queue()
     workers = [ctx.Process(target=subscriber_main,
-                           args=(endpoint, transport, serializer, events, ready, results))
+                           args=(endpoint, transport, serializer, expected, ready, results,
+                                 topic, options, idle_timeout))
                for _ in range(subscribers)]
     for worker in workers:
         worker.start()
-    for _ in workers:
-        ready.get(timeout=60)
-    cpu_before = proc_stats(pid)[0] if pid else None
-    started = time.perf_counter()
-    asyncio.run(publish_all(endpoint, transport, serializer, events, rate))
-    latencies = []
-    for _ in workers:
-        latencies.extend(results.get(timeout=300))
-    elapsed = time.perf_counter() - started
-    for worker in workers:
-        worker.join()
+    try:
+        for _ in workers:
+            ready.get(timeout=60)
+        meter = BrokerMeter(pid)
+        started = time.perf_counter()
+        asyncio.run(asyncio.wait_for(
+            publish_concurrently(endpoint, transport, serializer, publishers, events, rate),
+            timeout=idle_timeout + 60))
+        latencies = []
+        for _ in workers:
+            latencies.extend(results.get(timeout=idle_timeout + 180))
+        elapsed = time.perf_counter() - started
+    finally:
+        for worker in workers:
+            worker.join(timeout=10)
+            if worker.is_alive():
+                worker.kill()
     delivered = len(latencies)
-    report = {"transport": transport, "serializer": serializer, "subscribers": subscribers,
-              "delivered": delivered, "events_per_s": delivered / elapsed,
-              "p50_ms": statistics.median(latencies) * 1000,
-              "p99_ms": statistics.quantiles(latencies, n=100)[98] * 1000}
-    if pid:
-        cpu_after, peak = proc_stats(pid)
-        report["cpu_us_per_event"] = (cpu_after - cpu_before) / delivered * 1e6
-        report["peak_rss_mb"] = peak / 2**20
+    report = {"transport": transport, "serializer": serializer, "publishers": publishers,
+              "subscribers": subscribers, "delivered": delivered,
+              "lost": subscribers * expected - delivered,
+              "events_per_s": delivered / elapsed, **latency_report(latencies)}
+    report.update(meter.report(delivered))
     return report
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--subscribers", type=int, default=10)
-    parser.add_argument("--events", type=int, default=20000)
-    parser.add_argument("--rate", type=float, help="publish at most this many events/s")
+def format_report(report: dict) -> str:
+    """One ``key=value`` line, floats with two decimals."""
+    return " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in report.items())
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """--pairs, --rawsocket, --websocket, --pid: which router and which transports."""
     parser.add_argument("--pairs", default="rawsocket:msgpack,websocket:json",
                         help="comma-separated transport:serializer pairs")
     parser.add_argument("--rawsocket", help="HOST:PORT of a running router")
     parser.add_argument("--websocket", help="HOST:PORT/PATH of a running router")
     parser.add_argument("--pid", type=int, help="pid of the running router (CPU, RSS)")
-    parser.add_argument("--no-eventlog", action="store_true",
-                        help="start the router with the event log off (to measure its cost)")
-    args = parser.parse_args()
+
+
+@contextlib.contextmanager
+def wamp_targets(args, eventlog: bool = True):
+    """Yield (transport, serializer, endpoint, pid) per --pairs entry: the running router
+    given by --rawsocket/--websocket/--pid, or a router from this checkout started here."""
     router = None
     if not (args.rawsocket or args.websocket):
-        router = RouterProcess(Path(tempfile.mkdtemp(prefix="bench-fanout-")),
+        router = RouterProcess(Path(tempfile.mkdtemp(prefix="bench-wamp-")),
                                [realm_file("realm1")],
-                               extra_config={"eventlog": {"enabled": not args.no_eventlog}}
-                               ).start()
+                               extra_config={"eventlog": {"enabled": eventlog}}).start()
     try:
+        targets = []
         for pair in args.pairs.split(","):
             transport, serializer = pair.split(":")
             if router is not None:
@@ -143,14 +245,31 @@ def main() -> None:
                 hostport, _, path = given.partition("/")
                 host, port = hostport.rsplit(":", 1)
                 port, path, pid = int(port), "/" + path, args.pid
-            endpoint = Endpoint(transport, host, port, path)
-            report = run_scenario(endpoint, transport, serializer, args.subscribers,
-                                  args.events, args.rate, pid)
-            print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in report.items()), flush=True)
+            targets.append((transport, serializer, Endpoint(transport, host, port, path), pid))
+        yield targets
     finally:
         if router is not None:
             router.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--subscribers", type=int, default=10)
+    parser.add_argument("--events", type=int, default=20000,
+                        help="events per publisher")
+    parser.add_argument("--publishers", type=int, default=1)
+    parser.add_argument("--match", choices=["prefix", "wildcard"],
+                        help="subscribe with this match policy instead of exact")
+    parser.add_argument("--rate", type=float, help="each publisher: at most this many events/s")
+    add_target_arguments(parser)
+    parser.add_argument("--no-eventlog", action="store_true",
+                        help="start the router with the event log off (to measure its cost)")
+    args = parser.parse_args()
+    with wamp_targets(args, eventlog=not args.no_eventlog) as targets:
+        for transport, serializer, endpoint, pid in targets:
+            report = run_scenario(endpoint, transport, serializer, args.subscribers,
+                                  args.events, args.rate, pid, args.publishers, args.match)
+            print(format_report(report), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""MQTT fan-out at QoS 0, 1 and 2 against any broker: messages/s, latency, losses.
+"""MQTT fan-out at QoS 0, 1 and 2 against any broker: messages/s, latency, losses;
+and a '#' subscription over N retained messages (--retained N).
 
 One publisher, N subscriber processes (paho-mqtt). The publish time travels in the
 payload. Starts our router from this checkout unless --broker HOST:PORT is given
@@ -6,13 +7,13 @@ payload. Starts our router from this checkout unless --broker HOST:PORT is given
 seconds per delivered message and peak RSS from /proc.
 
     .venv/bin/python bench/mqtt_fanout.py --subscribers 4 --messages 5000
+    .venv/bin/python bench/mqtt_fanout.py --qos "" --retained 10000
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import statistics
 import struct
 import sys
 import tempfile
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import paho.mqtt.client as mqtt  # noqa: E402
 
-from bench.fanout import proc_stats  # noqa: E402
+from bench.fanout import BrokerMeter, format_report, latency_report  # noqa: E402
 from tests.harness import RouterProcess, realm_file  # noqa: E402
 
 TOPIC = "bench/mqtt"
@@ -35,7 +36,8 @@ def _client(name: str) -> mqtt.Client:
                        protocol=mqtt.MQTTv311, clean_session=True)
 
 
-def subscriber_main(host, port, qos, messages, index, ready, results) -> None:
+def subscriber_main(host, port, qos, messages, index, ready, results,
+                    timeout=120.0) -> None:
     received: list[float] = []
     seen: set[int] = set()
     done = threading.Event()
@@ -56,17 +58,17 @@ def subscriber_main(host, port, qos, messages, index, ready, results) -> None:
     client.subscribe(TOPIC, qos=qos)
     subscribed.wait(30)
     ready.put(True)
-    done.wait(120)
+    done.wait(timeout)
     client.disconnect()
     client.loop_stop()
     results.put((received, len(seen)))
 
 
-def run_qos(host, port, qos, subscribers, messages, pid) -> dict:
+def run_qos(host, port, qos, subscribers, messages, pid, timeout=120.0) -> dict:
     ctx = mp.get_context("spawn")
     ready, results = ctx.Queue(), ctx.Queue()
     workers = [ctx.Process(target=subscriber_main,
-                           args=(host, port, qos, messages, i, ready, results))
+                           args=(host, port, qos, messages, i, ready, results, timeout))
                for i in range(subscribers)]
     for worker in workers:
         worker.start()
@@ -77,15 +79,15 @@ def run_qos(host, port, qos, subscribers, messages, pid) -> dict:
     publisher.max_queued_messages_set(0)
     publisher.connect(host, port, keepalive=60)
     publisher.loop_start()
-    cpu_before = proc_stats(pid)[0] if pid else None
+    meter = BrokerMeter(pid)
     started = time.perf_counter()
     infos = [publisher.publish(TOPIC, struct.pack("!dQ", time.time(), n) + b"x" * 48, qos=qos)
              for n in range(messages)]
     for info in infos:
-        info.wait_for_publish(120)
+        info.wait_for_publish(timeout)
     latencies, distinct = [], []
     for _ in workers:
-        received, count = results.get(timeout=300)
+        received, count = results.get(timeout=timeout + 60)
         latencies.extend(received)
         distinct.append(count)
     elapsed = time.perf_counter() - started
@@ -97,12 +99,53 @@ def run_qos(host, port, qos, subscribers, messages, pid) -> dict:
               "lost": subscribers * messages - sum(distinct),
               "duplicates": len(latencies) - sum(distinct),
               "msgs_per_s": len(latencies) / elapsed,
-              "p50_ms": statistics.median(latencies) * 1000,
-              "p99_ms": statistics.quantiles(latencies, n=100)[98] * 1000}
-    if pid:
-        cpu_after, peak = proc_stats(pid)
-        report["cpu_us_per_msg"] = (cpu_after - cpu_before) / max(1, len(latencies)) * 1e6
-        report["peak_rss_mb"] = peak / 2**20
+              **latency_report(latencies)}
+    report.update(meter.report(len(latencies), unit="msg"))
+    return report
+
+
+def run_retained_wildcard(host, port, count, pid, idle_timeout=10.0) -> dict:
+    """Retain ``count`` messages on distinct topics, then subscribe to '#' and time the
+    retained messages from SUBSCRIBE (a fresh broker: '#' also gets any older ones)."""
+    publisher = _client("bench-retain-pub")
+    publisher.max_inflight_messages_set(100)
+    publisher.max_queued_messages_set(0)
+    publisher.connect(host, port, keepalive=60)
+    publisher.loop_start()
+    infos = [publisher.publish(f"bench/retained/sensor{n}", b"21.5C", qos=1, retain=True)
+             for n in range(count)]
+    for info in infos:
+        info.wait_for_publish(120)
+    publisher.disconnect()
+    publisher.loop_stop()
+    arrivals: list[float] = []
+    done = threading.Event()
+    started = 0.0
+
+    def on_message(client, userdata, message):
+        if message.retain:
+            arrivals.append(time.perf_counter() - started)
+        if len(arrivals) >= count:
+            done.set()
+
+    subscriber = _client("bench-retain-sub")
+    subscriber.on_message = on_message
+    subscriber.connect(host, port, keepalive=60)
+    subscriber.loop_start()
+    meter = BrokerMeter(pid)
+    started = time.perf_counter()
+    subscriber.subscribe("#", qos=0)
+    while not done.wait(idle_timeout):
+        if not arrivals or time.perf_counter() - started - arrivals[-1] > idle_timeout:
+            break
+    subscriber.disconnect()
+    subscriber.loop_stop()
+    received = len(arrivals)
+    report = {"retained": count, "delivered": received, "lost": count - received,
+              "seconds_to_last": arrivals[-1] if arrivals else 0.0,
+              "msgs_per_s": received / arrivals[-1] if arrivals else 0.0,
+              **latency_report(arrivals)}
+    report.update(meter.report(received, unit="msg"))
     return report
 
 
@@ -110,7 +153,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subscribers", type=int, default=4)
     parser.add_argument("--messages", type=int, default=5000)
-    parser.add_argument("--qos", default="0,1,2")
+    parser.add_argument("--qos", default="0,1,2", help='comma-separated levels ("" for none)')
+    parser.add_argument("--retained", type=int, default=0,
+                        help="then time a '#' subscription over this many retained messages")
     parser.add_argument("--broker", help="HOST:PORT of a running MQTT broker")
     parser.add_argument("--pid", type=int, help="pid of that broker (CPU, RSS)")
     args = parser.parse_args()
@@ -126,10 +171,12 @@ def main() -> None:
         host, port, _ = router.address("mqtt")
         pid = router.proc.pid
     try:
-        for qos in (int(q) for q in args.qos.split(",")):
+        for qos in (int(q) for q in args.qos.split(",") if q):
             report = run_qos(host, port, qos, args.subscribers, args.messages, pid)
-            print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in report.items()), flush=True)
+            print(format_report(report), flush=True)
+        if args.retained:
+            print(format_report(run_retained_wildcard(host, port, args.retained, pid)),
+                  flush=True)
     finally:
         if router is not None:
             router.stop()

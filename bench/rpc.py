@@ -1,0 +1,122 @@
+"""WAMP RPC: one callee, C concurrent callers (each its own process, one call at a time).
+
+Reports completed calls/s, call latency p50/p99 (CALL sent to RESULT received), and the
+router's CPU seconds per call and peak RSS from /proc. Starts the router from this
+checkout unless --rawsocket/--websocket points at a running one (then pass --pid).
+
+    .venv/bin/python bench/rpc.py --callers 4 --calls 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.fanout import (BrokerMeter, add_target_arguments, format_report,  # noqa: E402
+                          latency_report, wamp_targets)
+from tests.clients import raw_connect  # noqa: E402
+
+PROCEDURE = "bench.echo"
+REGISTER, REGISTERED, INVOCATION, YIELD, CALL, RESULT = 64, 65, 68, 70, 48, 50
+
+
+def callee_main(endpoint, transport, serializer, ready, stop) -> None:
+    """Register PROCEDURE and answer every INVOCATION with its arguments until ``stop``."""
+    async def run():
+        client = await raw_connect(endpoint, transport, serializer)
+        assert (await client.hello())[0] == 2
+        client.send([REGISTER, 1, {}, PROCEDURE])
+        assert (await client.recv())[0] == REGISTERED
+        ready.put(True)
+        while not stop.is_set():
+            try:
+                message = await client.recv(timeout=0.5)
+            except asyncio.TimeoutError:
+                continue
+            if message[0] == INVOCATION:
+                client.send([YIELD, message[1], {}, message[4] if len(message) > 4 else []])
+        client.close()
+
+    asyncio.run(run())
+
+
+def caller_main(endpoint, transport, serializer, calls, timeout, ready, go, results) -> None:
+    """Make ``calls`` calls one after another; report their latencies."""
+    async def run():
+        client = await raw_connect(endpoint, transport, serializer)
+        assert (await client.hello())[0] == 2
+        ready.put(True)
+        await asyncio.get_running_loop().run_in_executor(None, go.wait, 60)
+        latencies = []
+        deadline = time.perf_counter() + timeout
+        for n in range(calls):
+            sent = time.perf_counter()
+            client.send([CALL, n + 1, {}, PROCEDURE, [n, "payload"]])
+            try:
+                reply = await client.recv(timeout=max(0.1, deadline - sent))
+            except asyncio.TimeoutError:
+                break
+            assert reply[0] == RESULT and reply[1] == n + 1, reply
+            latencies.append(time.perf_counter() - sent)
+        client.close()
+        results.put(latencies)
+
+    asyncio.run(run())
+
+
+def run_rpc(endpoint, transport, serializer, callers, calls, pid, timeout=120.0) -> dict:
+    """``callers`` processes each make ``calls`` sequential calls to one callee."""
+    ctx = mp.get_context("spawn")
+    ready, results, go, stop = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
+    callee = ctx.Process(target=callee_main, args=(endpoint, transport, serializer, ready, stop))
+    workers = [ctx.Process(target=caller_main, args=(endpoint, transport, serializer, calls,
+                                                     timeout, ready, go, results))
+               for _ in range(callers)]
+    callee.start()
+    try:
+        ready.get(timeout=60)
+        for worker in workers:
+            worker.start()
+        for _ in workers:
+            ready.get(timeout=60)
+        meter = BrokerMeter(pid)
+        started = time.perf_counter()
+        go.set()
+        latencies = []
+        for _ in workers:
+            latencies.extend(results.get(timeout=timeout + 60))
+        elapsed = time.perf_counter() - started
+    finally:
+        stop.set()
+        for process in workers + [callee]:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+    completed = len(latencies)
+    report = {"transport": transport, "serializer": serializer, "callers": callers,
+              "calls": completed, "failed": callers * calls - completed,
+              "calls_per_s": completed / elapsed, **latency_report(latencies)}
+    report.update(meter.report(completed, unit="call"))
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--callers", type=int, default=4)
+    parser.add_argument("--calls", type=int, default=2000, help="calls per caller")
+    add_target_arguments(parser)
+    args = parser.parse_args()
+    with wamp_targets(args) as targets:
+        for transport, serializer, endpoint, pid in targets:
+            print(format_report(run_rpc(endpoint, transport, serializer, args.callers,
+                                        args.calls, pid)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
