@@ -71,7 +71,7 @@ class EventLogConfig:
     enabled: bool = True
     flush_interval: float = 1.0
     max_file_bytes: int = 64 * 1024 * 1024
-    max_file_age: float = 3600.0
+    max_file_age: float = 300.0
     realms: dict[str, RealmLogSettings] = field(default_factory=dict)
 
     def for_realm(self, name: str) -> RealmLogSettings:

@@ -160,3 +160,17 @@ def test_router_logs_what_clients_did(tmp_path):
     opened = read_records(router.workdir / "data" / "eventlog", "open")
     assert [r["kind"] for r in opened] == ["publish"]
     assert json.loads(opened[0]["payload"]) == [["contents"], None]
+
+
+def test_closed_parts_are_visible_and_parts_left_open_by_a_crash_are_recovered(tmp_path):
+    writer = EventLogWriter(tmp_path)
+    writer.append("r", {"ts": DAY1, "kind": "publish", "topic": "open"})
+    writer.flush()
+    folder = tmp_path / "realm=r" / "date=2026-01-01"
+    writer.close()
+    assert [p.name for p in folder.iterdir()] == ["part-0.jsonl"]
+
+    (folder / ".part-1.jsonl").write_text('{"ts": 1767225600, "kind": "subscribe"}\n{"ts"')
+    EventLogWriter(tmp_path).close()  # a writer starting after a crash
+    assert sorted(p.name for p in folder.iterdir()) == ["part-0.jsonl", "part-1.jsonl"]
+    assert [r["kind"] for r in read_records(tmp_path)] == ["publish", "subscribe"]

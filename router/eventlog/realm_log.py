@@ -42,7 +42,8 @@ class RealmEventLog:
         record = {"ts": publication.timestamp, "kind": "publish", "topic": publication.topic,
                   "publication": publication.publication_id, "session": publisher.session_id,
                   "authid": publisher.authid, "authrole": publisher.authrole,
-                  "protocol": publisher.protocol, "qos": 0, "retain": publication.retain,
+                  "protocol": publisher.protocol, "qos": publication.qos,
+                  "retain": publication.retain,
                   "payload_bytes": publication.payload_bytes, "receivers": receivers}
         if publication.eligibility is not None:
             record["eligibility"] = ",".join(

@@ -25,8 +25,8 @@ KINDS = (
 FIELDS: tuple[tuple[str, str], ...] = (
     ("ts", "double"),            # seconds since the epoch (UTC), when the router saw it
     ("kind", "string"),          # one of KINDS
-    ("topic", "string"),         # canonical WAMP URI (publish, retained_*, subscribe, unsubscribe)
-    ("publication", "long"),     # publication id (publish, retained_set, ack)
+    ("topic", "string"),         # canonical WAMP URI (every kind but session_join/leave)
+    ("publication", "long"),     # publication id (publish, retained_set, retained_expire)
     ("session", "long"),         # acting session: publisher, subscriber, joining/leaving session
     ("authid", "string"),
     ("authrole", "string"),
@@ -42,7 +42,8 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("granted_qos", "integer"),  # subscribe
     ("authmethod", "string"),    # session_join / session_leave
     ("duration", "double"),      # session_leave: seconds the session lasted
-    ("latency_ms", "double"),    # ack: milliseconds from delivery to acknowledgement
+    ("latency_ms", "double"),    # ack: milliseconds from delivery to acknowledgement (the
+                                 # ack also has session fields, topic and the delivered qos)
     ("payload", "string"),       # publish: JSON of [args, kwargs], only where the realm opts in
 )
 

@@ -2,10 +2,13 @@
 
 Layout: ``<base>/realm=<name>/date=<yyyy-mm-dd>/part-<n>.jsonl``. A part file is
 closed and the next one started when it reaches ``max_file_bytes``, is older
-than ``max_file_age`` seconds, or the UTC date changes. Every flush writes whole
-lines and flushes the file, so a crash loses at most the last flush interval; a
-line torn by a crash mid-write is the last line of its file and readers skip it
-(the writer never appends to a file it did not create, it starts a new part).
+than ``max_file_age`` seconds, or the UTC date changes. While open it is named
+``.part-<n>.jsonl`` (hidden from Spark, whose file source reads a file only once)
+and it is renamed when closed; a writer starting up renames the ones a crash
+left open. Every flush writes whole lines and flushes the file, so a crash loses
+at most the last flush interval; a line torn by a crash mid-write is the last
+line of its file and readers skip it (the writer never appends to a file it did
+not create, it starts a new part).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ def _open_new(path: Path) -> IO[bytes]:
 class _PartFile:
     day_start: float
     day_end: float
-    number: int
+    path: Path
     handle: IO[bytes]
     opened_at: float
     size: int = 0
@@ -45,7 +48,7 @@ class EventLogWriter:
     """One per node; realms append records, a timer calls :meth:`flush`."""
 
     def __init__(self, base_dir: Path, max_file_bytes: int = 64 * 1024 * 1024,
-                 max_file_age: float = 3600.0, opener: Opener = _open_new,
+                 max_file_age: float = 300.0, opener: Opener = _open_new,
                  clock: Callable[[], float] = time.time) -> None:
         self.base_dir = base_dir
         self.max_file_bytes = max_file_bytes
@@ -54,6 +57,8 @@ class EventLogWriter:
         self._clock = clock
         self._buffer: list[tuple[str, dict]] = []
         self._files: dict[str, _PartFile] = {}
+        if base_dir.exists():
+            recover_open_parts(base_dir)
         self._worker = BatchWorker("eventlog-writer", self._write_batches)
 
     def append(self, realm: str, record: dict) -> None:
@@ -71,7 +76,7 @@ class EventLogWriter:
         self.flush()
         self._worker.close()
         for part in self._files.values():
-            part.handle.close()
+            _finish(part)
         self._files.clear()
 
     # writer thread --------------------------------------------------------------
@@ -106,7 +111,7 @@ class EventLogWriter:
                                  or part.size >= self.max_file_bytes
                                  or now - part.opened_at >= self.max_file_age):
             self._write_out(part)
-            part.handle.close()
+            _finish(part)
             part = None
         if part is None:
             part = self._files[realm] = self._new_part(realm, timestamp, now)
@@ -117,9 +122,24 @@ class EventLogWriter:
             hour=0, minute=0, second=0, microsecond=0)
         folder = self.base_dir / f"realm={realm}" / f"date={day:%Y-%m-%d}"
         folder.mkdir(parents=True, exist_ok=True)
-        numbers = [int(p.stem.split("-", 1)[1]) for p in folder.glob("part-*.jsonl")
-                   if p.stem.split("-", 1)[1].isdigit()]
+        numbers = [int(p.name.lstrip(".")[5:-6]) for p in folder.glob("*part-*.jsonl")
+                   if p.name.lstrip(".")[5:-6].isdigit()]
         number = max(numbers, default=-1) + 1
         start = day.timestamp()
-        return _PartFile(start, start + 86_400, number,
-                         self._opener(folder / f"part-{number}.jsonl"), now)
+        path = folder / f".part-{number}.jsonl"
+        return _PartFile(start, start + 86_400, path, self._opener(path), now)
+
+
+def _finish(part: _PartFile) -> None:
+    """Close a part and give it its visible name."""
+    part.handle.close()
+    part.path.rename(part.path.with_name(part.path.name[1:]))
+
+
+def recover_open_parts(base_dir: Path) -> int:
+    """Make the parts a crash left open visible (their complete lines count)."""
+    recovered = 0
+    for path in base_dir.glob("realm=*/date=*/.part-*.jsonl"):
+        path.rename(path.with_name(path.name[1:]))
+        recovered += 1
+    return recovered
