@@ -1,0 +1,241 @@
+"""The report's PNG charts, drawn with matplotlib's Agg canvas (no display needed)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from matplotlib import rc_context
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, PercentFormatter
+
+Rows = Sequence[Mapping]
+
+TOP_TOPICS = 15
+MAX_POINTS = 400
+BUCKET_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 240, 360, 720, 1440)
+PALETTE = ("#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2",
+           "#97bbf5", "#9c6b4e", "#9498a0")
+DPI = 120
+STYLE = {"font.size": 10, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
+         "legend.fontsize": 9, "axes.edgecolor": "#9498a0"}
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    path: Path
+    caption: str
+    wide: bool = False
+    """Spans the page's width (time lines and long topic names need it)."""
+
+
+def thousands(value: float, _position: object = None) -> str:
+    """Axis numbers with separators, keeping the decimal a small fractional tick needs."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def new_figure(width: float = 6.4, height: float = 3.4) -> tuple[Figure, Axes]:
+    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    axes.spines[["top", "right"]].set_visible(False)
+    axes.grid(axis="both", color="#e6e6e6", linewidth=0.8)
+    axes.set_axisbelow(True)
+    return figure, axes
+
+
+def realm_colors(summary: Rows) -> dict[str, str]:
+    return {row["realm"]: PALETTE[n % len(PALETTE)] for n, row in enumerate(summary)}
+
+
+def rate_series(rows: Rows) -> tuple[int, dict[str, tuple[list[datetime], list[float]]]]:
+    """Per realm, publishes per minute averaged over buckets of a round number of minutes,
+    chosen so a long log still draws as a readable line; minutes without publishes count 0."""
+    minutes = [row["minute"] for row in rows]
+    first, last = min(minutes), max(minutes)
+    span = (last - first) // timedelta(minutes=1) + 1
+    bucket = next((size for size in BUCKET_MINUTES if span / size <= MAX_POINTS),
+                  BUCKET_MINUTES[-1])
+    start = first - timedelta(minutes=(first - datetime.min) // timedelta(minutes=1) % bucket)
+    buckets = (last - start) // timedelta(minutes=bucket) + 1
+    totals: dict[str, list[int]] = defaultdict(lambda: [0] * buckets)
+    for row in rows:
+        totals[row["realm"]][(row["minute"] - start) // timedelta(minutes=bucket)] += row["events"]
+    times = [start + timedelta(minutes=bucket * n) for n in range(buckets)]
+    return bucket, {realm: (times, [count / bucket for count in counts])
+                    for realm, counts in totals.items()}
+
+
+def events_per_minute_chart(tables: Mapping[str, Rows], path: Path) -> Chart | None:
+    if not tables["events_per_minute"]:
+        return None
+    bucket, series = rate_series(tables["events_per_minute"])
+    colors = realm_colors(tables["summary"])
+    figure, axes = new_figure(width=11, height=3.6)
+    for realm, (times, rates) in series.items():
+        axes.plot(times, rates, label=realm, color=colors[realm], linewidth=1.4,
+                  marker="o" if len(times) < 60 else None, markersize=3)
+    locator = AutoDateLocator()
+    axes.xaxis.set_major_locator(locator)
+    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    axes.yaxis.set_major_formatter(FuncFormatter(thousands))
+    axes.set_ylabel("publishes per minute")
+    axes.set_xlabel("time (UTC)")
+    axes.set_ylim(bottom=0)
+    axes.legend(title="realm", frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
+    figure.savefig(path)
+    averaged = "" if bucket == 1 else f", averaged over {bucket}-minute buckets"
+    return Chart("Events per minute", path,
+                 f"Publishes per UTC minute{averaged}; one line per realm.", wide=True)
+
+
+def top_topics_chart(tables: Mapping[str, Rows], path: Path) -> Chart | None:
+    top = [row for row in tables["topics"] if row["events"]][:TOP_TOPICS]
+    if not top:
+        return None
+    colors = realm_colors(tables["summary"])
+    several_realms = len(tables["summary"]) > 1
+    labels = [f"{row['topic']}  ({row['realm']})" if several_realms else row["topic"]
+              for row in top]
+    figure, axes = new_figure(width=11, height=0.7 + 0.3 * len(top))
+    positions = range(len(top))[::-1]
+    axes.barh(positions, [row["events"] for row in top],
+              color=[colors[row["realm"]] for row in top])
+    axes.set_yticks(list(positions), labels)
+    for position, row in zip(positions, top):
+        axes.annotate(thousands(row["events"]), (row["events"], position), xytext=(3, 0),
+                      textcoords="offset points", va="center", fontsize=8)
+    axes.xaxis.set_major_formatter(FuncFormatter(thousands))
+    axes.set_xlabel("publishes")
+    axes.grid(axis="y", visible=False)
+    axes.margins(x=0.12)
+    figure.savefig(path)
+    return Chart(f"Top {len(top)} topics", path, "Topics with the most publishes.", wide=True)
+
+
+def share_bars(rows: Rows, category: Callable[[Mapping], str], count_column: str,
+               path: Path, xlabel: str) -> bool:
+    """100 % stacked bars, one per realm: how each realm's count splits across categories."""
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    for row in rows:
+        if row[count_column]:
+            counts[row["realm"]][category(row)] = row[count_column]
+    if not counts:
+        return False
+    categories = sorted({name for split in counts.values() for name in split})
+    realms = sorted(counts)
+    figure, axes = new_figure(height=1.2 + 0.45 * len(realms))
+    left = [0.0] * len(realms)
+    for n, name in enumerate(categories):
+        shares = [counts[realm].get(name, 0) / sum(counts[realm].values()) for realm in realms]
+        bars = axes.barh(realms, shares, left=left, label=name, color=PALETTE[n % len(PALETTE)])
+        axes.bar_label(bars, labels=[f"{share:.0%}" if share >= 0.06 else "" for share in shares],
+                       label_type="center", fontsize=8, color="white")
+        left = [start + share for start, share in zip(left, shares)]
+    axes.xaxis.set_major_formatter(PercentFormatter(1.0))
+    axes.set_xlim(0, 1)
+    axes.set_xlabel(xlabel)
+    axes.invert_yaxis()
+    axes.grid(axis="y", visible=False)
+    axes.legend(frameon=False, ncols=min(len(categories), 6), loc="lower center",
+                bbox_to_anchor=(0.5, 1.0))
+    figure.savefig(path)
+    return True
+
+
+def qos_chart(tables: Mapping[str, Rows], path: Path) -> Chart | None:
+    if not share_bars(tables["qos"], lambda row: f"QoS {row['qos']}", "events", path,
+                      "share of publishes"):
+        return None
+    return Chart("QoS split", path, "Share of each realm's publishes per QoS level.")
+
+
+def protocol_chart(tables: Mapping[str, Rows], path: Path) -> Chart | None:
+    if not share_bars(tables["protocols"], lambda row: row["protocol"] or "unknown", "sessions",
+                      path, "share of sessions joined"):
+        return None
+    return Chart("Protocol mix", path, "Share of each realm's sessions per transport protocol.")
+
+
+def fanout_chart(tables: Mapping[str, Rows], path: Path) -> Chart | None:
+    per_realm = defaultdict(list)
+    for row in tables["fanout"]:
+        per_realm[row["realm"]].append((row["receivers"], row["publishes"]))
+    if not per_realm:
+        return None
+    colors = realm_colors(tables["summary"])
+    summaries = {row["realm"]: row for row in tables["summary"]}
+    figure, axes = new_figure()
+    for share in (0.5, 0.9, 0.99):
+        axes.axhline(share, color="#9498a0", linewidth=0.8, linestyle=":")
+    most = max(row["receivers"] for row in tables["fanout"])
+    for realm, points in per_realm.items():
+        receivers, counts = zip(*points)
+        total, running, cumulative = sum(counts), 0, [0.0]
+        for count in counts:
+            running += count
+            cumulative.append(running / total)
+        row = summaries[realm]
+        # rises from 0 at its fewest receivers, runs on at 100 % to the widest fan-out shown
+        axes.step([receivers[0], *receivers, most], [*cumulative, 1.0], where="post",
+                  color=colors[realm], linewidth=1.6,
+                  label=f"{realm}: p50 {row['receivers_p50']:,} · p90 {row['receivers_p90']:,}"
+                        f" · p99 {row['receivers_p99']:,}")
+    if most > 20:
+        axes.set_xscale("symlog", linthresh=1)
+        axes.xaxis.set_major_formatter(FuncFormatter(thousands))
+    axes.yaxis.set_major_formatter(PercentFormatter(1.0))
+    axes.set_xlabel("receivers per publish")
+    axes.set_ylabel("publishes with at most that many")
+    axes.set_ylim(0, 1.02)
+    axes.legend(frameon=False, loc="lower right")
+    figure.savefig(path)
+    return Chart("Fan-out distribution", path, "Share of publishes delivered to at most N "
+                 "receivers; dotted lines mark 50 %, 90 % and 99 %.")
+
+
+def ack_latency_chart(tables: Mapping[str, Rows], path: Path) -> Chart | None:
+    realms = [row for row in tables["summary"] if row["acks"]]
+    if not realms:
+        return None
+    figure, axes = new_figure(height=1.4 + 0.5 * len(realms))
+    width = 0.26
+    for n, suffix in enumerate(("p50", "p90", "p99")):
+        positions = [index + (n - 1) * width for index in range(len(realms))]
+        bars = axes.barh(positions, [row[f"ack_latency_ms_{suffix}"] for row in realms],
+                         height=width, label=suffix, color=PALETTE[n])
+        axes.bar_label(bars, fmt="%.1f", fontsize=8, padding=2)
+    axes.set_yticks(range(len(realms)), [row["realm"] for row in realms])
+    axes.invert_yaxis()
+    axes.set_xlabel("milliseconds from delivery to acknowledgement")
+    axes.grid(axis="y", visible=False)
+    axes.margins(x=0.1)
+    axes.legend(frameon=False, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    figure.savefig(path)
+    return Chart("Acknowledgement latency", path,
+                 "Latency percentiles of QoS ≥ 1 acknowledgements.")
+
+
+CHARTS = {
+    "events_per_minute": events_per_minute_chart,
+    "top_topics": top_topics_chart,
+    "qos": qos_chart,
+    "protocols": protocol_chart,
+    "fanout": fanout_chart,
+    "ack_latency": ack_latency_chart,
+}
+
+
+def draw_charts(tables: Mapping[str, Rows], folder: Path) -> list[Chart]:
+    """Every chart the data supports (a log without acks gets no latency chart)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with rc_context(STYLE):
+        drawn = [draw(tables, folder / f"{name}.png") for name, draw in CHARTS.items()]
+    return [chart for chart in drawn if chart is not None]

@@ -1,0 +1,89 @@
+"""A quiet SparkSession sized for the input, shared by the report and the stream jobs."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+SHUFFLE_BYTES_PER_PARTITION = 64 * 1024 * 1024
+MAX_SHUFFLE_PARTITIONS = 200
+QUICK_JIT_MAX_BYTES = 32 * 1024 * 1024
+
+# Spark's default log4j2 profile prints INFO/WARN chatter and a banner; this one keeps errors
+# only, on stderr, so stdout carries nothing but what the command itself prints.
+QUIET_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+# pyspark's gateway counts as a Spark shell, which would announce its own default log level
+logger.shell.name = org.apache.spark.api.python.PythonGatewayServer
+logger.shell.level = error
+"""
+
+
+def shuffle_partitions_for(input_bytes: int) -> int:
+    """One shuffle partition per 64 MiB of input: the aggregates are small, and Spark's
+    default of 200 partitions makes a small log take seconds of task overhead."""
+    wanted = math.ceil(input_bytes / SHUFFLE_BYTES_PER_PARTITION)
+    return max(1, min(MAX_SHUFFLE_PARTITIONS, wanted))
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What the size of a run's input decides about its session."""
+
+    shuffle_partitions: int
+    quick_jit: bool = False
+    """Compile with the JVM's quick C1 tier only: on a small input the run is over before
+    C2's slower, better compiles would pay for themselves (a small report runs ~30 % faster)."""
+
+    @classmethod
+    def for_input(cls, input_bytes: int) -> Sizing:
+        return cls(shuffle_partitions_for(input_bytes), input_bytes < QUICK_JIT_MAX_BYTES)
+
+
+def _point_java_home() -> None:
+    """Spark needs Java 17; point JAVA_HOME at the ``java`` on PATH when it is not set."""
+    if os.environ.get("JAVA_HOME"):
+        return
+    java = shutil.which("java")
+    if java is None:
+        raise SystemExit("Spark needs Java 17: install it (Debian: apt-get install "
+                         "openjdk-17-jre-headless) or set JAVA_HOME")
+    os.environ["JAVA_HOME"] = str(Path(java).resolve().parent.parent)
+
+
+def start_session(sizing: Sizing, master: str = "local[*]", driver_memory: str = "2g",
+                  app_name: str = "wamp-eventlog") -> SparkSession:
+    """Start (or reuse) the SparkSession; times are UTC so minutes and dates match the paths."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    _point_java_home()
+    handle, log_config = tempfile.mkstemp(prefix="spark-analytics-log4j2-", suffix=".properties")
+    with os.fdopen(handle, "w") as config_file:
+        config_file.write(QUIET_LOG4J2)
+    java_options = f"-Dlog4j2.configurationFile=file:{log_config}"
+    if sizing.quick_jit:
+        java_options += " -XX:TieredStopAtLevel=1"
+    try:
+        spark = (SparkSession.builder.master(master).appName(app_name)
+                 .config("spark.driver.memory", driver_memory)
+                 .config("spark.driver.extraJavaOptions", java_options)
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.session.timeZone", "UTC")
+                 .config("spark.sql.shuffle.partitions", sizing.shuffle_partitions)
+                 .getOrCreate())
+    finally:
+        Path(log_config).unlink()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,321 @@
+"""The Spark event-log analytics as a user checks them: the report's numbers against what was
+logged, the page and its charts, the --realm/--since filters, and a stream that resumes from
+its checkpoint without counting anything twice.
+
+The logs are written here in the router's layout with the schema's field names, including a
+torn last line per file (a crash mid-write), which must not count.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import subprocess
+import sys
+import zlib
+from collections import Counter
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from router.eventlog.schema import FIELD_NAMES
+from spark_analytics.report import build_report
+from spark_analytics.session import Sizing, start_session
+from spark_analytics.stream import run_stream
+from tests.harness import ROOT
+
+DAY_1 = date(2026, 3, 1)
+DAY_2 = date(2026, 3, 2)
+CHARTS = ("events_per_minute", "top_topics", "qos", "protocols", "fanout", "ack_latency")
+
+
+def at(day: date, hour: int, minute: int, second: float = 0.0) -> float:
+    moment = datetime(day.year, day.month, day.day, hour, minute, tzinfo=timezone.utc)
+    return (moment + timedelta(seconds=second)).timestamp()
+
+
+def write_part(logs: Path, realm: str, day: date, part: int, records: list[dict]) -> None:
+    """One part file as the router writes it, ending in a line torn by a crash."""
+    folder = logs / f"realm={realm}" / f"date={day.isoformat()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for record in records:
+        assert set(record) <= set(FIELD_NAMES), set(record) - set(FIELD_NAMES)
+        lines.append(json.dumps({name: record[name] for name in FIELD_NAMES if name in record}))
+    torn = json.dumps({"ts": records[-1]["ts"], "kind": "publish", "topic": records[-1].get(
+        "topic", "torn.topic"), "qos": 0, "payload_bytes": 999, "receivers": 7})
+    (folder / f"part-{part}.jsonl").write_text("\n".join(lines) + "\n" + torn[:len(torn) // 2])
+
+
+def publish(ts: float, topic: str, authid: str, protocol: str, *, publication: int,
+            qos: int = 0, retain: bool = False, payload_bytes: int = 10,
+            receivers: int = 1) -> dict:
+    return {"ts": ts, "kind": "publish", "topic": topic, "publication": publication,
+            "session": zlib.crc32(authid.encode()), "authid": authid, "authrole": "user",
+            "protocol": protocol, "qos": qos, "retain": retain, "payload_bytes": payload_bytes,
+            "receivers": receivers}
+
+
+def session_records(day: date, session: int, authid: str, protocol: str,
+                    seconds: float) -> list[dict]:
+    fields = {"session": session, "authid": authid, "authrole": "user", "protocol": protocol,
+              "authmethod": "ticket"}
+    return [dict(fields, ts=at(day, 9, 0), kind="session_join"),
+            dict(fields, ts=at(day, 9, 0, seconds), kind="session_leave", duration=seconds)]
+
+
+def alpha_day_1() -> list[dict]:
+    """sensor.temp: receivers 1..100 (a known fan-out distribution), 40 publishes in 10:00 and
+    60 in 10:01, QoS 60/30/10, a quarter retained, 40 acks of 1..40 ms; sensor.hum: 20 more."""
+    temp = [publish(at(DAY_1, 10, 0, 0.5 * n) if n < 40 else at(DAY_1, 10, 1, 0.5 * (n - 40)),
+                    "sensor.temp", "thermo", "wamp.websocket", publication=1000 + n,
+                    qos=0 if n < 60 else 1 if n < 90 else 2, retain=n % 4 == 0,
+                    payload_bytes=10 + n, receivers=n + 1) for n in range(100)]
+    humidity = [publish(at(DAY_1, 10, 5, n), "sensor.hum", "hygro", "mqtt", publication=2000 + n,
+                        payload_bytes=50, receivers=3) for n in range(20)]
+    retained = ([{"ts": at(DAY_1, 10, 2), "kind": "retained_set", "topic": "sensor.temp",
+                  "publication": 1000 + n} for n in range(0, 100, 4)]
+                + [{"ts": at(DAY_1, 10, 3), "kind": "retained_clear", "topic": "sensor.temp"}] * 2
+                + [{"ts": at(DAY_1, 10, 4), "kind": "retained_expire", "topic": "sensor.hum"}])
+    subscribes = [{"ts": at(DAY_1, 9, 30), "kind": "subscribe", "topic": "sensor.temp",
+                   "session": n, "authid": "viewer", "match": "exact", "subscription": 7,
+                   "get_retained": True} for n in range(3)]
+    acks = [{"ts": at(DAY_1, 10, 2), "kind": "ack", "publication": 1060 + n, "session": 1,
+             "qos": 1, "latency_ms": float(n + 1)} for n in range(40)]
+    sessions = (session_records(DAY_1, 1, "thermo", "wamp.websocket", 60)
+                + session_records(DAY_1, 2, "hygro", "mqtt", 120)
+                + session_records(DAY_1, 3, "viewer", "wamp.websocket", 300))
+    return sorted(subscribes + sessions + temp + humidity + retained + acks,
+                  key=lambda record: record["ts"])
+
+
+def alpha_day_2() -> list[dict]:
+    return [publish(at(DAY_2, 8, 0, n), "sensor.wind", "anemo", "wamp.rawsocket",
+                    publication=3000 + n, qos=1, receivers=5) for n in range(10)]
+
+
+def beta(day: date, count: int) -> list[dict]:
+    return [publish(at(day, 12, 0, n), "chat.room", "chatter", "wamp.rawsocket",
+                    publication=4000 + n + day.day * 100, payload_bytes=100, receivers=2)
+            for n in range(count)]
+
+
+def topic_acks(day: date, topic: str, latencies: list[float]) -> list[dict]:
+    """Acks that name their topic rather than their publication (the writer does both)."""
+    return [{"ts": at(day, 12, 1), "kind": "ack", "topic": topic, "session": 9, "qos": 1,
+             "latency_ms": latency} for latency in latencies]
+
+
+def read_table(folder: Path) -> list[dict[str, str]]:
+    """A result table as a user opens it: the one CSV file in ``folder/csv``."""
+    (part,) = (folder / "csv").glob("part-*.csv")
+    with part.open(newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def topic_row(report: Path, realm: str, topic: str) -> dict[str, str]:
+    return by_key(read_table(report / "tables" / "topics"), "realm", "topic")[(realm, topic)]
+
+
+def by_key(rows: list[dict[str, str]], *keys: str) -> dict[tuple, dict[str, str]]:
+    return {tuple(row[key] for key in keys): row for row in rows}
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = start_session(Sizing(shuffle_partitions=1, quick_jit=True), driver_memory="1g")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory) -> tuple[Path, list[dict]]:
+    """Two realms over two days; returns the folder and every (untorn) record written."""
+    logs = tmp_path_factory.mktemp("eventlog")
+    parts = {("alpha", DAY_1): alpha_day_1(), ("alpha", DAY_2): alpha_day_2(),
+             ("beta", DAY_1): beta(DAY_1, 30) + topic_acks(DAY_1, "chat.room", [3.0, 5.0, 7.0]),
+             ("beta", DAY_2): beta(DAY_2, 5)}
+    records = []
+    for (realm, day), part_records in parts.items():
+        write_part(logs, realm, day, 0, part_records)
+        records.extend(dict(record, realm=realm, date=day.isoformat()) for record in part_records)
+    return logs, records
+
+
+@pytest.fixture(scope="module", autouse=True)
+def filtered_cli_report(logged, tmp_path_factory):
+    """``python -m spark_analytics report --realm alpha --since <day 2>``, started when the
+    module starts: it runs its own JVM, so it overlaps with the in-process tests."""
+    out = tmp_path_factory.mktemp("cli-report")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "spark_analytics", "report", "--logs", str(logged[0]),
+         "--out", str(out), "--realm", "alpha", "--since", DAY_2.isoformat()],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield out, process
+    process.kill()
+    process.communicate()
+
+
+@pytest.fixture(scope="module")
+def report(spark, logged, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    build_report(spark, logged[0], out)
+    return out
+
+
+def test_topic_counts_bytes_qos_and_retention_match_the_log(report, logged):
+    published = [record for record in logged[1] if record["kind"] == "publish"]
+    topics = by_key(read_table(report / "tables" / "topics"), "realm", "topic")
+    expected_topics = {(record["realm"], record["topic"]) for record in published}
+    assert {key for key, row in topics.items() if int(row["events"])} == expected_topics
+    for key in expected_topics:
+        mine = [record for record in published if (record["realm"], record["topic"]) == key]
+        row = topics[key]
+        assert int(row["events"]) == len(mine), key
+        assert int(row["bytes"]) == sum(record["payload_bytes"] for record in mine), key
+        qos = Counter(record["qos"] for record in mine)
+        assert [int(row[f"qos{level}"]) for level in (0, 1, 2)] == [qos[0], qos[1], qos[2]], key
+        retained = sum(record["retain"] for record in mine)
+        assert float(row["retained_share"]) == pytest.approx(retained / len(mine)), key
+    kinds = Counter((record["topic"], record["kind"]) for record in logged[1]
+                    if record["realm"] == "alpha" and record["kind"].startswith("retained_"))
+    temp, humidity = topics[("alpha", "sensor.temp")], topics[("alpha", "sensor.hum")]
+    assert int(temp["retained_set"]) == kinds[("sensor.temp", "retained_set")] == 25
+    assert int(temp["retained_clear"]) == kinds[("sensor.temp", "retained_clear")] == 2
+    assert int(humidity["retained_expire"]) == 1
+    assert int(temp["subscribes"]) == 3
+
+
+def test_every_whole_record_counts_and_torn_lines_do_not(report, logged):
+    summary = by_key(read_table(report / "tables" / "summary"), "realm")
+    written = Counter(record["realm"] for record in logged[1])
+    assert {realm: int(row["records"]) for (realm,), row in summary.items()} == written
+
+
+def test_peak_minute_and_rate(report):
+    temp = topic_row(report, "alpha", "sensor.temp")
+    assert temp["peak_minute"].startswith("2026-03-01T10:01")
+    assert int(temp["peak_minute_events"]) == 60
+    assert float(temp["events_per_minute"]) == pytest.approx(50.0)  # 100 publishes in 2 minutes
+
+
+def test_fanout_percentiles_of_a_known_distribution(report, logged):
+    temp = topic_row(report, "alpha", "sensor.temp")
+    assert [int(temp[f"receivers_{p}"]) for p in ("p50", "p90", "p99")] == [50, 90, 99]
+    fanout = by_key(read_table(report / "tables" / "fanout"), "realm", "receivers")
+    beta_receivers = Counter(record["receivers"] for record in logged[1]
+                             if record["realm"] == "beta" and record["kind"] == "publish")
+    assert {int(receivers): int(row["publishes"]) for (realm, receivers), row in fanout.items()
+            if realm == "beta"} == beta_receivers
+
+
+def test_top_publisher_sessions_protocols_and_ack_latency(report):
+    publishers = read_table(report / "tables" / "publishers")
+    assert (publishers[0]["realm"], publishers[0]["authid"], publishers[0]["events"]) == \
+        ("alpha", "thermo", "100")
+    sessions = by_key(read_table(report / "tables" / "sessions"), "realm")[("alpha",)]
+    assert (int(sessions["joined"]), int(sessions["left"])) == (3, 3)
+    assert float(sessions["duration_p50"]) == 120.0
+    assert float(sessions["duration_mean"]) == pytest.approx(160.0)
+    protocols = by_key(read_table(report / "tables" / "protocols"), "realm", "protocol")
+    assert int(protocols[("alpha", "wamp.websocket")]["sessions"]) == 2
+    assert int(protocols[("alpha", "mqtt")]["events"]) == 20
+    acks = by_key(read_table(report / "tables" / "ack_latency"), "realm", "topic")
+    temp_acks = acks[("alpha", "sensor.temp")]
+    assert (int(temp_acks["acks"]), float(temp_acks["latency_ms_p50"])) == (40, 20.0)
+    chat_acks = acks[("beta", "chat.room")]
+    assert (int(chat_acks["acks"]), float(chat_acks["latency_ms_p50"])) == (3, 5.0)
+    summary = by_key(read_table(report / "tables" / "summary"), "realm")
+    assert float(summary[("alpha",)]["ack_latency_ms_p50"]) == 20.0
+    assert int(summary[("beta",)]["acks"]) == 3
+
+
+def test_tables_come_as_parquet_too(report, spark):
+    for name in ("summary", "topics", "events_per_minute", "qos", "fanout", "publishers",
+                 "protocols", "sessions", "ack_latency"):
+        folder = report / "tables" / name
+        assert spark.read.parquet(str(folder / "parquet")).count() == len(read_table(folder))
+
+
+def test_page_shows_summary_and_references_every_chart(report, logged):
+    page = (report / "report.html").read_text(encoding="utf-8")
+    for chart in CHARTS:
+        png = report / "charts" / f"{chart}.png"
+        assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), chart
+        assert f'src="charts/{chart}.png"' in page, chart
+    publishes = sum(record["kind"] == "publish" for record in logged[1])
+    assert f"{publishes:,}" in page
+    assert "2026-03-01 09:00 – 2026-03-02 12:00 UTC" in page
+    assert "sensor.temp" in page and "thermo" in page
+
+
+def test_cli_report_keeps_only_the_chosen_realm_and_dates(filtered_cli_report):
+    out, process = filtered_cli_report
+    stdout, stderr = process.communicate(timeout=110)
+    assert process.returncode == 0, stderr
+    assert stdout.strip() == str(out / "report.html")
+    assert "[1/12] reading event logs" in stderr and "[12/12] HTML page" in stderr
+    topics = read_table(out / "tables" / "topics")
+    assert [(row["realm"], row["topic"], row["events"]) for row in topics] == \
+        [("alpha", "sensor.wind", str(len(alpha_day_2())))]
+    assert [row["realm"] for row in read_table(out / "tables" / "summary")] == ["alpha"]
+    assert "realm alpha, since 2026-03-02" in (out / "report.html").read_text(encoding="utf-8")
+
+
+def test_cli_report_says_when_nothing_matches(logged, tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "spark_analytics", "report", "--logs", str(logged[0]),
+         "--out", str(tmp_path), "--realm", "nosuchrealm"],
+        cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 1
+    assert "no event-log files" in run.stderr
+
+
+def test_stream_restart_counts_every_record_once(spark, tmp_path):
+    logs, out, checkpoint = tmp_path / "logs", tmp_path / "out", tmp_path / "checkpoint"
+
+    def run() -> int:
+        """One ``stream --once``; returns how many rows its topic_totals batches read."""
+        batches = io.StringIO()
+        run_stream(spark, logs, out, checkpoint, once=True, watermark_minutes=10,
+                   progress=batches)
+        return sum(int(count.replace(",", "")) for count in
+                   re.findall(r"^\[topic_totals\] batch \d+: ([\d,]+) records", batches.getvalue(),
+                              re.MULTILINE))
+
+    def totals() -> dict[tuple, int]:
+        return {key: int(row["events"])
+                for key, row in by_key(read_table(out / "topic_totals"), "realm", "topic").items()}
+
+    def publishes(records: list[dict], realm: str) -> Counter:
+        return Counter((realm, record["topic"]) for record in records
+                       if record["kind"] == "publish")
+
+    first = alpha_day_1()
+    write_part(logs, "alpha", DAY_1, 0, first)
+    assert run() >= len(first)
+    assert totals() == publishes(first, "alpha")
+
+    # hours later: a new part in the same folder and a new realm
+    later = [dict(record, ts=record["ts"] + 3 * 3600) for record in first
+             if record["kind"] == "publish"]
+    chat = beta(DAY_1, 30)
+    write_part(logs, "alpha", DAY_1, 1, later)
+    write_part(logs, "beta", DAY_1, 0, chat)
+    # the restart resumes: it reads only the two new files (each may end in a torn line) ...
+    assert len(later) + len(chat) <= run() <= len(later) + len(chat) + 2
+    # ... and the totals still cover every record exactly once
+    assert totals() == publishes(first, "alpha") + publishes(later, "alpha") + \
+        publishes(chat, "beta")
+
+    # the first part's minutes are past the watermark now: final, and each there once
+    minutes = [row for row in spark.read.parquet(str(out / "events_per_minute")).collect()
+               if row["minute"] < datetime(2026, 3, 1, 11)]
+    assert Counter((row["topic"], row["minute"]) for row in minutes).most_common(1)[0][1] == 1
+    written = Counter((record["topic"], datetime.fromtimestamp(record["ts"], timezone.utc)
+                       .replace(second=0, microsecond=0, tzinfo=None))
+                      for record in first if record["kind"] == "publish")
+    assert {(row["topic"], row["minute"]): row["events"] for row in minutes} == written
