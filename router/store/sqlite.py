@@ -42,6 +42,10 @@ class SqliteStore:
         self.path = path
         self._call_in_loop = call_in_loop
         self._connection = _connect(path)
+        self._queued_writes = 0
+        """Writes handed to the writer thread (reactor thread only)."""
+        self._finished_writes = 0
+        """Writes whose batch has finished and whose callbacks have run (reactor thread)."""
         self._worker = BatchWorker("sqlite-writer", self._write_batch)
 
     # reactor side -------------------------------------------------------------
@@ -54,13 +58,20 @@ class SqliteStore:
 
     def save_retained(self, realm: str, topic: str, entries: list[RetainedEvent]) -> None:
         durable = [entry for entry in entries if not _names_sessions(entry)]
+        self._queued_writes += 1
         self._worker.put((realm, topic, pack_topic(durable) if durable else None))
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
-        self._worker.put(callback)
+        """Run ``callback(ok)`` once every write queued so far is committed: at once when
+        none is outstanding (a QoS 1 publish that wrote nothing is not held up)."""
+        if self._finished_writes == self._queued_writes:
+            callback(True)
+        else:
+            self._worker.put(callback)
 
     def execute(self, statement: str, params: tuple = ()) -> None:
         """Queue one write; writes run in the order queued, in the next committed batch."""
+        self._queued_writes += 1
         self._worker.put(_Statement(statement, params))
 
     def create_schema(self, script: str) -> None:
@@ -91,8 +102,14 @@ class SqliteStore:
                 realm, topic, blob = item
                 writes[(realm, topic)] = blob
         ok = self._write(writes, statements) if writes or statements else True
+        self._call_in_loop(self._batch_done, len(batch) - len(callbacks), callbacks, ok)
+
+    def _batch_done(self, writes: int, callbacks: list, ok: bool) -> None:
+        """On the reactor thread, in batch order: count the writes, then acknowledge, so an
+        acknowledgement answered at once can never overtake one of an earlier batch."""
+        self._finished_writes += writes
         for callback in callbacks:
-            self._call_in_loop(callback, ok)
+            callback(ok)
 
     def _write(self, writes: dict[tuple[str, str], bytes | None],
                statements: list["_Statement"]) -> bool:
