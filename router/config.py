@@ -24,8 +24,10 @@ from router.wamp.settings import WampSettings
 from router.core.uri import MATCH_POLICIES, is_valid_uri
 
 SERIALIZERS = ("json", "msgpack", "cbor")
-LISTENER_TYPES = ("websocket", "rawsocket", "mqtt", "mqtt-websocket")
+LISTENER_TYPES = ("websocket", "rawsocket", "mqtt", "mqtt-websocket", "amqp")
 MQTT_LISTENERS = ("mqtt", "mqtt-websocket")
+REALM_LISTENERS = MQTT_LISTENERS + ("amqp",)
+AMQP_DEFAULT_PORT = 5672
 DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
 RAWSOCKET_MIN, RAWSOCKET_MAX = 512, 2 ** 24
 
@@ -49,7 +51,7 @@ class ListenerConfig:
     serializers: tuple[str, ...] = SERIALIZERS
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     realm: str | None = None
-    """The realm an MQTT listener's clients join (MQTT has no realm of its own)."""
+    """The realm an MQTT or AMQP listener's clients join (neither protocol names one)."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,7 @@ def _listener(reader: _Reader, realm_names: list[str]) -> ListenerConfig:
     kind = reader.get("type", str)
     if kind not in LISTENER_TYPES:
         raise reader.fail("type", f"must be one of {', '.join(LISTENER_TYPES)}, got '{kind}'")
-    if kind in MQTT_LISTENERS:
+    if kind in REALM_LISTENERS:
         reader.reject_unknown({"type", "host", "port", "path", "max_message_size", "realm"})
         realm = reader.get("realm", str)
         if realm not in realm_names:
@@ -157,7 +159,7 @@ def _listener(reader: _Reader, realm_names: list[str]) -> ListenerConfig:
         reader.reject_unknown({"type", "host", "port", "path", "serializers", "max_message_size"})
         realm = None
     host = reader.get("host", str, "127.0.0.1")
-    port = reader.get("port", int)
+    port = reader.get("port", int, AMQP_DEFAULT_PORT if kind == "amqp" else ...)
     if not 0 <= port <= 65535:
         raise reader.fail("port", f"must be between 0 and 65535, got {port}")
     path = reader.get("path", str, "/mqtt" if kind == "mqtt-websocket" else "/ws")

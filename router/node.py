@@ -8,6 +8,9 @@ import time
 from twisted.internet import defer, task, threads
 from twisted.internet.interfaces import IListeningPort, IReactorCore
 
+from router.amqp.frontend import AmqpFrontend, AmqpSettings
+from router.amqp.persistence import AmqpStore
+from router.amqp.transports import AmqpTcpFactory
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
 from router.core.authorization import Authorizer, Role
 from router.core.history import EventHistory
@@ -99,6 +102,7 @@ class Node:
                                        config.eventlog.max_file_age)
         self.router = build_router(config, reactor, self.store, self.eventlog)
         self.mqtt = self._mqtt_frontends()
+        self.amqp = self._amqp_frontends()
         self._expiry = task.LoopingCall(self._expire_retained)
         self._expiry.clock = reactor
         self._log_flush = task.LoopingCall(self.eventlog.flush)
@@ -126,6 +130,8 @@ class Node:
                 urls.append(f"rawsocket://{address.host}:{address.port}")
             elif listener.type == "mqtt":
                 urls.append(f"mqtt://{address.host}:{address.port}")
+            elif listener.type == "amqp":
+                urls.append(f"amqp://{address.host}:{address.port}")
             else:
                 urls.append(f"mqtt+ws://{address.host}:{address.port}{listener.path}")
         return urls
@@ -134,7 +140,8 @@ class Node:
         """One MQTT frontend per realm an MQTT listener serves, with its sessions restored."""
         frontends = {}
         for listener in self.config.listeners:
-            if listener.realm is None or listener.realm in frontends:
+            if (listener.realm is None or listener.realm in frontends
+                    or listener.type not in ("mqtt", "mqtt-websocket")):
                 continue
             realm = self.router.realms[listener.realm]
             frontend = MqttFrontend(self.router, realm, self.config.realms[realm.name].mqtt,
@@ -145,7 +152,28 @@ class Node:
             frontends[realm.name] = frontend
         return frontends
 
+    def _amqp_frontends(self) -> dict[str, AmqpFrontend]:
+        """One AMQP frontend per realm an AMQP listener serves, durable links restored."""
+        frontends = {}
+        for listener in self.config.listeners:
+            if listener.type != "amqp" or listener.realm in frontends:
+                continue
+            realm = self.router.realms[listener.realm]
+            mqtt_settings = self.config.realms[realm.name].mqtt
+            frontend = AmqpFrontend(self.router, realm,
+                                    AmqpSettings(payload_mapping=mqtt_settings.payload_mapping),
+                                    AmqpStore(self.store, realm.name), self.reactor)
+            restored = frontend.restore()
+            if restored:
+                log.info("realm %s: restored %d durable AMQP subscription(s)", realm.name,
+                         restored)
+            frontends[realm.name] = frontend
+        return frontends
+
     def _listen(self, listener: ListenerConfig) -> IListeningPort:
+        if listener.type == "amqp":
+            return self.reactor.listenTCP(listener.port, AmqpTcpFactory(self.amqp[listener.realm]),
+                                          interface=listener.host)
         if listener.type == "mqtt":
             return self.reactor.listenTCP(listener.port, MqttTcpFactory(self.mqtt[listener.realm]),
                                           interface=listener.host)

@@ -75,7 +75,7 @@ class RouterProcess:
         for url in line.split("ready: ", 1)[1].split():
             scheme = url.split("://", 1)[0]
             self.urls[{"ws": "websocket", "rawsocket": "rawsocket", "mqtt": "mqtt",
-                       "mqtt+ws": "mqtt-websocket"}[scheme]] = url
+                       "mqtt+ws": "mqtt-websocket", "amqp": "amqp"}[scheme]] = url
         return self
 
     def _pump(self, proc: subprocess.Popen, lines: "queue.Queue[str | None]") -> None:

@@ -1,0 +1,548 @@
+"""One AMQP 1.0 network connection, driven through the python-qpid-proton engine.
+
+Transport-agnostic like the MQTT connection: it is given ``write(bytes)`` and
+``close()``, is fed bytes with :meth:`data_received`, and tells the time with the
+scheduler. The SASL layer runs first (:mod:`router.amqp.sasl`); the AMQP stream
+after it goes into a server-mode ``proton.Transport`` without SASL, whose
+collector events are handled after every input and every local action.
+
+Links are keyed by (role, name). A client's receiver link (the router sends) is
+a subscription (:mod:`router.amqp.subscriber`); a client's sender link (the
+router receives) publishes. Inbound QoS, per message:
+
+* the link's modes give the default: sender settle mode ``settled`` -> 0,
+  otherwise 1, and 2 when the receiver settle mode is ``second``;
+* an ``x-opt-qos`` annotation (0, 1 or 2) wins, capped at what the link and the
+  delivery can carry: a pre-settled delivery (or a ``settled`` link) is QoS 0, a
+  ``first`` link at most QoS 1;
+* a QoS >= 1 delivery is accepted (and settled) only once everything it made
+  durable is on disk; a refused one is rejected with the AMQP error condition.
+
+``x-opt-retain: true`` sets the topic's retained event; with an empty body (no
+body, an empty data section or an amqp-value null) it clears it. A data-section
+body is mapped to WAMP with the realm's payload mapping (and its bytes reach
+byte-oriented receivers unchanged); an amqp-value body becomes ``args=[value]``,
+or ``kwargs`` when it is a map with string keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Callable
+
+from proton import (Collector, Condition, Connection, Data, Delivery, Described, Endpoint,
+                    Event, Link, Message, Terminus, Transport, symbol)
+
+from router.amqp.addresses import InvalidAddress, address_to_topic
+from router.amqp.sasl import Identity, SaslServer
+from router.amqp.subscriber import AmqpSubscriber
+from router.core import errors
+from router.core.errors import RouterError
+from router.core.model import SessionInfo
+from router.core.qos import POLICIES
+
+if TYPE_CHECKING:
+    from router.amqp.frontend import AmqpFrontend
+
+log = logging.getLogger(__name__)
+
+CREDIT = 100
+IDLE_TIMEOUT = 60.0
+MAX_FRAME_SIZE = 64 * 1024
+
+UNAUTHORIZED = "amqp:unauthorized-access"
+INVALID_FIELD = "amqp:invalid-field"
+NOT_FOUND = "amqp:not-found"
+NOT_IMPLEMENTED = "amqp:not-implemented"
+INTERNAL_ERROR = "amqp:internal-error"
+LINK_STOLEN = "amqp:link:stolen"
+
+
+class AttachRefused(Exception):
+    def __init__(self, condition: str, description: str) -> None:
+        super().__init__(description)
+        self.condition = condition
+        self.description = description
+
+
+def router_error_condition(exc: RouterError) -> str:
+    return UNAUTHORIZED if exc.uri == errors.NOT_AUTHORIZED else INVALID_FIELD
+
+
+def terminus_capabilities(terminus) -> list[str]:
+    data = terminus.capabilities
+    data.rewind()
+    found = []
+    while data.next():
+        value = data.get_object()
+        if isinstance(value, (list, tuple)) or hasattr(value, "elements"):
+            found.extend(str(item) for item in getattr(value, "elements", value))
+        else:
+            found.append(str(value))
+    return found
+
+
+def set_capabilities(terminus, names: list[str]) -> None:
+    data = terminus.capabilities
+    data.clear()
+    if names:
+        data.put_array(False, Data.SYMBOL)
+        data.enter()
+        for name in names:
+            data.put_symbol(name)
+        data.exit()
+
+
+def plain(value):
+    """An AMQP-decoded value as plain Python (JSON-friendly where it can be)."""
+    if isinstance(value, dict):
+        return {str(key) if isinstance(key, str) else key: plain(item)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if hasattr(value, "elements"):  # proton Array
+        return [plain(item) for item in value.elements]
+    if isinstance(value, Described):
+        return plain(value.value)
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return value
+
+
+class _Publisher:
+    """A client's sender link: where its messages go."""
+
+    def __init__(self, link, uri: str | None) -> None:
+        self.link = link
+        self.uri = uri
+
+
+class AmqpConnection:
+    """The protocol state of one connection (the core Peer that publishes)."""
+
+    def __init__(self, frontend: "AmqpFrontend", write: Callable[[bytes], None],
+                 close: Callable[[], None], peer: str) -> None:
+        self.frontend = frontend
+        self._write = write
+        self._close = close
+        self.peer = peer
+        self.sasl = SaslServer(frontend.mechanisms(), frontend.authenticate,
+                               allow_skip=frontend.realm.anonymous_role is not None)
+        self.info: SessionInfo | None = None
+        self.transport: Transport | None = None
+        self.connection: Connection | None = None
+        self.collector: Collector | None = None
+        self.links: dict[tuple[str, str], object] = {}
+        self._awaiting_settle: dict[tuple[str, str], object] = {}
+        self._processing = False
+        self._again = False
+        self._closed = False
+        self._tick_call = None
+
+    # bytes in -------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        if self.transport is None:
+            self.sasl.receive(data)
+            out = self.sasl.take_output()
+            if out:
+                self._write(out)
+            if self.sasl.failed:
+                log.info("AMQP connection %s: %s", self.peer, self.sasl.reason)
+                self._close_now()
+                return
+            if not self.sasl.done:
+                return
+            identity = self.sasl.identity or Identity("anonymous",
+                                                      self.frontend.realm.anonymous_role,
+                                                      "anonymous")
+            self._start_engine(identity)
+            data = self.sasl.rest
+        try:
+            self._push(data)
+        except Exception:
+            log.exception("AMQP connection %s: unexpected error", self.peer)
+            self._close_now()
+
+    def _start_engine(self, identity: Identity) -> None:
+        self.info = SessionInfo(self.frontend.router.new_session_id(), self.frontend.realm.name,
+                                identity.authid, identity.authrole, identity.authmethod,
+                                protocol="amqp", transport={"type": "amqp", "peer": self.peer})
+        self.frontend.connected(self)
+        transport = Transport(Transport.SERVER)
+        transport.require_auth(False)
+        transport.max_frame_size = MAX_FRAME_SIZE
+        transport.idle_timeout = IDLE_TIMEOUT
+        connection = Connection()
+        collector = Collector()
+        connection.collect(collector)
+        transport.bind(connection)
+        self.transport, self.connection, self.collector = transport, connection, collector
+
+    def _push(self, data: bytes) -> None:
+        transport = self.transport
+        while data and not self._closed:
+            capacity = transport.capacity()
+            if capacity < 0:
+                break  # the input side is closed: ignore whatever follows
+            if capacity == 0:
+                self.process()
+                if transport.capacity() == 0:
+                    break
+                continue
+            chunk, data = data[:capacity], data[capacity:]
+            transport.push(chunk)
+            self.process()
+        self.process()
+
+    # the engine loop ---------------------------------------------------------------------
+
+    def process(self) -> None:
+        """Handle pending engine events and write pending output (not re-entrant)."""
+        if self.transport is None or self._closed:
+            return
+        if self._processing:
+            self._again = True
+            return
+        self._processing = True
+        try:
+            while True:
+                self._again = False
+                event = self.collector.peek()
+                while event is not None:
+                    try:
+                        self._dispatch(event)
+                    except Exception:
+                        log.exception("AMQP connection %s: error handling %s", self.peer,
+                                      event.type)
+                        self.connection.condition = Condition(INTERNAL_ERROR, "internal error")
+                        self.connection.close()
+                    self.collector.pop()
+                    event = self.collector.peek()
+                self._flush()
+                if not self._again and self.collector.peek() is None:
+                    break
+        finally:
+            self._processing = False
+        self._schedule_tick()
+
+    def _flush(self) -> None:
+        transport = self.transport
+        pending = transport.pending()
+        while pending > 0:
+            out = bytes(transport.peek(pending))
+            transport.pop(len(out))
+            self._write(out)
+            pending = transport.pending()
+        # pending < 0: the output side is closed; no output and a closed input side
+        # (proton drops undecodable input that way): nothing more can happen either
+        if (pending < 0 or (pending == 0 and transport.capacity() < 0)) and not self._closed:
+            if transport.condition is not None:
+                log.info("AMQP connection %s: closed (%s: %s)", self.peer,
+                         transport.condition.name, transport.condition.description)
+            self._close_now()
+
+    def _schedule_tick(self) -> None:
+        if self._closed or self.transport is None:
+            return
+        now = time.time()
+        deadline = self.transport.tick(now)
+        if self._tick_call is not None and self._tick_call.active():
+            self._tick_call.cancel()
+        self._tick_call = None
+        if deadline:
+            self._tick_call = self.frontend.scheduler.callLater(max(0.0, deadline - now),
+                                                                self._tick)
+
+    def _tick(self) -> None:
+        self._tick_call = None
+        if not self._closed:
+            self.process()
+
+    def _dispatch(self, event) -> None:
+        kind = event.type
+        if kind == Event.CONNECTION_REMOTE_OPEN:
+            connection = event.connection
+            if connection.state & Endpoint.LOCAL_UNINIT:
+                connection.container = self.frontend.container_id
+                connection.open()
+        elif kind == Event.SESSION_REMOTE_OPEN:
+            if event.session.state & Endpoint.LOCAL_UNINIT:
+                event.session.incoming_capacity = 4 * 1024 * 1024
+                event.session.open()
+        elif kind == Event.LINK_REMOTE_OPEN:
+            if event.link.state & Endpoint.LOCAL_UNINIT:
+                self._attach(event.link)
+        elif kind == Event.LINK_FLOW:
+            handler = self.links.get(self._key(event.link))
+            if isinstance(handler, AmqpSubscriber):
+                handler.pump()
+        elif kind == Event.DELIVERY:
+            delivery = event.delivery
+            handler = self.links.get(self._key(delivery.link))
+            if isinstance(handler, AmqpSubscriber):
+                handler.disposition(delivery)
+            elif isinstance(handler, _Publisher):
+                self._incoming(handler, delivery)
+        elif kind == Event.LINK_REMOTE_CLOSE:
+            self._link_gone(event.link, closed=True)
+            if not event.link.state & Endpoint.LOCAL_CLOSED:
+                event.link.close()
+        elif kind == Event.LINK_REMOTE_DETACH:
+            self._link_gone(event.link, closed=False)
+            event.link.detach()
+        elif kind == Event.SESSION_REMOTE_CLOSE:
+            session = event.session
+            for key, handler in list(self.links.items()):
+                if handler.link.session == session:
+                    self._link_gone(handler.link, closed=False)
+            if not session.state & Endpoint.LOCAL_CLOSED:
+                session.close()
+        elif kind == Event.CONNECTION_REMOTE_CLOSE:
+            if not event.connection.state & Endpoint.LOCAL_CLOSED:
+                event.connection.close()
+
+    @staticmethod
+    def _key(link) -> tuple[str, str]:
+        return ("sender" if link.is_sender else "receiver", link.name)
+
+    # attach --------------------------------------------------------------------------------
+
+    def _attach(self, link) -> None:
+        link.source.copy(link.remote_source)
+        link.target.copy(link.remote_target)
+        link.snd_settle_mode = link.remote_snd_settle_mode
+        link.rcv_settle_mode = link.remote_rcv_settle_mode
+        key = self._key(link)
+        if key in self.links:
+            self._refuse(link, INVALID_FIELD,
+                         f"a {key[0]} link named {link.name!r} is already attached")
+            return
+        try:
+            if link.is_sender:
+                self._attach_subscriber(link, key)
+            else:
+                self._attach_publisher(link, key)
+        except AttachRefused as refused:
+            log.info("AMQP connection %s: link %r refused: %s", self.peer, link.name,
+                     refused.description)
+            self._refuse(link, refused.condition, refused.description)
+
+    def _refuse(self, link, condition: str, description: str) -> None:
+        if link.is_sender:
+            # a refused subscription: no source (spec 2.6.3), then detach with the error
+            link.source.address = None
+            link.source.type = Terminus.UNSPECIFIED
+        else:
+            link.target.address = None
+            link.target.type = Terminus.UNSPECIFIED
+        link.open()
+        link.condition = Condition(condition, description)
+        link.close()
+
+    def _attach_subscriber(self, link, key) -> None:
+        source = link.remote_source
+        properties = {str(k): plain(v) for k, v in (link.remote_properties or {}).items()}
+        capabilities = terminus_capabilities(source)
+        if link.remote_snd_settle_mode == Link.SND_SETTLED:
+            granted = 0
+        elif link.remote_rcv_settle_mode == Link.RCV_SECOND:
+            granted = 2
+        else:
+            granted = 1
+        asked_policy = "qos-policy" in capabilities or "qos-policy" in properties
+        policy = self.frontend.settings.qos_policy
+        if asked_policy:
+            policy = properties.get("qos-policy", policy)
+            if policy not in POLICIES:
+                raise AttachRefused(INVALID_FIELD, f"unknown qos-policy {policy!r} "
+                                    f"(one of {', '.join(POLICIES)})")
+        get_retained = properties.get("get-retained") is True or "retained" in capabilities
+        durable = (source.durability == Terminus.DELIVERIES
+                   and source.expiry_policy == Terminus.EXPIRE_NEVER)
+        subscriber = self.frontend.subscribe(self, link, source.address, granted, policy,
+                                             durable)
+        offered = (["qos-policy"] if asked_policy else []) + (
+            ["retained"] if "retained" in capabilities else [])
+        set_capabilities(link.source, offered)
+        if asked_policy:
+            link.properties = {symbol("qos-policy"): policy}
+        self.links[key] = subscriber
+        subscriber.attach(link, self)
+        link.open()
+        if get_retained:
+            self.frontend.realm.send_retained(subscriber, subscriber.core)
+        subscriber.pump()
+
+    def _attach_publisher(self, link, key) -> None:
+        address = link.remote_target.address
+        uri = self._publish_uri(address) if address else None
+        self.links[key] = _Publisher(link, uri)
+        link.max_message_size = self.frontend.settings.max_message_size
+        link.open()
+        link.flow(CREDIT)
+
+    def _publish_uri(self, address: str) -> str:
+        realm = self.frontend.realm
+        try:
+            uri = address_to_topic(address, realm.uri_check)
+            realm.check_uri(uri)
+            if uri.startswith("wamp.") or uri == "wamp":
+                raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
+            realm.authorize(self.info, "publish", uri)
+        except InvalidAddress as exc:
+            raise AttachRefused(INVALID_FIELD, str(exc)) from None
+        except RouterError as exc:
+            raise AttachRefused(router_error_condition(exc), exc.message or exc.uri) from None
+        return uri
+
+    def _link_gone(self, link, closed: bool) -> None:
+        handler = self.links.pop(self._key(link), None)
+        if isinstance(handler, AmqpSubscriber):
+            self.frontend.unlinked(handler, closed)
+
+    def steal(self, subscriber: AmqpSubscriber) -> None:
+        """Another connection attached the same durable link: detach ours."""
+        link = subscriber.link
+        key = self._key(link)
+        if self.links.get(key) is subscriber:
+            del self.links[key]
+        subscriber.detach()
+        link.condition = Condition(LINK_STOLEN, "the link was attached elsewhere")
+        link.detach()
+        self.process()
+
+    # inbound messages -----------------------------------------------------------------------
+
+    def _incoming(self, publisher: _Publisher, delivery) -> None:
+        link = publisher.link
+        waiting_key = (link.name, str(delivery.tag))
+        if waiting_key in self._awaiting_settle:
+            if delivery.settled:  # rcv-settle-mode second: the sender settled, so do we
+                del self._awaiting_settle[waiting_key]
+                delivery.settle()
+            return
+        if not delivery.readable or delivery.partial:
+            return
+        if delivery.aborted:
+            delivery.settle()
+            return
+        data = bytes(link.recv(delivery.pending))
+        link.advance()
+        if link.credit < CREDIT // 2:
+            link.flow(CREDIT - link.credit)
+        presettled = delivery.settled
+        message = Message()
+        try:
+            message.decode(data)
+        except Exception as exc:
+            self._outcome(delivery, presettled, Delivery.REJECTED,
+                          Condition("amqp:decode-error", f"undecodable message: {exc}"))
+            return
+        annotations = {str(k): v for k, v in (message.annotations or {}).items()}
+        qos = self._inbound_qos(link, presettled, annotations.get("x-opt-qos"))
+        retain = annotations.get("x-opt-retain") is True
+        try:
+            uri = publisher.uri or self._publish_uri(message.address)
+            body = message.body
+            if isinstance(body, memoryview):
+                body = bytes(body)  # a view into the message's memory: copy it first
+            self.frontend.publish(self.info, uri, body, message.inferred, qos, retain)
+        except AttachRefused as refused:
+            self._outcome(delivery, presettled, Delivery.REJECTED,
+                          Condition(refused.condition, refused.description))
+            return
+        except RouterError as exc:
+            self._outcome(delivery, presettled, Delivery.REJECTED,
+                          Condition(router_error_condition(exc), exc.message or exc.uri))
+            return
+        except (TypeError, ValueError) as exc:
+            self._outcome(delivery, presettled, Delivery.REJECTED,
+                          Condition(INVALID_FIELD, str(exc)))
+            return
+        if presettled or qos == 0:
+            self._outcome(delivery, presettled, Delivery.ACCEPTED, None)
+            return
+        self.frontend.when_durable(lambda ok: self._durable(delivery, link, ok))
+
+    def _durable(self, delivery, link, ok: bool) -> None:
+        if self._closed or self.links.get(self._key(link)) is None:
+            return
+        self._outcome(delivery, False, Delivery.ACCEPTED if ok else Delivery.RELEASED, None)
+        self.process()
+
+    def _outcome(self, delivery, presettled: bool, state, condition) -> None:
+        if presettled:
+            delivery.settle()
+            return
+        if condition is not None:
+            delivery.local.condition = condition
+        delivery.update(state)
+        link = delivery.link
+        if link.rcv_settle_mode == Link.RCV_SECOND and not delivery.settled:
+            self._awaiting_settle[(link.name, str(delivery.tag))] = delivery
+        else:
+            delivery.settle()
+
+    @staticmethod
+    def _inbound_qos(link, presettled: bool, annotated) -> int:
+        if presettled or link.remote_snd_settle_mode == Link.SND_SETTLED:
+            cap = 0
+        elif link.rcv_settle_mode == Link.RCV_SECOND:
+            cap = 2
+        else:
+            cap = 1
+        if isinstance(annotated, int) and not isinstance(annotated, bool) \
+                and 0 <= annotated <= 2:
+            return min(int(annotated), cap)
+        return cap
+
+    # core Peer --------------------------------------------------------------------------
+
+    def send_event(self, subscription, publication, retained: bool = False) -> None:
+        pass  # a connection never subscribes; its receiver links do
+
+    def supports(self, role: str, feature: str) -> bool:
+        return False
+
+    def kill(self, reason: str, message: str | None) -> None:
+        if self._closed:
+            return
+        if self.connection is not None:
+            self.connection.condition = Condition("amqp:connection:forced",
+                                                  message or reason)
+            self.connection.close()
+            self.process()
+        self._close_now()
+
+    # life cycle ---------------------------------------------------------------------------
+
+    def _close_now(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def connection_lost(self) -> None:
+        self._closed = True
+        if self._tick_call is not None and self._tick_call.active():
+            self._tick_call.cancel()
+        for handler in list(self.links.values()):
+            if isinstance(handler, AmqpSubscriber):
+                self.frontend.unlinked(handler, closed=False)
+        self.links.clear()
+        self._awaiting_settle.clear()
+        if self.info is not None:
+            self.frontend.disconnected(self)
+        if self.transport is not None:
+            self.transport.unbind()

@@ -1,0 +1,202 @@
+"""The AMQP 1.0 frontend of one realm: authentication, subscriptions, publishing.
+
+Authentication (SASL, see :mod:`router.amqp.sasl`): PLAIN checks the realm's
+principals (username = authid, password = the ticket secret; the principal's
+role is the authrole); ANONYMOUS, and a client that skips SASL altogether, get
+the realm's anonymous role, and are refused when the realm has none. Every
+attach is authorized by the core exactly as a WAMP SUBSCRIBE or PUBLISH is.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from router.amqp.connection import (INVALID_FIELD, AmqpConnection, AttachRefused,
+                                    plain, router_error_condition)
+from router.amqp.addresses import InvalidAddress, address_to_pattern
+from router.amqp.persistence import AmqpStore, Outgoing, StoredDurable
+from router.amqp.sasl import Identity, parse_plain
+from router.amqp.subscriber import AmqpSubscriber
+from router.core.credentials import verify_secret
+from router.core.dealer import Scheduler
+from router.core.errors import RouterError
+from router.core.model import SessionInfo
+from router.core.options import PublishOptions, SubscribeOptions
+from router.core.payload import from_bytes
+from router.core.qos import ENFORCE_MINIMUM
+from router.core.realm import Realm
+from router.core.router import Router
+
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AmqpSettings:
+    payload_mapping: str = "json"
+    qos_policy: str = ENFORCE_MINIMUM
+    max_queued: int = 10_000
+    max_message_size: int = 1024 * 1024
+
+
+class AmqpFrontend:
+    """AMQP connections and (durable) subscriptions of one realm."""
+
+    container_id = "wamp-router"
+
+    def __init__(self, router: Router, realm: Realm, settings: AmqpSettings,
+                 store: AmqpStore, scheduler: Scheduler) -> None:
+        self.router = router
+        self.realm = realm
+        self.settings = settings
+        self.store = store
+        self.scheduler = scheduler
+        self.durable: dict[tuple[str, str], AmqpSubscriber] = {}
+
+    def when_durable(self, callback: Callable[[bool], None]) -> None:
+        self.store.when_durable(callback)
+
+    # authentication --------------------------------------------------------------------
+
+    def mechanisms(self) -> list[str]:
+        return ["PLAIN"] + (["ANONYMOUS"] if self.realm.anonymous_role is not None else [])
+
+    def authenticate(self, mechanism: str, response: bytes) -> Identity | None:
+        if mechanism == "ANONYMOUS":
+            if self.realm.anonymous_role is None:
+                return None
+            return Identity("anonymous", self.realm.anonymous_role, "anonymous")
+        if mechanism != "PLAIN":
+            return None
+        credentials = parse_plain(response)
+        if credentials is None:
+            return None
+        username, password = credentials
+        principal = self.router.principals[self.realm.name].get(username)
+        if (principal is None or principal.ticket_hash is None
+                or not verify_secret(password, principal.ticket_hash)):
+            log.warning("AMQP authentication failed for '%s'", username)
+            return None
+        return Identity(principal.authid, principal.role, "password")
+
+    # connections -------------------------------------------------------------------------
+
+    def connected(self, connection: AmqpConnection) -> None:
+        self.router.connections.add(connection)
+        self.router.track(connection)
+        self.realm.attach(connection)
+
+    def disconnected(self, connection: AmqpConnection) -> None:
+        self.router.connections.discard(connection)
+        self.realm.detach(connection)
+        self.router.forget(connection)
+
+    # subscriptions -----------------------------------------------------------------------
+
+    def subscribe(self, connection: AmqpConnection, link, address: str | None, qos: int,
+                  policy: str, durable: bool) -> AmqpSubscriber:
+        try:
+            uri, match = address_to_pattern(address, self.realm.uri_check)
+        except InvalidAddress as exc:
+            raise AttachRefused(INVALID_FIELD, str(exc)) from None
+        info = connection.info
+        key = (connection.connection.remote_container or "", link.name) if durable else None
+        if key is not None and key in self.durable:
+            existing = self.durable[key]
+            if existing.connection is not None and existing.link is not None:
+                existing.connection.steal(existing)
+            if (existing.address == address and existing.qos == qos
+                    and existing.policy == policy and existing.info.authid == info.authid):
+                return existing
+            self.destroy(existing)
+        subscriber = AmqpSubscriber(
+            self, SessionInfo(self.router.new_session_id(), self.realm.name, info.authid,
+                              info.authrole, info.authmethod, protocol="amqp",
+                              transport=info.transport), address, qos, policy, key)
+        self.router.track(subscriber)
+        self.realm.attach(subscriber)
+        try:
+            subscriber.core = self.realm.subscribe(subscriber, uri, SubscribeOptions(match))
+        except RouterError as exc:
+            self.realm.detach(subscriber)
+            self.router.forget(subscriber)
+            raise AttachRefused(router_error_condition(exc), exc.message or exc.uri) from None
+        if key is not None:
+            self.durable[key] = subscriber
+            self.store.save(key[0], key[1], address, qos, policy, info.authid, info.authrole,
+                            info.authmethod)
+        return subscriber
+
+    def unlinked(self, subscriber: AmqpSubscriber, closed: bool) -> None:
+        """The subscriber's link went away; ``closed``: the client ended it for good."""
+        subscriber.detach()
+        if not subscriber.durable or closed:
+            self.destroy(subscriber)
+
+    def destroy(self, subscriber: AmqpSubscriber) -> None:
+        self.realm.detach(subscriber)
+        self.router.forget(subscriber)
+        if subscriber.key is not None and self.durable.get(subscriber.key) is subscriber:
+            del self.durable[subscriber.key]
+            self.store.delete(*subscriber.key)
+
+    def delivery_acknowledged(self, subscriber: AmqpSubscriber, item: Outgoing) -> None:
+        pass
+
+    # publishing --------------------------------------------------------------------------
+
+    def publish(self, info: SessionInfo, uri: str, body, data_section: bool, qos: int,
+                retain: bool) -> None:
+        """Route one inbound message through the core (raises RouterError when refused)."""
+        payload = None
+        args = kwargs = None
+        if body is None:
+            empty = True
+        elif data_section and isinstance(body, (bytes, bytearray, memoryview)):
+            payload = bytes(body)
+            empty = not payload
+            args, kwargs = from_bytes(payload, self.settings.payload_mapping)
+        else:
+            value = plain(body)
+            empty = False
+            if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+                kwargs = value
+            else:
+                args = [value]
+        options = PublishOptions(qos=qos, retain=retain and not empty,
+                                 retain_clear=retain and empty, exclude_me=False)
+        self.realm.publish(info, uri, args, kwargs, options, None,
+                           len(payload) if payload is not None else 0, payload=payload)
+
+    # restart -----------------------------------------------------------------------------
+
+    def restore(self) -> int:
+        restored = 0
+        for stored in self.store.load():
+            if self._restore_one(stored):
+                restored += 1
+        return restored
+
+    def _restore_one(self, stored: StoredDurable) -> bool:
+        key = (stored.container, stored.link)
+        info = SessionInfo(self.router.new_session_id(), self.realm.name, stored.authid,
+                           stored.authrole, stored.authmethod, protocol="amqp")
+        subscriber = AmqpSubscriber(self, info, stored.address, stored.qos, stored.policy, key)
+        try:
+            uri, match = address_to_pattern(stored.address, self.realm.uri_check)
+            self.router.track(subscriber)
+            self.realm.attach(subscriber)
+            subscriber.core = self.realm.subscribe(subscriber, uri, SubscribeOptions(match))
+        except (InvalidAddress, RouterError) as exc:
+            log.warning("AMQP durable subscription %s/%s dropped on restore: %s",
+                        stored.container, stored.link, exc)
+            self.realm.detach(subscriber)
+            self.router.forget(subscriber)
+            self.store.delete(*key)
+            return False
+        subscriber.restore(stored.queued)
+        self.durable[key] = subscriber
+        return True
+

@@ -1,0 +1,499 @@
+"""The AMQP 1.0 frontend, black box: a real router process, real sockets, the
+python-qpid-proton client (and a raw socket for byte-level cases).
+
+What a client sees of QoS on the wire: a QoS 0 delivery arrives pre-settled, a
+QoS >= 1 delivery unsettled (and is sent again until accepted); the publisher's
+QoS rides in the ``x-opt-qos`` annotation. Nothing sleeps for correctness: "X did
+not arrive" is shown by a later sentinel arriving as the very next message, or by
+a round trip that the router answers only after it would have sent X.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from proton import ConnectionException, Delivery, LinkException, Message, symbol
+
+from router.amqp.connection import terminus_capabilities
+from tests.amqp_clients import (TIMEOUT, Receive, Send, amqp_listeners, annotation, body_bytes,
+                                connect, message, raw_socket, received, send, settle)
+from tests.clients import connect as wamp_connect
+from tests.clients import next_item, run
+from tests.mqtt_clients import mqtt_realm, unique
+from tests.harness import RouterProcess
+from tests.mqtt_clients import ClientPool, V5
+
+SASL_HEADER = b"AMQP\x03\x01\x00\x00"
+AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory):
+    """realm1: anonymous allowed; 'alice' (everything) and 'limited' (com.* only)."""
+    process = RouterProcess(tmp_path_factory.mktemp("amqp"), [mqtt_realm("realm1")],
+                            listeners=amqp_listeners("realm1")).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def closed_router(tmp_path_factory):
+    """A realm without an anonymous role."""
+    process = RouterProcess(tmp_path_factory.mktemp("amqp-closed"),
+                            [mqtt_realm("closed", anonymous=False)],
+                            listeners=amqp_listeners("closed", mqtt=False, wamp=False)).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def amqp(router):
+    opened = []
+
+    def open_(target=None, **kwargs):
+        connection = connect(target or router, **kwargs)
+        opened.append(connection)
+        return connection
+
+    yield open_
+    for connection in opened:
+        try:
+            connection.close()
+        except Exception:  # noqa: BLE001 - cleanup must go on
+            pass
+
+
+def topic(prefix: str = "com.amqp") -> str:
+    return f"{prefix}.{unique('t')}"
+
+
+# --- QoS ---------------------------------------------------------------------------------
+
+# (link QoS, policy) -> the published QoS levels that arrive pre-settled (QoS 0)
+PRESETTLED = {
+    (0, "exact"): {0, 1, 2}, (0, "minimum"): {0, 1, 2}, (0, "maximum"): {0, 1, 2},
+    (1, "exact"): {0}, (1, "minimum"): {0}, (1, "maximum"): set(),
+    (2, "exact"): {0}, (2, "minimum"): {0}, (2, "maximum"): set(),
+}
+
+
+@pytest.mark.parametrize("policy", ["exact", "minimum", "maximum"])
+@pytest.mark.parametrize("link_qos", [0, 1, 2])
+def test_receiver_link_modes_and_qos_policy(amqp, link_qos, policy):
+    address = topic()
+    connection = amqp()
+    receiver = connection.create_receiver(address, credit=10,
+                                          options=Receive(link_qos, policy))
+    assert receiver.link.remote_properties == {symbol("qos-policy"): policy}
+    sender = connection.create_sender(address, options=Send(2))
+    for published in (0, 1, 2):
+        send(sender, message(f"q{published}", qos=published))
+    for published in (0, 1, 2):
+        msg, delivery = received(receiver)
+        assert body_bytes(msg) == f"q{published}".encode()
+        assert annotation(msg, "x-opt-qos") == published
+        assert delivery.settled == (published in PRESETTLED[(link_qos, policy)])
+        if not delivery.settled:
+            settle(receiver, delivery)
+
+
+def test_policy_is_offered_only_when_asked(amqp):
+    connection = amqp()
+    receiver = connection.create_receiver(topic(), options=Receive(1))
+    assert not receiver.link.remote_properties
+
+
+def test_unknown_policy_is_refused(amqp):
+    with pytest.raises(LinkException):
+        amqp().create_receiver(topic(), options=Receive(1, "sometimes"))
+
+
+@pytest.mark.parametrize("link_qos,annotated,expected", [
+    (0, None, 0), (1, None, 1), (2, None, 2),   # the link's modes
+    (2, 0, 0), (2, 1, 1), (1, 0, 0),            # the annotation wins ...
+    (1, 2, 1), (0, 2, 0),                       # ... capped at what the link carries
+])
+def test_publisher_qos_from_link_modes_and_annotation(amqp, link_qos, annotated, expected):
+    address = topic()
+    connection = amqp()
+    receiver = connection.create_receiver(address, credit=10, options=Receive(2, "exact"))
+    sender = connection.create_sender(address, options=Send(link_qos))
+    delivery = send(sender, message(b"x", qos=annotated))
+    if link_qos:
+        assert delivery.remote_state == Delivery.ACCEPTED
+    msg, incoming = received(receiver)
+    assert annotation(msg, "x-opt-qos") == expected
+    assert incoming.settled == (expected == 0)
+    if not incoming.settled:
+        settle(receiver, incoming)
+
+
+def test_released_and_modified_deliveries_come_again_counted(amqp):
+    address = topic()
+    connection = amqp()
+    receiver = connection.create_receiver(address, credit=10, options=Receive(1))
+    sender = connection.create_sender(address, options=Send(1))
+    send(sender, message(b"again", qos=1))
+    msg, delivery = received(receiver)
+    assert msg.delivery_count == 0
+    settle(receiver, delivery, Delivery.RELEASED)
+    msg, delivery = received(receiver)
+    assert (body_bytes(msg), msg.delivery_count) == (b"again", 1)
+    settle(receiver, delivery, Delivery.MODIFIED)
+    msg, delivery = received(receiver)
+    assert msg.delivery_count == 2
+    settle(receiver, delivery, Delivery.REJECTED)  # dropped for good
+    send(sender, message(b"next", qos=1))
+    msg, delivery = received(receiver)
+    assert body_bytes(msg) == b"next"
+    settle(receiver, delivery)
+
+
+def test_credit_is_respected(amqp):
+    address = topic()
+    connection = amqp()
+    receiver = connection.create_receiver(address, credit=None, options=Receive(1))
+    receiver.link.flow(1)
+    sender = connection.create_sender(address, options=Send(1))
+    for index in range(3):
+        send(sender, message(f"m{index}", qos=1))  # accepted: the router has dispatched it
+    send(sender, message(b"round trip", qos=1))
+    assert receiver.fetcher.has_message == 1
+    assert receiver.link.credit == 0
+    msg, delivery = received(receiver)
+    assert body_bytes(msg) == b"m0"
+    settle(receiver, delivery)
+    receiver.link.flow(2)
+    bodies = []
+    for _ in range(2):
+        msg, delivery = received(receiver)
+        bodies.append(body_bytes(msg))
+        settle(receiver, delivery)
+    assert bodies == [b"m1", b"m2"]
+
+
+# --- addresses ----------------------------------------------------------------------------
+
+def test_address_rules(amqp):
+    base = topic()
+    connection = amqp()
+    exact = connection.create_receiver(f"topic://{base}.a", credit=10, options=Receive(0))
+    prefix = connection.create_receiver(f"prefix:{base}.", credit=10, options=Receive(0))
+    wildcard = connection.create_receiver(f"wildcard:{base}..c", credit=10,
+                                          options=Receive(0))
+    for leaf in ("a", "b.c"):
+        send(connection.create_sender(f"{base}.{leaf}", options=Send(1)), message(leaf))
+    assert body_bytes(received(exact)[0]) == b"a"
+    assert [body_bytes(received(prefix)[0]) for _ in range(2)] == [b"a", b"b.c"]
+    assert body_bytes(received(wildcard)[0]) == b"b.c"
+
+
+@pytest.mark.parametrize("address", ["Com.Upper", "a..b", "prefix:a..", "wildcard:a.#"])
+def test_invalid_addresses_are_refused(amqp, address):
+    with pytest.raises(LinkException) as refused:
+        amqp().create_receiver(address, options=Receive(1))
+    assert "invalid-field" in str(refused.value) or "does not match" in str(refused.value)
+
+
+def test_cannot_publish_to_a_pattern(amqp):
+    with pytest.raises(LinkException):
+        amqp().create_sender("prefix:com.")
+
+
+# --- retained -----------------------------------------------------------------------------
+
+def test_retained_set_delivered_and_cleared(amqp):
+    address = topic()
+    connection = amqp()
+    sender = connection.create_sender(address, options=Send(1))
+    send(sender, message(b"last value", qos=1, retain=True))
+    send(sender, message(b"not retained", qos=1))
+
+    asking = connection.create_receiver(address, credit=10, name=unique("asking"),
+                                        options=Receive(1, retained=True))
+    msg, delivery = received(asking)
+    assert (body_bytes(msg), annotation(msg, "x-opt-retain")) == (b"last value", True)
+    settle(asking, delivery)
+    by_capability = connection.create_receiver(address, credit=10, name=unique("cap"),
+                                               options=Receive(1, retained_capability=True))
+    assert "retained" in terminus_capabilities(by_capability.link.remote_source)
+    msg, delivery = received(by_capability)
+    assert body_bytes(msg) == b"last value"
+    settle(by_capability, delivery)
+
+    not_asking = connection.create_receiver(address, credit=10, name=unique("plain"),
+                                            options=Receive(1))
+    send(sender, message(b"sentinel", qos=1))
+    msg, delivery = received(not_asking)
+    assert body_bytes(msg) == b"sentinel" and annotation(msg, "x-opt-retain") is None
+    settle(not_asking, delivery)
+
+    send(sender, message(b"", qos=1, retain=True))  # an empty body clears it
+    fresh = connection.create_receiver(address, credit=10, name=unique("fresh"),
+                                       options=Receive(1, retained=True))
+    send(sender, message(b"after clear", qos=1))
+    msg, delivery = received(fresh)
+    assert body_bytes(msg) == b"after clear"
+    settle(fresh, delivery)
+
+
+def test_amqp_value_null_with_retain_clears(amqp):
+    address = topic()
+    connection = amqp()
+    sender = connection.create_sender(address, options=Send(1))
+    send(sender, message(b"kept", qos=1, retain=True))
+    send(sender, message(None, qos=1, retain=True, value=True))
+    fresh = connection.create_receiver(address, credit=10, options=Receive(1, retained=True))
+    send(sender, message(b"sentinel", qos=1))
+    msg, delivery = received(fresh)
+    assert body_bytes(msg) == b"sentinel"
+    settle(fresh, delivery)
+
+
+# --- authentication and permissions --------------------------------------------------------
+
+def test_sasl_plain_accepted_and_permissions_checked(amqp):
+    connection = amqp(user="limited")
+    address = topic("com.limited")
+    receiver = connection.create_receiver(address, credit=10, options=Receive(1))
+    send(connection.create_sender(address, options=Send(1)), message(b"allowed", qos=1))
+    msg, delivery = received(receiver)
+    assert body_bytes(msg) == b"allowed"
+    settle(receiver, delivery)
+    with pytest.raises(LinkException) as refused:
+        connection.create_receiver(topic("org.denied"), options=Receive(1))
+    assert "unauthorized-access" in str(refused.value) or "does not match" in str(refused.value)
+    with pytest.raises(LinkException):
+        connection.create_sender(topic("org.denied"), options=Send(1))
+
+
+def test_denied_attach_has_unauthorized_access_condition(router):
+    """Seen at the link level: the router detaches with amqp:unauthorized-access."""
+    conditions = _refused_conditions(router, "limited", "org.nope")
+    assert conditions == ["amqp:unauthorized-access"]
+
+
+def test_message_to_anonymous_relay_is_rejected_where_denied(amqp):
+    connection = amqp(user="limited")
+    sender = connection.create_sender(None, options=Send(1))
+    denied = Message(body=b"x", inferred=True, address=topic("org.relay"))
+    delivery = send(sender, denied)
+    assert delivery.remote_state == Delivery.REJECTED
+    assert delivery.remote.condition.name == "amqp:unauthorized-access"
+
+
+def test_sasl_plain_wrong_password_refused(amqp):
+    with pytest.raises(ConnectionException):
+        amqp(user="alice", password="wrong")
+
+
+def test_anonymous_refused_without_anonymous_role(closed_router):
+    with pytest.raises(ConnectionException):
+        connect(closed_router)
+    connection = connect(closed_router, user="alice")  # PLAIN still works
+    connection.create_receiver(topic(), options=Receive(1))
+    connection.close()
+
+
+def test_skipping_sasl_refused_without_anonymous_role(closed_router):
+    answer = raw_socket(closed_router, AMQP_HEADER)
+    assert answer == SASL_HEADER  # "speak SASL", then closed
+
+
+def test_skipping_sasl_accepted_as_anonymous(router):
+    import socket
+    host, port, _ = router.address("amqp")
+    with socket.create_connection((host, port), timeout=5) as sock:
+        sock.sendall(AMQP_HEADER)
+        data = b""
+        while len(data) < 8:
+            chunk = sock.recv(8 - len(data))
+            assert chunk, "closed"
+            data += chunk
+        assert data == AMQP_HEADER
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+def test_wrong_protocol_header_closes(router, amqp):
+    assert raw_socket(router, b"GET / HTTP/1.1\r\n\r\n") == SASL_HEADER
+    amqp().create_receiver(topic(), options=Receive(1))  # the router carries on
+
+
+def test_garbage_frame_closes(router, amqp):
+    answer = raw_socket(router, AMQP_HEADER + b"\x00\x00\x00\x10\x02\x00\x00\x00" + b"\xff" * 8)
+    assert answer == AMQP_HEADER  # closed without a word: there is no frame to answer
+    amqp().create_receiver(topic(), options=Receive(1))
+
+
+def test_frame_out_of_place_closes_with_error(router, amqp):
+    transfer_on_no_session = b"\x00\x00\x00\x0c\x02\x00\x00\x00\x00\x53\x14\x45"
+    answer = raw_socket(router, AMQP_HEADER + transfer_on_no_session)
+    assert answer.startswith(AMQP_HEADER) and b"amqp:not-allowed" in answer
+    amqp().create_receiver(topic(), options=Receive(1))
+
+
+def test_oversized_frame_closes_with_error(router, amqp):
+    answer = raw_socket(router, AMQP_HEADER + (1 << 24).to_bytes(4, "big") + b"\x02\x00\x00\x00")
+    assert answer.startswith(AMQP_HEADER) and b"amqp:connection:framing-error" in answer
+    amqp().create_receiver(topic(), options=Receive(1))
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+def _refused_conditions(router, user: str, address: str) -> list[str]:
+    """Attach a receiver with a MessagingHandler and report the remote link conditions."""
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    from tests.amqp_clients import SECRETS, url
+
+    conditions: list[str] = []
+
+    class Probe(MessagingHandler):
+        def on_start(self, event):
+            connection = event.container.connect(url(router), user=user,
+                                                 password=SECRETS[user], allowed_mechs="PLAIN",
+                                                 allow_insecure_mechs=True)
+            event.container.create_receiver(connection, address)
+
+        def on_link_error(self, event):
+            conditions.append(str(event.link.remote_condition.name))
+            event.connection.close()
+
+        def on_link_opened(self, event):
+            pass
+
+    container = Container(Probe())
+    container.timeout = 10
+    container.run()
+    return conditions
+
+
+# --- durable subscriptions ----------------------------------------------------------------------
+
+def test_durable_subscription_redelivered_after_router_restart(tmp_path):
+    process = RouterProcess(tmp_path, [mqtt_realm("realm1")],
+                            listeners=amqp_listeners("realm1", mqtt=False, wamp=False)).start()
+    address = topic("com.durable")
+    container, link_name = unique("container"), unique("durable")
+    try:
+        subscriber = connect(process, container_id=container)
+        receiver = subscriber.create_receiver(address, credit=10, name=link_name,
+                                              options=Receive(1, durable=True))
+        publisher = connect(process)
+        sender = publisher.create_sender(address, options=Send(1))
+        send(sender, message(b"first", qos=1))
+        msg, _unsettled = received(receiver)  # seen, never accepted
+        assert (body_bytes(msg), msg.delivery_count) == (b"first", 0)
+        subscriber.close()
+        send(sender, message(b"while away", qos=1))
+        send(sender, message(b"qos0 is not kept", qos=0))
+        publisher.close()
+
+        bystander = connect(process)
+        process.stop()
+        with pytest.raises(ConnectionException) as closed:  # told why, not just dropped
+            bystander.wait(lambda: False, timeout=TIMEOUT)
+        assert "amqp:connection:forced" in str(closed.value)
+        process.start()
+        assert any("restored 1 durable AMQP subscription" in line
+                   for line in process.log_lines)
+
+        publisher = connect(process)
+        send(publisher.create_sender(address, options=Send(1)),
+             message(b"after restart", qos=1))
+        subscriber = connect(process, container_id=container)
+        receiver = subscriber.create_receiver(address, credit=10, name=link_name,
+                                              options=Receive(1, durable=True))
+        got = []
+        for _ in range(3):
+            msg, delivery = received(receiver)
+            got.append((body_bytes(msg), msg.delivery_count))
+            settle(receiver, delivery)
+        assert got == [(b"first", 1), (b"while away", 0), (b"after restart", 0)]
+        # accepted: gone for good (a closed link ends the durable subscription too)
+        receiver.close()
+        subscriber.close()
+        subscriber = connect(process, container_id=container)
+        receiver = subscriber.create_receiver(address, credit=10, name=link_name,
+                                              options=Receive(1, durable=True))
+        send(publisher.create_sender(address, name=unique("s"), options=Send(1)),
+             message(b"sentinel", qos=1))
+        msg, delivery = received(receiver)
+        assert body_bytes(msg) == b"sentinel"
+        settle(receiver, delivery)
+        subscriber.close()
+        publisher.close()
+    finally:
+        process.stop()
+
+
+# --- three protocols ------------------------------------------------------------------------------
+
+def test_one_publication_reaches_wamp_mqtt_and_amqp(router, amqp):
+    base = topic("com.bridge")
+    mqtt_pool = ClientPool(router)
+
+    async def scenario():
+        wamp = await wamp_connect(router, "websocket")
+        try:
+            wamp_events = await wamp.events(f"{base}.live")
+            mqtt = mqtt_pool(V5)
+            assert mqtt.subscribe((f"{base.replace('.', '/')}/live", 1)) == [1]
+            connection = amqp()
+            receiver = connection.create_receiver(f"{base}.live", credit=10,
+                                                  options=Receive(1))
+            # one AMQP publication (QoS 2 on the wire, amqp-value body) reaches all three
+            sender = connection.create_sender(f"{base}.live", options=Send(2))
+            assert send(sender, message({"n": 1}, qos=2, value=True)).remote_state \
+                == Delivery.ACCEPTED
+            args, kwargs, _details = await next_item(wamp_events)
+            assert (args, kwargs) == ([], {"n": 1})
+            got = mqtt.next_message()
+            assert (json.loads(got.payload), got.qos) == ({"n": 1}, 1)  # min(2, granted 1)
+            msg, delivery = received(receiver)
+            assert json.loads(body_bytes(msg)) == {"n": 1}
+            assert annotation(msg, "x-opt-qos") == 2 and not delivery.settled
+            settle(receiver, delivery)
+
+            # retained events set from each protocol, visible to the other two
+            await wamp.publish(f"{base}.from_wamp", "w", options=_wamp_options(retain=True))
+            mqtt.publish(f"{base.replace('.', '/')}/from_mqtt", b'"m"', qos=1, retain=True)
+            send(sender_for(connection, f"{base}.from_amqp"),
+                 message(b'"a"', qos=1, retain=True))
+            await wamp.call("wamp.session.count")  # a round trip: the WAMP publish is done
+
+            for origin in ("from_mqtt", "from_amqp"):
+                queue = await wamp.events(f"{base}.{origin}", get_retained=True)
+                args, _kwargs, _details = await next_item(queue)
+                assert args == [origin[5]]
+            watcher = mqtt_pool(V5)
+            watcher.subscribe((f"{base.replace('.', '/')}/+", 0))
+            seen = {watcher.next_message().topic.rsplit("/", 1)[1]: None for _ in range(3)}
+            assert set(seen) == {"from_wamp", "from_mqtt", "from_amqp"}
+            retained_rx = connection.create_receiver(f"wildcard:{base}.", credit=10,
+                                                     name=unique("retained"),
+                                                     options=Receive(0, retained=True))
+            bodies = {}
+            for _ in range(3):
+                msg, _delivery = received(retained_rx)
+                assert annotation(msg, "x-opt-retain") is True
+                bodies[msg.address] = json.loads(body_bytes(msg))
+            assert bodies == {f"{base}.from_wamp": "w", f"{base}.from_mqtt": "m",
+                              f"{base}.from_amqp": "a"}
+        finally:
+            await wamp.close()
+            mqtt_pool.close()
+
+    run(scenario())
+
+
+def _wamp_options(**options):
+    from autobahn.wamp.types import PublishOptions
+    return PublishOptions(acknowledge=True, **options)
+
+
+def sender_for(connection, address: str):
+    return connection.create_sender(address, name=unique("sender"), options=Send(1))
