@@ -134,25 +134,7 @@ class TopicTrie(Generic[V]):
 
     def matching_filter(self, filter_parts: list[str]) -> Iterator[tuple[str, V]]:
         """Stored (key, value) pairs whose key matches an MQTT-style filter (see match_filters)."""
-        last = len(filter_parts)
-        stack = [(self._root, 0)]
-        while stack:
-            node, depth = stack.pop()
-            if depth == last:
-                if node.value is not _MISSING:
-                    yield node.key, node.value  # type: ignore[misc]
-                continue
-            part = filter_parts[depth]
-            if part == "#":
-                for key, value in self._subtree(node) if depth > 0 else self._subtree_public(node):
-                    yield key, value
-            elif part == "":
-                stack.extend((child, depth + 1) for name, child in node.children.items()
-                             if depth > 0 or not name.startswith("$"))
-            else:
-                child = node.children.get(part)
-                if child is not None:
-                    stack.append((child, depth + 1))
+        return self._walk(filter_parts, mqtt=True)
 
     def _subtree_public(self, node: _Node) -> Iterator[tuple[str, V]]:
         """The whole trie except topics whose first level starts with ``$``."""
@@ -185,8 +167,13 @@ class TopicTrie(Generic[V]):
                 yield from self._subtree(child)
 
     def matching_wildcard(self, pattern_parts: list[str]) -> Iterator[tuple[str, V]]:
-        """Stored (key, value) pairs whose key matches the wildcard pattern."""
-        last = len(pattern_parts)
+        """Stored (key, value) pairs whose key matches the WAMP wildcard pattern."""
+        return self._walk(pattern_parts, mqtt=False)
+
+    def _walk(self, parts: list[str], mqtt: bool) -> Iterator[tuple[str, V]]:
+        """Stored keys matching a pattern: '' is one component; with ``mqtt``, a last '#'
+        is the rest (including nothing) and wildcards in first place skip ``$`` topics."""
+        last = len(parts)
         stack = [(self._root, 0)]
         while stack:
             node, depth = stack.pop()
@@ -194,9 +181,12 @@ class TopicTrie(Generic[V]):
                 if node.value is not _MISSING:
                     yield node.key, node.value  # type: ignore[misc]
                 continue
-            part = pattern_parts[depth]
-            if part == "":
-                stack.extend((child, depth + 1) for child in node.children.values())
+            part = parts[depth]
+            if mqtt and part == "#":
+                yield from self._subtree(node) if depth > 0 else self._subtree_public(node)
+            elif part == "":
+                stack.extend((child, depth + 1) for name, child in node.children.items()
+                             if not (mqtt and depth == 0 and name.startswith("$")))
             else:
                 child = node.children.get(part)
                 if child is not None:
