@@ -1,4 +1,4 @@
-"""From traffic to report: the router's event logs, read by the Spark report job."""
+"""From WAMP, MQTT and AMQP traffic to report: the event logs, read by the Spark report job."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import threading
 import paho.mqtt.client as mqtt
 from autobahn.wamp.types import PublishOptions
 
+from tests.amqp_clients import Send, message, send
+from tests.amqp_clients import connect as amqp_connect
 from tests.clients import connect, next_item, run
 from tests.harness import ROOT, RouterProcess, realm_file
 
-WAMP_EVENTS, MQTT_EVENTS, WAMP_SUBSCRIBERS = 12, 7, 3
+WAMP_EVENTS, MQTT_EVENTS, AMQP_EVENTS, WAMP_SUBSCRIBERS = 12, 7, 5, 3
 
 
 def table(out, name: str) -> list[dict[str, str]]:
@@ -39,9 +41,20 @@ def mqtt_publish_qos1(router, topic: str, count: int) -> None:
         client.loop_stop()
 
 
+def amqp_publish_qos2(router, address: str, count: int) -> None:
+    connection = amqp_connect(router)
+    try:
+        sender = connection.create_sender(address, options=Send(qos=2))
+        for n in range(count):
+            send(sender, message(f"[{n}]".encode(), qos=2))
+    finally:
+        connection.close()
+
+
 def test_report_numbers_match_the_traffic_sent(tmp_path):
     listeners = [{"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws"},
-                 {"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"}]
+                 {"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
+                 {"type": "amqp", "host": "127.0.0.1", "port": 0, "realm": "realm1"}]
     router = RouterProcess(tmp_path / "node", [realm_file("realm1")], listeners=listeners,
                            extra_config={"eventlog": {"flush_interval": 0.1}}).start()
 
@@ -69,6 +82,7 @@ def test_report_numbers_match_the_traffic_sent(tmp_path):
         async def scenario():
             listener, events, others = await wamp_traffic()
             await asyncio.to_thread(mqtt_publish_qos1, router, "com/e2e/mqtt", MQTT_EVENTS)
+            await asyncio.to_thread(amqp_publish_qos2, router, "com.e2e.amqp", AMQP_EVENTS)
             await finish(listener, events, others)
 
         run(scenario(), timeout=120)
@@ -90,8 +104,11 @@ def test_report_numbers_match_the_traffic_sent(tmp_path):
     assert int(wamp_row["subscribes"]) == WAMP_SUBSCRIBERS
     assert int(mqtt_row["events"]) == MQTT_EVENTS
     assert [int(mqtt_row[f"qos{q}"]) for q in (0, 1, 2)] == [0, MQTT_EVENTS, 0]
+    amqp_row = topics[("realm1", "com.e2e.amqp")]
+    assert int(amqp_row["events"]) == AMQP_EVENTS
+    assert [int(amqp_row[f"qos{q}"]) for q in (0, 1, 2)] == [0, 0, AMQP_EVENTS]
     fanout = [row for row in table(out, "fanout") if row["realm"] == "realm1"]
     assert {int(row["receivers"]) for row in fanout} >= {WAMP_SUBSCRIBERS, 1}
     protocols = {row["protocol"] for row in table(out, "protocols")}
-    assert {"wamp.websocket", "mqtt"} <= protocols
+    assert {"wamp.websocket", "mqtt", "amqp"} <= protocols
     assert (out / "report.html").exists()
