@@ -227,7 +227,9 @@ def test_second_connection_with_same_client_id_takes_over(clients, version, tran
     second = clients(version, "tcp" if transport == "ws" else "ws", client_id=client_id)
     reason = first.wait_disconnected()
     if version == V5:
-        assert reason == 0x8E
+        # the router sends DISCONNECT 0x8E, then closes; paho's WebSocket wrapper now and then
+        # reports the closed socket (0x80) before it has read that DISCONNECT
+        assert reason == 0x8E or (transport == "ws" and reason == 0x80)
     topic = f"take/{unique('t')}"
     assert second.subscribe((topic, 1)) == [1]
     second.publish(topic, b"still here", 1)
