@@ -54,12 +54,15 @@ class Receive(ReceiverOption):
     retained events and durability."""
 
     def __init__(self, qos: int = 1, policy: str | None = None, retained: bool = False,
-                 durable: bool = False, retained_capability: bool = False) -> None:
+                 durable: bool = False, retained_capability: bool = False,
+                 expiry: int | None = None, timeout: int = 0) -> None:
         self.qos = qos
         self.policy = policy
         self.retained = retained
         self.durable = durable
         self.retained_capability = retained_capability
+        self.expiry = expiry
+        self.timeout = timeout
 
     def apply(self, link: Link) -> None:
         if self.qos == 0:
@@ -87,14 +90,18 @@ class Receive(ReceiverOption):
             data.exit()
         if self.durable:
             link.source.durability = Terminus.DELIVERIES
-            link.source.expiry_policy = Terminus.EXPIRE_NEVER
+            link.source.expiry_policy = (Terminus.EXPIRE_NEVER if self.expiry is None
+                                         else self.expiry)
+            link.source.timeout = self.timeout
 
 
 class Send(SenderOption):
-    """A sender's link modes: QoS 0 (settled), 1 (unsettled/first), 2 (unsettled/second)."""
+    """A sender's link modes: QoS 0 (settled), 1 (unsettled/first), 2 (unsettled/second);
+    ``durable``: a target with durability ``unsettled-state`` (exactly-once receive)."""
 
-    def __init__(self, qos: int = 1) -> None:
+    def __init__(self, qos: int = 1, durable: bool = False) -> None:
         self.qos = qos
+        self.durable = durable
 
     def apply(self, link: Link) -> None:
         if self.qos == 0:
@@ -102,6 +109,9 @@ class Send(SenderOption):
         else:
             link.snd_settle_mode = Link.SND_UNSETTLED
             link.rcv_settle_mode = Link.RCV_SECOND if self.qos == 2 else Link.RCV_FIRST
+        if self.durable:
+            link.target.durability = Terminus.DELIVERIES
+            link.target.expiry_policy = Terminus.EXPIRE_NEVER
 
 
 def message(body: Any = b"", qos: int | None = None, retain: bool = False,
@@ -155,15 +165,20 @@ def raw_socket(router, data: bytes, timeout: float = 5.0) -> bytes:
 TERMINAL = (Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED)
 
 
-def send(sender, msg: Message, timeout: float = TIMEOUT):
+def send(sender, msg: Message, timeout: float = TIMEOUT, tag: str | None = None,
+         settle_after: bool = True):
     """Send and wait for the outcome; works with receiver settle mode ``second`` too
     (where the router settles only after we do, so BlockingSender.send would wait forever).
-    Returns the delivery (its ``remote_state`` is the outcome)."""
+    Returns the delivery (its ``remote_state`` is the outcome). ``tag``: the delivery
+    tag; ``settle_after=False`` leaves the delivery unsettled (as if the outcome had
+    been lost)."""
     link = sender.link
-    delivery = link.send(msg)
+    delivery = link.send(msg, tag=tag)
     if link.snd_settle_mode != Link.SND_SETTLED:
         sender.connection.wait(lambda: delivery.remote_state in TERMINAL or delivery.settled,
                                timeout=timeout, msg=f"waiting for the outcome on {link.name}")
+        if not settle_after:
+            return delivery  # nothing to flush (and process() would wait for I/O)
         delivery.settle()
     sender.connection.container.process()
     return delivery

@@ -430,6 +430,224 @@ def test_durable_subscription_redelivered_after_router_restart(tmp_path):
         process.stop()
 
 
+# --- exactly once, counted redelivery, expiry, acknowledgements -----------------------------
+
+def _router(tmp_path, **extra) -> RouterProcess:
+    return RouterProcess(tmp_path, [mqtt_realm("realm1")],
+                         listeners=amqp_listeners("realm1", mqtt=False, wamp=False),
+                         extra_config=extra or None).start()
+
+
+def _sync(connection) -> None:
+    """A QoS 1 round trip: the router accepts it only once every write it queued
+    before (on any link) is on disk."""
+    send(connection.create_sender(topic("com.sync"), name=unique("sync"), options=Send(1)),
+         message(b"sync", qos=1))
+
+
+def _drop(connection) -> None:
+    """Forget a connection to a router that was killed (no peer left to answer a close)."""
+    connection.timeout = 0.01
+    try:
+        connection.close()
+    except Exception:  # noqa: BLE001 - the peer is gone
+        pass
+
+
+def test_qos2_resent_after_a_lost_disposition_is_published_once(tmp_path):
+    process = _router(tmp_path)
+    address = topic("com.exactly")
+    container, link_name = unique("publisher"), unique("qos2")
+
+    def attach_sender():
+        publisher = connect(process, container_id=container)
+        return publisher, publisher.create_sender(address, name=link_name,
+                                                  options=Send(2, durable=True))
+
+    try:
+        watcher = connect(process)
+        receiver = watcher.create_receiver(address, credit=10, options=Receive(0))
+        publisher, sender = attach_sender()
+        first = send(sender, message(b"once", qos=2), tag="t1", settle_after=False)
+        assert first.remote_state == Delivery.ACCEPTED and not first.settled
+        # the client never saw that disposition: it reconnects and resumes the delivery
+        publisher.close()
+        publisher, sender = attach_sender()
+        assert send(sender, message(b"once", qos=2), tag="t1").remote_state \
+            == Delivery.ACCEPTED
+        send(sender, message(b"sentinel", qos=2), tag="t2")
+        assert [body_bytes(received(receiver)[0]) for _ in range(2)] == [b"once", b"sentinel"]
+        # settled by the client: forgotten, so the tag may carry a new message
+        send(sender, message(b"tag reused", qos=2), tag="t1")
+        assert body_bytes(received(receiver)[0]) == b"tag reused"
+
+        # the same across a crash: accepted means the tag is on disk
+        crash = send(sender, message(b"before crash", qos=2), tag="t3", settle_after=False)
+        assert crash.remote_state == Delivery.ACCEPTED
+        assert body_bytes(received(receiver)[0]) == b"before crash"
+        process.kill9()
+        for connection in (publisher, watcher):
+            _drop(connection)
+        process.start()
+        watcher = connect(process)
+        receiver = watcher.create_receiver(address, credit=10, options=Receive(0))
+        publisher, sender = attach_sender()
+        assert send(sender, message(b"before crash", qos=2), tag="t3").remote_state \
+            == Delivery.ACCEPTED
+        send(sender, message(b"sentinel 2", qos=2), tag="t4")
+        assert body_bytes(received(receiver)[0]) == b"sentinel 2"
+        publisher.close()
+        watcher.close()
+    finally:
+        process.stop()
+
+
+def test_qos2_tags_of_a_non_durable_sender_link_are_not_kept(router, amqp):
+    """Without a durable target a reused tag on a new link is a new message."""
+    address = topic("com.exactly")
+    watcher = amqp()
+    receiver = watcher.create_receiver(address, credit=10, options=Receive(0))
+    container, link_name = unique("publisher"), unique("qos2")
+    for body in (b"one", b"two"):
+        publisher = amqp(container_id=container)
+        sender = publisher.create_sender(address, name=link_name, options=Send(2))
+        send(sender, message(body, qos=2), tag="same", settle_after=False)
+        publisher.close()
+    assert [body_bytes(received(receiver)[0]) for _ in range(2)] == [b"one", b"two"]
+
+
+def test_delivery_count_of_an_in_flight_message_survives_kill9(tmp_path):
+    process = _router(tmp_path)
+    address = topic("com.durable")
+    container, link_name = unique("container"), unique("durable")
+    try:
+        subscriber = connect(process, container_id=container)
+        receiver = subscriber.create_receiver(address, credit=10, name=link_name,
+                                              options=Receive(1, durable=True))
+        publisher = connect(process)
+        send(publisher.create_sender(address, options=Send(1)), message(b"in flight", qos=1))
+        msg, _unsettled = received(receiver)
+        assert (body_bytes(msg), msg.delivery_count) == (b"in flight", 0)
+        _sync(publisher)
+        process.kill9()
+        for connection in (subscriber, publisher):
+            _drop(connection)
+        process.start()
+        subscriber = connect(process, container_id=container)
+        receiver = subscriber.create_receiver(address, credit=10, name=link_name,
+                                              options=Receive(1, durable=True))
+        msg, delivery = received(receiver)
+        assert body_bytes(msg) == b"in flight" and msg.delivery_count >= 1
+        settle(receiver, delivery)
+        subscriber.close()
+    finally:
+        process.stop()
+
+
+def test_durable_subscription_expires_after_its_timeout(tmp_path):
+    from proton import Terminus
+    process = _router(tmp_path)
+    address = topic("com.expiring")
+    container, link_name = unique("container"), unique("expiring")
+
+    def attach(timeout):
+        connection = connect(process, container_id=container)
+        receiver = connection.create_receiver(
+            address, credit=10, name=link_name,
+            options=Receive(1, durable=True, expiry=Terminus.EXPIRE_WITH_LINK, timeout=timeout))
+        return connection, receiver
+
+    try:
+        publisher = connect(process)
+        sender = publisher.create_sender(address, options=Send(1))
+        # re-attached before the timeout: kept, with what was queued meanwhile
+        subscriber, receiver = attach(30)
+        subscriber.close()
+        send(sender, message(b"kept", qos=1))
+        subscriber, receiver = attach(1)
+        msg, delivery = received(receiver)
+        assert body_bytes(msg) == b"kept"
+        settle(receiver, delivery)
+        # left alone past the timeout: dropped with its queue
+        subscriber.close()
+        send(sender, message(b"expired", qos=1))
+        process.wait_for_log(r"AMQP durable subscription .* expired \(1 message")
+        subscriber, receiver = attach(2)
+        send(sender, message(b"sentinel", qos=1))
+        msg, delivery = received(receiver)
+        assert body_bytes(msg) == b"sentinel"
+        settle(receiver, delivery)
+
+        # the timeout passes while the router is down: dropped at start-up
+        subscriber.close()
+        import time
+        deadline = time.time() + 2  # the router noted the detach before close() returned
+        send(sender, message(b"lost with it", qos=1))  # accepted: the detach time is on disk
+        process.kill9()
+        _drop(publisher)
+        while time.time() <= deadline:  # the condition under test is the clock itself
+            time.sleep(0.05)
+        process.start()
+        assert any("expired while the router was down" in line for line in process.log_lines)
+        publisher = connect(process)
+        subscriber, receiver = attach(2)
+        send(publisher.create_sender(address, options=Send(1)), message(b"sentinel 2", qos=1))
+        msg, delivery = received(receiver)
+        assert body_bytes(msg) == b"sentinel 2"
+        settle(receiver, delivery)
+        subscriber.close()
+        publisher.close()
+    finally:
+        process.stop()
+
+
+def test_expiry_policy_never_ignores_the_timeout(tmp_path):
+    process = _router(tmp_path)
+    address = topic("com.never")
+    container, link_name = unique("container"), unique("never")
+    try:
+        subscriber = connect(process, container_id=container)
+        subscriber.create_receiver(address, credit=10, name=link_name,
+                                   options=Receive(1, durable=True, timeout=1))
+        subscriber.close()
+        publisher = connect(process)
+        send(publisher.create_sender(address, options=Send(1)), message(b"kept", qos=1))
+        process.stop()
+        process.start()
+        assert any("restored 1 durable AMQP subscription" in line
+                   for line in process.log_lines[-20:])
+        subscriber = connect(process, container_id=container)
+        receiver = subscriber.create_receiver(address, credit=10, name=link_name,
+                                              options=Receive(1, durable=True, timeout=1))
+        msg, delivery = received(receiver)
+        assert body_bytes(msg) == b"kept"
+        settle(receiver, delivery)
+        subscriber.close()
+        _drop(publisher)
+    finally:
+        process.stop()
+
+
+def test_accepted_deliveries_are_in_the_event_log(tmp_path):
+    from tests.test_eventlog import read_records
+    process = _router(tmp_path, eventlog={"flush_interval": 0.1})
+    address = topic("com.acked")
+    try:
+        connection = connect(process)
+        receiver = connection.create_receiver(address, credit=10, options=Receive(2))
+        send(connection.create_sender(address, options=Send(1)), message(b"ack me", qos=1))
+        msg, delivery = received(receiver)
+        settle(receiver, delivery)
+        connection.create_sender(address, name=unique("after"))  # a round trip after it
+        connection.close()
+    finally:
+        assert process.stop() == 0
+    acks = [record for record in read_records(tmp_path / "data" / "eventlog", "realm1")
+            if record["kind"] == "ack" and record["topic"] == address]
+    assert len(acks) == 1
+    assert acks[0]["qos"] == 1 and acks[0]["latency_ms"] >= 0
+
+
 # --- three protocols ------------------------------------------------------------------------------
 
 def test_one_publication_reaches_wamp_mqtt_and_amqp(router, amqp):

@@ -18,6 +18,19 @@ router receives) publishes. Inbound QoS, per message:
 * a QoS >= 1 delivery is accepted (and settled) only once everything it made
   durable is on disk; a refused one is rejected with the AMQP error condition.
 
+Exactly-once receive: on a durable sender link (target durability other than
+``none``, receiver settle mode ``second``) the tag of every QoS 2 delivery that
+was published is remembered, durably and before the ``accepted`` disposition
+goes out, under (container id, link name) until the client settles it; a
+delivery that comes again with such a tag (its disposition was lost, and the
+client re-attached the link or reconnected, perhaps to a restarted router) is
+accepted again without being published again. Closing the link forgets them.
+
+A durable source (durability ``unsettled-state``) is a durable subscription when
+its expiry policy is ``never`` or its timeout is > 0; with a timeout it is
+dropped that long after its link went away (whatever the policy names: the link,
+its session or its connection, all are gone by then or the link is).
+
 ``x-opt-retain: true`` sets the topic's retained event; with an empty body (no
 body, an empty data section or an amqp-value null) it clears it. A data-section
 body is mapped to WAMP with the realm's payload mapping (and its bytes reach
@@ -121,9 +134,16 @@ def plain(value):
 class _Publisher:
     """A client's sender link: where its messages go."""
 
-    def __init__(self, link, uri: str | None) -> None:
+    def __init__(self, link, uri: str | None, key: tuple[str, str] | None = None) -> None:
         self.link = link
         self.uri = uri
+        self.key = key
+        """(container id, link name) of a durable QoS 2 link: its tags are remembered."""
+
+
+def delivery_tag(delivery) -> bytes:
+    tag = delivery.tag
+    return tag.encode("utf-8", "surrogateescape") if isinstance(tag, str) else bytes(tag)
 
 
 class AmqpConnection:
@@ -369,10 +389,13 @@ class AmqpConnection:
                 raise AttachRefused(INVALID_FIELD, f"unknown qos-policy {policy!r} "
                                     f"(one of {', '.join(POLICIES)})")
         get_retained = properties.get("get-retained") is True or "retained" in capabilities
-        durable = (source.durability == Terminus.DELIVERIES
-                   and source.expiry_policy == Terminus.EXPIRE_NEVER)
+        never = source.expiry_policy == Terminus.EXPIRE_NEVER
+        timeout = source.timeout or 0
+        durable = source.durability == Terminus.DELIVERIES and (never or timeout > 0)
         subscriber = self.frontend.subscribe(self, link, source.address, granted, policy,
                                              durable)
+        if durable:
+            subscriber.set_expiry(None if never else float(timeout))
         offered = (["qos-policy"] if asked_policy else []) + (
             ["retained"] if "retained" in capabilities else [])
         set_capabilities(link.source, offered)
@@ -388,7 +411,12 @@ class AmqpConnection:
     def _attach_publisher(self, link, key) -> None:
         address = link.remote_target.address
         uri = self._publish_uri(address) if address else None
-        self.links[key] = _Publisher(link, uri)
+        target = link.remote_target
+        durable = (target.durability != Terminus.NONDURABLE
+                   and link.remote_rcv_settle_mode == Link.RCV_SECOND
+                   and link.remote_snd_settle_mode != Link.SND_SETTLED)
+        self.links[key] = _Publisher(
+            link, uri, (self.connection.remote_container or "", link.name) if durable else None)
         link.max_message_size = self.frontend.settings.max_message_size
         link.open()
         link.flow(CREDIT)
@@ -411,6 +439,12 @@ class AmqpConnection:
         handler = self.links.pop(self._key(link), None)
         if isinstance(handler, AmqpSubscriber):
             self.frontend.unlinked(handler, closed)
+        elif isinstance(handler, _Publisher):
+            for waiting_key, delivery in list(self._awaiting_settle.items()):
+                if delivery.link == link:
+                    del self._awaiting_settle[waiting_key]
+            if closed and handler.key is not None:
+                self.frontend.store.forget_inbound(handler.key)
 
     def steal(self, subscriber: AmqpSubscriber) -> None:
         """Another connection attached the same durable link: detach ours."""
@@ -427,10 +461,14 @@ class AmqpConnection:
 
     def _incoming(self, publisher: _Publisher, delivery) -> None:
         link = publisher.link
-        waiting_key = (link.name, str(delivery.tag))
-        if waiting_key in self._awaiting_settle:
+        tag = delivery_tag(delivery)
+        waiting_key = (link.name, tag)
+        waiting = self._awaiting_settle.get(waiting_key)
+        if waiting is not None and waiting == delivery:
             if delivery.settled:  # rcv-settle-mode second: the sender settled, so do we
                 del self._awaiting_settle[waiting_key]
+                if publisher.key is not None:
+                    self.frontend.store.delete_inbound(publisher.key, tag)
                 delivery.settle()
             return
         if not delivery.readable or delivery.partial:
@@ -453,6 +491,16 @@ class AmqpConnection:
         annotations = {str(k): v for k, v in (message.annotations or {}).items()}
         qos = self._inbound_qos(link, presettled, annotations.get("x-opt-qos"))
         retain = annotations.get("x-opt-retain") is True
+        store = self.frontend.store
+        remembered = publisher.key is not None and store.has_inbound(publisher.key, tag)
+        if remembered:
+            if presettled:  # the client settled it: done with it, published already
+                store.delete_inbound(publisher.key, tag)
+                delivery.settle()
+                return
+            # published already, its disposition got lost: answer again, publish once
+            self.frontend.when_durable(lambda ok: self._durable(delivery, link, ok))
+            return
         try:
             uri = publisher.uri or self._publish_uri(message.address)
             body = message.body
@@ -474,6 +522,8 @@ class AmqpConnection:
         if presettled or qos == 0:
             self._outcome(delivery, presettled, Delivery.ACCEPTED, None)
             return
+        if qos == 2 and publisher.key is not None:
+            store.add_inbound(publisher.key, tag)  # durable before the disposition goes
         self.frontend.when_durable(lambda ok: self._durable(delivery, link, ok))
 
     def _durable(self, delivery, link, ok: bool) -> None:
@@ -491,7 +541,7 @@ class AmqpConnection:
         delivery.update(state)
         link = delivery.link
         if link.rcv_settle_mode == Link.RCV_SECOND and not delivery.settled:
-            self._awaiting_settle[(link.name, str(delivery.tag))] = delivery
+            self._awaiting_settle[(link.name, delivery_tag(delivery))] = delivery
         else:
             delivery.settle()
 

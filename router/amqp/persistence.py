@@ -1,19 +1,38 @@
 """Durable AMQP subscriptions and their unacknowledged QoS >= 1 deliveries.
 
 A receiver link attached with a durable source (durability ``unsettled-state``
-and expiry policy ``never``) is a durable subscription, keyed by the client's
-container id and the link name. Its definition and every QoS >= 1 message not
-yet accepted are written through the store's ordered writer, so they survive a
-disconnect and a router restart.
+and expiry policy ``never``, or another expiry policy with a timeout > 0) is a
+durable subscription, keyed by the client's container id and the link name. Its
+definition and every QoS >= 1 message not yet accepted are written through the
+store's ordered writer, so they survive a disconnect and a router restart. The
+delivery count of a message is written (incremented) as it is sent, so a message
+in flight when the router dies comes back counted.
+
+A source with a timeout (and an expiry policy other than ``never``) expires that
+many seconds after its link went away (``amqp_expiry`` keeps the timeout and
+when it was detached): the subscription and its queue are dropped, at run time
+or at start-up when the time passed while the router was down.
+
+``amqp_inbound`` holds the delivery tags of QoS 2 messages received on a
+client's durable sender link (target durability other than ``none``, receiver
+settle mode ``second``), keyed by container id and link name, that were
+published but not yet settled by the client: a delivery resent with such a tag
+(after a lost disposition, on a re-attached link or after a router restart) is
+accepted again but not published again.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+
+import logging
 
 import msgpack
 
 from router.store.sqlite import SqliteStore
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS amqp_durable (
@@ -25,6 +44,13 @@ CREATE TABLE IF NOT EXISTS amqp_queued (
     realm TEXT NOT NULL, container TEXT NOT NULL, link TEXT NOT NULL, seq INTEGER NOT NULL,
     message BLOB NOT NULL, delivery_count INTEGER NOT NULL,
     PRIMARY KEY (realm, container, link, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS amqp_expiry (
+    realm TEXT NOT NULL, container TEXT NOT NULL, link TEXT NOT NULL,
+    timeout REAL NOT NULL, detached_at REAL,
+    PRIMARY KEY (realm, container, link)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS amqp_inbound (
+    realm TEXT NOT NULL, container TEXT NOT NULL, link TEXT NOT NULL, tag BLOB NOT NULL,
+    PRIMARY KEY (realm, container, link, tag)) WITHOUT ROWID;
 """
 
 
@@ -39,6 +65,8 @@ class Outgoing:
     qos: int
     retained: bool
     delivery_count: int = 0
+    sent_at: float = field(default=0.0, compare=False)
+    """When it was last sent (not stored): for the acknowledgement latency."""
 
     def pack(self) -> bytes:
         return msgpack.packb([self.topic, self.payload, self.published_qos, self.qos,
@@ -70,9 +98,21 @@ class AmqpStore:
         self._store = store
         self._realm = realm
         store.create_schema(SCHEMA)
+        self._expiry: dict[tuple[str, str], tuple[float, float | None]] = {}
+        self.inbound: dict[tuple[str, str], set[bytes]] = {}
+        """Unsettled QoS 2 delivery tags per durable sender link (container, link)."""
+        for container, link, tag in store.query(
+                "SELECT container, link, tag FROM amqp_inbound WHERE realm = ?", (realm,)):
+            self.inbound.setdefault((container, link), set()).add(bytes(tag))
 
-    def load(self) -> list[StoredDurable]:
+    def load(self, now: float | None = None) -> list[StoredDurable]:
+        """The durable subscriptions to restore; expired ones are deleted instead."""
+        now = time.time() if now is None else now
         realm = (self._realm,)
+        self._expiry = {(container, link): (timeout, detached_at)
+                        for container, link, timeout, detached_at in self._store.query(
+                            "SELECT container, link, timeout, detached_at FROM amqp_expiry "
+                            "WHERE realm = ?", realm)}
         durable = {(row[0], row[1]): StoredDurable(*row) for row in self._store.query(
             "SELECT container, link, address, qos, policy, authid, authrole, authmethod "
             "FROM amqp_durable WHERE realm = ?", realm)}
@@ -82,7 +122,62 @@ class AmqpStore:
             entry = durable.get((container, link))
             if entry is not None:
                 entry.queued.append(Outgoing.unpack(seq, message, count))
-        return list(durable.values())
+        alive = []
+        for key, entry in durable.items():
+            expiry = self._expiry.get(key)
+            if expiry is not None and expiry[1] is not None and expiry[1] + expiry[0] <= now:
+                log.info("AMQP durable subscription %s/%s expired while the router was down",
+                         *key)
+                self.delete(*key)
+                continue
+            alive.append(entry)
+        return alive
+
+    def expiry_of(self, container: str, link: str) -> tuple[float, float | None] | None:
+        """(timeout, detached_at) of a subscription read by :meth:`load`, if it expires."""
+        return self._expiry.get((container, link))
+
+    def set_expiry(self, container: str, link: str, timeout: float | None) -> None:
+        """The subscription's timeout (None: it never expires); it is attached now."""
+        if timeout is None:
+            self._expiry.pop((container, link), None)
+            self._store.execute("DELETE FROM amqp_expiry WHERE realm = ? AND container = ? "
+                                "AND link = ?", (self._realm, container, link))
+        else:
+            self._expiry[(container, link)] = (timeout, None)
+            self._store.execute(
+                "INSERT OR REPLACE INTO amqp_expiry (realm, container, link, timeout, "
+                "detached_at) VALUES (?, ?, ?, ?, NULL)", (self._realm, container, link, timeout))
+
+    def set_detached(self, container: str, link: str, when: float) -> None:
+        self._store.execute("UPDATE amqp_expiry SET detached_at = ? WHERE realm = ? AND "
+                            "container = ? AND link = ?", (when, self._realm, container, link))
+
+    # inbound QoS 2 ---------------------------------------------------------------------
+
+    def has_inbound(self, key: tuple[str, str], tag: bytes) -> bool:
+        return tag in self.inbound.get(key, ())
+
+    def add_inbound(self, key: tuple[str, str], tag: bytes) -> None:
+        self.inbound.setdefault(key, set()).add(tag)
+        self._store.execute("INSERT OR IGNORE INTO amqp_inbound (realm, container, link, tag) "
+                            "VALUES (?, ?, ?, ?)", (self._realm, key[0], key[1], tag))
+
+    def delete_inbound(self, key: tuple[str, str], tag: bytes) -> None:
+        tags = self.inbound.get(key)
+        if tags is None or tag not in tags:
+            return
+        tags.discard(tag)
+        if not tags:
+            del self.inbound[key]
+        self._store.execute("DELETE FROM amqp_inbound WHERE realm = ? AND container = ? "
+                            "AND link = ? AND tag = ?", (self._realm, key[0], key[1], tag))
+
+    def forget_inbound(self, key: tuple[str, str]) -> None:
+        """The sender link was closed: its unsettled deliveries are gone (spec 2.6.6)."""
+        if self.inbound.pop(key, None) is not None:
+            self._store.execute("DELETE FROM amqp_inbound WHERE realm = ? AND container = ? "
+                                "AND link = ?", (self._realm, key[0], key[1]))
 
     def save(self, container: str, link: str, address: str, qos: int, policy: str,
              authid: str, authrole: str, authmethod: str) -> None:
@@ -92,7 +187,8 @@ class AmqpStore:
             (self._realm, container, link, address, qos, policy, authid, authrole, authmethod))
 
     def delete(self, container: str, link: str) -> None:
-        for table in ("amqp_durable", "amqp_queued"):
+        self._expiry.pop((container, link), None)
+        for table in ("amqp_durable", "amqp_queued", "amqp_expiry"):
             self._store.execute(f"DELETE FROM {table} WHERE realm = ? AND container = ? "
                                 "AND link = ?", (self._realm, container, link))
 
@@ -102,10 +198,13 @@ class AmqpStore:
             "delivery_count) VALUES (?, ?, ?, ?, ?, ?)",
             (self._realm, container, link, item.seq, item.pack(), item.delivery_count))
 
-    def update_count(self, container: str, link: str, item: Outgoing) -> None:
+    def update_count(self, container: str, link: str, item: Outgoing,
+                     count: int | None = None) -> None:
+        """Store the item's delivery count (or ``count``)."""
         self._store.execute("UPDATE amqp_queued SET delivery_count = ? WHERE realm = ? AND "
                             "container = ? AND link = ? AND seq = ?",
-                            (item.delivery_count, self._realm, container, link, item.seq))
+                            (item.delivery_count if count is None else count, self._realm,
+                             container, link, item.seq))
 
     def remove(self, container: str, link: str, seq: int) -> None:
         self._store.execute("DELETE FROM amqp_queued WHERE realm = ? AND container = ? "

@@ -16,7 +16,15 @@ Delivery rules:
   ``released`` / ``modified`` send it again (``delivery-count`` + 1),
   ``rejected`` drops it (logged); a delivery in flight when the link goes away is
   sent again, counted, on the next attach (durable) or lost with the link;
-* nothing is sent beyond the link's credit: the rest waits in the queue.
+* nothing is sent beyond the link's credit: the rest waits in the queue;
+* a durable subscription writes a delivery's count, incremented, as it sends it:
+  after a crash a message that was in flight comes back with ``delivery-count``
+  >= 1 (the number of prior, possibly unsuccessful, attempts);
+* an accepted QoS >= 1 delivery is recorded in the realm's activity (event log)
+  with its latency since it was last sent;
+* a durable subscription with an expiry timeout (see
+  :mod:`router.amqp.persistence`) is dropped, with its queue, that many seconds
+  after its link went away, unless the link is attached again before.
 """
 
 from __future__ import annotations
@@ -75,6 +83,8 @@ class AmqpSubscriber:
         self.queue: deque[Outgoing] = deque()
         self.in_flight: OrderedDict[str, Outgoing] = OrderedDict()
         self._seq = itertools.count(1)
+        self.expiry_timeout: float | None = None
+        self._expiry_call = None
 
     @property
     def durable(self) -> bool:
@@ -115,6 +125,32 @@ class AmqpSubscriber:
     def attach(self, link, connection: "AmqpConnection") -> None:
         self.link = link
         self.connection = connection
+        self._cancel_expiry()
+
+    def set_expiry(self, timeout: float | None) -> None:
+        """A durable subscription's source timeout (None: expiry policy ``never``)."""
+        if not self.durable:
+            return
+        self.expiry_timeout = timeout if timeout and timeout > 0 else None
+        self.frontend.store.set_expiry(*self.key, self.expiry_timeout)
+
+    def _start_expiry(self, delay: float) -> None:
+        self._cancel_expiry()
+        self._expiry_call = self.frontend.scheduler.callLater(max(0.0, delay), self._expire)
+
+    def _cancel_expiry(self) -> None:
+        if self._expiry_call is not None and self._expiry_call.active():
+            self._expiry_call.cancel()
+        self._expiry_call = None
+
+    def _expire(self) -> None:
+        self._expiry_call = None
+        if self.link is not None or self.frontend.durable.get(self.key) is not self:
+            return  # attached again, or already gone
+        log.info("AMQP durable subscription %s/%s expired (%d message(s) dropped)",
+                 self.key[0], self.key[1], len(self.queue))
+        self.queue.clear()
+        self.frontend.destroy(self)
 
     def detach(self) -> None:
         """The link is gone: QoS >= 1 in flight goes back to the queue, counted."""
@@ -128,11 +164,23 @@ class AmqpSubscriber:
                 self.frontend.store.update_count(*self.key, item)
         kept = [item for item in self.queue if item.qos > 0]
         self.queue = deque(sorted(returned + kept, key=lambda item: item.seq))
+        if self.durable and self.expiry_timeout is not None:
+            self.frontend.store.set_detached(*self.key, time.time())
+            self._start_expiry(self.expiry_timeout)
 
     def restore(self, queued: list[Outgoing]) -> None:
         self.queue.extend(queued)
         if queued:
             self._seq = itertools.count(max(item.seq for item in queued) + 1)
+        expiry = self.frontend.store.expiry_of(*self.key) if self.durable else None
+        if expiry is not None:
+            timeout, detached_at = expiry
+            self.expiry_timeout = timeout
+            now = time.time()
+            if detached_at is None:  # attached when the router died: detached since now
+                detached_at = now
+                self.frontend.store.set_detached(*self.key, now)
+            self._start_expiry(detached_at + timeout - now)
 
     def pump(self) -> None:
         """Send queued messages while the link has credit."""
@@ -149,7 +197,14 @@ class AmqpSubscriber:
             if item.qos == 0:
                 delivery.settle()
             else:
+                item.sent_at = time.time()
                 self.in_flight[tag] = item
+                if self.durable:
+                    # counted as it goes out: if the router dies before the outcome, the
+                    # next attempt is the (count + 1)th (the item keeps its count until
+                    # the attempt is known to have failed)
+                    self.frontend.store.update_count(*self.key, item,
+                                                     item.delivery_count + 1)
             sent = True
         if sent:
             connection.process()
@@ -167,7 +222,7 @@ class AmqpSubscriber:
         if state == Delivery.ACCEPTED or (delivery.settled and state in (None, 0,
                                                                          Delivery.RECEIVED)):
             self._done(tag, item)
-            self.frontend.delivery_acknowledged(self, item)
+            self._acknowledged(item)
         elif state in (Delivery.RELEASED, Delivery.MODIFIED):
             del self.in_flight[tag]
             item.delivery_count += 1
@@ -182,6 +237,12 @@ class AmqpSubscriber:
             return  # a non-terminal state (received): wait for the outcome
         delivery.settle()
         self.pump()
+
+    def _acknowledged(self, item: Outgoing) -> None:
+        activity = self.frontend.realm.activity
+        if activity is not None and item.sent_at:
+            activity.acknowledged(self.info, item.topic, item.qos,
+                                  (time.time() - item.sent_at) * 1000.0)
 
     def _done(self, tag: str, item: Outgoing) -> None:
         del self.in_flight[tag]
