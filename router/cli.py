@@ -1,4 +1,4 @@
-"""Command line: ``python -m router run|check-config|hash-secret|retained``."""
+"""Command line: ``python -m router run|check-config|hash-secret|principal|retained``."""
 
 from __future__ import annotations
 
@@ -70,6 +70,68 @@ def _hash_secret(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_secret(prompt: str) -> str:
+    if sys.stdin.isatty():
+        return getpass.getpass(prompt)
+    return sys.stdin.readline().rstrip("\n")
+
+
+def _principal_add(args: argparse.Namespace) -> int:
+    """Write one principal's credential (hash, derived key or public key) to a realm file."""
+    import json
+    from pathlib import Path
+
+    from router.core.credentials import derive_wampcra, hash_secret, normalize_pubkey
+
+    config = _load(args)
+    if config is None:
+        return 2
+    realm = config.realms.get(args.realm)
+    if realm is None:
+        print(f"no realm '{args.realm}' in {args.config} (realms: {', '.join(config.realms)})",
+              file=sys.stderr)
+        return 2
+    if args.role not in realm.roles:
+        print(f"{realm.source}: roles: there is no role '{args.role}' (roles: "
+              f"{', '.join(sorted(realm.roles))})", file=sys.stderr)
+        return 2
+    if args.method == "cryptosign":
+        pubkey = normalize_pubkey(_read_secret("Ed25519 public key (hex): "))
+        if pubkey is None:
+            print("the public key must be 64 hex digits (a 32-byte Ed25519 public key)",
+                  file=sys.stderr)
+            return 2
+    else:
+        secret = _read_secret("secret: ")
+        if not secret:
+            print("an empty secret is not allowed", file=sys.stderr)
+            return 2
+    path = Path(realm.source)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    principals = data.setdefault("principals", {})
+    entry = principals.setdefault(args.authid, {})
+    entry["role"] = args.role
+    if args.method == "ticket":
+        entry["ticket"] = hash_secret(secret)
+    elif args.method == "wampcra":
+        entry["wampcra"] = derive_wampcra(secret).as_json()
+    else:
+        keys = entry.setdefault("cryptosign", {}).setdefault("pubkeys", [])
+        if pubkey not in keys:
+            keys.append(pubkey)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    try:
+        load_config(args.config)
+    except ConfigError as exc:  # should not happen; say so rather than leave it silent
+        print(f"warning: the configuration does not load now: {exc}", file=sys.stderr)
+        return 1
+    print(f"{path}: principal '{args.authid}' (role {args.role}) can now log in with "
+          f"{args.method}; restart the router to apply")
+    return 0
+
+
 def _retained(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
@@ -94,6 +156,16 @@ def main(argv: list[str] | None = None) -> int:
     secret = commands.add_parser("hash-secret",
                                  help="hash a ticket secret (read from stdin) for a realm file")
     secret.set_defaults(handler=_hash_secret)
+    principal = commands.add_parser("principal", help="manage the principals of a realm")
+    principal_commands = principal.add_subparsers(dest="principal_command", required=True)
+    add = principal_commands.add_parser(
+        "add", help="add a principal, or a credential to one (secret or public key on stdin)")
+    add.add_argument("--realm", required=True)
+    add.add_argument("--authid", required=True)
+    add.add_argument("--role", required=True)
+    add.add_argument("--method", required=True, choices=["ticket", "wampcra", "cryptosign"])
+    add.add_argument("--config", default="config.json", help="node configuration file")
+    add.set_defaults(handler=_principal_add)
     retained = commands.add_parser(
         "retained", help="list or purge retained events on a running router")
     retained.add_argument("action", choices=["list", "purge"])

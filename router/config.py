@@ -6,13 +6,15 @@ router refuses to start; ``python -m router check-config`` runs the same checks.
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from router.core.authorization import ACTIONS, PermissionRule
-from router.core.credentials import SCHEME, Principal
+from router.core.credentials import SCHEME, Principal, WampCra, normalize_pubkey
 from router.core.history import HistoryRule
 from router.core.payload import MAPPINGS
 from router.core.qos import POLICIES, QOS_LEVELS
@@ -30,6 +32,7 @@ REALM_LISTENERS = MQTT_LISTENERS + ("amqp",)
 AMQP_DEFAULT_PORT = 5672
 DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
 RAWSOCKET_MIN, RAWSOCKET_MAX = 512, 2 ** 24
+CLIENT_CERT_MODES = ("none", "optional", "required")
 
 
 class ConfigError(Exception):
@@ -43,6 +46,18 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    """TLS of one listener: PEM files, and whether clients must show a certificate."""
+
+    cert: Path
+    key: Path
+    ca: Path | None = None
+    client_certs: str = "none"
+    """"none", "optional" or "required"; a verified client certificate's subject CN is
+    the authid of the principal it logs in as (authmethod "tls")."""
+
+
+@dataclass(frozen=True)
 class ListenerConfig:
     type: str
     host: str
@@ -52,6 +67,7 @@ class ListenerConfig:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     realm: str | None = None
     """The realm an MQTT or AMQP listener's clients join (neither protocol names one)."""
+    tls: TlsConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +104,17 @@ class NodeConfig:
     realms: dict[str, RealmConfig]
     shutdown_timeout: float = 5.0
     eventlog: EventLogConfig = field(default_factory=EventLogConfig)
+    login_backoff: LoginBackoff = field(default_factory=lambda: LoginBackoff())
+
+
+@dataclass(frozen=True)
+class LoginBackoff:
+    """After ``after_failures`` failed logins from one host within ``window`` seconds, each
+    further refusal is delayed min(2 ** (failures - after_failures), max_delay) seconds."""
+
+    after_failures: int = 3
+    window: float = 60.0
+    max_delay: float = 8.0
 
 
 class _Reader:
@@ -146,17 +173,54 @@ def _load_json(path: Path) -> Any:
                           f"{exc.msg}") from exc
 
 
-def _listener(reader: _Reader, realm_names: list[str]) -> ListenerConfig:
+def _tls(reader: _Reader, base: Path) -> TlsConfig:
+    reader.reject_unknown({"cert", "key", "ca", "client_certs"})
+    paths = {}
+    for key in ("cert", "key", "ca"):
+        value = (reader.get(key, (str, type(None)), None) if key == "ca"
+                 else reader.get(key, str))
+        if value is None:
+            paths[key] = None
+            continue
+        path = base / value
+        if not path.is_file():
+            raise reader.fail(key, f"file {path} does not exist")
+        paths[key] = path
+    mode = reader.get("client_certs", str, "none")
+    if mode not in CLIENT_CERT_MODES:
+        raise reader.fail("client_certs", f"must be one of {', '.join(CLIENT_CERT_MODES)}, "
+                          f"got '{mode}'")
+    if mode != "none" and paths["ca"] is None:
+        raise reader.fail("ca", f"is required when client_certs is '{mode}' (the CA that "
+                          "signs client certificates)")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(paths["cert"], paths["key"])
+    except (ssl.SSLError, OSError) as exc:
+        raise reader.fail("cert", f"cannot use {paths['cert']} with key {paths['key']} "
+                          f"({exc.__class__.__name__}: {exc})") from None
+    if paths["ca"] is not None:
+        try:
+            context.load_verify_locations(paths["ca"])
+        except (ssl.SSLError, OSError) as exc:
+            raise reader.fail("ca", f"cannot read CA certificates from {paths['ca']} ({exc})") \
+                from None
+    return TlsConfig(paths["cert"], paths["key"], paths["ca"], mode)
+
+
+def _listener(reader: _Reader, realm_names: list[str], base: Path) -> ListenerConfig:
     kind = reader.get("type", str)
     if kind not in LISTENER_TYPES:
         raise reader.fail("type", f"must be one of {', '.join(LISTENER_TYPES)}, got '{kind}'")
     if kind in REALM_LISTENERS:
-        reader.reject_unknown({"type", "host", "port", "path", "max_message_size", "realm"})
+        reader.reject_unknown({"type", "host", "port", "path", "max_message_size", "realm",
+                               "tls"})
         realm = reader.get("realm", str)
         if realm not in realm_names:
             raise reader.fail("realm", f"'{realm}' is not one of the realms this node loads")
     else:
-        reader.reject_unknown({"type", "host", "port", "path", "serializers", "max_message_size"})
+        reader.reject_unknown({"type", "host", "port", "path", "serializers", "max_message_size",
+                               "tls"})
         realm = None
     host = reader.get("host", str, "127.0.0.1")
     port = reader.get("port", int, AMQP_DEFAULT_PORT if kind == "amqp" else ...)
@@ -176,7 +240,9 @@ def _listener(reader: _Reader, realm_names: list[str]) -> ListenerConfig:
     low, high = (RAWSOCKET_MIN, RAWSOCKET_MAX) if kind == "rawsocket" else (512, 2 ** 30)
     if not low <= size <= high:
         raise reader.fail("max_message_size", f"must be between {low} and {high}, got {size}")
-    return ListenerConfig(kind, host, port, path, serializers, size, realm)
+    tls_data = reader.get("tls", (dict, type(None)), None)
+    tls = _tls(reader.child("tls", tls_data), base) if tls_data is not None else None
+    return ListenerConfig(kind, host, port, path, serializers, size, realm, tls)
 
 
 def _rule(reader: _Reader, check: str) -> PermissionRule:
@@ -191,7 +257,7 @@ def _rule(reader: _Reader, check: str) -> PermissionRule:
 
 
 def _principal(reader: _Reader, authid: str, roles: dict) -> Principal:
-    reader.reject_unknown({"role", "ticket"})
+    reader.reject_unknown({"role", "ticket", "wampcra", "cryptosign"})
     role = reader.get("role", str)
     if role not in roles:
         raise reader.fail("role", f"names the role '{role}', which is not in 'roles'")
@@ -199,7 +265,37 @@ def _principal(reader: _Reader, authid: str, roles: dict) -> Principal:
     if ticket is not None and not ticket.startswith(SCHEME + "$"):
         raise reader.fail("ticket", "must be a hash made by 'python -m router hash-secret' "
                           "(plain-text secrets are not accepted)")
-    return Principal(authid, role, ticket)
+    cra_data = reader.get("wampcra", dict, None)
+    cra = None
+    if cra_data is not None:
+        cra_reader = reader.child("wampcra", cra_data)
+        cra_reader.reject_unknown({"salt", "iterations", "keylen", "key"})
+        salt = cra_reader.get("salt", str)
+        iterations = _positive(cra_reader, "iterations", int, ...)
+        keylen = _positive(cra_reader, "keylen", int, 32)
+        key = cra_reader.get("key", str)
+        try:
+            raw = base64.b64decode(key, validate=True)
+        except ValueError:
+            raw = b""
+        if len(raw) != keylen:
+            raise cra_reader.fail("key", f"must be the base64 of the {keylen}-byte PBKDF2 key "
+                                  "derived from the secret (made by 'python -m router "
+                                  "principal add --method wampcra')")
+        cra = WampCra(salt, iterations, keylen, key)
+    sign_data = reader.get("cryptosign", dict, None)
+    pubkeys: tuple[str, ...] = ()
+    if sign_data is not None:
+        sign_reader = reader.child("cryptosign", sign_data)
+        sign_reader.reject_unknown({"pubkeys"})
+        keys_reader = sign_reader.child("pubkeys", sign_reader.get("pubkeys", list))
+        for index, value in enumerate(keys_reader.data):
+            normal = normalize_pubkey(value) if type(value) is str else None
+            if normal is None:
+                raise keys_reader.fail(f"[{index}]",
+                                       "must be a hex Ed25519 public key (64 hex digits)")
+            pubkeys += (normal,)
+    return Principal(authid, role, ticket, cra, pubkeys)
 
 
 def _pattern(reader: _Reader, check: str) -> tuple[str, str]:
@@ -350,7 +446,7 @@ def load_config(path: Path | str) -> NodeConfig:
     base = path.resolve().parent
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout",
-                           "eventlog"})
+                           "eventlog", "login_backoff"})
     data_dir = base / reader.get("data_dir", str, "data")
     realms_dir = base / reader.get("realms_dir", str, "realms")
     names = reader.get("realms", list)
@@ -365,10 +461,20 @@ def load_config(path: Path | str) -> NodeConfig:
             raise reader.fail(f"realms[{index}]", f"realm file {realm_file} does not exist")
         realms[name] = load_realm(realm_file, name)
     listeners_reader = reader.child("listeners", reader.get("listeners", list))
-    listeners = tuple(_listener(listeners_reader.child(i, entry), names)
+    listeners = tuple(_listener(listeners_reader.child(i, entry), names, base)
                       for i, entry in enumerate(listeners_reader.data))
     if not listeners:
         raise reader.fail("listeners", "must define at least one listener")
     timeout = reader.get("shutdown_timeout", (int, float), 5.0)
     eventlog = _eventlog(reader.child("eventlog", reader.get("eventlog", dict, {})), names)
-    return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog)
+    backoff_reader = reader.child("login_backoff", reader.get("login_backoff", dict, {}))
+    backoff_reader.reject_unknown({"after_failures", "window", "max_delay"})
+    after = backoff_reader.get("after_failures", int, 3)
+    if after < 0:
+        raise backoff_reader.fail("after_failures", f"must not be negative, got {after}")
+    max_delay = backoff_reader.get("max_delay", (int, float), 8.0)
+    if max_delay < 0:
+        raise backoff_reader.fail("max_delay", f"must not be negative, got {max_delay}")
+    backoff = LoginBackoff(after, float(_positive(backoff_reader, "window", (int, float), 60.0)),
+                           float(max_delay))
+    return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff)

@@ -14,6 +14,7 @@ from router.amqp.transports import AmqpTcpFactory
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
 from router.core.authorization import Authorizer, Role
 from router.core.history import EventHistory
+from router.core.login_guard import LoginGuard
 from router.core.meta import (install_event_history, install_retention_admin,
                               install_session_meta, install_subscription_meta)
 from router.core.realm import Realm
@@ -27,6 +28,7 @@ from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
 from router.store.codec import decode_retained, encode_retained
 from router.store.sqlite import SqliteStore
+from router.tls import server_options
 from router.wamp.codec import make_serializers
 from router.wamp.session import WampSession
 from router.wamp.transports import RouterRawSocketFactory, RouterWebSocketFactory
@@ -38,6 +40,9 @@ def build_router(config: NodeConfig, reactor, store: SqliteStore,
                  eventlog: EventLogWriter) -> Router:
     """Realms, authorizers, retained events (restored from ``store``), event logs, meta APIs."""
     router = Router(reactor)
+    backoff = config.login_backoff
+    router.login_guard = LoginGuard(reactor, backoff.window, backoff.after_failures,
+                                    backoff.max_delay)
     for realm_config in config.realms.values():
         log_settings = config.eventlog.for_realm(realm_config.name)
         activity = (RealmEventLog(realm_config.name, eventlog, log_settings)
@@ -124,16 +129,18 @@ class Node:
         urls = []
         for listener, port in self.ports:
             address = port.getHost()
+            secure = listener.tls is not None
+            hostport = f"{address.host}:{address.port}"
             if listener.type == "websocket":
-                urls.append(f"ws://{address.host}:{address.port}{listener.path}")
+                urls.append(f"{'wss' if secure else 'ws'}://{hostport}{listener.path}")
             elif listener.type == "rawsocket":
-                urls.append(f"rawsocket://{address.host}:{address.port}")
+                urls.append(f"rawsocket{'+tls' if secure else ''}://{hostport}")
             elif listener.type == "mqtt":
-                urls.append(f"mqtt://{address.host}:{address.port}")
+                urls.append(f"mqtt{'s' if secure else ''}://{hostport}")
             elif listener.type == "amqp":
-                urls.append(f"amqp://{address.host}:{address.port}")
+                urls.append(f"amqp{'s' if secure else ''}://{hostport}")
             else:
-                urls.append(f"mqtt+ws://{address.host}:{address.port}{listener.path}")
+                urls.append(f"mqtt+ws{'s' if secure else ''}://{hostport}{listener.path}")
         return urls
 
     def _mqtt_frontends(self) -> dict[str, MqttFrontend]:
@@ -171,16 +178,20 @@ class Node:
         return frontends
 
     def _listen(self, listener: ListenerConfig) -> IListeningPort:
+        factory = self._factory(listener)
+        if listener.tls is not None:
+            return self.reactor.listenSSL(listener.port, factory, server_options(listener.tls),
+                                          interface=listener.host)
+        return self.reactor.listenTCP(listener.port, factory, interface=listener.host)
+
+    def _factory(self, listener: ListenerConfig):
         if listener.type == "amqp":
-            return self.reactor.listenTCP(listener.port, AmqpTcpFactory(self.amqp[listener.realm]),
-                                          interface=listener.host)
+            return AmqpTcpFactory(self.amqp[listener.realm], tls=listener.tls is not None)
         if listener.type == "mqtt":
-            return self.reactor.listenTCP(listener.port, MqttTcpFactory(self.mqtt[listener.realm]),
-                                          interface=listener.host)
+            return MqttTcpFactory(self.mqtt[listener.realm])
         if listener.type == "mqtt-websocket":
-            factory = MqttWebSocketFactory(self.mqtt[listener.realm], listener.path,
-                                           listener.max_message_size)
-            return self.reactor.listenTCP(listener.port, factory, interface=listener.host)
+            return MqttWebSocketFactory(self.mqtt[listener.realm], listener.path,
+                                        listener.max_message_size)
         serializers = [self._serializers[name] for name in listener.serializers]
         protocol_name = f"wamp.{listener.type}"
 
@@ -190,12 +201,9 @@ class Node:
             return WampSession(self.router, protocol_name, wamp_settings)
 
         if listener.type == "websocket":
-            factory = RouterWebSocketFactory(session_factory, serializers, listener.path,
-                                             listener.max_message_size)
-        else:
-            factory = RouterRawSocketFactory(session_factory, serializers,
-                                             listener.max_message_size)
-        return self.reactor.listenTCP(listener.port, factory, interface=listener.host)
+            return RouterWebSocketFactory(session_factory, serializers, listener.path,
+                                          listener.max_message_size)
+        return RouterRawSocketFactory(session_factory, serializers, listener.max_message_size)
 
     @defer.inlineCallbacks
     def shutdown(self):

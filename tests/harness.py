@@ -59,7 +59,10 @@ class RouterProcess:
             (realms_dir / f"{realm['name']}.json").write_text(json.dumps(realm, indent=2))
         config = {"data_dir": "data", "realms_dir": "realms",
                   "realms": [realm["name"] for realm in self.realms],
-                  "listeners": self.listeners, "shutdown_timeout": 2}
+                  "listeners": self.listeners, "shutdown_timeout": 2,
+                  # tests that log in wrongly on purpose should not wait for the back-off;
+                  # the back-off's own tests (tests/test_auth.py) set it as in production
+                  "login_backoff": {"after_failures": 1000}}
         config.update(self.extra_config)
         self.config_path.write_text(json.dumps(config, indent=2))
 

@@ -16,7 +16,7 @@ from typing import Callable
 from router.amqp.connection import (INVALID_FIELD, AmqpConnection, AttachRefused,
                                     plain, router_error_condition)
 from router.amqp.addresses import InvalidAddress, address_to_pattern
-from router.amqp.persistence import AmqpStore, Outgoing, StoredDurable
+from router.amqp.persistence import AmqpStore, StoredDurable
 from router.amqp.sasl import Identity, parse_plain
 from router.amqp.subscriber import AmqpSubscriber
 from router.core.credentials import verify_secret
@@ -60,26 +60,55 @@ class AmqpFrontend:
 
     # authentication --------------------------------------------------------------------
 
-    def mechanisms(self) -> list[str]:
-        return ["PLAIN"] + (["ANONYMOUS"] if self.realm.anonymous_role is not None else [])
+    def mechanisms(self, client_cn: str | None = None) -> list[str]:
+        """PLAIN always; EXTERNAL with a verified TLS client certificate; ANONYMOUS where
+        the realm has an anonymous role (or a client certificate identifies the client)."""
+        names = ["PLAIN"]
+        if client_cn is not None:
+            names.insert(0, "EXTERNAL")
+        if self.realm.anonymous_role is not None or client_cn is not None:
+            names.append("ANONYMOUS")
+        return names
 
-    def authenticate(self, mechanism: str, response: bytes) -> Identity | None:
-        if mechanism == "ANONYMOUS":
-            if self.realm.anonymous_role is None:
-                return None
-            return Identity("anonymous", self.realm.anonymous_role, "anonymous")
-        if mechanism != "PLAIN":
-            return None
-        credentials = parse_plain(response)
-        if credentials is None:
-            return None
-        username, password = credentials
-        principal = self.router.principals[self.realm.name].get(username)
-        if (principal is None or principal.ticket_hash is None
-                or not verify_secret(password, principal.ticket_hash)):
-            log.warning("AMQP authentication failed for '%s'", username)
-            return None
-        return Identity(principal.authid, principal.role, "password")
+    def authenticate(self, mechanism: str, response: bytes, peer: str | None = None,
+                     client_cn: str | None = None,
+                     on_failure: Callable[[float], None] | None = None) -> Identity | None:
+        """The identity for a sasl-init, or None (the failure is logged and counted, and
+        ``on_failure`` gets how long the refusal should be held back)."""
+        principals = self.router.principals[self.realm.name]
+        authid = None
+        if mechanism in ("EXTERNAL", "ANONYMOUS") and client_cn is not None:
+            principal = principals.get(client_cn)
+            if principal is not None:
+                return Identity(principal.authid, principal.role, "tls")
+            authid, reason = client_cn, "no principal for the client certificate's CN"
+        elif mechanism == "ANONYMOUS":
+            if self.realm.anonymous_role is not None:
+                return Identity("anonymous", self.realm.anonymous_role, "anonymous")
+            reason = "anonymous access is off"
+        elif mechanism == "EXTERNAL":
+            reason = "EXTERNAL needs a verified TLS client certificate"
+        elif mechanism != "PLAIN":
+            reason = f"mechanism {mechanism!r} is not offered"
+        else:
+            credentials = parse_plain(response)
+            if credentials is None:
+                reason = "malformed PLAIN response"
+            else:
+                authid, password = credentials
+                principal = principals.get(authid)
+                if principal is None:
+                    reason = "no such principal"
+                elif principal.ticket_hash is None:
+                    reason = "the principal has no password (ticket)"
+                elif not verify_secret(password, principal.ticket_hash):
+                    reason = "wrong password"
+                else:
+                    return Identity(principal.authid, principal.role, "password")
+        delay = self.router.login_guard.failed("AMQP", peer, authid, mechanism or "-", reason)
+        if on_failure is not None:
+            on_failure(delay)
+        return None
 
     # connections -------------------------------------------------------------------------
 
@@ -141,9 +170,6 @@ class AmqpFrontend:
         if subscriber.key is not None and self.durable.get(subscriber.key) is subscriber:
             del self.durable[subscriber.key]
             self.store.delete(*subscriber.key)
-
-    def delivery_acknowledged(self, subscriber: AmqpSubscriber, item: Outgoing) -> None:
-        pass
 
     # publishing --------------------------------------------------------------------------
 

@@ -1,23 +1,52 @@
-"""The Twisted transport for AMQP 1.0: plain TCP (default port 5672)."""
+"""The Twisted transport for AMQP 1.0: TCP (default port 5672) or TLS (usually 5671)."""
 
 from __future__ import annotations
+
+from functools import partial
 
 from twisted.internet.protocol import Factory, Protocol
 
 from router.amqp.connection import AmqpConnection
 from router.amqp.frontend import AmqpFrontend
+from router.amqp.sasl import SaslServer
+from router.core.login_guard import HeldTransport
+from router.tls import peer_common_name
 
 DEFAULT_PORT = 5672
+DEFAULT_TLS_PORT = 5671
 
 
 class AmqpTcpProtocol(Protocol):
     def connectionMade(self) -> None:
         peer = self.transport.getPeer()
-        self.connection = AmqpConnection(self.factory.frontend, self.transport.write,
-                                         self.transport.loseConnection,
-                                         f"{peer.host}:{peer.port}")
+        self.peer = f"{peer.host}:{peer.port}"
+        frontend = self.factory.frontend
+        # a refused login's sasl-outcome is held back by the login guard's delay
+        self.held = HeldTransport(frontend.scheduler, self.transport.write,
+                                  self.transport.loseConnection)
+        self.connection = AmqpConnection(frontend, self.held.write, self.held.close, self.peer)
+        self._sasl_ready = False
+
+    def _prepare_sasl(self) -> None:
+        """Per-connection SASL: EXTERNAL needs this connection's TLS client certificate,
+        which is known only once the handshake is done (at the first bytes)."""
+        self._sasl_ready = True
+        frontend = self.factory.frontend
+        client_cn = peer_common_name(self.transport) if self.factory.tls else None
+        self.connection.sasl = SaslServer(
+            frontend.mechanisms(client_cn),
+            partial(self._authenticate, client_cn),
+            allow_skip=frontend.realm.anonymous_role is not None)
+
+    def _authenticate(self, client_cn, mechanism: str, response: bytes):
+        def hold(delay: float) -> None:
+            self.held.hold = delay
+        return self.factory.frontend.authenticate(mechanism, response, self.peer, client_cn,
+                                                  hold)
 
     def dataReceived(self, data: bytes) -> None:
+        if not self._sasl_ready:
+            self._prepare_sasl()
         self.connection.data_received(data)
 
     def connectionLost(self, reason=None) -> None:
@@ -27,5 +56,6 @@ class AmqpTcpProtocol(Protocol):
 class AmqpTcpFactory(Factory):
     protocol = AmqpTcpProtocol
 
-    def __init__(self, frontend: AmqpFrontend) -> None:
+    def __init__(self, frontend: AmqpFrontend, tls: bool = False) -> None:
         self.frontend = frontend
+        self.tls = tls

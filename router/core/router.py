@@ -5,6 +5,7 @@ from __future__ import annotations
 from router.core.credentials import Principal
 from router.core.dealer import Scheduler
 from router.core.ids import random_id
+from router.core.login_guard import LoginGuard
 from router.core.peer import Peer
 from router.core.realm import Realm
 
@@ -16,6 +17,8 @@ class Router:
         self.scheduler = scheduler
         self.realms: dict[str, Realm] = {}
         self.principals: dict[str, dict[str, Principal]] = {}
+        self.login_guard = LoginGuard(scheduler)
+        """Failed logins of every protocol: logged and slowed per peer host."""
 
         self.peers: dict[int, Peer] = {}
         self.connections: set[Peer] = set()

@@ -110,17 +110,34 @@ class MqttFrontend:
                       packet: Connect) -> int | tuple[str | None, str, str]:
         """A CONNACK failure reason, or (authid or None for anonymous, authrole, method)."""
         if packet.username is None:
+            client_cn = getattr(connection, "client_cn", lambda: None)()
+            if client_cn is not None:
+                principal = self._principals.get(client_cn)
+                if principal is not None:
+                    return principal.authid, principal.role, "tls"
+                return self._refused(connection, client_cn, "tls",
+                                     "no principal for the client certificate's CN")
             if self.realm.anonymous_role is None:
-                return ReasonCode.NOT_AUTHORIZED
+                return self._refused(connection, None, "anonymous", "anonymous access is off")
             return None, self.realm.anonymous_role, "anonymous"
         principal = self._principals.get(packet.username)
         password = (packet.password or b"").decode("utf-8", "replace")
-        if (principal is None or principal.ticket_hash is None
-                or not verify_secret(password, principal.ticket_hash)):
-            log.warning("MQTT authentication failed for '%s' from %s", packet.username,
-                        connection.peer)
-            return ReasonCode.BAD_USER_NAME_OR_PASSWORD
+        if principal is None:
+            return self._refused(connection, packet.username, "password", "no such principal",
+                                 ReasonCode.BAD_USER_NAME_OR_PASSWORD)
+        if principal.ticket_hash is None or not verify_secret(password, principal.ticket_hash):
+            return self._refused(connection, packet.username, "password", "wrong password",
+                                 ReasonCode.BAD_USER_NAME_OR_PASSWORD)
         return principal.authid, principal.role, "password"
+
+    def _refused(self, connection: "MqttConnection", authid: str | None, method: str,
+                 reason: str, code: int = ReasonCode.NOT_AUTHORIZED) -> int:
+        """Log and count a failed login; hold the CONNACK back by the guard's delay."""
+        delay = self.router.login_guard.failed("MQTT", connection.peer, authid, method, reason)
+        held = getattr(connection, "held", None)
+        if held is not None:
+            held.hold = delay
+        return code
 
     @staticmethod
     def _requested_expiry(connection: "MqttConnection", packet: Connect) -> float | None:

@@ -6,16 +6,28 @@ from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerPr
 from autobahn.websocket.types import ConnectionDeny
 from twisted.internet.protocol import Factory, Protocol
 
+from router.core.login_guard import HeldTransport
 from router.mqtt.connection import MqttConnection
 from router.mqtt.frontend import MqttFrontend
+from router.tls import peer_common_name
+
+
+def _attach(connection: MqttConnection, held: HeldTransport, transport) -> MqttConnection:
+    """What the frontend's authentication needs beyond the bytes: the held-back refusal
+    (login guard) and the TLS client certificate's CN, if the transport verified one."""
+    connection.held = held
+    connection.client_cn = lambda: peer_common_name(transport)
+    return connection
 
 
 class MqttTcpProtocol(Protocol):
     def connectionMade(self) -> None:
         peer = self.transport.getPeer()
-        self.connection = MqttConnection(self.factory.frontend, self.transport.write,
-                                         self.transport.loseConnection,
-                                         f"{peer.host}:{peer.port}", "mqtt")
+        held = HeldTransport(self.factory.frontend.scheduler, self.transport.write,
+                             self.transport.loseConnection)
+        self.connection = _attach(MqttConnection(self.factory.frontend, held.write, held.close,
+                                                 f"{peer.host}:{peer.port}", "mqtt"),
+                                  held, self.transport)
 
     def dataReceived(self, data: bytes) -> None:
         self.connection.data_received(data)
@@ -44,9 +56,12 @@ class MqttWebSocketProtocol(WebSocketServerProtocol):
         return "mqtt"
 
     def onOpen(self) -> None:
-        self.connection = MqttConnection(
-            self.factory.frontend, lambda data: self.sendMessage(data, isBinary=True),
-            lambda: self.sendClose(self.CLOSE_STATUS_CODE_NORMAL), self.peer, "mqtt.websocket")
+        held = HeldTransport(self.factory.frontend.scheduler,
+                             lambda data: self.sendMessage(data, isBinary=True),
+                             lambda: self.sendClose(self.CLOSE_STATUS_CODE_NORMAL))
+        self.connection = _attach(MqttConnection(self.factory.frontend, held.write, held.close,
+                                                 self.peer, "mqtt.websocket"),
+                                  held, self.transport)
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         if not isBinary:

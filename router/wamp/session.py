@@ -1,14 +1,17 @@
 """One WAMP session on one transport: the state machine and the translation to the core.
 
-States: HANDSHAKE (waiting for HELLO) -> CHALLENGED (ticket sent) -> ESTABLISHED
--> CLOSING (we sent GOODBYE) -> CLOSED. Any protocol violation sends ABORT
+States: HANDSHAKE (waiting for HELLO) -> CHALLENGED (CHALLENGE sent) -> ESTABLISHED
+-> CLOSING (we sent GOODBYE) -> CLOSED; a refused login waits in REFUSING (ignoring
+everything) for the login guard's delay before its ABORT goes out. Any protocol violation sends ABORT
 ``wamp.error.protocol_violation``, drops the session from its realm and closes
 the transport; nothing after it is processed.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,7 +23,8 @@ from autobahn.wamp.exception import TransportLost
 
 from router.core import errors
 from router.core.broker import Subscription
-from router.core.credentials import verify_secret
+from router.core.credentials import (Principal, normalize_pubkey, verify_cryptosign,
+                                     verify_secret, verify_wampcra)
 from router.core.dealer import Invocation
 from router.core.errors import ProtocolViolation, RouterError
 from router.core.model import Publication, SessionInfo
@@ -36,7 +40,12 @@ from router.wamp.settings import WampSettings
 
 log = logging.getLogger(__name__)
 
-HANDSHAKE, CHALLENGED, ESTABLISHED, CLOSING, CLOSED = range(5)
+HANDSHAKE, CHALLENGED, ESTABLISHED, CLOSING, CLOSED, REFUSING = range(6)
+
+NO_MATCHING_AUTH_METHOD = "wamp.error.no_matching_auth_method"
+AUTHENTICATION_FAILED = "wamp.error.authentication_failed"
+NO_SUCH_PRINCIPAL = "wamp.error.no_such_principal"
+CHALLENGE_METHODS = ("ticket", "wampcra", "cryptosign")
 
 ERROR, EVENT, RESULT, INVOCATION, INTERRUPT = 8, 36, 50, 68, 69
 
@@ -57,7 +66,7 @@ class WampSession:
         self._transport: Any = None
         self._state = HANDSHAKE
         self._realm: Realm | None = None
-        self._pending_auth: tuple[Realm, str, str] | None = None
+        self._pending_auth: _PendingAuth | None = None
         self._client_roles: dict = {}
         self._last_payload_size = 0
         self.info: SessionInfo | None = None  # type: ignore[assignment]
@@ -106,6 +115,7 @@ class WampSession:
             self._on_authenticate(msg)
         elif self._state == CLOSING and type(msg) is m.Goodbye:
             self._close_transport()
+        # REFUSING: the ABORT is on its way; nothing the client says changes that
 
     def _on_hello(self, msg: m.Hello, raw: list) -> None:
         realm = self._router.realms.get(msg.realm)
@@ -114,32 +124,136 @@ class WampSession:
             return
         details = raw[2]
         self._client_roles = details.get("roles", {}) if isinstance(details, dict) else {}
-        methods = msg.authmethods or ["anonymous"]
-        principal = self._router.principals[realm.name].get(msg.authid) if msg.authid else None
-        if "ticket" in methods and principal is not None and principal.ticket_hash:
-            self._pending_auth = (realm, principal.authid, principal.role)
-            self._state = CHALLENGED
-            self._send(WireMessage([m.Challenge.MESSAGE_TYPE, "ticket", {}]))
-        elif "anonymous" in methods and realm.anonymous_role is not None:
-            authid = f"anonymous-{self._router.new_session_id():x}"
-            self._welcome(realm, authid, realm.anonymous_role, "anonymous")
-        elif "ticket" in methods and msg.authid and principal is None:
-            self._abort("wamp.error.no_such_principal", "no such principal")
-        else:
-            self._abort("wamp.error.no_matching_auth_method",
-                        f"none of the offered auth methods {methods} is available")
+        methods = [m_ for m_ in (msg.authmethods or ["anonymous"]) if isinstance(m_, str)]
+        authextra = msg.authextra if isinstance(msg.authextra, dict) else {}
+        principals = self._router.principals[realm.name]
+        authid = msg.authid if isinstance(msg.authid, str) and msg.authid else None
+        principal = principals.get(authid) if authid else None
+        # the client's order decides, among what this principal (and the realm) offers
+        for method in methods:
+            if method == "anonymous" and realm.anonymous_role is not None:
+                name = f"anonymous-{self._router.new_session_id():x}"
+                self._welcome(realm, name, realm.anonymous_role, "anonymous")
+                return
+            if method == "tls":
+                client_cn = self._client_cn()
+                if client_cn is None:
+                    continue
+                cert_principal = principals.get(client_cn)
+                if cert_principal is None or (authid and authid != client_cn):
+                    self._refuse(NO_SUCH_PRINCIPAL if cert_principal is None
+                                 else AUTHENTICATION_FAILED,
+                                 "the client certificate does not name this principal",
+                                 authid or client_cn, "tls",
+                                 f"client certificate CN {client_cn!r}")
+                    return
+                self._welcome(realm, cert_principal.authid, cert_principal.role, "tls")
+                return
+            if method == "cryptosign":
+                if self._challenge_cryptosign(realm, authid, principal, authextra):
+                    return
+                continue
+            if method in CHALLENGE_METHODS and principal is not None \
+                    and method in principal.methods():
+                self._challenge(realm, principal, method)
+                return
+        unknown_key = authid is None and "cryptosign" in methods and "pubkey" in authextra
+        if (authid and principal is None and any(m_ in CHALLENGE_METHODS for m_ in methods)
+                or unknown_key):
+            self._refuse(NO_SUCH_PRINCIPAL, f"no principal '{authid or '(by public key)'}' in "
+                         f"realm '{realm.name}'",
+                         authid, "/".join(methods), "no such principal")
+            return
+        self._refuse(NO_MATCHING_AUTH_METHOD,
+                     f"none of the offered auth methods {methods} is available",
+                     authid, "/".join(methods), "no matching auth method")
+
+    def _challenge_cryptosign(self, realm: Realm, authid: str | None,
+                              principal: Principal | None, authextra: dict) -> bool:
+        """CHALLENGE for cryptosign if it applies (True), or refuse (True), or skip (False)."""
+        pubkey = authextra.get("pubkey")
+        pubkey = normalize_pubkey(pubkey) if isinstance(pubkey, str) else None
+        if principal is None and authid is None and pubkey is not None:
+            principal = next((p for p in self._router.principals[realm.name].values()
+                              if pubkey in p.cryptosign_pubkeys), None)
+        if principal is None or not principal.cryptosign_pubkeys:
+            return False
+        if authextra.get("channel_binding") is not None:
+            self._refuse(AUTHENTICATION_FAILED, "cryptosign channel binding is not supported "
+                         "by this router (connect without channel_binding)",
+                         principal.authid, "cryptosign", "channel binding requested")
+            return True
+        if pubkey is None or pubkey not in principal.cryptosign_pubkeys:
+            self._refuse(AUTHENTICATION_FAILED, "authextra.pubkey is missing or not a key of "
+                         "this principal", principal.authid, "cryptosign", "unknown public key")
+            return True
+        self._challenge(realm, principal, "cryptosign", pubkey)
+        return True
+
+    def _challenge(self, realm: Realm, principal: Principal, method: str,
+                   pubkey: str | None = None) -> None:
+        session_id = self._router.new_session_id()
+        extra: dict[str, Any] = {}
+        data = ""
+        if method == "wampcra":
+            cra = principal.wampcra
+            data = json.dumps({
+                "authid": principal.authid, "authrole": principal.role,
+                "authmethod": "wampcra", "authprovider": "static", "session": session_id,
+                "nonce": secrets.token_urlsafe(24),
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())})
+            extra = {"challenge": data, "salt": cra.salt, "iterations": cra.iterations,
+                     "keylen": cra.keylen}
+        elif method == "cryptosign":
+            data = secrets.token_hex(32)
+            extra = {"challenge": data, "channel_binding": None}
+        self._pending_auth = _PendingAuth(realm, principal.authid, principal.role, method,
+                                          session_id, data, pubkey)
+        self._state = CHALLENGED
+        self._send(WireMessage([m.Challenge.MESSAGE_TYPE, method, extra]))
 
     def _on_authenticate(self, msg: m.Authenticate) -> None:
-        realm, authid, role = self._pending_auth  # type: ignore[misc]
-        principal = self._router.principals[realm.name].get(authid)
-        if principal is None or not verify_secret(msg.signature, principal.ticket_hash or ""):
-            log.warning("authentication failed for authid '%s' from %s", authid, self._peer_address())
-            self._abort("wamp.error.authentication_failed", "authentication failed")
+        pending, self._pending_auth = self._pending_auth, None
+        principal = self._router.principals[pending.realm.name].get(pending.authid)
+        signature = msg.signature if isinstance(msg.signature, str) else ""
+        ok = False
+        if principal is not None:
+            if pending.method == "ticket":
+                ok = verify_secret(signature, principal.ticket_hash or "")
+            elif pending.method == "wampcra" and principal.wampcra is not None:
+                ok = verify_wampcra(principal.wampcra, pending.challenge, signature)
+            elif pending.method == "cryptosign":
+                ok = (pending.pubkey in principal.cryptosign_pubkeys
+                      and verify_cryptosign(pending.pubkey, pending.challenge, signature))
+        if not ok:
+            self._refuse(AUTHENTICATION_FAILED, "authentication failed", pending.authid,
+                         pending.method, "wrong signature" if pending.method != "ticket"
+                         else "wrong ticket")
             return
-        self._welcome(realm, authid, role, "ticket")
+        self._welcome(pending.realm, pending.authid, pending.role, pending.method,
+                      pending.session_id)
 
-    def _welcome(self, realm: Realm, authid: str, authrole: str, authmethod: str) -> None:
-        session_id = self._router.new_session_id()
+    def _refuse(self, reason: str, message: str, authid: str | None, method: str,
+                why: str) -> None:
+        """ABORT a failed login, held back by the login guard's per-peer delay."""
+        delay = self._router.login_guard.failed("WAMP", self._peer_address(), authid, method, why)
+        self._state = REFUSING
+
+        def abort() -> None:
+            if self._state == REFUSING:
+                self._abort(reason, message)
+
+        self._router.login_guard.refuse(delay, abort)
+
+    def _client_cn(self) -> str | None:
+        """The CN of the verified TLS client certificate of this connection, if any."""
+        from router.tls import peer_common_name
+        return peer_common_name(getattr(self._transport, "transport", None))
+
+    def _welcome(self, realm: Realm, authid: str, authrole: str, authmethod: str,
+                 session_id: int | None = None) -> None:
+        if session_id is None or session_id in self._router.peers:
+            session_id = self._router.new_session_id()
         self.info = SessionInfo(session_id, realm.name, authid, authrole, authmethod,
                                 authprovider="static", protocol=self._protocol_name,
                                 transport={"type": self._protocol_name,
@@ -405,6 +519,20 @@ class WampSession:
 
     def _peer_address(self) -> str:
         return getattr(self._transport, "peer", None) or "unknown"
+
+
+@dataclass(frozen=True)
+class _PendingAuth:
+    """A CHALLENGE sent, waiting for AUTHENTICATE."""
+
+    realm: Realm
+    authid: str
+    role: str
+    method: str
+    session_id: int
+    challenge: str = ""
+    """wampcra: the challenge JSON string; cryptosign: the 32 random bytes in hex."""
+    pubkey: str | None = None
 
 
 @dataclass(slots=True)

@@ -1,0 +1,107 @@
+"""Failed logins, for every protocol: logged (peer and authid, never a secret) and slowed.
+
+After ``free`` failures from one peer host within ``window`` seconds, each further refusal
+is held back ``min(2 ** (failures - free), max_delay)`` seconds. The delay is a reactor
+timer (``callLater``): the router keeps serving everyone else meanwhile, and only the
+refused client waits for its answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Callable
+
+log = logging.getLogger("router.auth")
+
+WINDOW = 60.0
+FREE_FAILURES = 3
+MAX_DELAY = 8.0
+
+
+def peer_host(peer: str | None) -> str:
+    """The host part of ``tcp:1.2.3.4:5``, ``1.2.3.4:5`` or ``tcp6:[::1]:5``."""
+    if not peer:
+        return "unknown"
+    text = peer.split(":", 1)[1] if peer.startswith(("tcp:", "tcp4:", "tcp6:")) else peer
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        return text
+    return host.strip("[]")
+
+
+class LoginGuard:
+    """Counts failures per peer host; hands out the delay for the next refusal."""
+
+    def __init__(self, clock, window: float = WINDOW, free: int = FREE_FAILURES,
+                 max_delay: float = MAX_DELAY) -> None:
+        self.clock = clock
+        self.window = window
+        self.free = free
+        self.max_delay = max_delay
+        self._failures: dict[str, deque[float]] = {}
+
+    def failed(self, protocol: str, peer: str | None, authid: str | None, method: str,
+               reason: str) -> float:
+        """Record and log one failed login; returns how long to hold back the refusal."""
+        host = peer_host(peer)
+        now = self.clock.seconds() if hasattr(self.clock, "seconds") else time.monotonic()
+        times = self._failures.setdefault(host, deque())
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        times.append(now)
+        if len(self._failures) > 10_000:  # forget quiet peers so the table stays small
+            for key in [k for k, v in self._failures.items() if v[-1] <= now - self.window]:
+                del self._failures[key]
+        count = len(times)
+        delay = min(2.0 ** (count - self.free), self.max_delay) if count > self.free else 0.0
+        log.warning("%s login failed from %s: authid %r, method %s: %s (%d failure(s) in %ds%s)",
+                    protocol, peer or "unknown", authid, method, reason, count,
+                    int(self.window), f"; refusal delayed {delay:g}s" if delay else "")
+        return delay
+
+    def refuse(self, delay: float, refusal: Callable[[], None]) -> None:
+        """Run ``refusal`` now or after ``delay`` seconds on the reactor (never blocking)."""
+        if delay > 0:
+            self.clock.callLater(delay, refusal)
+        else:
+            refusal()
+
+
+class HeldTransport:
+    """Wraps a connection's write/close so that a refused login's answer can be held back.
+
+    Used where the protocol code answers a refusal synchronously (MQTT CONNACK, AMQP
+    sasl-outcome): while ``hold`` is set, writes are buffered and the close is deferred
+    by that many seconds, then the buffered bytes go out and the connection closes.
+    """
+
+    def __init__(self, clock, write: Callable[[bytes], None], close: Callable[[], None]) -> None:
+        self.clock = clock
+        self._write = write
+        self._close = close
+        self.hold = 0.0
+        self._held: list[bytes] = []
+        self._closing = False
+
+    def write(self, data: bytes) -> None:
+        if self.hold > 0 or self._closing:
+            self._held.append(data)
+        else:
+            self._write(data)
+
+    def close(self) -> None:
+        if self.hold > 0 and not self._closing:
+            self._closing = True
+            self.clock.callLater(self.hold, self._release)
+        elif not self._closing:
+            self._close()
+
+    def _release(self) -> None:
+        held, self._held = self._held, []
+        try:
+            for data in held:
+                self._write(data)
+        finally:
+            self._close()

@@ -1,0 +1,62 @@
+"""TLS for listeners: the server context from PEM files, and the verified client's CN."""
+
+from __future__ import annotations
+
+from router.config import TlsConfig
+
+
+def server_options(config: TlsConfig):
+    """A ``twisted.internet.ssl.CertificateOptions`` for ``reactor.listenSSL``."""
+    from twisted.internet import ssl
+
+    cert_pem = config.cert.read_bytes()
+    key_pem = config.key.read_bytes()
+    chain = _pem_blocks(cert_pem)
+    private = ssl.PrivateCertificate.loadPEM(chain[0] + b"\n" + key_pem)
+    extra = [ssl.Certificate.loadPEM(block).original for block in chain[1:]]
+    verify = config.client_certs != "none"
+    ca_certs = ([ssl.Certificate.loadPEM(block).original
+                 for block in _pem_blocks(config.ca.read_bytes())]
+                if verify and config.ca is not None else None)
+    options = ssl.CertificateOptions(
+        privateKey=private.privateKey.original, certificate=private.original,
+        extraCertChain=extra or None, verify=verify, caCerts=ca_certs,
+        requireCertificate=config.client_certs == "required",
+        raiseMinimumTo=ssl.TLSVersion.TLSv1_2)
+    if verify:
+        # tell clients which CAs we accept (some only send a certificate that matches)
+        context = options.getContext()
+        for cert in ca_certs or ():
+            context.add_client_ca(cert)
+    return options
+
+
+def _pem_blocks(data: bytes) -> list[bytes]:
+    end = b"-----END CERTIFICATE-----"
+    blocks = []
+    for part in data.split(end):
+        start = part.find(b"-----BEGIN CERTIFICATE-----")
+        if start >= 0:
+            blocks.append(part[start:] + end + b"\n")
+    return blocks
+
+
+def peer_common_name(transport) -> str | None:
+    """The subject CN of the client certificate a TLS transport verified, else None.
+
+    The listener verifies every certificate a client presents against its CA (a bad
+    one fails the handshake), so a certificate seen here has been verified.
+    """
+    getter = getattr(transport, "getPeerCertificate", None)
+    if getter is None:
+        return None
+    try:
+        cert = getter()
+    except Exception:  # not TLS, or the handshake is not done
+        return None
+    if cert is None:
+        return None
+    for key, value in cert.get_subject().get_components():
+        if key == b"CN":
+            return value.decode("utf-8", "replace")
+    return None
