@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 from tests.clients import SERIALIZERS, TIMEOUT, JoinFailed
-from tests.harness import RouterProcess
 
 import txaio  # noqa: E402  (tests.clients selected asyncio)
 from autobahn.asyncio.rawsocket import WampRawSocketClientFactory  # noqa: E402
@@ -17,38 +16,6 @@ from autobahn.asyncio.wamp import ApplicationSession  # noqa: E402
 from autobahn.asyncio.websocket import WampWebSocketClientFactory  # noqa: E402
 from autobahn.wamp.auth import create_authenticator  # noqa: E402
 from autobahn.wamp.types import ComponentConfig  # noqa: E402
-
-SCHEMES = {"ws": "websocket", "wss": "websocket", "rawsocket": "rawsocket",
-           "rawsocket+tls": "rawsocket", "mqtt": "mqtt", "mqtts": "mqtt",
-           "mqtt+ws": "mqtt-websocket", "mqtt+wss": "mqtt-websocket", "amqp": "amqp",
-           "amqps": "amqp"}
-
-
-class TlsRouterProcess(RouterProcess):
-    """RouterProcess that also understands the TLS schemes of the ``ready:`` line."""
-
-    def start(self, timeout: float = 20.0) -> "TlsRouterProcess":
-        import os
-        import queue
-        import sys
-        import threading
-
-        from tests.harness import ROOT
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "router", "run", "--config", str(self.config_path)],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self._lines = queue.Queue()
-        threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
-        line = self.wait_for_log(r"ready: ", timeout)
-        self.urls = {}
-        self.schemes = {}
-        for url in line.split("ready: ", 1)[1].split():
-            scheme = url.split("://", 1)[0]
-            self.urls[SCHEMES[scheme]] = url
-            self.schemes[SCHEMES[scheme]] = scheme
-        return self
-
 
 # certificates -------------------------------------------------------------------------
 

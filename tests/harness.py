@@ -14,6 +14,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+SCHEMES = {"ws": "websocket", "wss": "websocket", "rawsocket": "rawsocket",
+           "rawsocket+tls": "rawsocket", "mqtt": "mqtt", "mqtts": "mqtt",
+           "mqtt+ws": "mqtt-websocket", "mqtt+wss": "mqtt-websocket", "amqp": "amqp",
+           "amqps": "amqp"}
+"""URL scheme in the router's ``ready:`` line -> listener type."""
+
 OPEN_ROLE = [
     {"uri": "", "match": "prefix", "allow": ["publish", "subscribe", "call", "register"]},
     {"uri": "wamp.session.", "match": "prefix", "allow": ["subscribe", "call"]},
@@ -75,10 +81,11 @@ class RouterProcess:
         threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
         line = self.wait_for_log(r"ready: ", timeout)
         self.urls = {}
+        self.schemes = {}
         for url in line.split("ready: ", 1)[1].split():
             scheme = url.split("://", 1)[0]
-            self.urls[{"ws": "websocket", "rawsocket": "rawsocket", "mqtt": "mqtt",
-                       "mqtt+ws": "mqtt-websocket", "amqp": "amqp"}[scheme]] = url
+            self.urls[SCHEMES[scheme]] = url
+            self.schemes[SCHEMES[scheme]] = scheme
         return self
 
     def _pump(self, proc: subprocess.Popen, lines: "queue.Queue[str | None]") -> None:

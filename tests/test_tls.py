@@ -12,10 +12,10 @@ from proton import ConnectionException, SSLDomain
 from proton.utils import BlockingConnection
 
 from router.core.credentials import hash_secret
-from tests.auth_helpers import TlsRouterProcess, authenticator, client_context, join, \
+from tests.auth_helpers import authenticator, client_context, join, \
     join_fails, make_certs
 from tests.clients import TIMEOUT, run
-from tests.harness import ROOT, realm_file
+from tests.harness import RouterProcess, ROOT, realm_file
 from tests.mqtt_clients import V5, MqttClient
 
 SECRET = "tls-Secret-0b9d"
@@ -41,7 +41,7 @@ def router(tmp_path_factory, certs):
     realm = realm_file("realm1", anonymous_role=None, roles={"user": OPEN, "device": OPEN},
                        principals={"alice": {"role": "user", "ticket": hash_secret(SECRET, 1000)},
                                    "device1": {"role": "device"}})
-    process = TlsRouterProcess(tmp_path_factory.mktemp("router-tls"), [realm], listeners).start()
+    process = RouterProcess(tmp_path_factory.mktemp("router-tls"), [realm], listeners).start()
     yield process
     process.stop()
 
