@@ -147,6 +147,14 @@ def received(receiver: BlockingReceiver, timeout: float = TIMEOUT) -> tuple[Mess
     return msg, delivery
 
 
+def expect_body(receiver: BlockingReceiver, body: bytes) -> Message:
+    """The next message, which must carry ``body``; accepted once checked."""
+    msg, delivery = received(receiver)
+    assert body_bytes(msg) == body
+    settle(receiver, delivery)
+    return msg
+
+
 def settle(receiver: BlockingReceiver, delivery, state=Delivery.ACCEPTED) -> None:
     if state is not None:
         delivery.update(state)

@@ -17,7 +17,8 @@ from proton import ConnectionException, Delivery, LinkException, Message, symbol
 
 from router.amqp.connection import terminus_capabilities
 from tests.amqp_clients import (TIMEOUT, Receive, Send, amqp_listeners, annotation, body_bytes,
-                                connect, message, raw_socket, received, send, settle)
+                                connect, expect_body, message, raw_socket, received, send,
+                                settle)
 from tests.clients import connect as wamp_connect
 from tests.clients import next_item, run
 from tests.mqtt_clients import mqtt_realm, unique
@@ -145,9 +146,7 @@ def test_released_and_modified_deliveries_come_again_counted(amqp):
     assert msg.delivery_count == 2
     settle(receiver, delivery, Delivery.REJECTED)  # dropped for good
     send(sender, message(b"next", qos=1))
-    msg, delivery = received(receiver)
-    assert body_bytes(msg) == b"next"
-    settle(receiver, delivery)
+    expect_body(receiver, b"next")
 
 
 def test_credit_is_respected(amqp):
@@ -161,9 +160,7 @@ def test_credit_is_respected(amqp):
     send(sender, message(b"round trip", qos=1))
     assert receiver.fetcher.has_message == 1
     assert receiver.link.credit == 0
-    msg, delivery = received(receiver)
-    assert body_bytes(msg) == b"m0"
-    settle(receiver, delivery)
+    expect_body(receiver, b"m0")
     receiver.link.flow(2)
     bodies = []
     for _ in range(2):
@@ -218,9 +215,7 @@ def test_retained_set_delivered_and_cleared(amqp):
     by_capability = connection.create_receiver(address, credit=10, name=unique("cap"),
                                                options=Receive(1, retained_capability=True))
     assert "retained" in terminus_capabilities(by_capability.link.remote_source)
-    msg, delivery = received(by_capability)
-    assert body_bytes(msg) == b"last value"
-    settle(by_capability, delivery)
+    expect_body(by_capability, b"last value")
 
     not_asking = connection.create_receiver(address, credit=10, name=unique("plain"),
                                             options=Receive(1))
@@ -233,9 +228,7 @@ def test_retained_set_delivered_and_cleared(amqp):
     fresh = connection.create_receiver(address, credit=10, name=unique("fresh"),
                                        options=Receive(1, retained=True))
     send(sender, message(b"after clear", qos=1))
-    msg, delivery = received(fresh)
-    assert body_bytes(msg) == b"after clear"
-    settle(fresh, delivery)
+    expect_body(fresh, b"after clear")
 
 
 def test_amqp_value_null_with_retain_clears(amqp):
@@ -246,9 +239,7 @@ def test_amqp_value_null_with_retain_clears(amqp):
     send(sender, message(None, qos=1, retain=True, value=True))
     fresh = connection.create_receiver(address, credit=10, options=Receive(1, retained=True))
     send(sender, message(b"sentinel", qos=1))
-    msg, delivery = received(fresh)
-    assert body_bytes(msg) == b"sentinel"
-    settle(fresh, delivery)
+    expect_body(fresh, b"sentinel")
 
 
 # --- authentication and permissions --------------------------------------------------------
@@ -258,9 +249,7 @@ def test_sasl_plain_accepted_and_permissions_checked(amqp):
     address = topic("com.limited")
     receiver = connection.create_receiver(address, credit=10, options=Receive(1))
     send(connection.create_sender(address, options=Send(1)), message(b"allowed", qos=1))
-    msg, delivery = received(receiver)
-    assert body_bytes(msg) == b"allowed"
-    settle(receiver, delivery)
+    expect_body(receiver, b"allowed")
     with pytest.raises(LinkException) as refused:
         connection.create_receiver(topic("org.denied"), options=Receive(1))
     assert "unauthorized-access" in str(refused.value) or "does not match" in str(refused.value)
@@ -421,9 +410,7 @@ def test_durable_subscription_redelivered_after_router_restart(tmp_path):
                                               options=Receive(1, durable=True))
         send(publisher.create_sender(address, name=unique("s"), options=Send(1)),
              message(b"sentinel", qos=1))
-        msg, delivery = received(receiver)
-        assert body_bytes(msg) == b"sentinel"
-        settle(receiver, delivery)
+        expect_body(receiver, b"sentinel")
         subscriber.close()
         publisher.close()
     finally:
@@ -565,18 +552,14 @@ def test_durable_subscription_expires_after_its_timeout(tmp_path):
         subscriber.close()
         send(sender, message(b"kept", qos=1))
         subscriber, receiver = attach(1)
-        msg, delivery = received(receiver)
-        assert body_bytes(msg) == b"kept"
-        settle(receiver, delivery)
+        expect_body(receiver, b"kept")
         # left alone past the timeout: dropped with its queue
         subscriber.close()
         send(sender, message(b"expired", qos=1))
         process.wait_for_log(r"AMQP durable subscription .* expired \(1 message")
         subscriber, receiver = attach(2)
         send(sender, message(b"sentinel", qos=1))
-        msg, delivery = received(receiver)
-        assert body_bytes(msg) == b"sentinel"
-        settle(receiver, delivery)
+        expect_body(receiver, b"sentinel")
 
         # the timeout passes while the router is down: dropped at start-up
         subscriber.close()
@@ -592,9 +575,7 @@ def test_durable_subscription_expires_after_its_timeout(tmp_path):
         publisher = connect(process)
         subscriber, receiver = attach(2)
         send(publisher.create_sender(address, options=Send(1)), message(b"sentinel 2", qos=1))
-        msg, delivery = received(receiver)
-        assert body_bytes(msg) == b"sentinel 2"
-        settle(receiver, delivery)
+        expect_body(receiver, b"sentinel 2")
         subscriber.close()
         publisher.close()
     finally:
@@ -619,9 +600,7 @@ def test_expiry_policy_never_ignores_the_timeout(tmp_path):
         subscriber = connect(process, container_id=container)
         receiver = subscriber.create_receiver(address, credit=10, name=link_name,
                                               options=Receive(1, durable=True, timeout=1))
-        msg, delivery = received(receiver)
-        assert body_bytes(msg) == b"kept"
-        settle(receiver, delivery)
+        expect_body(receiver, b"kept")
         subscriber.close()
         _drop(publisher)
     finally:
