@@ -11,17 +11,17 @@ from __future__ import annotations
 
 from autobahn.wamp import message
 from autobahn.wamp.exception import InvalidUriError, ProtocolError
-from autobahn.wamp.serializer import (CBORSerializer, JsonSerializer, MsgPackSerializer,
-                                      Serializer)
+from autobahn.wamp.serializer import CBORSerializer, MsgPackSerializer, Serializer
 
 import struct
 from dataclasses import dataclass
 
 from router.core.errors import ProtocolViolation
+from router.wamp.json_serializer import FastJsonSerializer
 
 MESSAGE_CLASSES = Serializer.MESSAGE_TYPE_MAP
 
-SERIALIZER_CLASSES = {"json": JsonSerializer, "msgpack": MsgPackSerializer,
+SERIALIZER_CLASSES = {"json": FastJsonSerializer, "msgpack": MsgPackSerializer,
                       "cbor": CBORSerializer}
 
 

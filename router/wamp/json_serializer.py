@@ -1,0 +1,59 @@
+"""WAMP's JSON serializer at C speed, with autobahn's wire conventions kept exactly.
+
+Autobahn decodes JSON with CPython's pure-Python scanner, because it hooks string parsing to
+turn ``"\\u0000"``-prefixed base64 strings into bytes (the WAMP binary convention). That
+scanner was the largest single cost of a WebSocket+JSON router. orjson decodes in C; its
+result is taken whenever the input cannot show a difference: no escaped NUL (so no binary
+value) and no run of 19 digits (orjson turns integers beyond 64 bits into floats, the
+standard library keeps them exact). Anything else, and anything orjson refuses (NaN,
+lone surrogates, big integers on the way out), goes through autobahn's own code, so a
+message decodes and encodes to the same values either way.
+
+One deliberate difference: a non-finite float (from a MsgPack or CBOR peer) is written as
+``null``, as JSON has no such value; autobahn would write the invalid token ``NaN``.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import orjson
+from autobahn.wamp.serializer import JsonObjectSerializer, JsonSerializer, Serializer
+
+_NEEDS_AUTOBAHN = re.compile(rb"\\u0000|[0-9]{19}")
+_DUMPS_OPTIONS = orjson.OPT_NON_STR_KEYS
+
+
+def _binary_as_string(value: object) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        return "\x00" + base64.b64encode(value).decode("ascii")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+class FastJsonObjectSerializer(JsonObjectSerializer):
+    """autobahn's JSON object serializer interface, orjson inside (see the module doc)."""
+
+    def __init__(self) -> None:
+        super().__init__(batched=False)
+
+    def serialize(self, obj: object) -> bytes:
+        try:
+            return orjson.dumps(obj, default=_binary_as_string, option=_DUMPS_OPTIONS)
+        except TypeError:
+            return super().serialize(obj)
+
+    def unserialize(self, payload: bytes) -> list:
+        if not _NEEDS_AUTOBAHN.search(payload):
+            try:
+                return [orjson.loads(payload)]
+            except orjson.JSONDecodeError:
+                pass  # autobahn decides: it accepts a few things orjson does not (NaN)
+        return super().unserialize(payload)
+
+
+class FastJsonSerializer(JsonSerializer):
+    """The ``json`` WAMP serializer (WebSocket ``wamp.2.json``, RawSocket id 1)."""
+
+    def __init__(self) -> None:
+        Serializer.__init__(self, FastJsonObjectSerializer())
