@@ -8,6 +8,7 @@ codec's own tables are checked against.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, strategies as st
@@ -306,6 +307,17 @@ def test_server_packets_round_trip_in_any_chunking(version, data):
     packets = data.draw(st.lists(server_packets(version), min_size=1, max_size=4))
     stream = b"".join(map(server.encode, packets))
     assert decode_in_chunks(client, stream, data.draw(cuts_for(stream))) == packets
+
+
+@pytest.mark.parametrize("version", [4, 5])
+@given(data=st.data())
+def test_a_publish_template_takes_any_packet_id(version, data):
+    client, server = connected_pair(version)
+    packet = data.draw(publishes(version).filter(lambda p: p.qos > 0))
+    head, tail = server.encode_publish_template(packet)
+    packet_id = data.draw(packet_ids)
+    stream = head + packet_id.to_bytes(2, "big") + tail
+    assert decode_in_chunks(client, stream, []) == [replace(packet, packet_id=packet_id)]
 
 
 def test_byte_by_byte_feeding_yields_each_packet_once_complete():

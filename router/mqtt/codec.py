@@ -378,6 +378,10 @@ _PACKET_TYPE_NUMBERS = {packet_class: number for number, packet_class in _PACKET
 _REQUIRED_FLAGS = {Pubrel: 0b0010, Subscribe: 0b0010, Unsubscribe: 0b0010}
 """Fixed-header flags other than PUBLISH's; packet types not listed need 0."""
 
+_BARE_ACKS = {_PACKET_TYPE_NUMBERS[ack] << 4 | _REQUIRED_FLAGS.get(ack, 0): ack for ack in _ACKS}
+"""First byte of an acknowledgement -> its class; with a remaining length of 2 it is just
+the packet id (both directions, both versions: MQTT 5 omits a success code and properties)."""
+
 _SENT_BY_CLIENT = frozenset({Connect, Publish, *_ACKS, Subscribe, Unsubscribe, Pingreq,
                              Disconnect, Auth})
 _SENT_BY_SERVER = frozenset({Connack, Publish, *_ACKS, Suback, Unsuback, Pingresp,
@@ -469,11 +473,15 @@ class MqttCodec:
         self._client_side = client_side
         self._encoding_version: int | None = None
         self._buffer = bytearray()
+        self._offset = 0  # where the next packet starts in _buffer
         self._fixed_header: tuple[int, int, int] | None = None
         self._error: MqttProtocolError | None = None
 
     def receive_data(self, data: bytes) -> None:
         """Append bytes read from the transport; then call :meth:`next_packet` until None."""
+        if self._offset:  # drop the packets already decoded: one move per read, not per packet
+            del self._buffer[:self._offset]
+            self._offset = 0
         self._buffer += data
 
     def next_packet(self) -> Packet | None:
@@ -514,39 +522,62 @@ class MqttCodec:
         first_byte = _PACKET_TYPE_NUMBERS[packet_class] << 4 | flags
         return bytes((first_byte,)) + _encode_variable_byte_integer(len(body)) + body
 
+    def encode_publish_template(self, packet: Publish) -> tuple[bytes, bytes]:
+        """A QoS 1/2 PUBLISH split around its packet identifier (whatever ``packet`` has):
+        the packet with id ``n`` is ``head + n.to_bytes(2, "big") + tail``, so one encoding
+        serves every receiver."""
+        data = self.encode(packet)
+        _, body_start = _decode_variable_byte_integer(data, 1)
+        cut = body_start + 2 + len(packet.topic.encode("utf-8"))
+        return data[:cut], data[cut + 2:]
+
     # --- framing --------------------------------------------------------------------------
 
     def _next_packet(self) -> Packet | None:
+        buffer, start = self._buffer, self._offset
         if self._fixed_header is None:
+            if (len(buffer) - start >= 4 and buffer[start + 1] == 2
+                    and self.protocol_version is not None):
+                # the commonest packets, a bare PUBACK/PUBREC/PUBREL/PUBCOMP: decoded here
+                # without the general path (which validates them the same way)
+                ack_class = _BARE_ACKS.get(buffer[start])
+                packet_id = buffer[start + 2] << 8 | buffer[start + 3]
+                if ack_class is not None and packet_id:
+                    self._offset = start + 4
+                    return ack_class(packet_id)
             self._fixed_header = self._read_fixed_header()
             if self._fixed_header is None:
                 return None
-        first_byte, body_start, body_length = self._fixed_header
+        first_byte, header_length, body_length = self._fixed_header
+        body_start = start + header_length
         body_end = body_start + body_length
-        if len(self._buffer) < body_end:
+        if len(buffer) < body_end:
             return None
-        with memoryview(self._buffer) as view:  # one copy of the body, not two
+        with memoryview(buffer) as view:  # one copy of the body, not two
             body = bytes(view[body_start:body_end])
-        del self._buffer[:body_end]
+        self._offset = body_end
         self._fixed_header = None
         return self._decode_body(_PACKET_CLASSES[first_byte >> 4], first_byte & 0x0F,
                                  _Reader(body))
 
     def _read_fixed_header(self) -> tuple[int, int, int] | None:
-        """(first byte, body offset, body length) once complete; rejects bad headers early."""
-        if not self._buffer:
+        """(first byte, header length, body length) once complete; rejects bad headers early."""
+        buffer, start = self._buffer, self._offset
+        if len(buffer) <= start:
             return None
-        first_byte = self._buffer[0]
+        first_byte = buffer[start]
         self._check_packet_type_and_flags(first_byte >> 4, first_byte & 0x0F)
-        decoded = _decode_variable_byte_integer(self._buffer, 1)
+        decoded = _decode_variable_byte_integer(buffer, start + 1)
         if decoded is None:
             return None
         body_length, body_start = decoded
-        if self.max_packet_size is not None and body_start + body_length > self.max_packet_size:
+        header_length = body_start - start
+        if (self.max_packet_size is not None
+                and header_length + body_length > self.max_packet_size):
             raise MqttProtocolError(
                 ReasonCode.PACKET_TOO_LARGE,
-                f"packet of {body_start + body_length} bytes exceeds {self.max_packet_size}")
-        return first_byte, body_start, body_length
+                f"packet of {header_length + body_length} bytes exceeds {self.max_packet_size}")
+        return first_byte, header_length, body_length
 
     def _check_packet_type_and_flags(self, type_number: int, flags: int) -> None:
         packet_class = _PACKET_CLASSES.get(type_number)

@@ -62,12 +62,14 @@ class MqttConnection:
             return
         self.codec.receive_data(data)
         try:
-            while not self._closed:
-                packet = self.codec.next_packet()
-                if packet is None:
-                    break
-                self._touch()
+            packet = self.codec.next_packet()
+            if packet is not None:
+                self._touch()  # once per read: the keep-alive clock needs no finer grain
+            while packet is not None:
                 self._handle(packet)
+                if self._closed:
+                    break
+                packet = self.codec.next_packet()
         except MqttProtocolError as error:
             self._fail(error.reason_code, error.message, error.send_connack)
         except Exception:  # a router bug must cost this connection only, and be seen
@@ -242,6 +244,15 @@ class MqttConnection:
     def encode_publish(self, message: StoredMessage, packet_id: int | None = None,
                        dup: bool = False) -> bytes:
         """A PUBLISH's bytes; without a packet id (QoS 0) they can be shared by receivers."""
+        if packet_id is not None and message.expires_at is None:
+            key = (self.version, dup)
+            template = message.encodings.get(key)
+            if template is None:
+                template = message.encodings[key] = self.codec.encode_publish_template(
+                    Publish(message.topic, message.payload, message.qos, message.retain, dup,
+                            packet_id, message.properties))
+            head, tail = template
+            return head + packet_id.to_bytes(2, "big") + tail
         properties = dict(message.properties)
         if message.expires_at is not None:
             properties["message_expiry_interval"] = max(0, int(message.expires_at - time.time()))

@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS mqtt_inbound (
 
 @dataclass
 class StoredMessage:
-    """One QoS >= 1 delivery to one session, as it will be (re)sent."""
+    """A QoS >= 1 delivery as it will be (re)sent; receivers with the same QoS share one."""
 
     topic: str
     payload: bytes
@@ -41,6 +41,9 @@ class StoredMessage:
     retain: bool
     properties: dict = field(default_factory=dict)
     expires_at: float | None = None
+    # wire bytes per (protocol version, dup), shared by the receivers of one publication;
+    # never stored
+    encodings: dict = field(default_factory=dict, compare=False, repr=False)
 
     def pack(self) -> bytes:
         return msgpack.packb([self.topic, self.payload, self.qos, self.retain,

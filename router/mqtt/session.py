@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +37,16 @@ _FORWARDED_PROPERTIES = ("payload_format_indicator", "content_type", "response_t
                          "correlation_data", "user_property")
 
 
+def _message(publication: Publication, qos: int, retain: bool,
+             properties: dict) -> StoredMessage:
+    """The MQTT form of a publication, with the properties MQTT 5 forwards added."""
+    if publication.properties:
+        properties.update((key, publication.properties[key]) for key in _FORWARDED_PROPERTIES
+                          if key in publication.properties)
+    return StoredMessage(uri_to_topic(publication.topic), to_bytes(publication), qos, retain,
+                         properties, publication.expires_at)
+
+
 @dataclass
 class MqttSubscription:
     topic_filter: str
@@ -49,7 +59,7 @@ class MqttSubscription:
         return [o.qos, o.no_local, o.retain_as_published, o.retain_handling, self.identifier]
 
 
-@dataclass
+@dataclass(slots=True)
 class Outbound:
     seq: int
     packet_id: int | None
@@ -71,7 +81,7 @@ class MqttSession:
         self.connection: MqttConnection | None = None
         self.subscriptions: dict[str, MqttSubscription] = {}
         self._by_core_id: dict[int, MqttSubscription] = {}
-        self.outbound: OrderedDict[int, Outbound] = OrderedDict()
+        self.outbound: dict[int, Outbound] = {}  # by seq, in queue order
         self._queued: deque[int] = deque()
         self._by_packet_id: dict[int, Outbound] = {}
         self.inbound_qos2: set[int] = set()
@@ -106,8 +116,7 @@ class MqttSession:
         mine = self._by_core_id.get(subscription.id)
         if mine is None:
             return
-        now = time.time()
-        if publication.expires_at is not None and publication.expires_at <= now:
+        if publication.expires_at is not None and publication.expires_at <= time.time():
             return
         options = mine.options
         publisher = publication.publisher
@@ -115,13 +124,15 @@ class MqttSession:
                 and publisher.session_id == self.info.session_id):
             return
         qos = delivered_qos(publication.qos, options.qos, self.frontend.settings.qos_policy)
-        properties = {key: publication.properties[key] for key in _FORWARDED_PROPERTIES
-                      if publication.properties and key in publication.properties}
-        if mine.identifier is not None:
-            properties["subscription_identifier"] = [mine.identifier]
-        message = StoredMessage(uri_to_topic(publication.topic), to_bytes(publication), qos,
-                                retained or (options.retain_as_published and publication.retain),
-                                properties, publication.expires_at)
+        retain = retained or (options.retain_as_published and publication.retain)
+        if mine.identifier is None:  # receivers with the same QoS and retain flag share one
+            key = ("mqtt-message", qos, retain)
+            message = publication.wire_cache.get(key)
+            if message is None:
+                message = publication.wire_cache[key] = _message(publication, qos, retain, {})
+        else:
+            message = _message(publication, qos, retain,
+                               {"subscription_identifier": [mine.identifier]})
         if qos == 0:
             connection = self.connection
             if connection is None:
@@ -157,12 +168,13 @@ class MqttSession:
             return
         while self._queued and len(self._by_packet_id) < connection.send_quota:
             entry = self.outbound[self._queued.popleft()]
-            if entry.message.expires_at is not None and entry.message.expires_at <= time.time():
+            now = time.time()
+            if entry.message.expires_at is not None and entry.message.expires_at <= now:
                 self._drop(entry)
                 continue
             entry.packet_id = self._allocate_packet_id()
             entry.state = SENT
-            entry.sent_at = time.time()
+            entry.sent_at = now
             self._by_packet_id[entry.packet_id] = entry
             if self.persistent:
                 self.frontend.store.update_outbound(self.client_id, entry.seq, entry.packet_id,
