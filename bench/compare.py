@@ -44,12 +44,12 @@ from tests.harness import RouterProcess, realm_file  # noqa: E402
 CROSSBAR_VENV = BENCH / ".venv-crossbar"
 PAIRS = [("rawsocket", "msgpack"), ("websocket", "json")]
 # sizes: chosen so the whole comparison stays well under 15 minutes on 2 cores
-FANOUT_SUBSCRIBERS, FANOUT_EVENTS = 8, 5000
-MANY_PUBLISHERS, MANY_SUBSCRIBERS, MANY_EVENTS = 4, 4, 1500
-RPC_CALLERS, RPC_CALLS = 4, 1500
+FANOUT_SUBSCRIBERS, FANOUT_EVENTS = 8, 20000
+MANY_PUBLISHERS, MANY_SUBSCRIBERS, MANY_EVENTS = 4, 4, 5000
+RPC_CALLERS, RPC_CALLS = 4, 3000
 RETAINED_EXACT_TOPICS = 500
 RETAINED_PREFIX_TOPICS = 100_000
-MQTT_SUBSCRIBERS, MQTT_MESSAGES, MQTT_RETAINED = 4, 2000, 10_000
+MQTT_SUBSCRIBERS, MQTT_MESSAGES, MQTT_RETAINED = 4, 5000, 10_000
 MQTT_MAX_INFLIGHT = 100  # our router's receive maximum towards MQTT clients
 IDLE_TIMEOUT = 20.0  # a scenario gives up after this long without a delivery
 

@@ -29,7 +29,7 @@ SUBSCRIBE, SUBSCRIBED, EVENT, PUBLISH, PUBLISHED = 32, 33, 36, 16, 17
 async def retain_topics(endpoint, count: int, prefix: str, transport: str = "rawsocket",
                         serializer: str = "msgpack") -> float:
     """Retain one small event on each of ``prefix``.sensor0 .. sensor<count-1>."""
-    publisher = await raw_connect(endpoint, transport, serializer)
+    publisher = await raw_connect(endpoint, transport, serializer, lean=True)
     welcome = await publisher.hello()
     assert welcome[0] == 2, welcome
     started = time.perf_counter()
@@ -52,7 +52,7 @@ async def subscribe_retained(endpoint, count: int, prefix: str, transport: str =
                              idle_timeout: float = 60.0) -> tuple[float, list[float]]:
     """Prefix-subscribe with get_retained; (seconds to the last retained event, arrival time
     of each after SUBSCRIBE). Stops after ``idle_timeout`` s without an event."""
-    subscriber = await raw_connect(endpoint, transport, serializer)
+    subscriber = await raw_connect(endpoint, transport, serializer, lean=True)
     assert (await subscriber.hello())[0] == 2
     started = time.perf_counter()
     subscriber.send([SUBSCRIBE, 1, {"match": "prefix", "get_retained": True}, prefix + "."])
@@ -75,7 +75,7 @@ async def subscribe_exact(endpoint, count: int, prefix: str, transport: str = "r
                           timeout: float = 5.0) -> tuple[float, list[float]]:
     """Subscribe with get_retained to each of the first ``count`` topics, one at a time;
     (total seconds, SUBSCRIBE-to-retained-EVENT time per topic that delivered one)."""
-    subscriber = await raw_connect(endpoint, transport, serializer)
+    subscriber = await raw_connect(endpoint, transport, serializer, lean=True)
     assert (await subscriber.hello())[0] == 2
     latencies: list[float] = []
     started = time.perf_counter()

@@ -29,7 +29,7 @@ REGISTER, REGISTERED, INVOCATION, YIELD, CALL, RESULT = 64, 65, 68, 70, 48, 50
 def callee_main(endpoint, transport, serializer, ready, stop) -> None:
     """Register PROCEDURE and answer every INVOCATION with its arguments until ``stop``."""
     async def run():
-        client = await raw_connect(endpoint, transport, serializer)
+        client = await raw_connect(endpoint, transport, serializer, lean=True)
         assert (await client.hello())[0] == 2
         client.send([REGISTER, 1, {}, PROCEDURE])
         assert (await client.recv())[0] == REGISTERED
@@ -49,7 +49,7 @@ def callee_main(endpoint, transport, serializer, ready, stop) -> None:
 def caller_main(endpoint, transport, serializer, calls, timeout, ready, go, results) -> None:
     """Make ``calls`` calls one after another; report their latencies."""
     async def run():
-        client = await raw_connect(endpoint, transport, serializer)
+        client = await raw_connect(endpoint, transport, serializer, lean=True)
         assert (await client.hello())[0] == 2
         ready.put(True)
         await asyncio.get_running_loop().run_in_executor(None, go.wait, 60)

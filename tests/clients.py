@@ -19,6 +19,8 @@ from autobahn.wamp.serializer import (CBORSerializer, JsonSerializer,  # noqa: E
                                       MsgPackSerializer)
 from autobahn.wamp.types import ComponentConfig, SubscribeOptions  # noqa: E402
 
+from router.wamp.json_serializer import FastJsonSerializer  # noqa: E402
+
 SERIALIZERS = {"json": JsonSerializer, "msgpack": MsgPackSerializer, "cbor": CBORSerializer}
 RAWSOCKET_IDS = {"json": 1, "msgpack": 2, "cbor": 3}
 TRANSPORTS = ("websocket", "rawsocket")
@@ -133,12 +135,13 @@ async def assert_empty(q: asyncio.Queue, sentinel_roundtrip) -> None:
 class RawClient:
     """A WAMP peer that sends and receives raw message lists, for exact wire-level checks."""
 
-    def __init__(self, serializer: str) -> None:
-        self.serializer = SERIALIZERS[serializer]()
+    def __init__(self, serializer: str, lean: bool = False) -> None:
+        self.serializer = (FastJsonSerializer() if lean and serializer == "json"
+                           else SERIALIZERS[serializer]())
         self.object_serializer = self.serializer._serializer
         self.received: asyncio.Queue = asyncio.Queue()
         self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._send_bytes = None
+        self._send_payloads = None
         self._request = 0
 
     def next_request(self) -> int:
@@ -146,13 +149,22 @@ class RawClient:
         return self._request
 
     def send(self, message: list) -> None:
-        self.send_bytes(self.object_serializer.serialize(message))
+        self._send_payloads([self.object_serializer.serialize(message)])
+
+    def send_many(self, messages: list[list]) -> None:
+        """Send several messages with one socket write, as a busy publisher would."""
+        serialize = self.object_serializer.serialize
+        self._send_payloads([serialize(message) for message in messages])
 
     def send_bytes(self, data: bytes) -> None:
-        self._send_bytes(data)
+        self._send_payloads([data])
 
     async def recv(self, timeout: float = TIMEOUT) -> list:
-        item = await asyncio.wait_for(self.received.get(), timeout)
+        if self.received.empty():
+            async with asyncio.timeout(timeout):  # unlike wait_for, no extra task per call
+                item = await self.received.get()
+        else:
+            item = self.received.get_nowait()
         if item is None:
             raise ConnectionError("connection closed")
         return item
@@ -188,7 +200,7 @@ class _RawSocketProtocol(asyncio.Protocol):
     def __init__(self, client: RawClient, serializer_id: int) -> None:
         self.client = client
         self.serializer_id = serializer_id
-        self.buffer = b""
+        self.buffer = bytearray()
         self.handshake: asyncio.Future = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport) -> None:
@@ -196,20 +208,23 @@ class _RawSocketProtocol(asyncio.Protocol):
         transport.write(bytes([0x7F, 0xF0 | self.serializer_id, 0, 0]))
 
     def data_received(self, data: bytes) -> None:
-        self.buffer += data
+        buffer = self.buffer
+        buffer += data
         if not self.handshake.done():
-            if len(self.buffer) < 4:
+            if len(buffer) < 4:
                 return
-            self.handshake.set_result(self.buffer[:4])
-            self.buffer = self.buffer[4:]
-        while len(self.buffer) >= 4:
-            header, = struct.unpack("!I", self.buffer[:4])
+            self.handshake.set_result(bytes(buffer[:4]))
+            del buffer[:4]
+        offset, end = 0, len(buffer)
+        while end - offset >= 4:  # walk the frames by offset; one trim of the buffer at the end
+            header, = struct.unpack_from("!I", buffer, offset)
             kind, length = header >> 24, header & 0xFFFFFF
-            if len(self.buffer) < 4 + length:
-                return
-            payload, self.buffer = self.buffer[4:4 + length], self.buffer[4 + length:]
+            if end - offset < 4 + length:
+                break
             if kind & 0x07 == 0:
-                self.client._deliver(payload)
+                self.client._deliver(bytes(buffer[offset + 4:offset + 4 + length]))
+            offset += 4 + length
+        del buffer[:offset]
 
     def connection_lost(self, exc) -> None:
         if not self.handshake.done():
@@ -218,6 +233,25 @@ class _RawSocketProtocol(asyncio.Protocol):
 
 
 class _RawWebSocketProtocol(WebSocketClientProtocol):
+    _corked: list | None = None
+
+    def send_messages(self, payloads: list[bytes], binary: bool) -> None:
+        """Frame every payload (autobahn framing and masking), then write them at once."""
+        self._corked = []
+        try:
+            for payload in payloads:
+                self.sendMessage(payload, isBinary=binary)
+            frames = b"".join(self._corked)
+        finally:
+            self._corked = None
+        self.transport.write(frames)
+
+    def sendData(self, data: bytes, sync: bool = False, chopsize: int | None = None) -> None:
+        if self._corked is not None and not sync and not chopsize and not self.send_queue:
+            self._corked.append(data)
+        else:
+            super().sendData(data, sync, chopsize)
+
     def onOpen(self) -> None:
         self.factory.opened.set_result(self)
 
@@ -230,27 +264,36 @@ class _RawWebSocketProtocol(WebSocketClientProtocol):
         self.factory.client._closed()
 
 
-async def raw_connect(router, transport: str = "rawsocket", serializer: str = "json") -> RawClient:
+async def raw_connect(router, transport: str = "rawsocket", serializer: str = "json",
+                      lean: bool = False) -> RawClient:
+    """A RawClient connected to ``router``.
+
+    ``lean`` is for load generators, so that the client is not the limit: JSON is decoded
+    by orjson (same values as autobahn's decoder, see test_wamp_json) and WebSocket text is
+    not UTF-8 validated twice (the JSON decoder refuses invalid UTF-8 anyway).
+    """
     loop = asyncio.get_running_loop()
-    client = RawClient(serializer)
+    client = RawClient(serializer, lean)
     host, port, path = router.address(transport)
     if transport == "rawsocket":
         _, protocol = await loop.create_connection(
             lambda: _RawSocketProtocol(client, RAWSOCKET_IDS[serializer]), host, port)
         await asyncio.wait_for(protocol.handshake, TIMEOUT)
-        client._send_bytes = lambda data: protocol.transport.write(
-            struct.pack("!I", len(data)) + data)
+        client._send_payloads = lambda payloads: protocol.transport.write(
+            b"".join([struct.pack("!I", len(data)) + data for data in payloads]))
         client._close = protocol.transport.close
     else:
         factory = WebSocketClientFactory(f"ws://{host}:{port}{path}",
                                          protocols=[f"wamp.2.{serializer}"])
         factory.protocol = _RawWebSocketProtocol
+        if lean:
+            factory.setProtocolOptions(utf8validateIncoming=False)
         factory.client = client
         factory.opened = loop.create_future()
         await loop.create_connection(factory, host, port)
         protocol = await asyncio.wait_for(factory.opened, TIMEOUT)
         binary = client.object_serializer.BINARY
-        client._send_bytes = lambda data: protocol.sendMessage(data, isBinary=binary)
+        client._send_payloads = lambda payloads: protocol.send_messages(payloads, binary)
         client._close = lambda: protocol.sendClose(1000)
     return client
 
