@@ -20,6 +20,7 @@ from autobahn.wamp.serializer import (CBORSerializer, JsonSerializer,  # noqa: E
 from autobahn.wamp.types import ComponentConfig, SubscribeOptions  # noqa: E402
 
 from router.wamp.json_serializer import FastJsonSerializer  # noqa: E402
+from tests.lean_websocket import LeanWebSocketProtocol  # noqa: E402
 
 SERIALIZERS = {"json": JsonSerializer, "msgpack": MsgPackSerializer, "cbor": CBORSerializer}
 RAWSOCKET_IDS = {"json": 1, "msgpack": 2, "cbor": 3}
@@ -268,9 +269,9 @@ async def raw_connect(router, transport: str = "rawsocket", serializer: str = "j
                       lean: bool = False) -> RawClient:
     """A RawClient connected to ``router``.
 
-    ``lean`` is for load generators, so that the client is not the limit: JSON is decoded
-    by orjson (same values as autobahn's decoder, see test_wamp_json) and WebSocket text is
-    not UTF-8 validated twice (the JSON decoder refuses invalid UTF-8 anyway).
+    ``lean`` is for load generators, so that the client is not the limit: JSON through
+    orjson (same values as autobahn's decoder, see test_wamp_json) and WebSocket through
+    the minimal client of tests/lean_websocket.py instead of autobahn's.
     """
     loop = asyncio.get_running_loop()
     client = RawClient(serializer, lean)
@@ -282,12 +283,18 @@ async def raw_connect(router, transport: str = "rawsocket", serializer: str = "j
         client._send_payloads = lambda payloads: protocol.transport.write(
             b"".join([struct.pack("!I", len(data)) + data for data in payloads]))
         client._close = protocol.transport.close
+    elif lean:
+        _, protocol = await loop.create_connection(
+            lambda: LeanWebSocketProtocol(host, port, path, f"wamp.2.{serializer}",
+                                          client._deliver, client._closed), host, port)
+        await asyncio.wait_for(protocol.opened, TIMEOUT)
+        binary = client.object_serializer.BINARY
+        client._send_payloads = lambda payloads: protocol.send_messages(payloads, binary)
+        client._close = protocol.close
     else:
         factory = WebSocketClientFactory(f"ws://{host}:{port}{path}",
                                          protocols=[f"wamp.2.{serializer}"])
         factory.protocol = _RawWebSocketProtocol
-        if lean:
-            factory.setProtocolOptions(utf8validateIncoming=False)
         factory.client = client
         factory.opened = loop.create_future()
         await loop.create_connection(factory, host, port)
