@@ -381,6 +381,7 @@ _REQUIRED_FLAGS = {Pubrel: 0b0010, Subscribe: 0b0010, Unsubscribe: 0b0010}
 _BARE_ACKS = {_PACKET_TYPE_NUMBERS[ack] << 4 | _REQUIRED_FLAGS.get(ack, 0): ack for ack in _ACKS}
 """First byte of an acknowledgement -> its class; with a remaining length of 2 it is just
 the packet id (both directions, both versions: MQTT 5 omits a success code and properties)."""
+_BARE_ACK_FIRST_BYTES = {ack: bytes((first_byte, 2)) for first_byte, ack in _BARE_ACKS.items()}
 
 _SENT_BY_CLIENT = frozenset({Connect, Publish, *_ACKS, Subscribe, Unsubscribe, Pingreq,
                              Disconnect, Auth})
@@ -505,6 +506,10 @@ class MqttCodec:
         or before the version is known (no CONNECT yet).
         """
         packet_class = type(packet)
+        if (packet_class in _BARE_ACK_FIRST_BYTES and self._encoding_version is not None
+                and packet.reason_code == ReasonCode.SUCCESS and not packet.properties):
+            # a successful acknowledgement is its packet id in either version (MQTT 5 3.4.2.1)
+            return _BARE_ACK_FIRST_BYTES[packet_class] + _encode_uint16(packet.packet_id)
         if self._client_side and isinstance(packet, Connect):
             if packet.protocol_version not in (MQTT_3_1_1, MQTT_5):
                 raise ValueError(f"cannot speak protocol version {packet.protocol_version}")
