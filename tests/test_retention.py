@@ -358,6 +358,12 @@ def test_acknowledged_retained_events_survive_a_restart(tmp_path, how):
             await publish(publisher, "com.dur.session", ["gone"], retain=True,
                           eligible=[publisher.session_id])
             binary = await publish(publisher, "com.dur.binary", [b"\x00\xffbytes"], retain=True)
+            # a general event, then a restricted one: the topic's row is written again with
+            # both, so the general event is re-encoded from memory for that second write
+            ids["mixed_general"] = await publish(publisher, "com.dur.mixed", ["everyone"],
+                                                 retain=True)
+            ids["mixed_alpha"] = await publish(publisher, "com.dur.mixed", ["alpha only"],
+                                               retain=True, eligible_authrole=["alpha"])
             return ids, binary
 
         ids, binary_id = run(before())
@@ -379,6 +385,13 @@ def test_acknowledged_retained_events_survive_a_restart(tmp_path, how):
             bob = await joined(router, authid="bob")
             assert await retained_after_subscribe(router, bob, "com.dur.role", "com.dur.role",
                                                   get_retained=True) == []
+            mixed = await retained_after_subscribe(router, bob, "com.dur.mixed", "com.dur.mixed",
+                                                   get_retained=True)
+            assert [(e[2], e[4]) for e in mixed] == [(ids["mixed_general"], ["everyone"])]
+            carol = await joined(router, authid="carol")  # alpha, and not the publisher
+            mixed = await retained_after_subscribe(router, carol, "com.dur.mixed",
+                                                   "com.dur.mixed", get_retained=True)
+            assert [(e[2], e[4]) for e in mixed] == [(ids["mixed_alpha"], ["alpha only"])]
             again = await joined(router, authid="alice")
             assert await retained_after_subscribe(router, again, "com.dur.session",
                                                   "com.dur.session", get_retained=True) == []

@@ -172,8 +172,7 @@ class Broker:
                     continue
                 peer.send_event(subscription, publication)
                 delivered += 1
-        if publication.wire_cache:
-            publication.wire_cache.clear()  # retained/history copies must not pin encodings
+        publication.wire_cache = None  # retained/history copies must not pin encodings
         return delivered
 
     def _meta(self, topic: str, args: list) -> None:

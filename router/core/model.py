@@ -104,8 +104,17 @@ class Publication:
     expires_at: float | None = None
     """Message expiry: the event is not delivered after this time."""
     timestamp: float = field(default_factory=time.time)
-    wire_cache: dict = field(default_factory=dict)
-    """Per-frontend encodings shared by all receivers (e.g. one WAMP EVENT per subscription)."""
+    wire_cache: dict | None = None
+    """Per-frontend encodings shared by all receivers (e.g. one WAMP EVENT per subscription)
+    during one dispatch; see :meth:`encodings`."""
+
+    def encodings(self) -> dict:
+        """The wire-encodings cache, created on first use: retained and historic events
+        spend most of their life without one."""
+        cache = self.wire_cache
+        if cache is None:
+            cache = self.wire_cache = {}
+        return cache
 
     def admits(self, session: SessionInfo) -> bool:
         """Would ``session`` have received this event as a subscriber when it was published?"""

@@ -48,9 +48,10 @@ def to_bytes(publication: Publication) -> bytes:
     """The byte payload of a publication, computed once per dispatch for all receivers."""
     if publication.payload is not None:
         return publication.payload
-    cached = publication.wire_cache.get(_CACHE_KEY)
+    cache = publication.encodings()
+    cached = cache.get(_CACHE_KEY)
     if cached is None:
-        cached = publication.wire_cache[_CACHE_KEY] = _encode(publication)
+        cached = cache[_CACHE_KEY] = _encode(publication)
     return cached
 
 

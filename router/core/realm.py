@@ -140,8 +140,7 @@ class Realm:
         for publication in self.retention.for_subscriber(subscription.uri, subscription.match,
                                                          peer.info):
             peer.send_event(subscription, publication, retained=True)
-            if publication.wire_cache:
-                publication.wire_cache.clear()  # one receiver: the stored event keeps no bytes
+            publication.wire_cache = None  # one receiver: the stored event keeps no bytes
             sent += 1
         return sent
 

@@ -44,16 +44,15 @@ class RetentionPolicy:
 class RetainedEvent:
     publication: Publication
     expires_at: float | None
-    blob: bytes
-    """The persisted encoding of this entry (opaque to the core); its length counts toward limits."""
+    size: int
+    """Length of the entry's persisted encoding: what counts toward ``max_bytes``."""
+    blob: bytes | None = None
+    """That encoding (opaque to the core), offered once to the change listeners and then
+    dropped: keeping it would double a retained event's memory. Later saves re-encode."""
 
     @property
     def general(self) -> bool:
         return self.publication.eligibility is None
-
-    @property
-    def size(self) -> int:
-        return len(self.blob)
 
 
 Encoder = Callable[[Publication, "float | None"], bytes]
@@ -95,7 +94,8 @@ class RetainedStore:
         topic = publication.topic
         ttl = publication.retain_ttl or self.policy.default_ttl
         expires_at = publication.timestamp + ttl if ttl else None
-        event = RetainedEvent(publication, expires_at, self._encoder(publication, expires_at))
+        blob = self._encoder(publication, expires_at)
+        event = RetainedEvent(publication, expires_at, len(blob), blob)
         entries = self._topics.get(topic) or []
         self._set(topic, self._supersede(entries, event), "set", publication)
         self._recency[topic] = None
@@ -150,6 +150,8 @@ class RetainedStore:
             self._recency.pop(topic, None)
         for listener in self.listeners:
             listener(topic, entries, action, publication)
+        for entry in entries:
+            entry.blob = None
 
     def _enforce_limits(self) -> None:
         policy = self.policy

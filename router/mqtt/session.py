@@ -127,9 +127,10 @@ class MqttSession:
         retain = retained or (options.retain_as_published and publication.retain)
         if mine.identifier is None:  # receivers with the same QoS and retain flag share one
             key = ("mqtt-message", qos, retain)
-            message = publication.wire_cache.get(key)
+            cache = publication.encodings()
+            message = cache.get(key)
             if message is None:
-                message = publication.wire_cache[key] = _message(publication, qos, retain, {})
+                message = cache[key] = _message(publication, qos, retain, {})
         else:
             message = _message(publication, qos, retain,
                                {"subscription_identifier": [mine.identifier]})
@@ -139,9 +140,10 @@ class MqttSession:
                 return
             if mine.identifier is None and message.expires_at is None:
                 key = ("mqtt", connection.version, message.retain)
-                data = publication.wire_cache.get(key)
+                cache = publication.encodings()
+                data = cache.get(key)
                 if data is None:
-                    data = publication.wire_cache[key] = connection.encode_publish(message)
+                    data = cache[key] = connection.encode_publish(message)
                 connection.write_publish(data, message.topic)
             else:
                 connection.send_publish(message, None, False)

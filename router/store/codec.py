@@ -42,11 +42,14 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
                               timestamp=data["ts"], qos=data.get("qos", 0),
                               payload=data.get("payload"), properties=data.get("properties"),
                               expires_at=data.get("message_expires"))
-    return RetainedEvent(publication, data["expires"], blob)
+    return RetainedEvent(publication, data["expires"], len(blob))
 
 
 def pack_topic(entries: list[RetainedEvent]) -> bytes:
-    return msgpack.packb([entry.blob for entry in entries], use_bin_type=True)
+    """A topic's row: its entries' encodings (made again where the store dropped them)."""
+    return msgpack.packb([entry.blob if entry.blob is not None
+                          else encode_retained(entry.publication, entry.expires_at)
+                          for entry in entries], use_bin_type=True)
 
 
 def unpack_topic(blob: bytes) -> list[bytes]:

@@ -343,9 +343,10 @@ class WampSession:
         if retained:
             self._send(_event(subscription, publication, retained=True))
             return
-        event = publication.wire_cache.get(subscription.id)
+        cache = publication.encodings()
+        event = cache.get(subscription.id)
         if event is None:
-            event = publication.wire_cache[subscription.id] = _event(subscription, publication)
+            event = cache[subscription.id] = _event(subscription, publication)
         self._send(event)
 
     def _send_acknowledged(self, subscription: Subscription, publication: Publication,
@@ -355,10 +356,10 @@ class WampSession:
             event = _event(subscription, publication, retained=True, acknowledged=True)
         else:
             key = (subscription.id, "ack")
-            event = publication.wire_cache.get(key)
+            cache = publication.encodings()
+            event = cache.get(key)
             if event is None:
-                event = publication.wire_cache[key] = _event(subscription, publication,
-                                                              acknowledged=True)
+                event = cache[key] = _event(subscription, publication, acknowledged=True)
         pending = self._unacked.get(publication.publication_id)
         if pending is None:
             pending = self._unacked[publication.publication_id] = _Unacked(
