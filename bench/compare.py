@@ -4,8 +4,10 @@ Installs Crossbar.io into bench/.venv-crossbar and Mosquitto from Debian when mi
 each broker on loopback in turn (our router with the event log off, like the others), runs
 the same scenarios against each with the bench scripts' functions, prints one table
 (ours, theirs, ours/theirs per metric) and writes it with the machine and versions to
-bench/RESULTS.md. Every process it starts is stopped on the way out; the whole run is
-bounded (--budget, default 14 minutes: later scenarios are skipped, and say so).
+bench/RESULTS.md. Every scenario runs --rounds times (default 3, brokers alternating) and
+the table shows medians, because one run on a shared 2-core machine swings by 30 %. Every
+process it starts is stopped on the way out; the whole run is bounded (--budget, default
+14 minutes: later scenarios are skipped, and say so).
 
     .venv/bin/python bench/compare.py
     .venv/bin/python bench/compare.py --only "rpc,mqtt"    # scenarios whose name contains these
@@ -23,6 +25,7 @@ import platform
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,7 +52,7 @@ MANY_PUBLISHERS, MANY_SUBSCRIBERS, MANY_EVENTS = 4, 4, 5000
 RPC_CALLERS, RPC_CALLS = 4, 3000
 RETAINED_EXACT_TOPICS = 500
 RETAINED_PREFIX_TOPICS = 100_000
-MQTT_SUBSCRIBERS, MQTT_MESSAGES, MQTT_RETAINED = 4, 5000, 10_000
+MQTT_SUBSCRIBERS, MQTT_MESSAGES, MQTT_RETAINED = 4, 10_000, 10_000
 MQTT_MAX_INFLIGHT = 100  # our router's receive maximum towards MQTT clients
 IDLE_TIMEOUT = 20.0  # a scenario gives up after this long without a delivery
 
@@ -356,7 +359,7 @@ class Run:
     def __init__(self, budget: float, only: list[str]) -> None:
         self.deadline = time.monotonic() + budget
         self.only = only
-        self.results: dict[str, dict[str, dict]] = {}
+        self.results: dict[str, dict[str, list[dict]]] = {}  # one metrics dict per round
         self.theirs: dict[str, str] = {}
         self.notes: list[str] = []
 
@@ -393,7 +396,7 @@ class Run:
                     self.note(f"{name} ({broker.name}): failed: {type(error).__name__}: "
                               f"{str(error)[:300]}")
                     continue
-                self.results.setdefault(name, {})[role] = metrics
+                self.results.setdefault(name, {}).setdefault(role, []).append(metrics)
                 print("    " + ", ".join(f"{k}={v:,.2f}" for k, v in metrics.items()),
                       flush=True)
         finally:
@@ -404,8 +407,8 @@ class Run:
                  "|---|---|---|---:|---:|---:|"]
         ordered = list(dict.fromkeys(list(self.results) + list(self.theirs)))
         for name in ordered:
-            ours = self.results.get(name, {}).get("ours", {})
-            theirs = self.results.get(name, {}).get("theirs", {})
+            ours = _combined(self.results.get(name, {}).get("ours", []))
+            theirs = _combined(self.results.get(name, {}).get("theirs", []))
             for metric in dict.fromkeys(list(ours) + list(theirs)):
                 mine, other = ours.get(metric), theirs.get(metric)
                 ratio = (f"{mine / other:.2f}" if mine is not None and other not in (None, 0)
@@ -413,6 +416,17 @@ class Run:
                 lines.append(f"| {name} | {self.theirs.get(name, '-')} | {metric} | "
                              f"{_number(mine)} | {_number(other)} | {ratio} |")
         return "\n".join(lines)
+
+
+def _combined(rounds: list[dict]) -> dict:
+    """One value per metric over the rounds: the worst for losses and duplicates (one lost
+    message in any round counts), the median for everything else."""
+    combined = {}
+    for metric in dict.fromkeys(key for metrics in rounds for key in metrics):
+        values = [metrics[metric] for metrics in rounds if metric in metrics]
+        combined[metric] = (max(values) if metric in ("lost", "duplicates")
+                            else statistics.median(values))
+    return combined
 
 
 def _number(value) -> str:
@@ -468,6 +482,9 @@ def main() -> None:
                         help="comma-separated words; run only scenarios whose name has one")
     parser.add_argument("--budget", type=float, default=14 * 60,
                         help="seconds; scenarios after that are skipped")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="run every scenario this many times, brokers alternating; the "
+                             "table shows medians (and the worst loss)")
     parser.add_argument("--output", default=str(BENCH / "RESULTS.md"))
     args = parser.parse_args()
     started = time.monotonic()
@@ -480,18 +497,21 @@ def main() -> None:
     if mosquitto is None:
         run.note(f"Mosquitto column skipped: {why}")
     workdir = Path(tempfile.mkdtemp(prefix="bench-compare-"))
-    run.run_against("ours", "ours", lambda: OurRouter(workdir / "ours-wamp", mqtt=False),
-                    wamp_scenarios())
-    if crossbar:
-        run.run_against("theirs", "crossbar",
-                        lambda: CrossbarNode(crossbar, workdir / "crossbar"),
+    for number in range(1, args.rounds + 1):
+        print(f"=== round {number} of {args.rounds}", flush=True)
+        here = workdir / f"round{number}"
+        run.run_against("ours", "ours", lambda: OurRouter(here / "ours-wamp", mqtt=False),
                         wamp_scenarios())
-    run.run_against("ours", "ours", lambda: OurRouter(workdir / "ours-mqtt", mqtt=True),
-                    mqtt_scenarios())
-    if mosquitto:
-        run.run_against("theirs", "mosquitto",
-                        lambda: MosquittoBroker(mosquitto, workdir / "mosquitto"),
+        if crossbar:
+            run.run_against("theirs", "crossbar",
+                            lambda: CrossbarNode(crossbar, here / "crossbar"),
+                            wamp_scenarios())
+        run.run_against("ours", "ours", lambda: OurRouter(here / "ours-mqtt", mqtt=True),
                         mqtt_scenarios())
+        if mosquitto:
+            run.run_against("theirs", "mosquitto",
+                            lambda: MosquittoBroker(mosquitto, here / "mosquitto"),
+                            mqtt_scenarios())
     load_after = loadavg()
     shutil.rmtree(workdir, ignore_errors=True)
     table = run.table()
@@ -500,9 +520,12 @@ def main() -> None:
               f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
               *machine_and_versions(crossbar, mosquitto),
               f"- load average (1/5/15 min) before: {load_before}, after: {load_after}",
-              f"- wall time of the comparison: {time.monotonic() - started:.0f} s",
+              f"- wall time of the comparison: {time.monotonic() - started:.0f} s, "
+              f"{args.rounds} round(s), brokers alternating; each figure is the median over "
+              f"the rounds (lost and duplicates: the worst round)",
               f"- command: `.venv/bin/python bench/compare.py"
-              f"{' --only ' + args.only if args.only else ''}`", ""]
+              f"{' --only ' + args.only if args.only else ''}"
+              f"{f' --rounds {args.rounds}' if args.rounds != 3 else ''}`", ""]
     notes = ["", "Notes:", ""] + [f"- {note}" for note in run.notes] if run.notes else []
     Path(args.output).write_text("\n".join(header) + "\n" + table + "\n"
                                  + "\n".join(notes) + "\n")
