@@ -53,6 +53,7 @@ class LeanWebSocketProtocol(asyncio.Protocol):
         self._on_close = on_close
         self._buffer = bytearray()
         self._fragments: list[bytes] = []
+        self._close_sent = False
         self.opened: asyncio.Future = asyncio.get_running_loop().create_future()
         self.transport: asyncio.Transport | None = None
 
@@ -65,7 +66,9 @@ class LeanWebSocketProtocol(asyncio.Protocol):
         self.transport.write(b"".join([masked_frame(opcode, data) for data in payloads]))
 
     def close(self) -> None:
-        if not self.transport.is_closing():
+        """Start (or answer) the closing handshake: one Close frame, never two."""
+        if not self._close_sent and not self.transport.is_closing():
+            self._close_sent = True
             self.transport.write(masked_frame(_CLOSE, struct.pack("!H", 1000)))
 
     def data_received(self, data: bytes) -> None:
