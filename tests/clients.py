@@ -153,7 +153,8 @@ class RawClient:
         self._send_payloads([self.object_serializer.serialize(message)])
 
     def send_many(self, messages: list[list]) -> None:
-        """Send several messages with one socket write, as a busy publisher would."""
+        """Send several messages; RawSocket and lean WebSocket clients write them with one
+        socket write, as a busy publisher would."""
         serialize = self.object_serializer.serialize
         self._send_payloads([serialize(message) for message in messages])
 
@@ -234,25 +235,6 @@ class _RawSocketProtocol(asyncio.Protocol):
 
 
 class _RawWebSocketProtocol(WebSocketClientProtocol):
-    _corked: list | None = None
-
-    def send_messages(self, payloads: list[bytes], binary: bool) -> None:
-        """Frame every payload (autobahn framing and masking), then write them at once."""
-        self._corked = []
-        try:
-            for payload in payloads:
-                self.sendMessage(payload, isBinary=binary)
-            frames = b"".join(self._corked)
-        finally:
-            self._corked = None
-        self.transport.write(frames)
-
-    def sendData(self, data: bytes, sync: bool = False, chopsize: int | None = None) -> None:
-        if self._corked is not None and not sync and not chopsize and not self.send_queue:
-            self._corked.append(data)
-        else:
-            super().sendData(data, sync, chopsize)
-
     def onOpen(self) -> None:
         self.factory.opened.set_result(self)
 
@@ -300,7 +282,8 @@ async def raw_connect(router, transport: str = "rawsocket", serializer: str = "j
         await loop.create_connection(factory, host, port)
         protocol = await asyncio.wait_for(factory.opened, TIMEOUT)
         binary = client.object_serializer.BINARY
-        client._send_payloads = lambda payloads: protocol.send_messages(payloads, binary)
+        client._send_payloads = lambda payloads: [protocol.sendMessage(data, isBinary=binary)
+                                                  for data in payloads]
         client._close = lambda: protocol.sendClose(1000)
     return client
 
