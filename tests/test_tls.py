@@ -16,7 +16,7 @@ from tests.auth_helpers import authenticator, client_context, join, \
     join_fails, make_certs
 from tests.clients import TIMEOUT, run
 from tests.harness import RouterProcess, ROOT, realm_file
-from tests.mqtt_clients import V5, MqttClient
+from tests.mqtt_clients import V5, V311, MqttClient
 
 SECRET = "tls-Secret-0b9d"
 OPEN = [{"uri": "", "match": "prefix", "allow": ["publish", "subscribe", "call", "register"]}]
@@ -36,6 +36,8 @@ def router(tmp_path_factory, certs):
         {"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws", "tls": tls},
         {"type": "rawsocket", "host": "127.0.0.1", "port": 0, "tls": tls},
         {"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1", "tls": tls},
+        {"type": "mqtt-websocket", "host": "127.0.0.1", "port": 0, "realm": "realm1",
+         "tls": tls},
         {"type": "amqp", "host": "127.0.0.1", "port": 0, "realm": "realm1", "tls": tls},
     ]
     realm = realm_file("realm1", anonymous_role=None, roles={"user": OPEN, "device": OPEN},
@@ -48,7 +50,8 @@ def router(tmp_path_factory, certs):
 
 def test_listeners_announce_tls_urls(router):
     assert router.schemes == {"websocket": "wss", "rawsocket": "rawsocket+tls",
-                              "mqtt": "mqtts", "amqp": "amqps"}
+                              "mqtt": "mqtts", "mqtt-websocket": "mqtt+wss",
+                              "amqp": "amqps"}
 
 
 @pytest.mark.parametrize("transport", ["websocket", "rawsocket"])
@@ -97,7 +100,7 @@ def test_a_client_that_does_not_trust_the_router_cannot_talk_to_it(router, certs
 
 
 def mqtt(router, certs, client_cn=None, **kwargs) -> MqttClient:
-    client = MqttClient(router, version=V5, **kwargs)
+    client = MqttClient(router, **{"version": V5, **kwargs})
     cert = (str(certs[f"{client_cn}.cert"]), str(certs[f"{client_cn}.key"])) if client_cn \
         else (None, None)
     client.client.tls_set(ca_certs=str(certs["ca"]), certfile=cert[0], keyfile=cert[1])
@@ -119,6 +122,24 @@ def test_mqtt_password_over_tls(router, certs):
         assert anonymous.connect().reason_code == NOT_AUTHORIZED
     finally:
         for client in (good, bad, anonymous, device):
+            client.close()
+
+
+@pytest.mark.parametrize("version", [V311, V5])
+def test_mqtt_over_secure_websocket(router, certs, version):
+    good = mqtt(router, certs, transport="ws", version=version, username="alice",
+                password=SECRET)
+    device = mqtt(router, certs, client_cn="device1", transport="ws", version=version)
+    anonymous = mqtt(router, certs, transport="ws", version=version)
+    try:
+        assert good.connect().reason_code == 0
+        good.subscribe(("tls/ws", 1))
+        assert device.connect().reason_code == 0  # the certificate's CN is the principal
+        device.publish("tls/ws", b"over wss", qos=1)
+        good.expect("tls/ws", b"over wss")
+        assert anonymous.connect().reason_code == NOT_AUTHORIZED
+    finally:
+        for client in (good, device, anonymous):
             client.close()
 
 
