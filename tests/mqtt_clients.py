@@ -302,9 +302,11 @@ def options(qos: int = 0, no_local: bool = False, retain_as_published: bool = Fa
 class RawMqtt:
     """A TCP MQTT client driven packet by packet (router.mqtt.codec, client side)."""
 
-    def __init__(self, router, listener: str = "mqtt") -> None:
+    def __init__(self, router, listener: str = "mqtt", source: str | None = None) -> None:
+        """``source``: a local address to connect from (a loopback address of its own)."""
         host, port, _ = router.address(listener)
-        self.sock = socket.create_connection((host, port), timeout=TIMEOUT)
+        self.sock = socket.create_connection((host, port), timeout=TIMEOUT,
+                                             source_address=(source, 0) if source else None)
         self.codec = MqttCodec(client_side=True)
 
     def send(self, packet) -> None:

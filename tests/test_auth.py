@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from autobahn.wamp.exception import ApplicationError
@@ -15,9 +16,11 @@ from autobahn.wamp.types import PublishOptions, SubscribeOptions
 from nacl.signing import SigningKey
 
 from router.core.credentials import derive_wampcra, hash_secret
+from router.mqtt.packets import ReasonCode
 from tests.auth_helpers import authenticator, join, join_fails
 from tests.clients import TIMEOUT, run
 from tests.harness import ROOT, RouterProcess, realm_file
+from tests.mqtt_clients import RawMqtt
 
 TICKET = "tk-Secret-7f3a9"
 CRA_SECRET = "cra-Secret-b41c"
@@ -51,7 +54,10 @@ def secured_realm() -> dict:
 @pytest.fixture(scope="module")
 def router(tmp_path_factory):
     process = RouterProcess(tmp_path_factory.mktemp("router-auth"), [
-        secured_realm(), realm_file("open", roles={"anonymous": OPEN})],
+        secured_realm(), realm_file("open", roles={"anonymous": OPEN})], [
+        {"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws"},
+        {"type": "rawsocket", "host": "127.0.0.1", "port": 0},
+        {"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"}],
         extra_config={"login_backoff": PRODUCTION_BACKOFF}).start()
     yield process
     process.stop()
@@ -318,3 +324,27 @@ def test_backoff_delays_repeated_failures_without_blocking_others(router):
     assert fourth > first + 1.0  # 2 s by the rule, measured generously
     assert other_took < fourth
     assert any("refusal delayed" in line for line in router.log_lines)
+
+
+def test_mqtt_logins_share_the_backoff(router):
+    source = fresh_source()
+
+    def attempt(password: bytes) -> tuple[float, int]:
+        client = RawMqtt(router, source=source)
+        try:
+            started = time.monotonic()
+            connack = client.connect(client_id="", username="alice", password=password)
+            return time.monotonic() - started, connack.reason_code
+        finally:
+            client.close()
+
+    first = [attempt(b"wrong-Secret-9z") for _ in range(3)]
+    assert [code for _, code in first] == [ReasonCode.BAD_USER_NAME_OR_PASSWORD] * 3
+    with ThreadPoolExecutor(1) as pool:
+        fourth = pool.submit(attempt, b"wrong-Secret-9z")
+        good_took, good_code = attempt(TICKET.encode())  # same host, right password: at once
+        assert good_code == 0 and not fourth.done()
+        fourth_took, fourth_code = fourth.result(timeout=TIMEOUT)
+    assert fourth_code == ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    assert fourth_took > first[0][0] + 1.0  # 2 s by the rule, measured generously
+    assert good_took < fourth_took
