@@ -112,6 +112,8 @@ class Node:
         self._expiry.clock = reactor
         self._log_flush = task.LoopingCall(self.eventlog.flush)
         self._log_flush.clock = reactor
+        self._incident_flush = task.LoopingCall(self.router.incidents.flush)
+        self._incident_flush.clock = reactor
         self.ports: list[tuple[ListenerConfig, IListeningPort]] = []
         # One serializer instance per format for all listeners: an EVENT is encoded once
         # per format and the bytes are reused for every receiver on any transport.
@@ -120,6 +122,7 @@ class Node:
     def start(self) -> None:
         self._expiry.start(1.0, now=False)
         self._log_flush.start(self.config.eventlog.flush_interval, now=False)
+        self._incident_flush.start(self.router.incidents.interval, now=False)
         for listener in self.config.listeners:
             self.ports.append((listener, self._listen(listener)))
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
@@ -216,7 +219,7 @@ class Node:
         deadline = self.reactor.seconds() + self.config.shutdown_timeout
         while self.router.connections and self.reactor.seconds() < deadline:
             yield task.deferLater(self.reactor, 0.05, lambda: None)
-        for loop in (self._expiry, self._log_flush):
+        for loop in (self._expiry, self._log_flush, self._incident_flush):
             if loop.running:
                 loop.stop()
         pool = self.reactor.getThreadPool()

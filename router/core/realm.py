@@ -17,6 +17,7 @@ from router.core.dealer import Dealer, Registration, Scheduler
 from router.core.errors import RouterError
 from router.core.history import EventHistory
 from router.core.ids import random_id
+from router.core.incidents import Incidents
 from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer
@@ -44,6 +45,8 @@ class Realm:
         self.uri_check = uri_check
         self.anonymous_role = anonymous_role
         self.authorizer = authorizer
+        self.incidents = Incidents()
+        """Replaced by the router's own when the realm is added to a router."""
         self.sessions: dict[int, Peer] = {}
         self.broker = Broker(meta_publish=self.publish_meta)
         self.dealer = Dealer(scheduler)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from router.core.credentials import Principal
 from router.core.dealer import Scheduler
 from router.core.ids import random_id
+from router.core.incidents import Incidents
 from router.core.login_guard import LoginGuard
 from router.core.peer import Peer
 from router.core.realm import Realm
@@ -19,6 +20,9 @@ class Router:
         self.principals: dict[str, dict[str, Principal]] = {}
         self.login_guard = LoginGuard(scheduler)
         """Failed logins of every protocol: logged and slowed per peer host."""
+        self.incidents = Incidents()
+        """Drops, refusals and store failures of every realm and protocol: counted, and
+        logged at most once per cause and interval."""
 
         self.peers: dict[int, Peer] = {}
         self.connections: set[Peer] = set()
@@ -26,6 +30,7 @@ class Router:
 
     def add_realm(self, realm: Realm, principals: dict[str, Principal]) -> None:
         self.realms[realm.name] = realm
+        realm.incidents = self.incidents
         self.principals[realm.name] = principals
 
     def new_session_id(self) -> int:

@@ -1,0 +1,94 @@
+"""Incidents an operator must see (drops, refusals, store failures), counted and logged sparingly.
+
+A flood of one kind of incident (a stopped reader dropping 50,000 QoS 0 events a second,
+a full disk failing every commit) must not become a flood of log lines: per cause
+(realm, protocol, reason) the first occurrence is logged at once, later ones only as a
+count, at most once per ``interval`` seconds. ``totals`` keeps every count since start
+for operators' tools.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Callable
+
+log = logging.getLogger("router.incidents")
+
+# reasons (stable names: operators' tools and the docs use them)
+SLOW_CONSUMER = "slow_consumer"
+"""A QoS 0 message dropped because its receiver's outbound buffer was full."""
+QUEUE_FULL = "queue_full"
+"""A QoS >= 1 message dropped because its receiver's queue was at its bound."""
+EXPIRED = "expired"
+"""A message whose expiry passed before it could be delivered."""
+UNENCODABLE = "unencodable"
+"""A payload that cannot be represented in the receiver's wire format."""
+TOO_LARGE = "too_large"
+"""A message over the receiver's maximum message or packet size."""
+DELIVERY_FAILED = "delivery_failed"
+"""An unexpected error in one receiver's delivery path (a router bug, contained)."""
+NOT_AUTHORIZED = "not_authorized"
+STORE_FAILED = "store_failed"
+"""A write to the store that failed (disk full, I/O error)."""
+UNACKNOWLEDGED = "unacknowledged"
+"""A QoS >= 1 delivery given up after its redeliveries, or over its in-flight bound."""
+DISCONNECTED = "disconnected"
+"""A client disconnected by the router for staying over a bound."""
+REFUSED = "refused"
+"""A connection refused by a limit, or closed for not completing its handshake in time."""
+
+Key = tuple[str, str, str]
+
+
+class Incidents:
+    """Counts incidents per (realm, protocol, reason); logs each cause at most once per interval."""
+
+    def __init__(self, interval: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self.totals: Counter[Key] = Counter()
+        self._last_logged: dict[Key, float] = {}
+        self._unlogged: Counter[Key] = Counter()
+        self._example: dict[Key, str] = {}
+
+    def count(self, realm: str, protocol: str, reason: str, detail: str = "",
+              n: int = 1, level: int = logging.WARNING) -> None:
+        """Record ``n`` incidents of one cause; ``detail`` describes this one (peer, topic)."""
+        key = (realm, protocol, reason)
+        self.totals[key] += n
+        now = self._clock()
+        last = self._last_logged.get(key)
+        if last is not None and now - last < self.interval:
+            self._unlogged[key] += n
+            self._example[key] = detail
+            return
+        self._last_logged[key] = now
+        earlier = self._unlogged.pop(key, 0)
+        self._example.pop(key, None)
+        log.log(level, "realm %s, %s: %s%s%s", realm or "-", protocol, reason,
+                f" x{n}" if n > 1 else "", f": {detail}" if detail else "")
+        if earlier:
+            log.log(level, "realm %s, %s: %s x%d more in the last %gs", realm or "-", protocol,
+                    reason, earlier, self.interval)
+
+    def flush(self) -> None:
+        """Log the counts held back since each cause's last line (run every ``interval``)."""
+        now = self._clock()
+        for key, n in list(self._unlogged.items()):
+            if now - self._last_logged.get(key, 0.0) < self.interval:
+                continue
+            realm, protocol, reason = key
+            example = self._example.pop(key, "")
+            del self._unlogged[key]
+            self._last_logged[key] = now
+            log.warning("realm %s, %s: %s x%d in the last %gs%s", realm or "-", protocol,
+                        reason, n, self.interval, f" (latest: {example})" if example else "")
+
+    def total(self, reason: str, protocol: str | None = None, realm: str | None = None) -> int:
+        """All incidents of ``reason`` so far, optionally of one protocol or realm."""
+        return sum(n for (r, p, why), n in self.totals.items()
+                   if why == reason and (protocol is None or p == protocol)
+                   and (realm is None or r == realm))
