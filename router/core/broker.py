@@ -100,16 +100,20 @@ class SubscriptionIndex:
 
 
 MetaPublisher = Callable[[str, list], None]
+DeliveryFailure = Callable[[Peer, Publication, Exception], None]
+"""Told about a receiver that could not take a publication (the others still get it)."""
 
 
 class Broker:
     """Subscriptions and dispatch for one realm."""
 
-    def __init__(self, meta_publish: MetaPublisher | None = None) -> None:
+    def __init__(self, meta_publish: MetaPublisher | None = None,
+                 delivery_failed: DeliveryFailure | None = None) -> None:
         self.index = SubscriptionIndex()
         self._ids = router_scope_ids()
         self._by_session: dict[int, set[Subscription]] = {}
         self._meta_publish = meta_publish
+        self._delivery_failed = delivery_failed
 
     def subscribe(self, peer: Peer, uri: str, match: str) -> Subscription:
         """Add ``peer`` to the shared subscription for (uri, match); idempotent per session."""
@@ -170,10 +174,28 @@ class Broker:
                     continue
                 if eligibility is not None and not eligibility.admits(peer.info):
                     continue
-                peer.send_event(subscription, publication)
+                try:
+                    peer.send_event(subscription, publication)
+                except Exception as exc:  # this receiver alone misses it
+                    self.delivery_failed(peer, publication, exc)
+                    continue
                 delivered += 1
         publication.wire_cache = None  # retained/history copies must not pin encodings
         return delivered
+
+    def deliver(self, peer: Peer, subscription: Subscription, publication: Publication,
+                retained: bool = False) -> bool:
+        """One delivery outside a dispatch (retained events), contained like a dispatch's."""
+        try:
+            peer.send_event(subscription, publication, retained)
+        except Exception as exc:
+            self.delivery_failed(peer, publication, exc)
+            return False
+        return True
+
+    def delivery_failed(self, peer: Peer, publication: Publication, exc: Exception) -> None:
+        if self._delivery_failed is not None:
+            self._delivery_failed(peer, publication, exc)
 
     def _meta(self, topic: str, args: list) -> None:
         if self._meta_publish is not None:

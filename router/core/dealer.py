@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
 from router.core import errors
-from router.core.errors import RouterError
+from router.core.errors import RouterError, Unencodable
 from router.core.ids import router_scope_ids
 from router.core.model import SessionInfo
 from router.core.peer import Peer
@@ -190,7 +190,12 @@ class Dealer:
                 timeout_ms / 1000.0, self._timed_out, invocation)
         self._by_invocation[(callee_id, request_id)] = invocation
         self._by_call[(caller.info.session_id, call_request)] = invocation
-        callee.send_invocation(invocation)
+        try:
+            callee.send_invocation(invocation)
+        except Unencodable as exc:
+            self._finish(invocation)
+            raise RouterError(errors.INVALID_ARGUMENT,
+                              f"the arguments cannot be sent to the callee: {exc}") from None
 
     def _call_builtin(self, caller: Peer, call_request: int, procedure: RouterProcedure,
                       args: list | None, kwargs: dict | None) -> None:

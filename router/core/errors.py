@@ -15,6 +15,11 @@ class RouterError(Exception):
         self.kwargs = kwargs
 
 
+class Unencodable(Exception):
+    """A value cannot be represented in a receiver's wire format (e.g. a CBOR tag for a
+    JSON or MQTT receiver): that receiver is skipped, the others still get it."""
+
+
 class ProtocolViolation(Exception):
     """The peer broke the protocol; its session must be aborted."""
 

@@ -55,8 +55,11 @@ class Incidents:
         self._example: dict[Key, str] = {}
 
     def count(self, realm: str, protocol: str, reason: str, detail: str = "",
-              n: int = 1, level: int = logging.WARNING) -> None:
-        """Record ``n`` incidents of one cause; ``detail`` describes this one (peer, topic)."""
+              n: int = 1, level: int = logging.WARNING,
+              exc_info: BaseException | None = None) -> None:
+        """Record ``n`` incidents of one cause; ``detail`` describes this one (peer, topic).
+
+        ``exc_info`` (a router bug) is logged with its traceback when the line is logged."""
         key = (realm, protocol, reason)
         self.totals[key] += n
         now = self._clock()
@@ -69,7 +72,7 @@ class Incidents:
         earlier = self._unlogged.pop(key, 0)
         self._example.pop(key, None)
         log.log(level, "realm %s, %s: %s%s%s", realm or "-", protocol, reason,
-                f" x{n}" if n > 1 else "", f": {detail}" if detail else "")
+                f" x{n}" if n > 1 else "", f": {detail}" if detail else "", exc_info=exc_info)
         if earlier:
             log.log(level, "realm %s, %s: %s x%d more in the last %gs", realm or "-", protocol,
                     reason, earlier, self.interval)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 
+from router.core.errors import Unencodable
 from router.core.model import Publication
 
 MAPPINGS = ("json", "binary")
@@ -51,7 +52,13 @@ def to_bytes(publication: Publication) -> bytes:
     cache = publication.encodings()
     cached = cache.get(_CACHE_KEY)
     if cached is None:
-        cached = cache[_CACHE_KEY] = _encode(publication)
+        try:
+            cached = _encode(publication)
+        except (TypeError, ValueError) as exc:
+            cached = Unencodable(f"not representable as JSON bytes: {exc}")
+        cache[_CACHE_KEY] = cached
+    if type(cached) is Unencodable:
+        raise cached.with_traceback(None)  # every byte receiver learns it at once
     return cached
 
 

@@ -14,10 +14,10 @@ from router.core.activity import ActivityLog
 from router.core.authorization import Authorizer
 from router.core.broker import Broker, Subscription
 from router.core.dealer import Dealer, Registration, Scheduler
-from router.core.errors import RouterError
+from router.core.errors import RouterError, Unencodable
 from router.core.history import EventHistory
 from router.core.ids import random_id
-from router.core.incidents import Incidents
+from router.core.incidents import DELIVERY_FAILED, UNENCODABLE, Incidents
 from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer
@@ -48,7 +48,8 @@ class Realm:
         self.incidents = Incidents()
         """Replaced by the router's own when the realm is added to a router."""
         self.sessions: dict[int, Peer] = {}
-        self.broker = Broker(meta_publish=self.publish_meta)
+        self.broker = Broker(meta_publish=self.publish_meta,
+                             delivery_failed=self._delivery_failed)
         self.dealer = Dealer(scheduler)
         self._leave_hooks: list[Callable[[Peer], None]] = []
 
@@ -108,17 +109,18 @@ class Realm:
                                   options.eligibility, options.exclude_me, options.retain,
                                   options.retain_ttl, payload_bytes, options.qos, payload,
                                   properties, expires_at)
-        receivers = self.broker.dispatch(publication)
-        if self.activity is not None:
-            self.activity.published(publication, receivers)
-        if self.history:
-            self.history.record(publication)
         changed = False
         if self.retention is not None:
             if options.retain_clear:
                 changed = self.retention.clear(topic) > 0
             elif options.retain and not self.retention.declines(topic):
-                changed = self._retain(publication)
+                self._retain(publication)
+                changed = True
+        receivers = self.broker.dispatch(publication)
+        if self.activity is not None:
+            self.activity.published(publication, receivers)
+        if self.history:
+            self.history.record(publication)
         if on_durable is not None:
             if (changed or publication.qos) and self.persistence is not None:
                 self.persistence.when_durable(lambda ok: on_durable(publication, ok))
@@ -126,14 +128,26 @@ class Realm:
                 on_durable(publication, True)
         return publication
 
-    def _retain(self, publication: Publication) -> bool:
+    def _retain(self, publication: Publication) -> None:
+        """Retain before anything is delivered: a payload that cannot be stored refuses the
+        whole publish, so the publisher's answer is true for every receiver."""
         try:
             self.retention.retain(publication)  # type: ignore[union-attr]
         except (TypeError, ValueError) as exc:
-            log.warning("not retaining event on '%s': payload cannot be stored (%s)",
-                        publication.topic, exc)
-            return False
-        return True
+            raise RouterError(errors.INVALID_ARGUMENT,
+                              "the payload cannot be stored as a retained event "
+                              f"({type(exc).__name__}: {exc}); nothing was published") from None
+
+    def _delivery_failed(self, peer: Peer, publication: Publication, exc: Exception) -> None:
+        """One receiver could not take a publication: count it; every other receiver got it."""
+        info = peer.info
+        protocol = info.protocol.split(".", 1)[0]
+        detail = f"session {info.session_id}, topic {publication.topic}: {exc}"
+        if isinstance(exc, Unencodable):
+            self.incidents.count(self.name, protocol, UNENCODABLE, detail)
+        else:
+            self.incidents.count(self.name, protocol, DELIVERY_FAILED, detail,
+                                 level=logging.ERROR, exc_info=exc)
 
     def send_retained(self, peer: Peer, subscription: Subscription) -> int:
         """Send ``peer`` the retained events its new subscription covers (call after SUBSCRIBED)."""
@@ -142,9 +156,9 @@ class Realm:
         sent = 0
         for publication in self.retention.for_subscriber(subscription.uri, subscription.match,
                                                          peer.info):
-            peer.send_event(subscription, publication, retained=True)
+            if self.broker.deliver(peer, subscription, publication, retained=True):
+                sent += 1
             publication.wire_cache = None  # one receiver: the stored event keeps no bytes
-            sent += 1
         return sent
 
     def publish_meta(self, topic: str, args: list) -> None:

@@ -16,7 +16,7 @@ from autobahn.wamp.serializer import CBORSerializer, MsgPackSerializer, Serializ
 import struct
 from dataclasses import dataclass
 
-from router.core.errors import ProtocolViolation
+from router.core.errors import ProtocolViolation, Unencodable
 from router.wamp.json_serializer import FastJsonSerializer
 
 MESSAGE_CLASSES = Serializer.MESSAGE_TYPE_MAP
@@ -35,9 +35,18 @@ class WireMessage:
         self._cache: dict = {}
 
     def serialize(self, object_serializer) -> bytes:
+        """The message's bytes; :class:`Unencodable` if its values do not fit the format
+        (remembered, so the next receiver on that format fails at once)."""
         data = self._cache.get(object_serializer)
         if data is None:
-            data = self._cache[object_serializer] = object_serializer.serialize(self.raw)
+            try:
+                data = object_serializer.serialize(self.raw)
+            except Exception as exc:
+                data = Unencodable(f"not representable in {object_serializer.NAME}: "
+                                   f"{type(exc).__name__}: {exc}")
+            self._cache[object_serializer] = data
+        if type(data) is Unencodable:
+            raise data.with_traceback(None)
         return data
 
     def websocket_frame(self, object_serializer) -> bytes:

@@ -26,7 +26,8 @@ from router.core.broker import Subscription
 from router.core.credentials import (Principal, normalize_pubkey, verify_cryptosign,
                                      verify_secret, verify_wampcra)
 from router.core.dealer import Invocation
-from router.core.errors import ProtocolViolation, RouterError
+from router.core.errors import ProtocolViolation, RouterError, Unencodable
+from router.core.incidents import TOO_LARGE
 from router.core.model import Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
@@ -360,6 +361,7 @@ class WampSession:
             event = cache.get(key)
             if event is None:
                 event = cache[key] = _event(subscription, publication, acknowledged=True)
+        self._send(event)  # an unencodable event raises here, before it is awaited
         pending = self._unacked.get(publication.publication_id)
         if pending is None:
             pending = self._unacked[publication.publication_id] = _Unacked(
@@ -368,7 +370,6 @@ class WampSession:
                 self._redelivery = self._router.scheduler.callLater(
                     self._settings.ack_timeout, self._redeliver)
         pending.events.append(event)
-        self._send(event)
 
     def _on_event_received(self, msg: m.EventReceived, raw: list) -> None:
         pending = self._unacked.pop(msg.publication, None)
@@ -456,13 +457,24 @@ class WampSession:
 
     def send_result(self, call_request: int, args: list | None, kwargs: dict | None,
                     progress: bool) -> None:
-        self._send(WireMessage(_with_payload(
-            [RESULT, call_request, {"progress": True} if progress else {}], args, kwargs)))
+        try:
+            self._send(WireMessage(_with_payload(
+                [RESULT, call_request, {"progress": True} if progress else {}], args, kwargs)))
+        except Unencodable as exc:
+            self._send_unencodable(call_request, "result", exc)
 
     def send_call_error(self, call_request: int, error: str, args: list | None,
                         kwargs: dict | None) -> None:
-        self._send(WireMessage(_with_payload(
-            [ERROR, m.Call.MESSAGE_TYPE, call_request, {}, error], args, kwargs)))
+        try:
+            self._send(WireMessage(_with_payload(
+                [ERROR, m.Call.MESSAGE_TYPE, call_request, {}, error], args, kwargs)))
+        except Unencodable as exc:
+            self._send_unencodable(call_request, "error", exc)
+
+    def _send_unencodable(self, call_request: int, what: str, exc: Unencodable) -> None:
+        """The callee answered with values this caller's serializer cannot carry."""
+        self._send_error(m.Call.MESSAGE_TYPE, call_request, RouterError(
+            errors.INVALID_ARGUMENT, f"the callee's {what} cannot be sent to this session: {exc}"))
 
     # peer ---------------------------------------------------------------------
 
@@ -499,8 +511,9 @@ class WampSession:
         try:
             self._transport.send(msg)
         except PayloadExceededError as exc:
-            log.warning("message not sent to session %s: %s",
-                        self.info.session_id if self.info else "-", exc)
+            self._router.incidents.count(
+                self._realm.name if self._realm else "", "wamp", TOO_LARGE,
+                f"session {self.info.session_id if self.info else '-'}: {exc}")
         except TransportLost:
             pass
 

@@ -1,0 +1,177 @@
+"""One receiver's failure is its own: a payload some wire formats cannot carry reaches every
+receiver that can take it, is counted for the others, and the publisher gets a true answer.
+
+The publisher speaks CBOR, which can carry values (a datetime tag, ``undefined``) that
+MessagePack, MQTT's JSON bytes and AMQP's bytes cannot. Receivers on every protocol listen.
+"""
+
+from __future__ import annotations
+
+import cbor2
+import pytest
+
+from tests.amqp_clients import Receive, amqp_listeners, body_bytes, received, settle
+from tests.amqp_clients import connect as amqp_connect
+from tests.clients import Sessions, next_item, raw_connect, run
+from tests.harness import RouterProcess
+from tests.mqtt_clients import ClientPool, mqtt_realm, unique
+
+PUBLISH, PUBLISHED, ERROR, SUBSCRIBE, SUBSCRIBED, EVENT = 16, 17, 8, 32, 33, 36
+CALL, RESULT, REGISTER, REGISTERED, INVOCATION, YIELD = 48, 50, 64, 65, 68, 70
+EPOCH_TAG = 1  # CBOR tag 1: epoch-based date/time, which cbor2 decodes to a datetime
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory):
+    listeners = amqp_listeners("realm1") + [{"type": "rawsocket", "host": "127.0.0.1",
+                                             "port": 0}]
+    process = RouterProcess(tmp_path_factory.mktemp("isolation"), [mqtt_realm("realm1")],
+                            listeners=listeners).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def mqtt(router):
+    pool = ClientPool(router)
+    yield pool
+    pool.close()
+
+
+def cbor_publish(request: int, topic: str, args: list, **options) -> bytes:
+    """A PUBLISH as raw CBOR bytes (autobahn would refuse to encode a tag for us)."""
+    return cbor2.dumps([PUBLISH, request, {"acknowledge": True, **options}, topic, args])
+
+
+async def subscribed(client, topic: str, **options) -> int:
+    request = client.next_request()
+    client.send([SUBSCRIBE, request, options, topic])
+    reply = await client.recv()
+    assert reply[:2] == [SUBSCRIBED, request], reply
+    return reply[2]
+
+
+def test_an_unencodable_event_skips_only_the_receivers_that_cannot_take_it(router, mqtt):
+    topic = f"com.iso.{unique('t')}"
+    mqtt_subscriber = mqtt()
+    mqtt_subscriber.subscribe((topic.replace(".", "/"), 0))
+    amqp = amqp_connect(router)
+    amqp_receiver = amqp.create_receiver(topic, credit=10, options=Receive(0))
+
+    async def scenario():
+        async with Sessions(router) as sessions:
+            json_subscribers = [await raw_connect(router, "websocket", "json") for _ in range(2)]
+            msgpack_subscriber = await raw_connect(router, "rawsocket", "msgpack")
+            publisher = await raw_connect(router, "websocket", "cbor")
+            sessions.raw.extend(json_subscribers + [msgpack_subscriber, publisher])
+            for client in json_subscribers + [msgpack_subscriber, publisher]:
+                assert (await client.hello())[0] == 2
+            subscriptions = [await subscribed(client, topic)
+                             for client in json_subscribers + [msgpack_subscriber]]
+
+            publisher.send_bytes(cbor_publish(1, topic, [cbor2.CBORTag(EPOCH_TAG, 1.7e9)]))
+            assert (await publisher.recv())[:2] == [PUBLISHED, 1]
+            for client, subscription in zip(json_subscribers, subscriptions):
+                event = await client.recv()
+                assert event[:2] == [EVENT, subscription]
+                assert event[4][0].startswith("2023-11-14T22:13:20")  # JSON: an ISO string
+
+            publisher.send_bytes(cbor_publish(2, topic, ["after"]))
+            assert (await publisher.recv())[:2] == [PUBLISHED, 2]
+            for client in json_subscribers + [msgpack_subscriber]:
+                event = await client.recv()  # MessagePack: "after" comes first, nothing else
+                assert event[0] == EVENT and event[4] == ["after"], event
+
+    run(scenario())
+    # MQTT and AMQP receivers get bytes: the datetime has none, "after" is their next message
+    mqtt_subscriber.expect(topic.replace(".", "/"), b'"after"')
+    msg, delivery = received(amqp_receiver)
+    assert body_bytes(msg) == b'"after"'
+    settle(amqp_receiver, delivery, None)
+    amqp.close()
+    router.wait_for_log(r"realm realm1, (wamp|mqtt|amqp): unencodable")
+    assert not [line for line in router.log_lines if "Unhandled" in line or "CRITICAL" in line]
+
+
+def test_a_retained_event_that_cannot_be_stored_is_refused_before_anyone_gets_it(router):
+    topic = f"com.iso.{unique('r')}"
+
+    async def scenario():
+        async with Sessions(router) as sessions:
+            publisher = await raw_connect(router, "websocket", "cbor")
+            listener = await raw_connect(router, "websocket", "json")
+            sessions.raw.extend([publisher, listener])
+            for client in (publisher, listener):
+                assert (await client.hello())[0] == 2
+            await subscribed(listener, topic)
+            publisher.send_bytes(cbor_publish(1, topic, ["kept"], retain=True))
+            assert (await publisher.recv())[:2] == [PUBLISHED, 1]
+            assert (await listener.recv())[4] == ["kept"]
+
+            publisher.send_bytes(cbor_publish(2, topic, [cbor2.undefined], retain=True))
+            error = await publisher.recv()
+            assert error[:3] == [ERROR, PUBLISH, 2] and error[4] == "wamp.error.invalid_argument"
+            assert "retained" in error[5][0]
+
+            late = await raw_connect(router, "websocket", "json")
+            sessions.raw.append(late)
+            assert (await late.hello())[0] == 2
+            await subscribed(late, topic, get_retained=True)
+            retained = await late.recv()
+            assert retained[4] == ["kept"] and retained[3]["retained"] is True
+            # the refused event was delivered to nobody: "next" is the listener's next event
+            publisher.send_bytes(cbor_publish(3, topic, ["next"]))
+            assert (await publisher.recv())[:2] == [PUBLISHED, 3]
+            assert (await listener.recv())[4] == ["next"]
+
+    run(scenario())
+
+
+def test_a_result_the_caller_cannot_decode_fails_that_call_only(router):
+    procedure = f"com.iso.{unique('p')}"
+
+    async def scenario():
+        async with Sessions(router) as sessions:
+            callee = await raw_connect(router, "rawsocket", "cbor")
+            caller = await raw_connect(router, "websocket", "msgpack")
+            sessions.raw.extend([callee, caller])
+            for client in (callee, caller):
+                assert (await client.hello())[0] == 2
+            callee.send([REGISTER, 1, {}, procedure])
+            assert (await callee.recv())[0] == REGISTERED
+
+            for request, result in ((1, cbor2.undefined), (2, "fine")):
+                caller.send([CALL, request, {}, procedure, []])
+                invocation = await callee.recv()
+                assert invocation[0] == INVOCATION
+                callee.send_bytes(cbor2.dumps([YIELD, invocation[1], {}, [result]]))
+                reply = await caller.recv()
+                if request == 1:
+                    assert reply[:3] == [ERROR, CALL, 1]
+                    assert reply[4] == "wamp.error.invalid_argument", reply
+                else:
+                    assert reply == [RESULT, 2, {}, ["fine"]]
+
+    run(scenario())
+
+
+def test_arguments_the_callee_cannot_decode_fail_the_call_with_an_error(router):
+    procedure = f"com.iso.{unique('p')}"
+
+    async def scenario():
+        async with Sessions(router) as sessions:
+            callee = await raw_connect(router, "rawsocket", "msgpack")
+            caller = await raw_connect(router, "websocket", "cbor")
+            sessions.raw.extend([callee, caller])
+            for client in (callee, caller):
+                assert (await client.hello())[0] == 2
+            callee.send([REGISTER, 1, {}, procedure])
+            assert (await callee.recv())[0] == REGISTERED
+            caller.send_bytes(cbor2.dumps([CALL, 7, {}, procedure, [cbor2.undefined]]))
+            reply = await caller.recv()
+            assert reply[:3] == [ERROR, CALL, 7] and reply[4] == "wamp.error.invalid_argument"
+            caller.send([CALL, 8, {}, procedure, ["ok"]])
+            invocation = await callee.recv()
+            assert invocation[0] == INVOCATION and invocation[4] == ["ok"]
+
+    run(scenario())
