@@ -97,6 +97,15 @@ class EventLogConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    """The node's SQLite database."""
+
+    max_bytes: int | None = None
+    """Largest size the database may grow to; at it, writes fail as on a full disk (so
+    acknowledgements that need them become errors). None: as large as the disk allows."""
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     source: Path
     data_dir: Path
@@ -105,6 +114,7 @@ class NodeConfig:
     shutdown_timeout: float = 5.0
     eventlog: EventLogConfig = field(default_factory=EventLogConfig)
     login_backoff: LoginBackoff = field(default_factory=lambda: LoginBackoff())
+    store: StoreConfig = field(default_factory=StoreConfig)
 
 
 @dataclass(frozen=True)
@@ -446,7 +456,7 @@ def load_config(path: Path | str) -> NodeConfig:
     base = path.resolve().parent
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout",
-                           "eventlog", "login_backoff"})
+                           "eventlog", "login_backoff", "store"})
     data_dir = base / reader.get("data_dir", str, "data")
     realms_dir = base / reader.get("realms_dir", str, "realms")
     names = reader.get("realms", list)
@@ -477,4 +487,8 @@ def load_config(path: Path | str) -> NodeConfig:
         raise backoff_reader.fail("max_delay", f"must not be negative, got {max_delay}")
     backoff = LoginBackoff(after, float(_positive(backoff_reader, "window", (int, float), 60.0)),
                            float(max_delay))
-    return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff)
+    store_reader = reader.child("store", reader.get("store", dict, {}))
+    store_reader.reject_unknown({"max_bytes"})
+    store = StoreConfig(_positive(store_reader, "max_bytes", (int, type(None)), None))
+    return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
+                      store)

@@ -18,7 +18,7 @@ from router.core.login_guard import LoginGuard
 from router.core.meta import (install_event_history, install_retention_admin,
                               install_session_meta, install_subscription_meta)
 from router.core.realm import Realm
-from router.core.retention import RetainedStore
+from router.core.retention import RetainedEvent, RetainedStore
 from router.core.router import Router
 from router.core.testament import Testaments
 from router.eventlog.realm_log import RealmEventLog
@@ -84,14 +84,19 @@ def restore_retained(retention: RetainedStore, store: SqliteStore, realm: str) -
     now = time.time()
     restored = 0
     for topic, blobs in store.load_retained(realm):
-        entries = [decode_retained(blob, realm) for blob in blobs]
-        newest_general = max((i for i, e in enumerate(entries) if e.general), default=0)
-        live = [e for e in entries[newest_general:]
-                if e.expires_at is None or e.expires_at > now]
+        live = live_entries(blobs, realm, now)
         if live:
             retention.restore(topic, live)
             restored += 1
     return restored
+
+
+def live_entries(blobs: list[bytes], realm: str, now: float) -> list[RetainedEvent]:
+    """A stored topic's entries that still apply: not expired, none older than the newest
+    general event (those served only its publisher's session, which is gone)."""
+    entries = [decode_retained(blob, realm) for blob in blobs]
+    newest_general = max((i for i, e in enumerate(entries) if e.general), default=0)
+    return [e for e in entries[newest_general:] if e.expires_at is None or e.expires_at > now]
 
 
 class Node:
@@ -101,11 +106,14 @@ class Node:
         self.config = config
         self.reactor = reactor
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = SqliteStore(config.data_dir / "router.sqlite3", reactor.callFromThread)
+        self.store = SqliteStore(config.data_dir / "router.sqlite3", reactor.callFromThread,
+                                 config.store.max_bytes)
         self.eventlog = EventLogWriter(config.data_dir / "eventlog",
                                        config.eventlog.max_file_bytes,
                                        config.eventlog.max_file_age)
         self.router = build_router(config, reactor, self.store, self.eventlog)
+        self.store.incidents = self.router.incidents
+        self.store.on_retained_lost = self._retained_lost
         self.mqtt = self._mqtt_frontends()
         self.amqp = self._amqp_frontends()
         self._expiry = task.LoopingCall(self._expire_retained)
@@ -226,6 +234,12 @@ class Node:
         yield threads.deferToThreadPool(self.reactor, pool, self.store.close)
         yield threads.deferToThreadPool(self.reactor, pool, self.eventlog.close)
         log.info("shutdown complete")
+
+    def _retained_lost(self, realm: str, topic: str, stored: list[bytes]) -> None:
+        """A retained write failed: the realm's memory goes back to what is stored."""
+        retention = self.router.realms[realm].retention
+        if retention is not None:
+            retention.revert(topic, live_entries(stored, realm, time.time()))
 
     def _expire_retained(self) -> None:
         for realm in self.router.realms.values():

@@ -83,6 +83,15 @@ def router_error_condition(exc: RouterError) -> str:
     return UNAUTHORIZED if exc.uri == errors.NOT_AUTHORIZED else INVALID_FIELD
 
 
+def refusal_condition(exc: Exception) -> Condition:
+    """The rejected outcome's error for an inbound message the router refused."""
+    if isinstance(exc, AttachRefused):
+        return Condition(exc.condition, exc.description)
+    if isinstance(exc, RouterError):
+        return Condition(router_error_condition(exc), exc.message or exc.uri)
+    return Condition(INVALID_FIELD, str(exc))
+
+
 def terminus_capabilities(terminus) -> list[str]:
     data = terminus.capabilities
     data.rewind()
@@ -501,30 +510,25 @@ class AmqpConnection:
             # published already, its disposition got lost: answer again, publish once
             self.frontend.when_durable(lambda ok: self._durable(delivery, link, ok))
             return
+        remember = qos == 2 and not presettled and publisher.key is not None
+        if remember:  # the receipt is stored with the message, before the disposition goes
+            store.add_inbound(publisher.key, tag)
+        acknowledged = not presettled and qos > 0
         try:
             uri = publisher.uri or self._publish_uri(message.address)
             body = message.body
             if isinstance(body, memoryview):
                 body = bytes(body)  # a view into the message's memory: copy it first
-            self.frontend.publish(self.info, uri, body, message.inferred, qos, retain)
-        except AttachRefused as refused:
-            self._outcome(delivery, presettled, Delivery.REJECTED,
-                          Condition(refused.condition, refused.description))
+            self.frontend.publish(self.info, uri, body, message.inferred, qos, retain,
+                                  (lambda ok: self._durable(delivery, link, ok))
+                                  if acknowledged else None)
+        except (AttachRefused, RouterError, TypeError, ValueError) as exc:
+            if remember:
+                store.delete_inbound(publisher.key, tag)
+            self._outcome(delivery, presettled, Delivery.REJECTED, refusal_condition(exc))
             return
-        except RouterError as exc:
-            self._outcome(delivery, presettled, Delivery.REJECTED,
-                          Condition(router_error_condition(exc), exc.message or exc.uri))
-            return
-        except (TypeError, ValueError) as exc:
-            self._outcome(delivery, presettled, Delivery.REJECTED,
-                          Condition(INVALID_FIELD, str(exc)))
-            return
-        if presettled or qos == 0:
+        if not acknowledged:
             self._outcome(delivery, presettled, Delivery.ACCEPTED, None)
-            return
-        if qos == 2 and publisher.key is not None:
-            store.add_inbound(publisher.key, tag)  # durable before the disposition goes
-        self.frontend.when_durable(lambda ok: self._durable(delivery, link, ok))
 
     def _durable(self, delivery, link, ok: bool) -> None:
         if self._closed or self.links.get(self._key(link)) is None:

@@ -26,7 +26,7 @@ from router.core.model import SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.payload import from_bytes
 from router.core.qos import ENFORCE_MINIMUM
-from router.core.realm import Realm
+from router.core.realm import Realm, durable_callback
 from router.core.router import Router
 
 
@@ -174,8 +174,9 @@ class AmqpFrontend:
     # publishing --------------------------------------------------------------------------
 
     def publish(self, info: SessionInfo, uri: str, body, data_section: bool, qos: int,
-                retain: bool) -> None:
-        """Route one inbound message through the core (raises RouterError when refused)."""
+                retain: bool, on_durable: Callable[[bool], None] | None = None) -> None:
+        """Route one inbound message through the core (raises RouterError when refused);
+        ``on_durable(ok)`` once what it made durable is stored (or failed to be)."""
         payload = None
         args = kwargs = None
         if body is None:
@@ -193,7 +194,7 @@ class AmqpFrontend:
                 args = [value]
         options = PublishOptions(qos=qos, retain=retain and not empty,
                                  retain_clear=retain and empty, exclude_me=False)
-        self.realm.publish(info, uri, args, kwargs, options, None,
+        self.realm.publish(info, uri, args, kwargs, options, durable_callback(on_durable),
                            len(payload) if payload is not None else 0, payload=payload)
 
     # restart -----------------------------------------------------------------------------

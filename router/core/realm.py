@@ -28,6 +28,14 @@ from router.core.uri import EXACT, is_reserved, is_valid_uri
 log = logging.getLogger(__name__)
 
 
+def durable_callback(on_durable: Callable[[bool], None] | None
+                     ) -> Callable[[Publication, bool], None] | None:
+    """Adapt a frontend's ``on_durable(ok)`` to :meth:`Realm.publish`'s callback."""
+    if on_durable is None:
+        return None
+    return lambda publication, ok: on_durable(ok)
+
+
 class Realm:
     """The routing state of one realm."""
 

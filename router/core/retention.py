@@ -139,6 +139,17 @@ class RetainedStore:
                 heapq.heappush(self._expiry, (entry.expires_at, topic,
                                               entry.publication.publication_id))
 
+    def revert(self, topic: str, entries: list[RetainedEvent]) -> None:
+        """Go back to what the store holds after a write of ``topic`` failed: memory never
+        claims a retained event that a restart would not bring back (no notification)."""
+        old = self._topics.get(topic)
+        if old:
+            self.bytes -= sum(e.size for e in old)
+            self._topics.pop(topic)
+            self._recency.pop(topic, None)
+        if entries:
+            self.restore(topic, entries)
+
     def _set(self, topic: str, entries: list[RetainedEvent], action: str,
              publication: Publication | None) -> None:
         old = self._topics.get(topic) or []

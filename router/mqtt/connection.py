@@ -125,27 +125,38 @@ class MqttConnection:
     def _on_publish(self, packet: Publish) -> None:
         topic = self._resolve_alias(packet)
         session = self.session
-        if packet.qos == 2 and not session.remember_inbound(packet.packet_id):
+        packet_id = packet.packet_id
+        if packet.qos == 2 and not session.remember_inbound(packet_id):
             # a duplicate, routed already: acknowledge once its receipt is on disk too
             self.frontend.when_durable(
-                lambda ok: self._send(Pubrec(packet.packet_id)) if ok else None)
+                lambda ok: self._send(Pubrec(packet_id)) if ok else self.store_failed("PUBREC"))
             return
         if packet.qos and self.version == 5:
             self._inbound_unacknowledged += 1
             if self._inbound_unacknowledged > SERVER_RECEIVE_MAXIMUM:
                 raise MqttProtocolError(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
                                         "more unacknowledged QoS > 0 publishes than allowed")
-        reason = self._publish(topic, packet)
-        if packet.qos == 0:
-            return
-        if reason != ReasonCode.SUCCESS and packet.qos == 2:
-            session.release_inbound(packet.packet_id)
         ack = Puback if packet.qos == 1 else Pubrec
-        if reason != ReasonCode.SUCCESS:
-            self._acknowledge(ack(packet.packet_id, reason))
-            return
-        self.frontend.when_durable(lambda ok: self._acknowledge(
-            ack(packet.packet_id, ReasonCode.SUCCESS if ok else ReasonCode.UNSPECIFIED_ERROR)))
+        reason = self._publish(topic, packet, (lambda ok: self._stored(ack, packet_id, ok))
+                               if packet.qos else None)
+        if reason != ReasonCode.SUCCESS and packet.qos:
+            if packet.qos == 2:
+                session.release_inbound(packet_id)
+            self._acknowledge(ack(packet_id, reason))
+
+    def _stored(self, ack: type, packet_id: int, ok: bool) -> None:
+        """PUBACK / PUBREC only once the publication is stored where its QoS requires.
+
+        MQTT 3.1.1 has no negative acknowledgement: a failed commit closes the connection,
+        and the client sends the message again when it reconnects."""
+        if ok:
+            self._acknowledge(ack(packet_id, ReasonCode.SUCCESS))
+        elif self.version == 5:
+            if ack is Pubrec:
+                self.session.release_inbound(packet_id)
+            self._acknowledge(ack(packet_id, ReasonCode.UNSPECIFIED_ERROR))
+        else:
+            self.store_failed(ack.__name__.upper())
 
     def _acknowledge(self, ack) -> None:
         if self._inbound_unacknowledged:
@@ -153,7 +164,14 @@ class MqttConnection:
         if not self._closed:
             self._send(ack)
 
-    def _publish(self, topic: str, packet: Publish) -> int:
+    def store_failed(self, what: str) -> None:
+        """The store could not write what ``what`` would promise: close, promise nothing."""
+        if not self._closed:
+            self._fail(ReasonCode.UNSPECIFIED_ERROR, f"the router could not store the state "
+                       f"a {what} promises", False)
+
+    def _publish(self, topic: str, packet: Publish,
+                 on_durable: Callable[[bool], None] | None) -> int:
         """Route an inbound PUBLISH; returns the MQTT 5 reason code for its acknowledgement."""
         try:
             uri = topic_to_uri(topic, self.frontend.realm.uri_check)
@@ -162,12 +180,14 @@ class MqttConnection:
             return ReasonCode.TOPIC_NAME_INVALID
         try:
             self.frontend.publish(self.session, uri, packet.payload, packet.qos, packet.retain,
-                                  packet.properties)
+                                  packet.properties, on_durable)
         except RouterError as exc:
             log.info("MQTT client %s: publish to %s refused: %s", self.session.client_id, uri,
                      exc.message or exc.uri)
             if exc.uri == errors.NOT_AUTHORIZED:
                 return ReasonCode.NOT_AUTHORIZED
+            if exc.uri == errors.INVALID_ARGUMENT:
+                return ReasonCode.PAYLOAD_FORMAT_INVALID
             return ReasonCode.TOPIC_NAME_INVALID
         return ReasonCode.SUCCESS
 
@@ -190,7 +210,7 @@ class MqttConnection:
         found = self.session.release_inbound(packet.packet_id)
         reason = ReasonCode.SUCCESS if found else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
         self.frontend.when_durable(lambda ok: self._send(Pubcomp(packet.packet_id, reason))
-                                   if not self._closed else None)
+                                   if ok else self.store_failed("PUBCOMP"))
 
     # acknowledgements of our publishes --------------------------------------------------
 

@@ -20,7 +20,7 @@ from router.core.model import SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.payload import from_bytes
 from router.core.qos import ENFORCE_MINIMUM
-from router.core.realm import Realm
+from router.core.realm import Realm, durable_callback
 from router.core.router import Router
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will
 from router.mqtt.persistence import MqttSessionStore, StoredSession
@@ -227,13 +227,15 @@ class MqttFrontend:
     # publish / subscribe ------------------------------------------------------------------
 
     def publish(self, session: MqttSession, uri: str, payload: bytes, qos: int, retain: bool,
-                properties: dict) -> None:
-        """Route an MQTT publication through the core (raises RouterError when refused)."""
+                properties: dict, on_durable: Callable[[bool], None] | None = None) -> None:
+        """Route an MQTT publication through the core (raises RouterError when refused);
+        ``on_durable(ok)`` once what it made durable is stored (or failed to be)."""
         args, kwargs = from_bytes(payload, self.settings.payload_mapping)
         expiry = properties.get("message_expiry_interval")
         options = PublishOptions(qos=qos, retain=retain and bool(payload),
                                  retain_clear=retain and not payload, exclude_me=False)
-        self.realm.publish(session.info, uri, args, kwargs, options, None, len(payload),
+        self.realm.publish(session.info, uri, args, kwargs, options,
+                           durable_callback(on_durable), len(payload),
                            payload=payload, properties=properties or None,
                            expires_at=time.time() + expiry if expiry is not None else None)
 

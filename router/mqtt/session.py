@@ -185,7 +185,7 @@ class MqttSession:
                     # the packet id must be on disk before the client sees it: after a crash
                     # the same id is resent and the client can recognise the duplicate
                     self.frontend.when_durable(
-                        lambda ok, entry=entry: self._transmit_later(entry))
+                        lambda ok, entry=entry: self._transmit_later(entry, ok))
                     continue
             self._transmit(entry)
 
@@ -200,9 +200,23 @@ class MqttSession:
         self._drop(entry)
         return False
 
-    def _transmit_later(self, entry: Outbound) -> None:
+    def _transmit_later(self, entry: Outbound, stored: bool) -> None:
+        if not stored:
+            self._unsend(entry)
+            return
         if not self._transmit(entry):
             self.pump()
+
+    def _unsend(self, entry: Outbound) -> None:
+        """Its packet id never reached the disk: the QoS 2 PUBLISH must not go out with it.
+        Back to the queue (in order) it goes, and the connection closes; the next one
+        sends it under a packet id that is stored first."""
+        if self._by_packet_id.get(entry.packet_id) is entry:
+            del self._by_packet_id[entry.packet_id]
+        entry.packet_id, entry.state = None, QUEUED
+        self._queued = deque(sorted((*self._queued, entry.seq)))
+        if self.connection is not None:
+            self.connection.store_failed("QoS 2 PUBLISH")
 
     def resume(self) -> None:
         """After a (re)connect: resend what is in flight, in order, then the queue."""

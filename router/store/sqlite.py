@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from router.background import BatchWorker
+from router.core.incidents import STORE_FAILED, Incidents
 from router.core.retention import RetainedEvent
 from router.store.codec import pack_topic, unpack_topic
 
@@ -27,10 +28,18 @@ CREATE TABLE IF NOT EXISTS retained (
 ) WITHOUT ROWID;
 """
 
-def _connect(path: Path) -> sqlite3.Connection:
+RetainedLost = Callable[[str, str, list[bytes]], None]
+"""(realm, topic, the entries the database still holds): a retained write failed, so
+memory must go back to what is stored."""
+
+
+def _connect(path: Path, max_bytes: int | None) -> sqlite3.Connection:
     connection = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=FULL")
+    if max_bytes is not None:
+        page_size = connection.execute("PRAGMA page_size").fetchone()[0]
+        connection.execute(f"PRAGMA max_page_count={max(1, max_bytes // page_size)}")
     connection.executescript(SCHEMA)
     return connection
 
@@ -38,10 +47,18 @@ def _connect(path: Path) -> sqlite3.Connection:
 class SqliteStore:
     """Implements :class:`router.core.persistence.RetainedPersistence`."""
 
-    def __init__(self, path: Path, call_in_loop: Callable[..., None]) -> None:
+    def __init__(self, path: Path, call_in_loop: Callable[..., None],
+                 max_bytes: int | None = None) -> None:
         self.path = path
         self._call_in_loop = call_in_loop
-        self._connection = _connect(path)
+        self._connection = _connect(path, max_bytes)
+        self.incidents = Incidents()
+        """Failed commits are counted here (the node hands in the router's)."""
+        self.on_retained_lost: RetainedLost | None = None
+        self._retained_writes: dict[tuple[str, str], int] = {}
+        """(realm, topic) -> number of its newest queued write, while one is queued: a
+        failed write is undone in memory only if no newer write of the topic follows."""
+        self._write_numbers = 0
         self._queued_writes = 0
         """Writes handed to the writer thread (reactor thread only)."""
         self._finished_writes = 0
@@ -59,7 +76,10 @@ class SqliteStore:
     def save_retained(self, realm: str, topic: str, entries: list[RetainedEvent]) -> None:
         durable = [entry for entry in entries if not _names_sessions(entry)]
         self._queued_writes += 1
-        self._worker.put((realm, topic, pack_topic(durable) if durable else None))
+        self._write_numbers += 1
+        self._retained_writes[(realm, topic)] = self._write_numbers
+        self._worker.put(_RetainedWrite(realm, topic, pack_topic(durable) if durable else None,
+                                        self._write_numbers))
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         """Run ``callback(ok)`` once every write queued so far is committed: at once when
@@ -90,29 +110,51 @@ class SqliteStore:
     # writer thread --------------------------------------------------------------
 
     def _write_batch(self, batch: list) -> None:
-        writes: dict[tuple[str, str], bytes | None] = {}
+        writes: dict[tuple[str, str], _RetainedWrite] = {}
         statements: list[_Statement] = []
         callbacks = []
         for item in batch:
             if type(item) is _Statement:
                 statements.append(item)
-            elif callable(item):
-                callbacks.append(item)
+            elif type(item) is _RetainedWrite:
+                writes[(item.realm, item.topic)] = item
             else:
-                realm, topic, blob = item
-                writes[(realm, topic)] = blob
-        ok = self._write(writes, statements) if writes or statements else True
-        self._call_in_loop(self._batch_done, len(batch) - len(callbacks), callbacks, ok)
+                callbacks.append(item)
+        error = self._write(writes, statements) if writes or statements else None
+        lost = self._committed(writes) if error is not None else []
+        self._call_in_loop(self._batch_done, len(batch) - len(callbacks), callbacks, error,
+                           list(writes.values()), lost)
 
-    def _batch_done(self, writes: int, callbacks: list, ok: bool) -> None:
-        """On the reactor thread, in batch order: count the writes, then acknowledge, so an
-        acknowledgement answered at once can never overtake one of an earlier batch."""
+    def _batch_done(self, writes: int, callbacks: list, error: str | None,
+                    retained: list["_RetainedWrite"],
+                    lost: list[tuple["_RetainedWrite", list[bytes]]]) -> None:
+        """On the reactor thread, in batch order: count the writes, undo lost retained
+        state, then acknowledge, so an acknowledgement answered at once can never overtake
+        one of an earlier batch. Each callback runs on its own: one that fails costs only
+        its own acknowledgement."""
         self._finished_writes += writes
+        newest = self._retained_writes
+        for write, stored in lost:
+            if (newest.get((write.realm, write.topic)) == write.number
+                    and self.on_retained_lost is not None):
+                self.on_retained_lost(write.realm, write.topic, stored)
+        for write in retained:
+            key = (write.realm, write.topic)
+            if newest.get(key) == write.number:
+                del newest[key]
+        if error is not None:
+            self.incidents.count("", "store", STORE_FAILED,
+                                 f"{self.path.name}: {error} ({writes} write(s) not stored)")
+        ok = error is None
         for callback in callbacks:
-            callback(ok)
+            try:
+                callback(ok)
+            except Exception as exc:  # a bug in one acknowledgement must not cost the others
+                log.exception("a durability callback failed: %s", exc)
 
-    def _write(self, writes: dict[tuple[str, str], bytes | None],
-               statements: list["_Statement"]) -> bool:
+    def _write(self, writes: dict[tuple[str, str], "_RetainedWrite"],
+               statements: list["_Statement"]) -> str | None:
+        """Commit one batch; the error message if it failed (nothing of it is stored)."""
         try:
             with self._connection:
                 self._connection.execute("BEGIN")
@@ -121,16 +163,36 @@ class SqliteStore:
                 self._connection.executemany(
                     "INSERT INTO retained (realm, topic, entries) VALUES (?, ?, ?) "
                     "ON CONFLICT (realm, topic) DO UPDATE SET entries = excluded.entries",
-                    [(realm, topic, blob) for (realm, topic), blob in writes.items()
-                     if blob is not None])
+                    [(w.realm, w.topic, w.blob) for w in writes.values() if w.blob is not None])
                 self._connection.executemany(
                     "DELETE FROM retained WHERE realm = ? AND topic = ?",
-                    [key for key, blob in writes.items() if blob is None])
+                    [key for key, w in writes.items() if w.blob is None])
+        except sqlite3.Error as exc:
+            log.debug("writing a batch (%d retained topic(s), %d statement(s)) failed",
+                      len(writes), len(statements), exc_info=True)
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def _committed(self, writes: dict[tuple[str, str], "_RetainedWrite"]
+                   ) -> list[tuple["_RetainedWrite", list[bytes]]]:
+        """What the database holds for the topics of a failed batch (writer thread)."""
+        lost = []
+        try:
+            for write in writes.values():
+                row = self._connection.execute(
+                    "SELECT entries FROM retained WHERE realm = ? AND topic = ?",
+                    (write.realm, write.topic)).fetchone()
+                lost.append((write, unpack_topic(row[0]) if row is not None else []))
         except sqlite3.Error:
-            log.exception("writing a batch (%d retained topic(s), %d statement(s)) failed",
-                          len(writes), len(statements))
-            return False
-        return True
+            log.exception("reading back retained topics after a failed write")
+        return lost
+
+
+class _RetainedWrite(NamedTuple):
+    realm: str
+    topic: str
+    blob: bytes | None
+    number: int
 
 
 class _Statement(NamedTuple):
