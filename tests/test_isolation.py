@@ -127,19 +127,26 @@ def test_a_retained_event_that_cannot_be_stored_is_refused_before_anyone_gets_it
     run(scenario())
 
 
+async def callee_and_caller(router, sessions: Sessions, procedure: str,
+                            callee_format: str, caller_format: str) -> tuple:
+    """A callee (RawSocket) registered for ``procedure`` and a caller (WebSocket), joined."""
+    callee = await raw_connect(router, "rawsocket", callee_format)
+    caller = await raw_connect(router, "websocket", caller_format)
+    sessions.raw.extend([callee, caller])
+    for client in (callee, caller):
+        assert (await client.hello())[0] == 2
+    callee.send([REGISTER, 1, {}, procedure])
+    assert (await callee.recv())[0] == REGISTERED
+    return callee, caller
+
+
 def test_a_result_the_caller_cannot_decode_fails_that_call_only(router):
     procedure = f"com.iso.{unique('p')}"
 
     async def scenario():
         async with Sessions(router) as sessions:
-            callee = await raw_connect(router, "rawsocket", "cbor")
-            caller = await raw_connect(router, "websocket", "msgpack")
-            sessions.raw.extend([callee, caller])
-            for client in (callee, caller):
-                assert (await client.hello())[0] == 2
-            callee.send([REGISTER, 1, {}, procedure])
-            assert (await callee.recv())[0] == REGISTERED
-
+            callee, caller = await callee_and_caller(router, sessions, procedure, "cbor",
+                                                     "msgpack")
             for request, result in ((1, cbor2.undefined), (2, "fine")):
                 caller.send([CALL, request, {}, procedure, []])
                 invocation = await callee.recv()
@@ -160,13 +167,8 @@ def test_arguments_the_callee_cannot_decode_fail_the_call_with_an_error(router):
 
     async def scenario():
         async with Sessions(router) as sessions:
-            callee = await raw_connect(router, "rawsocket", "msgpack")
-            caller = await raw_connect(router, "websocket", "cbor")
-            sessions.raw.extend([callee, caller])
-            for client in (callee, caller):
-                assert (await client.hello())[0] == 2
-            callee.send([REGISTER, 1, {}, procedure])
-            assert (await callee.recv())[0] == REGISTERED
+            callee, caller = await callee_and_caller(router, sessions, procedure, "msgpack",
+                                                     "cbor")
             caller.send_bytes(cbor2.dumps([CALL, 7, {}, procedure, [cbor2.undefined]]))
             reply = await caller.recv()
             assert reply[:3] == [ERROR, CALL, 7] and reply[4] == "wamp.error.invalid_argument"
