@@ -176,14 +176,13 @@ class MqttConnection:
         try:
             uri = topic_to_uri(topic, self.frontend.realm.uri_check)
         except UnmappableTopic as exc:
-            log.info("MQTT client %s: %s", self.session.client_id, exc)
+            self.frontend.count_refusal(self.session, f"publish to {topic}", exc)
             return ReasonCode.TOPIC_NAME_INVALID
         try:
             self.frontend.publish(self.session, uri, packet.payload, packet.qos, packet.retain,
                                   packet.properties, on_durable)
         except RouterError as exc:
-            log.info("MQTT client %s: publish to %s refused: %s", self.session.client_id, uri,
-                     exc.message or exc.uri)
+            self.frontend.count_refusal(self.session, f"publish to {topic}", exc)
             if exc.uri == errors.NOT_AUTHORIZED:
                 return ReasonCode.NOT_AUTHORIZED
             if exc.uri == errors.INVALID_ARGUMENT:

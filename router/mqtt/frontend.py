@@ -16,6 +16,7 @@ from router.core import errors
 from router.core.credentials import Principal, verify_secret
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
+from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.payload import from_bytes
@@ -61,6 +62,15 @@ class MqttFrontend:
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         self.store.when_durable(callback)
+
+    def count_refusal(self, session: MqttSession, what: str, exc: Exception) -> None:
+        """Count a refused publish or subscribe (logged once per cause and interval)."""
+        reason = (NOT_AUTHORIZED if isinstance(exc, RouterError)
+                  and exc.uri == errors.NOT_AUTHORIZED else INVALID_TOPIC)
+        message = exc.message or exc.uri if isinstance(exc, RouterError) else str(exc)
+        self.router.incidents.count(self.realm.name, "mqtt", reason,
+                                    f"client {session.client_id}: {what}: {message}",
+                                    level=logging.INFO)
 
     # connect / disconnect ---------------------------------------------------------------
 
@@ -247,7 +257,7 @@ class MqttFrontend:
         try:
             uri, match = filter_to_pattern(topic_filter, self.realm.uri_check)
         except UnmappableTopic as exc:
-            log.info("MQTT client %s: %s", session.client_id, exc)
+            self.count_refusal(session, f"subscribe {topic_filter}", exc)
             return ReasonCode.TOPIC_FILTER_INVALID, None
         existed = topic_filter in session.subscriptions
         granted = min(options.qos, self.settings.max_qos)
@@ -255,8 +265,7 @@ class MqttFrontend:
             core = self.realm.subscribe(session, uri, SubscribeOptions(
                 match, get_retained=options.retain_handling != 2))
         except RouterError as exc:
-            log.info("MQTT client %s: subscribe %s refused: %s", session.client_id,
-                     topic_filter, exc.message or exc.uri)
+            self.count_refusal(session, f"subscribe {topic_filter}", exc)
             return (ReasonCode.NOT_AUTHORIZED if exc.uri == errors.NOT_AUTHORIZED
                     else ReasonCode.TOPIC_FILTER_INVALID), None
         granted_options = SubscriptionOptions(granted, options.no_local,
