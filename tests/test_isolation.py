@@ -12,7 +12,7 @@ import pytest
 
 from tests.amqp_clients import Receive, amqp_listeners, body_bytes, received, settle
 from tests.amqp_clients import connect as amqp_connect
-from tests.clients import Sessions, next_item, raw_connect, run
+from tests.clients import Sessions, raw_connect, run
 from tests.harness import RouterProcess
 from tests.mqtt_clients import ClientPool, mqtt_realm, unique
 
