@@ -140,6 +140,47 @@ def test_durable_amqp_link_expires_at_the_realm_maximum(router):
     publisher.close()
 
 
+
+def test_sessions_and_links_restored_after_a_restart_get_the_lowered_maximum(tmp_path):
+    realm = mqtt_realm("realm1", mqtt={"max_session_expiry": 3600},
+                       amqp={"max_link_expiry": 3600})
+    process = RouterProcess(tmp_path, [realm], listeners=amqp_listeners("realm1", wamp=False))
+    process.start()
+    client_id, container, link_name = unique("restored"), unique("container"), unique("link")
+    address = f"com.bounds.{link_name}"
+    pool = ClientPool(process)
+
+    def attach():
+        connection = connect(process, container_id=container)
+        return connection, connection.create_receiver(address, credit=10, name=link_name,
+                                                      options=Receive(1, durable=True))
+
+    try:
+        client = pool(V311, client_id=client_id, clean=False)
+        client.subscribe((f"com/bounds/{client_id}", 1))
+        client.disconnect()
+        connection, _ = attach()
+        connection.close()
+        publisher = connect(process)
+        send(publisher.create_sender(address, options=Send(1)), message(b"queued", qos=1))
+        publisher.close()
+        gone_by = time.time() + 1.2  # both were detached before this, by a margin
+        assert process.stop() == 0
+        realm["mqtt"]["max_session_expiry"] = realm["amqp"]["max_link_expiry"] = 1
+        process.write_config()
+        process.start()
+        wait_until(gone_by)  # under the old maximum both would still live for an hour
+        assert pool.new(V311, client_id=client_id, clean=False).connect().session_present is False
+        connection, receiver = attach()
+        publisher = connect(process)
+        send(publisher.create_sender(address, options=Send(1)), message(b"sentinel", qos=1))
+        expect_body(receiver, b"sentinel")  # the queued message went with the expired link
+        connection.close()
+        publisher.close()
+    finally:
+        pool.close()
+        process.stop()
+
 # --- AMQP inbound credit ------------------------------------------------------------------
 
 
@@ -184,3 +225,108 @@ def test_amqp_sender_never_has_more_than_the_window_unsettled(router):
     assert {d.remote_state for d in deliveries} == {Delivery.ACCEPTED}
     assert max(outstanding) <= WINDOW
     connection.close()
+
+
+# --- message expiry -----------------------------------------------------------------------
+
+SENTINEL = b'"sentinel"'
+
+
+def short_lived(publisher, mqtt_topic: str, payload: bytes, retain: bool = False) -> float:
+    """An MQTT 5 QoS 1 message that expires 1 s after the router got it; returns a time by
+    which it has surely expired (the router got it before the PUBACK came back)."""
+    assert publisher.publish(mqtt_topic, payload, qos=1, retain=retain,
+                             properties=publish_properties(MessageExpiryInterval=1)) == 0
+    return time.time() + 1
+
+
+def amqp_before_sentinel(receiver) -> list[bytes]:
+    bodies = []
+    while True:
+        msg, delivery = received(receiver)
+        delivery.update(Delivery.ACCEPTED)
+        delivery.settle()
+        if body_bytes(msg) == SENTINEL:
+            return bodies
+        bodies.append(body_bytes(msg))
+
+
+async def wamp_before_sentinel(client) -> list:
+    args = []
+    while True:
+        event = await client.recv()
+        assert event[0] == EVENT, event
+        if event[4] == ["sentinel"]:
+            return args
+        args.append(event[4])
+
+
+def test_expired_retained_message_reaches_no_protocol_and_is_removed(router, mqtt):
+    name = unique("expiring")
+    mqtt_topic, uri = f"com/bounds/{name}", f"com.bounds.{name}"
+    publisher = mqtt(V5)
+
+    async def retained_everywhere(mqtt_client, amqp_connection, wamp_client) -> list:
+        """What each protocol gets as retained on (mqtt_topic, uri) before a live sentinel."""
+        mqtt_client.subscribe((mqtt_topic, 1))
+        amqp_receiver = amqp_connection.create_receiver(uri, credit=10,
+                                                        options=Receive(1, retained=True))
+        await subscribe(wamp_client, uri, get_retained=True)
+        assert publisher.publish(mqtt_topic, SENTINEL, qos=1) == 0
+        return [[m.payload for m in mqtt_client.collect_until(SENTINEL)],
+                amqp_before_sentinel(amqp_receiver), await wamp_before_sentinel(wamp_client)]
+
+    async def scenario():
+        # everything is connected before the message exists: its second is for the checks
+        clients = (mqtt(V5), connect(router), await joined(router, "websocket"))
+        expires_by = short_lived(publisher, mqtt_topic, b'"short-lived"', retain=True)
+        before = await retained_everywhere(*clients)
+        assert time.time() < expires_by - 0.05, "too slow to check before the expiry"
+        assert before == [[b'"short-lived"'], [b'"short-lived"'], [["short-lived"]]]
+        wait_until(expires_by)
+        wamp_client = await joined(router, "websocket")
+        after = await retained_everywhere(mqtt(V5), connect(router), wamp_client)
+        assert after == [[], [], []]
+        listed = await call(wamp_client, "wamp.retained.list", kwargs={"prefix": uri})
+        assert listed[3] == [[]], "the expired retained message is still stored"
+
+    run(scenario())
+
+
+def test_expired_message_queued_for_an_amqp_link_is_not_sent(router, mqtt):
+    name = unique("queued")
+    mqtt_topic, uri = f"com/bounds/{name}", f"com.bounds.{name}"
+    connection = connect(router)
+    receiver = connection.create_receiver(uri, credit=0, options=Receive(1))  # no credit yet
+    publisher = mqtt(V5)
+    expires_by = short_lived(publisher, mqtt_topic, b'"expiring"')
+    assert publisher.publish(mqtt_topic, b'"kept"', qos=1) == 0
+    wait_until(expires_by)
+    receiver.flow(10)
+    assert publisher.publish(mqtt_topic, SENTINEL, qos=1) == 0
+    assert amqp_before_sentinel(receiver) == [b'"kept"']
+    router.wait_for_log(r"realm realm1, amqp: expired: link com\.bounds\.queued_")
+    connection.close()
+
+
+def test_expired_message_is_not_delivered_again_to_a_wamp_subscriber(router, mqtt):
+    name = unique("unacked")
+    mqtt_topic, uri = f"com/bounds/{name}", f"com.bounds.{name}"
+
+    async def scenario():
+        subscriber = await raw_connect(router, "websocket")
+        welcome = await subscriber.hello("realm1", {"roles": {"subscriber": {"features": {}}}})
+        assert welcome[0] == 2
+        await subscribe(subscriber, uri, _qos=1)
+        publisher = mqtt(V5)
+        short_lived(publisher, mqtt_topic, b'"expiring"')
+        first = await subscriber.recv()
+        assert first[4] == ["expiring"] and first[3].get("x_acknowledged_delivery") is True
+        # never acknowledged: sent again every 0.3 s until it expires, then dropped, counted
+        router.wait_for_log(r"realm realm1, wamp: expired: session \d+: " + uri.replace(".", r"\."))
+        assert publisher.publish(mqtt_topic, SENTINEL, qos=0) == 0
+        copies = await wamp_before_sentinel(subscriber)
+        assert set(map(tuple, copies)) <= {("expiring",)}
+        subscriber.close()
+
+    run(scenario())
