@@ -21,6 +21,7 @@ from router.core.qos import POLICIES, QOS_LEVELS
 from router.core.retention import RetentionPolicy
 from router.eventlog.realm_log import RealmLogSettings
 from router.eventlog.schema import KINDS
+from router.amqp.settings import AmqpSettings
 from router.mqtt.frontend import MqttSettings
 from router.wamp.settings import WampSettings
 from router.core.uri import MATCH_POLICIES, is_valid_uri
@@ -33,6 +34,7 @@ AMQP_DEFAULT_PORT = 5672
 DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
 RAWSOCKET_MIN, RAWSOCKET_MAX = 512, 2 ** 24
 CLIENT_CERT_MODES = ("none", "optional", "required")
+MAX_FOUR_BYTE = 0xFFFFFFFF
 
 
 class ConfigError(Exception):
@@ -82,6 +84,7 @@ class RealmConfig:
     history: tuple[HistoryRule, ...] = ()
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     wamp: WampSettings = field(default_factory=WampSettings)
+    amqp: AmqpSettings = field(default_factory=AmqpSettings)
 
 
 @dataclass(frozen=True)
@@ -344,7 +347,7 @@ def _retention(reader: _Reader, check: str) -> RetentionPolicy:
 
 def _mqtt(reader: _Reader) -> MqttSettings:
     reader.reject_unknown({"payload_mapping", "qos_policy", "max_qos", "max_packet_size",
-                           "max_queued"})
+                           "max_queued", "max_session_expiry"})
     defaults = MqttSettings()
     mapping = reader.get("payload_mapping", str, defaults.payload_mapping)
     if mapping not in MAPPINGS:
@@ -358,11 +361,31 @@ def _mqtt(reader: _Reader) -> MqttSettings:
         raise reader.fail("max_qos", f"must be 0, 1 or 2, got {max_qos}")
     return MqttSettings(mapping, policy, max_qos,
                         _positive(reader, "max_packet_size", int, defaults.max_packet_size),
-                        _positive(reader, "max_queued", int, defaults.max_queued))
+                        _positive(reader, "max_queued", int, defaults.max_queued),
+                        _expiry_cap(reader, "max_session_expiry", defaults.max_session_expiry))
+
+
+def _expiry_cap(reader: _Reader, key: str, default: int) -> int:
+    """Whole seconds, as MQTT 5 tells them to clients (a four-byte integer)."""
+    value = _positive(reader, key, int, default)
+    if value > MAX_FOUR_BYTE:
+        raise reader.fail(key, f"must be at most {MAX_FOUR_BYTE}, got {value}")
+    return value
+
+
+def _amqp(reader: _Reader, mqtt: MqttSettings) -> AmqpSettings:
+    reader.reject_unknown({"inbound_window", "max_link_expiry"})
+    defaults = AmqpSettings()
+    return AmqpSettings(payload_mapping=mqtt.payload_mapping,
+                        inbound_window=_positive(reader, "inbound_window", int,
+                                                 defaults.inbound_window),
+                        max_link_expiry=_expiry_cap(reader, "max_link_expiry",
+                                                    defaults.max_link_expiry))
 
 
 def _wamp(reader: _Reader) -> WampSettings:
-    reader.reject_unknown({"granted_qos", "qos_policy", "ack_timeout", "max_redeliveries"})
+    reader.reject_unknown({"granted_qos", "qos_policy", "ack_timeout", "max_redeliveries",
+                           "max_testaments"})
     defaults = WampSettings()
     granted = reader.get("granted_qos", int, defaults.granted_qos)
     if granted not in QOS_LEVELS:
@@ -372,7 +395,8 @@ def _wamp(reader: _Reader) -> WampSettings:
         raise reader.fail("qos_policy", f"must be one of {', '.join(POLICIES)}, got '{policy}'")
     return WampSettings(granted, policy,
                         float(_positive(reader, "ack_timeout", (int, float), defaults.ack_timeout)),
-                        reader.get("max_redeliveries", int, defaults.max_redeliveries))
+                        reader.get("max_redeliveries", int, defaults.max_redeliveries),
+                        _positive(reader, "max_testaments", int, defaults.max_testaments))
 
 
 def _history_rule(reader: _Reader, check: str) -> HistoryRule:
@@ -386,7 +410,7 @@ def load_realm(path: Path, expected_name: str) -> RealmConfig:
     """Read and validate one realm file."""
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"name", "uri_check", "anonymous_role", "roles", "principals",
-                           "retention", "history", "mqtt", "wamp"})
+                           "retention", "history", "mqtt", "wamp", "amqp"})
     name = reader.get("name", str)
     if name != expected_name:
         raise reader.fail("name", f"is '{name}' but config.json loads this file as "
@@ -416,8 +440,9 @@ def load_realm(path: Path, expected_name: str) -> RealmConfig:
                     for i, rule in enumerate(history_reader.data))
     mqtt = _mqtt(reader.child("mqtt", reader.get("mqtt", dict, {})))
     wamp = _wamp(reader.child("wamp", reader.get("wamp", dict, {})))
+    amqp = _amqp(reader.child("amqp", reader.get("amqp", dict, {})), mqtt)
     return RealmConfig(name, path, roles, check, anonymous, principals, retention, history, mqtt,
-                       wamp)
+                       wamp, amqp)
 
 
 def _realm_log(reader: _Reader, default_enabled: bool) -> RealmLogSettings:

@@ -8,7 +8,7 @@ import time
 from twisted.internet import defer, task, threads
 from twisted.internet.interfaces import IListeningPort, IReactorCore
 
-from router.amqp.frontend import AmqpFrontend, AmqpSettings
+from router.amqp.frontend import AmqpFrontend
 from router.amqp.persistence import AmqpStore
 from router.amqp.transports import AmqpTcpFactory
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
@@ -69,7 +69,7 @@ def build_router(config: NodeConfig, reactor, store: SqliteStore,
         install_subscription_meta(realm)
         install_event_history(realm)
         install_retention_admin(realm)
-        Testaments(realm)
+        Testaments(realm, realm_config.wamp.max_testaments)
         router.add_realm(realm, realm_config.principals)
     return router
 
@@ -177,9 +177,7 @@ class Node:
             if listener.type != "amqp" or listener.realm in frontends:
                 continue
             realm = self.router.realms[listener.realm]
-            mqtt_settings = self.config.realms[realm.name].mqtt
-            frontend = AmqpFrontend(self.router, realm,
-                                    AmqpSettings(payload_mapping=mqtt_settings.payload_mapping),
+            frontend = AmqpFrontend(self.router, realm, self.config.realms[realm.name].amqp,
                                     AmqpStore(self.store, realm.name), self.reactor)
             restored = frontend.restore()
             if restored:

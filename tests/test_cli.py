@@ -111,6 +111,14 @@ BAD_CONFIGS = [
     ("anonymous_role unknown", _set(["realm", "anonymous_role"], "guest"), "realm1.json",
      ["anonymous_role"]),
     ("uri_check invalid", _set(["realm", "uri_check"], "sloppy"), "realm1.json", ["uri_check"]),
+    ("max_testaments zero", _set(["realm", "wamp"], {"max_testaments": 0}), "realm1.json",
+     ["wamp.max_testaments", "positive"]),
+    ("max_session_expiry over four bytes", _set(["realm", "mqtt"], {"max_session_expiry": 2 ** 32}),
+     "realm1.json", ["mqtt.max_session_expiry", "4294967295"]),
+    ("max_link_expiry not a number", _set(["realm", "amqp"], {"max_link_expiry": "1d"}),
+     "realm1.json", ["amqp.max_link_expiry", "int"]),
+    ("inbound_window negative", _set(["realm", "amqp"], {"inbound_window": -1}), "realm1.json",
+     ["amqp.inbound_window", "positive"]),
 ]
 
 

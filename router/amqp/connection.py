@@ -17,6 +17,9 @@ router receives) publishes. Inbound QoS, per message:
   ``first`` link at most QoS 1;
 * a QoS >= 1 delivery is accepted (and settled) only once everything it made
   durable is on disk; a refused one is rejected with the AMQP error condition.
+* a sender link has the realm's ``amqp.inbound_window`` of credit, given back only
+  as the router settles deliveries: with a slow disk the client waits for credit,
+  and the unsettled deliveries per link never exceed the window.
 
 Exactly-once receive: on a durable sender link (target durability other than
 ``none``, receiver settle mode ``second``) the tag of every QoS 2 delivery that
@@ -27,9 +30,11 @@ client re-attached the link or reconnected, perhaps to a restarted router) is
 accepted again without being published again. Closing the link forgets them.
 
 A durable source (durability ``unsettled-state``) is a durable subscription when
-its expiry policy is ``never`` or its timeout is > 0; with a timeout it is
-dropped that long after its link went away (whatever the policy names: the link,
-its session or its connection, all are gone by then or the link is).
+its expiry policy is ``never`` or its timeout is > 0. It is dropped its timeout
+after its link went away (whatever the policy names: the link, its session or its
+connection, all are gone by then or the link is); the timeout is capped by the
+realm's ``amqp.max_link_expiry``, which is also the timeout of policy ``never``,
+and the attach answer's source carries the timeout the router uses.
 
 ``x-opt-retain: true`` sets the topic's retained event; with an empty body (no
 body, an empty data section or an amqp-value null) it clears it. A data-section
@@ -60,7 +65,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CREDIT = 100
 IDLE_TIMEOUT = 60.0
 MAX_FRAME_SIZE = 64 * 1024
 
@@ -148,6 +152,8 @@ class _Publisher:
         self.uri = uri
         self.key = key
         """(container id, link name) of a durable QoS 2 link: its tags are remembered."""
+        self.unsettled: set[bytes] = set()
+        """Tags of the deliveries received and not yet settled by the router."""
 
 
 def delivery_tag(delivery) -> bytes:
@@ -404,7 +410,12 @@ class AmqpConnection:
         subscriber = self.frontend.subscribe(self, link, source.address, granted, policy,
                                              durable)
         if durable:
-            subscriber.set_expiry(None if never else float(timeout))
+            cap = self.frontend.settings.max_link_expiry
+            if never or timeout > cap:
+                timeout = cap
+                link.source.expiry_policy = Terminus.EXPIRE_WITH_LINK
+                link.source.timeout = cap
+            subscriber.set_expiry(float(timeout))
         offered = (["qos-policy"] if asked_policy else []) + (
             ["retained"] if "retained" in capabilities else [])
         set_capabilities(link.source, offered)
@@ -428,7 +439,7 @@ class AmqpConnection:
             link, uri, (self.connection.remote_container or "", link.name) if durable else None)
         link.max_message_size = self.frontend.settings.max_message_size
         link.open()
-        link.flow(CREDIT)
+        link.flow(self.frontend.settings.inbound_window)
 
     def _publish_uri(self, address: str) -> str:
         realm = self.frontend.realm
@@ -478,23 +489,24 @@ class AmqpConnection:
                 del self._awaiting_settle[waiting_key]
                 if publisher.key is not None:
                     self.frontend.store.delete_inbound(publisher.key, tag)
-                delivery.settle()
+                self._settle(publisher, delivery)
             return
-        if not delivery.readable or delivery.partial:
+        if not delivery.readable:
+            return
+        publisher.unsettled.add(tag)  # from its first frame on: it took a credit
+        if delivery.partial:
             return
         if delivery.aborted:
-            delivery.settle()
+            self._settle(publisher, delivery)
             return
         data = bytes(link.recv(delivery.pending))
         link.advance()
-        if link.credit < CREDIT // 2:
-            link.flow(CREDIT - link.credit)
         presettled = delivery.settled
         message = Message()
         try:
             message.decode(data)
         except Exception as exc:
-            self._outcome(delivery, presettled, Delivery.REJECTED,
+            self._outcome(publisher, delivery, presettled, Delivery.REJECTED,
                           Condition("amqp:decode-error", f"undecodable message: {exc}"))
             return
         annotations = {str(k): v for k, v in (message.annotations or {}).items()}
@@ -505,10 +517,10 @@ class AmqpConnection:
         if remembered:
             if presettled:  # the client settled it: done with it, published already
                 store.delete_inbound(publisher.key, tag)
-                delivery.settle()
+                self._settle(publisher, delivery)
                 return
             # published already, its disposition got lost: answer again, publish once
-            self.frontend.when_durable(lambda ok: self._durable(delivery, link, ok))
+            self.frontend.when_durable(lambda ok: self._durable(publisher, delivery, ok))
             return
         remember = qos == 2 and not presettled and publisher.key is not None
         if remember:  # the receipt is stored with the message, before the disposition goes
@@ -520,25 +532,28 @@ class AmqpConnection:
             if isinstance(body, memoryview):
                 body = bytes(body)  # a view into the message's memory: copy it first
             self.frontend.publish(self.info, uri, body, message.inferred, qos, retain,
-                                  (lambda ok: self._durable(delivery, link, ok))
+                                  (lambda ok: self._durable(publisher, delivery, ok))
                                   if acknowledged else None)
         except (AttachRefused, RouterError, TypeError, ValueError) as exc:
             if remember:
                 store.delete_inbound(publisher.key, tag)
-            self._outcome(delivery, presettled, Delivery.REJECTED, refusal_condition(exc))
+            self._outcome(publisher, delivery, presettled, Delivery.REJECTED,
+                          refusal_condition(exc))
             return
         if not acknowledged:
-            self._outcome(delivery, presettled, Delivery.ACCEPTED, None)
+            self._outcome(publisher, delivery, presettled, Delivery.ACCEPTED, None)
 
-    def _durable(self, delivery, link, ok: bool) -> None:
-        if self._closed or self.links.get(self._key(link)) is None:
+    def _durable(self, publisher: _Publisher, delivery, ok: bool) -> None:
+        if self._closed or self.links.get(self._key(publisher.link)) is not publisher:
             return
-        self._outcome(delivery, False, Delivery.ACCEPTED if ok else Delivery.RELEASED, None)
+        self._outcome(publisher, delivery, False,
+                      Delivery.ACCEPTED if ok else Delivery.RELEASED, None)
         self.process()
 
-    def _outcome(self, delivery, presettled: bool, state, condition) -> None:
+    def _outcome(self, publisher: _Publisher, delivery, presettled: bool, state,
+                 condition) -> None:
         if presettled:
-            delivery.settle()
+            self._settle(publisher, delivery)
             return
         if condition is not None:
             delivery.local.condition = condition
@@ -547,7 +562,19 @@ class AmqpConnection:
         if link.rcv_settle_mode == Link.RCV_SECOND and not delivery.settled:
             self._awaiting_settle[(link.name, delivery_tag(delivery))] = delivery
         else:
-            delivery.settle()
+            self._settle(publisher, delivery)
+
+    def _settle(self, publisher: _Publisher, delivery) -> None:
+        """Settle an inbound delivery, and give its credit back: the sender may have at
+        most the window in flight, counting what the router has not settled yet."""
+        unsettled = publisher.unsettled
+        unsettled.discard(delivery_tag(delivery))  # before settling: that may free it
+        delivery.settle()
+        window = self.frontend.settings.inbound_window
+        link = publisher.link
+        missing = window - len(unsettled) - link.credit
+        if missing > 0 and (missing * 2 >= window or not unsettled):
+            link.flow(missing)  # in batches of half the window, or when all is settled
 
     @staticmethod
     def _inbound_qos(link, presettled: bool, annotated) -> int:

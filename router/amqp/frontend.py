@@ -10,7 +10,6 @@ attach is authorized by the core exactly as a WAMP SUBSCRIBE or PUBLISH is.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Callable
 
 from router.amqp.connection import (INVALID_FIELD, AmqpConnection, AttachRefused,
@@ -18,6 +17,7 @@ from router.amqp.connection import (INVALID_FIELD, AmqpConnection, AttachRefused
 from router.amqp.addresses import InvalidAddress, address_to_pattern
 from router.amqp.persistence import AmqpStore, StoredDurable
 from router.amqp.sasl import Identity, parse_plain
+from router.amqp.settings import AmqpSettings
 from router.amqp.subscriber import AmqpSubscriber
 from router.core.credentials import verify_secret
 from router.core.dealer import Scheduler
@@ -25,20 +25,11 @@ from router.core.errors import RouterError
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.payload import from_bytes
-from router.core.qos import ENFORCE_MINIMUM
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
 
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class AmqpSettings:
-    payload_mapping: str = "json"
-    qos_policy: str = ENFORCE_MINIMUM
-    max_queued: int = 10_000
-    max_message_size: int = 1024 * 1024
 
 
 class AmqpFrontend:
@@ -201,7 +192,7 @@ class AmqpFrontend:
 
     def restore(self) -> int:
         restored = 0
-        for stored in self.store.load():
+        for stored in self.store.load(self.settings.max_link_expiry):
             if self._restore_one(stored):
                 restored += 1
         return restored

@@ -8,10 +8,12 @@ store's ordered writer, so they survive a disconnect and a router restart. The
 delivery count of a message is written (incremented) as it is sent, so a message
 in flight when the router dies comes back counted.
 
-A source with a timeout (and an expiry policy other than ``never``) expires that
-many seconds after its link went away (``amqp_expiry`` keeps the timeout and
-when it was detached): the subscription and its queue are dropped, at run time
-or at start-up when the time passed while the router was down.
+Every durable source expires (``amqp_expiry`` keeps the timeout and when it was
+detached) that many seconds after its link went away: its own timeout, capped by
+the realm's ``amqp.max_link_expiry``, which is also the timeout of a source with
+expiry policy ``never``. The subscription and its queue are dropped, at run time
+or at start-up when the time passed while the router was down (timeouts stored
+before a lower cap are capped when they are read).
 
 ``amqp_inbound`` holds the delivery tags of QoS 2 messages received on a
 client's durable sender link (target durability other than ``none``, receiver
@@ -65,17 +67,20 @@ class Outgoing:
     qos: int
     retained: bool
     delivery_count: int = 0
+    expires_at: float | None = None
+    """Message expiry: not sent after this time."""
     sent_at: float = field(default=0.0, compare=False)
     """When it was last sent (not stored): for the acknowledgement latency."""
 
     def pack(self) -> bytes:
         return msgpack.packb([self.topic, self.payload, self.published_qos, self.qos,
-                              self.retained], use_bin_type=True)
+                              self.retained, self.expires_at], use_bin_type=True)
 
     @classmethod
     def unpack(cls, seq: int, blob: bytes, delivery_count: int) -> "Outgoing":
-        topic, payload, published_qos, qos, retained = msgpack.unpackb(blob, raw=False)
-        return cls(seq, topic, payload, published_qos, qos, retained, delivery_count)
+        topic, payload, published_qos, qos, retained, *rest = msgpack.unpackb(blob, raw=False)
+        expires_at = rest[0] if rest else None  # stored before messages had an expiry
+        return cls(seq, topic, payload, published_qos, qos, retained, delivery_count, expires_at)
 
 
 @dataclass
@@ -105,11 +110,11 @@ class AmqpStore:
                 "SELECT container, link, tag FROM amqp_inbound WHERE realm = ?", (realm,)):
             self.inbound.setdefault((container, link), set()).add(bytes(tag))
 
-    def load(self, now: float | None = None) -> list[StoredDurable]:
+    def load(self, max_expiry: float, now: float | None = None) -> list[StoredDurable]:
         """The durable subscriptions to restore; expired ones are deleted instead."""
         now = time.time() if now is None else now
         realm = (self._realm,)
-        self._expiry = {(container, link): (timeout, detached_at)
+        self._expiry = {(container, link): (min(timeout, max_expiry), detached_at)
                         for container, link, timeout, detached_at in self._store.query(
                             "SELECT container, link, timeout, detached_at FROM amqp_expiry "
                             "WHERE realm = ?", realm)}
@@ -124,8 +129,9 @@ class AmqpStore:
                 entry.queued.append(Outgoing.unpack(seq, message, count))
         alive = []
         for key, entry in durable.items():
-            expiry = self._expiry.get(key)
-            if expiry is not None and expiry[1] is not None and expiry[1] + expiry[0] <= now:
+            # no row: stored before every durable source expired, as "never"
+            timeout, detached_at = self._expiry.setdefault(key, (max_expiry, None))
+            if detached_at is not None and detached_at + timeout <= now:
                 log.info("AMQP durable subscription %s/%s expired while the router was down",
                          *key)
                 self.delete(*key)
@@ -133,25 +139,17 @@ class AmqpStore:
             alive.append(entry)
         return alive
 
-    def expiry_of(self, container: str, link: str) -> tuple[float, float | None] | None:
-        """(timeout, detached_at) of a subscription read by :meth:`load`, if it expires."""
-        return self._expiry.get((container, link))
+    def expiry_of(self, container: str, link: str) -> tuple[float, float | None]:
+        """(timeout, detached_at) of a subscription read by :meth:`load`."""
+        return self._expiry[(container, link)]
 
-    def set_expiry(self, container: str, link: str, timeout: float | None) -> None:
-        """The subscription's timeout (None: it never expires); it is attached now."""
-        if timeout is None:
-            self._expiry.pop((container, link), None)
-            self._store.execute("DELETE FROM amqp_expiry WHERE realm = ? AND container = ? "
-                                "AND link = ?", (self._realm, container, link))
-        else:
-            self._expiry[(container, link)] = (timeout, None)
-            self._store.execute(
-                "INSERT OR REPLACE INTO amqp_expiry (realm, container, link, timeout, "
-                "detached_at) VALUES (?, ?, ?, ?, NULL)", (self._realm, container, link, timeout))
-
-    def set_detached(self, container: str, link: str, when: float) -> None:
-        self._store.execute("UPDATE amqp_expiry SET detached_at = ? WHERE realm = ? AND "
-                            "container = ? AND link = ?", (when, self._realm, container, link))
+    def set_expiry(self, container: str, link: str, timeout: float,
+                   detached_at: float | None = None) -> None:
+        """The subscription's timeout, and since when it is detached (None: attached)."""
+        self._expiry[(container, link)] = (timeout, detached_at)
+        self._store.execute(
+            "INSERT OR REPLACE INTO amqp_expiry (realm, container, link, timeout, detached_at) "
+            "VALUES (?, ?, ?, ?, ?)", (self._realm, container, link, timeout, detached_at))
 
     # inbound QoS 2 ---------------------------------------------------------------------
 

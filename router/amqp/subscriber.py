@@ -22,9 +22,9 @@ Delivery rules:
   >= 1 (the number of prior, possibly unsuccessful, attempts);
 * an accepted QoS >= 1 delivery is recorded in the realm's activity (event log)
   with its latency since it was last sent;
-* a durable subscription with an expiry timeout (see
-  :mod:`router.amqp.persistence`) is dropped, with its queue, that many seconds
-  after its link went away, unless the link is attached again before.
+* a durable subscription (see :mod:`router.amqp.persistence`) is dropped, with
+  its queue, its expiry timeout after its link went away, unless the link is
+  attached again before.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from proton import Delivery, Message, symbol
 
 from router.amqp.persistence import Outgoing
 from router.core.broker import Subscription
+from router.core.incidents import EXPIRED
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
@@ -96,7 +97,8 @@ class AmqpSubscriber:
                    retained: bool = False) -> None:
         if self.core is None or subscription.id != self.core.id:
             return
-        if publication.expires_at is not None and publication.expires_at <= time.time():
+        if publication.expired():
+            self._expired(publication.topic)
             return
         # a link whose sender settle mode is "settled" carries nothing but QoS 0
         qos = delivered_qos(publication.qos, self.qos, self.policy) if self.qos else 0
@@ -107,7 +109,7 @@ class AmqpSubscriber:
                         self.address, qos, publication.topic)
             return
         item = Outgoing(next(self._seq), publication.topic, to_bytes(publication),
-                        publication.qos, qos, retained)
+                        publication.qos, qos, retained, expires_at=publication.expires_at)
         self.queue.append(item)
         if qos and self.durable:
             self.frontend.store.enqueue(*self.key, item)
@@ -127,12 +129,10 @@ class AmqpSubscriber:
         self.connection = connection
         self._cancel_expiry()
 
-    def set_expiry(self, timeout: float | None) -> None:
-        """A durable subscription's source timeout (None: expiry policy ``never``)."""
-        if not self.durable:
-            return
-        self.expiry_timeout = timeout if timeout and timeout > 0 else None
-        self.frontend.store.set_expiry(*self.key, self.expiry_timeout)
+    def set_expiry(self, timeout: float) -> None:
+        """A durable subscription's expiry timeout (already capped)."""
+        self.expiry_timeout = timeout
+        self.frontend.store.set_expiry(*self.key, timeout)
 
     def _start_expiry(self, delay: float) -> None:
         self._cancel_expiry()
@@ -164,23 +164,21 @@ class AmqpSubscriber:
                 self.frontend.store.update_count(*self.key, item)
         kept = [item for item in self.queue if item.qos > 0]
         self.queue = deque(sorted(returned + kept, key=lambda item: item.seq))
-        if self.durable and self.expiry_timeout is not None:
-            self.frontend.store.set_detached(*self.key, time.time())
+        if self.durable:
+            self.frontend.store.set_expiry(*self.key, self.expiry_timeout, time.time())
             self._start_expiry(self.expiry_timeout)
 
     def restore(self, queued: list[Outgoing]) -> None:
         self.queue.extend(queued)
         if queued:
             self._seq = itertools.count(max(item.seq for item in queued) + 1)
-        expiry = self.frontend.store.expiry_of(*self.key) if self.durable else None
-        if expiry is not None:
-            timeout, detached_at = expiry
-            self.expiry_timeout = timeout
-            now = time.time()
-            if detached_at is None:  # attached when the router died: detached since now
-                detached_at = now
-                self.frontend.store.set_detached(*self.key, now)
-            self._start_expiry(detached_at + timeout - now)
+        timeout, detached_at = self.frontend.store.expiry_of(*self.key)
+        self.expiry_timeout = timeout
+        now = time.time()
+        if detached_at is None:  # attached when the router died: detached since now
+            detached_at = now
+            self.frontend.store.set_expiry(*self.key, timeout, now)
+        self._start_expiry(detached_at + timeout - now)
 
     def pump(self) -> None:
         """Send queued messages while the link has credit."""
@@ -190,6 +188,11 @@ class AmqpSubscriber:
         sent = False
         while self.queue and link.credit > 0:
             item = self.queue.popleft()
+            if item.expires_at is not None and item.expires_at <= time.time():
+                if item.qos and self.durable:
+                    self.frontend.store.remove(*self.key, item.seq)
+                self._expired(item.topic)
+                continue
             tag = f"{item.seq}.{item.delivery_count}"
             delivery = link.delivery(tag)
             link.send(encode_message(item))
@@ -237,6 +240,10 @@ class AmqpSubscriber:
             return  # a non-terminal state (received): wait for the outcome
         delivery.settle()
         self.pump()
+
+    def _expired(self, topic: str) -> None:
+        realm = self.frontend.realm
+        realm.incidents.count(realm.name, "amqp", EXPIRED, f"link {self.address}: {topic}")
 
     def _acknowledged(self, item: Outgoing) -> None:
         activity = self.frontend.realm.activity

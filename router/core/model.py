@@ -116,6 +116,11 @@ class Publication:
             cache = self.wire_cache = {}
         return cache
 
+    def expired(self) -> bool:
+        """Has its message expiry passed? Then no queue may deliver it any more."""
+        expires_at = self.expires_at
+        return expires_at is not None and expires_at <= time.time()
+
     def admits(self, session: SessionInfo) -> bool:
         """Would ``session`` have received this event as a subscriber when it was published?"""
         if (self.exclude_me and self.publisher is not None

@@ -161,6 +161,7 @@ class Realm:
         """Send ``peer`` the retained events its new subscription covers (call after SUBSCRIBED)."""
         if self.retention is None:
             return 0
+        self.retention.expire()  # what expired since the last sweep goes now, counted as expiry
         sent = 0
         for publication in self.retention.for_subscriber(subscription.uri, subscription.match,
                                                          peer.info):

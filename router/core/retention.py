@@ -13,15 +13,22 @@ A subscriber gets, per matching topic, the newest entry it is eligible for and
 that has not expired. Topic lookups for prefix and wildcard subscriptions walk
 a component trie. Limits per realm bound topics and bytes; over a limit, the
 topic whose retained event was set longest ago is evicted first.
+
+An entry expires at the earlier of its retention TTL and its message expiry (MQTT 5
+message expiry interval). The expiry heap is pruned lazily: an entry superseded or
+cleared leaves its heap item behind until the heap holds more stale items than live
+ones, then the heap is rebuilt from the live entries, so its size stays bounded by the
+number of retained entries with an expiry, not by the number of publishes.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from router.core.model import Publication, SessionInfo
 from router.core.trie import TopicTrie
@@ -55,6 +62,15 @@ class RetainedEvent:
         return self.publication.eligibility is None
 
 
+def earliest(first: float | None, second: float | None) -> float | None:
+    """The earlier of two optional deadlines (None: no deadline)."""
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return first if first < second else second
+
+
 Encoder = Callable[[Publication, "float | None"], bytes]
 """Encodes a retained entry for persistence; raises TypeError/ValueError if it cannot."""
 
@@ -74,7 +90,12 @@ class RetainedStore:
         self._clock = clock
         self._topics: TopicTrie[list[RetainedEvent]] = TopicTrie()
         self._recency: OrderedDict[str, None] = OrderedDict()
-        self._expiry: list[tuple[float, str, int]] = []
+        self._expiry: list[tuple[float, int, str, RetainedEvent]] = []
+        """Heap of (expires_at, tie-breaker, topic, entry); items of entries no longer
+        in ``_timed`` are stale and skipped."""
+        self._timed: dict[RetainedEvent, str] = {}
+        """Live entries that expire, with their topic."""
+        self._pushes = itertools.count()
         self.bytes = 0
         self.listeners: list[ChangeListener] = []
 
@@ -93,15 +114,14 @@ class RetainedStore:
         """
         topic = publication.topic
         ttl = publication.retain_ttl or self.policy.default_ttl
-        expires_at = publication.timestamp + ttl if ttl else None
+        expires_at = earliest(publication.timestamp + ttl if ttl else None,
+                              publication.expires_at)
         blob = self._encoder(publication, expires_at)
         event = RetainedEvent(publication, expires_at, len(blob), blob)
         entries = self._topics.get(topic) or []
         self._set(topic, self._supersede(entries, event), "set", publication)
         self._recency[topic] = None
         self._recency.move_to_end(topic)
-        if expires_at is not None:
-            heapq.heappush(self._expiry, (expires_at, topic, publication.publication_id))
         self._enforce_limits()
         return event
 
@@ -134,10 +154,7 @@ class RetainedStore:
         self._topics.set(topic, entries)
         self._recency[topic] = None
         self.bytes += sum(e.size for e in entries)
-        for entry in entries:
-            if entry.expires_at is not None:
-                heapq.heappush(self._expiry, (entry.expires_at, topic,
-                                              entry.publication.publication_id))
+        self._track(topic, (), entries)
 
     def revert(self, topic: str, entries: list[RetainedEvent]) -> None:
         """Go back to what the store holds after a write of ``topic`` failed: memory never
@@ -154,6 +171,7 @@ class RetainedStore:
              publication: Publication | None) -> None:
         old = self._topics.get(topic) or []
         self.bytes += sum(e.size for e in entries) - sum(e.size for e in old)
+        self._track(topic, old, entries)
         if entries:
             self._topics.set(topic, entries)
         else:
@@ -164,6 +182,22 @@ class RetainedStore:
         for entry in entries:
             entry.blob = None
 
+    def _track(self, topic: str, old: Iterable[RetainedEvent],
+               new: list[RetainedEvent]) -> None:
+        """Keep the expiry heap in step with a topic's entries going from ``old`` to ``new``."""
+        timed = self._timed
+        for entry in old:
+            if entry not in new:
+                timed.pop(entry, None)
+        for entry in new:
+            if entry.expires_at is not None and entry not in timed:
+                timed[entry] = topic
+                heapq.heappush(self._expiry, (entry.expires_at, next(self._pushes), topic, entry))
+        if len(self._expiry) > 2 * len(timed) + 16:
+            self._expiry = [(entry.expires_at, next(self._pushes), topic, entry)
+                            for entry, topic in timed.items()]
+            heapq.heapify(self._expiry)
+
     def _enforce_limits(self) -> None:
         policy = self.policy
         while self._recency and (len(self._topics) > policy.max_topics
@@ -172,19 +206,18 @@ class RetainedStore:
             self._set(oldest, [], "evict", None)
 
     def expire(self) -> int:
-        """Drop entries whose TTL has passed; returns how many were dropped."""
+        """Drop entries whose TTL or message expiry has passed; returns how many."""
         now = self._clock()
         dropped = 0
-        while self._expiry and self._expiry[0][0] <= now:
-            _, topic, publication_id = heapq.heappop(self._expiry)
-            entries = self._topics.get(topic)
-            if not entries:
-                continue
-            expired = [e for e in entries if e.publication.publication_id == publication_id]
-            if expired:
-                dropped += len(expired)
-                self._set(topic, [e for e in entries if e not in expired], "expire",
-                          expired[0].publication)
+        heap = self._expiry
+        while heap and heap[0][0] <= now:
+            _, _, topic, entry = heapq.heappop(heap)
+            if entry not in self._timed:
+                continue  # superseded or cleared since
+            entries = self._topics.get(topic) or []
+            dropped += 1
+            self._set(topic, [e for e in entries if e is not entry], "expire", entry.publication)
+            heap = self._expiry  # _set may have rebuilt it
         return dropped
 
     # reading --------------------------------------------------------------

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from router.core import errors
 from router.core.errors import ProtocolViolation, RouterError
+from router.core.incidents import REFUSED
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions, parse_publish_options
 from router.core.peer import Peer
@@ -34,8 +35,9 @@ class Testament:
 class Testaments:
     """The testaments of every session of one realm."""
 
-    def __init__(self, realm: Realm) -> None:
+    def __init__(self, realm: Realm, max_per_session: int = 100) -> None:
         self._realm = realm
+        self._max = max_per_session
         self._by_session: dict[int, dict[str, list[Testament]]] = {}
         realm.dealer.procedures["wamp.session.add_testament"] = self.add
         realm.dealer.procedures["wamp.session.flush_testaments"] = self.flush
@@ -64,6 +66,13 @@ class Testaments:
             raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
         self._realm.authorize(caller, "publish", topic)
         buckets = self._by_session.setdefault(caller.session_id, {s: [] for s in SCOPES})
+        if sum(len(bucket) for bucket in buckets.values()) >= self._max:
+            realm = self._realm
+            realm.incidents.count(realm.name, "wamp", REFUSED,
+                                  f"session {caller.session_id}: testament limit {self._max}")
+            raise RouterError(errors.LIMIT_EXCEEDED,
+                              f"this session already has {self._max} testaments, the realm's "
+                              "maximum (wamp.max_testaments)")
         buckets[scope].append(Testament(topic, t_args, t_kwargs, options))
 
     def flush(self, caller: SessionInfo, args: list, kwargs: dict) -> int:

@@ -111,6 +111,9 @@ class MqttConnection:
                           "maximum_packet_size": self.frontend.settings.max_packet_size}
             if assigned_id is not None:
                 properties["assigned_client_identifier"] = assigned_id
+            if session.expiry != packet.properties.get("session_expiry_interval", 0):
+                # the server's choice differs from the request (a cap): say so (3.2.2.3.2)
+                properties["session_expiry_interval"] = int(session.expiry)
         else:
             self.send_quota = SERVER_RECEIVE_MAXIMUM
         self._will = packet.will

@@ -45,6 +45,9 @@ class MqttSettings:
     max_qos: int = 2
     max_packet_size: int = 1024 * 1024
     max_queued: int = 10_000
+    max_session_expiry: int = 86_400
+    """Seconds a persistent session outlives its connection at most, whatever the client
+    asks (MQTT 3.1.1 clean session 0, MQTT 5 session expiry 0xFFFFFFFF = never included)."""
 
 
 class MqttFrontend:
@@ -149,22 +152,26 @@ class MqttFrontend:
             held.hold = delay
         return code
 
-    @staticmethod
-    def _requested_expiry(connection: "MqttConnection", packet: Connect) -> float | None:
-        """Seconds the session outlives its connection: 0 = not at all, None = forever."""
+    def _requested_expiry(self, connection: "MqttConnection", packet: Connect) -> float:
+        """Seconds the session outlives its connection (0 = not at all), capped."""
         if connection.version == 5:
-            seconds = packet.properties.get("session_expiry_interval", 0)
-            return None if seconds == NEVER_EXPIRES else float(seconds)
-        return 0.0 if packet.clean_start else None
+            return self.capped_expiry(packet.properties.get("session_expiry_interval", 0))
+        return 0.0 if packet.clean_start else self.capped_expiry(NEVER_EXPIRES)
 
-    def _open(self, client_id: str, info: SessionInfo, expiry: float | None) -> MqttSession:
+    def capped_expiry(self, seconds: float | None) -> float:
+        """A requested session expiry (``NEVER_EXPIRES`` or None: never) within the realm's
+        ``max_session_expiry``."""
+        cap = self.settings.max_session_expiry
+        return float(cap if seconds is None or seconds > cap else seconds)
+
+    def _open(self, client_id: str, info: SessionInfo, expiry: float) -> MqttSession:
         session = MqttSession(self, client_id, info, expiry != 0, expiry)
         self.sessions[client_id] = session
         self.router.track(session)
         self.realm.attach(session)
         return session
 
-    def _set_persistence(self, session: MqttSession, expiry: float | None) -> None:
+    def _set_persistence(self, session: MqttSession, expiry: float) -> None:
         was_persistent = session.persistent
         session.expiry = expiry
         session.persistent = expiry != 0
@@ -184,7 +191,7 @@ class MqttFrontend:
     def set_expiry(self, session: MqttSession, seconds: int) -> None:
         """MQTT 5 DISCONNECT may change the session expiry (not from 0 to more)."""
         if session.persistent or seconds == 0:
-            self._set_persistence(session, None if seconds == NEVER_EXPIRES else float(seconds))
+            self._set_persistence(session, self.capped_expiry(seconds))
 
     def disconnected(self, connection: "MqttConnection", session: MqttSession,
                      will: Will | None) -> None:
@@ -198,8 +205,7 @@ class MqttFrontend:
             self.destroy(session)
             return
         self._save(session, time.time())
-        if session.expiry is not None:
-            session.expiry_timer = self.scheduler.callLater(session.expiry, self._expire, session)
+        session.expiry_timer = self.scheduler.callLater(session.expiry, self._expire, session)
 
     def _expire(self, session: MqttSession) -> None:
         if session.connection is None and self.sessions.get(session.client_id) is session:
@@ -217,8 +223,8 @@ class MqttFrontend:
     def _publish_will(self, session: MqttSession, will: Will) -> None:
         delay = will.properties.get("will_delay_interval", 0)
         if delay:
-            self.scheduler.callLater(min(delay, session.expiry if session.expiry is not None
-                                         else delay), self._delayed_will, session, will)
+            self.scheduler.callLater(min(delay, session.expiry), self._delayed_will, session,
+                                     will)
             return
         self._send_will(session, will)
 
@@ -297,11 +303,13 @@ class MqttFrontend:
     # restart ------------------------------------------------------------------------------
 
     def restore(self) -> int:
-        """Bring back persistent sessions (disconnected) with their subscriptions and queues."""
+        """Bring back persistent sessions (disconnected) with their subscriptions and queues;
+        their expiry is capped as a new session's would be (the cap may have been lowered)."""
         now = time.time()
         restored = 0
         for stored in self.store.load():
-            if (stored.expiry is not None and stored.disconnected_at is not None
+            stored.expiry = self.capped_expiry(stored.expiry)
+            if (stored.disconnected_at is not None
                     and stored.disconnected_at + stored.expiry <= now):
                 self.store.delete_session(stored.client_id)
                 continue
@@ -329,6 +337,5 @@ class MqttFrontend:
                 persist=False)
         session.restore_outbound(stored.outbound)
         session.inbound_qos2 = set(stored.inbound)
-        if stored.expiry is not None:
-            remaining = max(0.0, (stored.disconnected_at or now) + stored.expiry - now)
-            session.expiry_timer = self.scheduler.callLater(remaining, self._expire, session)
+        remaining = max(0.0, (stored.disconnected_at or now) + stored.expiry - now)
+        session.expiry_timer = self.scheduler.callLater(remaining, self._expire, session)

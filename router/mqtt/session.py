@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from router.core.broker import Subscription
+from router.core.incidents import EXPIRED
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
@@ -72,7 +73,7 @@ class MqttSession:
     """Implements the core's Peer for an MQTT client id."""
 
     def __init__(self, frontend: "MqttFrontend", client_id: str, info: SessionInfo,
-                 persistent: bool, expiry: float | None) -> None:
+                 persistent: bool, expiry: float) -> None:
         self.frontend = frontend
         self.client_id = client_id
         self.info = info
@@ -116,7 +117,8 @@ class MqttSession:
         mine = self._by_core_id.get(subscription.id)
         if mine is None:
             return
-        if publication.expires_at is not None and publication.expires_at <= time.time():
+        if publication.expired():
+            self._expired(publication.topic)
             return
         options = mine.options
         publisher = publication.publisher
@@ -173,6 +175,7 @@ class MqttSession:
             now = time.time()
             if entry.message.expires_at is not None and entry.message.expires_at <= now:
                 self._drop(entry)
+                self._expired(entry.message.topic)
                 continue
             entry.packet_id = self._allocate_packet_id()
             entry.state = SENT
@@ -268,6 +271,10 @@ class MqttSession:
                 self.frontend.store.update_outbound(self.client_id, entry.seq, packet_id,
                                                     RELEASED)
         return True
+
+    def _expired(self, topic: str) -> None:
+        realm = self.frontend.realm
+        realm.incidents.count(realm.name, "mqtt", EXPIRED, f"client {self.client_id}: {topic}")
 
     def _drop(self, entry: Outbound) -> None:
         self.outbound.pop(entry.seq, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgpack
 
 from router.core.model import Eligibility, Publication, SessionInfo
-from router.core.retention import RetainedEvent
+from router.core.retention import RetainedEvent, earliest
 
 
 def encode_retained(publication: Publication, expires_at: float | None) -> bytes:
@@ -42,7 +42,8 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
                               timestamp=data["ts"], qos=data.get("qos", 0),
                               payload=data.get("payload"), properties=data.get("properties"),
                               expires_at=data.get("message_expires"))
-    return RetainedEvent(publication, data["expires"], len(blob))
+    # entries stored before the retained expiry took the message expiry into account
+    return RetainedEvent(publication, earliest(data["expires"], publication.expires_at), len(blob))
 
 
 def pack_topic(entries: list[RetainedEvent]) -> bytes:

@@ -27,7 +27,7 @@ from router.core.credentials import (Principal, normalize_pubkey, verify_cryptos
                                      verify_secret, verify_wampcra)
 from router.core.dealer import Invocation
 from router.core.errors import ProtocolViolation, RouterError, Unencodable
-from router.core.incidents import TOO_LARGE
+from router.core.incidents import EXPIRED, TOO_LARGE
 from router.core.model import Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
@@ -337,6 +337,9 @@ class WampSession:
 
     def send_event(self, subscription: Subscription, publication: Publication,
                    retained: bool = False) -> None:
+        if publication.expired():
+            self._expired(publication)
+            return
         grant = self._grants.get(subscription.id)
         if grant is not None and delivered_qos(publication.qos, *grant) > 0:
             self._send_acknowledged(subscription, publication, retained)
@@ -385,6 +388,10 @@ class WampSession:
         timeout = self._settings.ack_timeout
         due = time.time() - timeout
         for publication_id, pending in list(self._unacked.items()):
+            if pending.publication.expired():
+                del self._unacked[publication_id]
+                self._expired(pending.publication)
+                continue
             if pending.sent_at > due:
                 continue
             if pending.attempts >= self._settings.max_redeliveries:
@@ -398,6 +405,11 @@ class WampSession:
                 self._send(event)
         if self._unacked:
             self._redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
+
+    def _expired(self, publication: Publication) -> None:
+        realm = self._realm
+        realm.incidents.count(realm.name, "wamp", EXPIRED,
+                              f"session {self.info.session_id}: {publication.topic}")
 
     # established: rpc -----------------------------------------------------------
 
