@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from router.core.history import EventHistory, HistoryRule
 from router.core.model import Publication, SessionInfo
 from router.core.retention import RetainedStore, RetentionPolicy
 from router.store.codec import encode_retained
@@ -70,3 +71,16 @@ def test_message_expiry_bounds_a_retained_event_without_ttl():
     clock.now += 4
     assert store.expire() == 1
     assert len(store) == 0
+
+
+def test_event_history_does_not_return_an_event_past_its_message_expiry():
+    clock = FakeClock()
+    history = EventHistory([HistoryRule("com.example.", "prefix", 10)], clock)
+    history.record(publication(1, "com.example.a", clock, expires_at=clock.now + 5))
+    history.record(publication(2, "com.example.a", clock))
+    subscriber = SessionInfo(2, "realm1", "sub", "anonymous")
+    assert [p.publication_id for p in history.events("com.example.", "prefix", subscriber)] \
+        == [1, 2]
+    clock.now += 5
+    assert [p.publication_id for p in history.events("com.example.", "prefix", subscriber)] \
+        == [2]

@@ -1,6 +1,7 @@
 """Event history: recent events per configured topic pattern, served per subscription.
 
-Kept in memory, bounded by count and age per rule. Publications whose
+Kept in memory, bounded by count and age per rule; an event past its message expiry
+(MQTT 5) is not returned. Publications whose
 eligibility names session ids are never stored (they mean nothing later);
 results are filtered by the caller's eligibility against each original publish.
 """
@@ -74,7 +75,9 @@ class EventHistory:
                 while log and log[0][1].timestamp < horizon:
                     log.popleft()
             for sequence, publication in log:
+                expires_at = publication.expires_at
                 if (uri_matches(uri, match, publication.topic) and publication.admits(session)
+                        and (expires_at is None or expires_at > now)
                         and (window is None or window.contains(publication.timestamp))):
                     found[sequence] = publication
         ordered = [publication for _, publication in sorted(found.items())]
