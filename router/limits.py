@@ -80,10 +80,28 @@ class Gate:
         self.refused = refused
         self._close = close
         self._counted = refused is None
-        self._timer = limits.clock.callLater(limits.settings.handshake_timeout, self._expired)
+        self._passed = False
+        self._timer = None
+        self._arm()
 
     def passed(self) -> None:
         """The protocol handshake is complete (or its refusal decided): stop the timer."""
+        self._passed = True
+        self._stop()
+
+    def verifying(self, active: bool) -> None:
+        """A password check (bounded by the verifier's queue) stops the clock; once it is
+        answered, the rest of the handshake gets a full ``handshake_timeout`` again."""
+        if active:
+            self._stop()
+        elif not self._passed and self._timer is None:
+            self._arm()
+
+    def _arm(self) -> None:
+        self._timer = self.limits.clock.callLater(self.limits.settings.handshake_timeout,
+                                                  self._expired)
+
+    def _stop(self) -> None:
         if self._timer is not None:
             if self._timer.active():
                 self._timer.cancel()
@@ -129,6 +147,10 @@ class GatedProtocol:
     def handshake_done(self) -> None:
         if self.gate is not None:
             self.gate.passed()
+
+    def verifying(self, active: bool) -> None:
+        if self.gate is not None:
+            self.gate.verifying(active)
 
     def release(self) -> None:
         if self.gate is not None:

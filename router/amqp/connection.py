@@ -160,6 +160,8 @@ class AmqpConnection:
                                wake=self.sasl_answered)
         self.handshake_done: Callable[[], None] = lambda: None
         """Set by the transport: OPEN arrived, or the login was refused."""
+        self.verifying: Callable[[bool], None] = lambda active: None
+        """Set by the transport: a password check started (True) or was answered (False)."""
         self.info: SessionInfo | None = None
         self.transport: Transport | None = None
         self.connection: Connection | None = None
@@ -187,6 +189,8 @@ class AmqpConnection:
                 self._close_now()
                 return
             if not self.sasl.done:
+                if self.sasl.state == "verifying":
+                    self.verifying(True)
                 return
             identity = self.sasl.identity or Identity("anonymous",
                                                       self.frontend.realm.anonymous_role,
@@ -202,6 +206,7 @@ class AmqpConnection:
     def sasl_answered(self) -> None:
         """The sasl-outcome was decided later (password checked in a thread): send it and
         go on with the bytes that arrived meanwhile."""
+        self.verifying(False)
         self.data_received(b"")
 
     def _start_engine(self, identity: Identity) -> None:

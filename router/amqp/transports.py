@@ -28,6 +28,7 @@ class AmqpTcpProtocol(GatedProtocol, Protocol):
                                   self.transport.loseConnection)
         self.connection = AmqpConnection(frontend, self.held.write, self.held.close, self.peer)
         self.connection.handshake_done = self.handshake_done
+        self.connection.verifying = self.verifying
         self._sasl_ready = False
         self._header_bytes = 0
 

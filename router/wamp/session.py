@@ -227,6 +227,7 @@ class WampSession:
         if principal is not None and pending.method == "ticket":
             # PBKDF2 takes ~100 ms: never on the reactor
             self._state = VERIFYING
+            self._transport.verifying(True)
             if not self._router.verifier.verify(
                     signature, principal.ticket_hash or "", partial(self._verified, pending),
                     pending.realm.name, "wamp", self._peer_address()):
