@@ -25,6 +25,8 @@ from router.amqp.settings import AmqpSettings
 from router.mqtt.frontend import MqttSettings
 from router.wamp.settings import WampSettings
 from router.core.uri import MATCH_POLICIES, is_valid_uri
+from router.core.verifier import MAX_PENDING
+from router.limits import LimitSettings
 
 SERIALIZERS = ("json", "msgpack", "cbor")
 LISTENER_TYPES = ("websocket", "rawsocket", "mqtt", "mqtt-websocket", "amqp")
@@ -35,6 +37,7 @@ DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
 RAWSOCKET_MIN, RAWSOCKET_MAX = 512, 2 ** 24
 CLIENT_CERT_MODES = ("none", "optional", "required")
 MAX_FOUR_BYTE = 0xFFFFFFFF
+LIMIT_KEYS = {"handshake_timeout", "max_connections", "max_connections_per_host"}
 
 
 class ConfigError(Exception):
@@ -70,6 +73,9 @@ class ListenerConfig:
     realm: str | None = None
     """The realm an MQTT or AMQP listener's clients join (neither protocol names one)."""
     tls: TlsConfig | None = None
+    limits: LimitSettings = field(default_factory=LimitSettings)
+    """Connection caps and the handshake timeout (``handshake_timeout``,
+    ``max_connections``, ``max_connections_per_host``)."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,9 @@ class LoginBackoff:
     after_failures: int = 3
     window: float = 60.0
     max_delay: float = 8.0
+    max_pending_verifications: int = MAX_PENDING
+    """Password checks waiting for or running in the verifier's threads; over it a
+    login is refused at once as "server busy"."""
 
 
 class _Reader:
@@ -227,13 +236,13 @@ def _listener(reader: _Reader, realm_names: list[str], base: Path) -> ListenerCo
         raise reader.fail("type", f"must be one of {', '.join(LISTENER_TYPES)}, got '{kind}'")
     if kind in REALM_LISTENERS:
         reader.reject_unknown({"type", "host", "port", "path", "max_message_size", "realm",
-                               "tls"})
+                               "tls"} | LIMIT_KEYS)
         realm = reader.get("realm", str)
         if realm not in realm_names:
             raise reader.fail("realm", f"'{realm}' is not one of the realms this node loads")
     else:
         reader.reject_unknown({"type", "host", "port", "path", "serializers", "max_message_size",
-                               "tls"})
+                               "tls"} | LIMIT_KEYS)
         realm = None
     host = reader.get("host", str, "127.0.0.1")
     port = reader.get("port", int, AMQP_DEFAULT_PORT if kind == "amqp" else ...)
@@ -255,7 +264,15 @@ def _listener(reader: _Reader, realm_names: list[str], base: Path) -> ListenerCo
         raise reader.fail("max_message_size", f"must be between {low} and {high}, got {size}")
     tls_data = reader.get("tls", (dict, type(None)), None)
     tls = _tls(reader.child("tls", tls_data), base) if tls_data is not None else None
-    return ListenerConfig(kind, host, port, path, serializers, size, realm, tls)
+    return ListenerConfig(kind, host, port, path, serializers, size, realm, tls, _limits(reader))
+
+
+def _limits(reader: _Reader) -> LimitSettings:
+    defaults = LimitSettings()
+    return LimitSettings(
+        float(_positive(reader, "handshake_timeout", (int, float), defaults.handshake_timeout)),
+        _positive(reader, "max_connections", int, defaults.max_connections),
+        _positive(reader, "max_connections_per_host", int, defaults.max_connections_per_host))
 
 
 def _rule(reader: _Reader, check: str) -> PermissionRule:
@@ -503,7 +520,8 @@ def load_config(path: Path | str) -> NodeConfig:
     timeout = reader.get("shutdown_timeout", (int, float), 5.0)
     eventlog = _eventlog(reader.child("eventlog", reader.get("eventlog", dict, {})), names)
     backoff_reader = reader.child("login_backoff", reader.get("login_backoff", dict, {}))
-    backoff_reader.reject_unknown({"after_failures", "window", "max_delay"})
+    backoff_reader.reject_unknown({"after_failures", "window", "max_delay",
+                                   "max_pending_verifications"})
     after = backoff_reader.get("after_failures", int, 3)
     if after < 0:
         raise backoff_reader.fail("after_failures", f"must not be negative, got {after}")
@@ -511,7 +529,9 @@ def load_config(path: Path | str) -> NodeConfig:
     if max_delay < 0:
         raise backoff_reader.fail("max_delay", f"must not be negative, got {max_delay}")
     backoff = LoginBackoff(after, float(_positive(backoff_reader, "window", (int, float), 60.0)),
-                           float(max_delay))
+                           float(max_delay),
+                           _positive(backoff_reader, "max_pending_verifications", int,
+                                     MAX_PENDING))
     store_reader = reader.child("store", reader.get("store", dict, {}))
     store_reader.reject_unknown({"max_bytes"})
     store = StoreConfig(_positive(store_reader, "max_bytes", (int, type(None)), None))

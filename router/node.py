@@ -23,6 +23,7 @@ from router.core.router import Router
 from router.core.testament import Testaments
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
+from router.limits import ConnectionLimits
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
@@ -35,6 +36,10 @@ from router.wamp.transports import RouterRawSocketFactory, RouterWebSocketFactor
 
 log = logging.getLogger(__name__)
 
+INCIDENT_PROTOCOL = {"websocket": "wamp", "rawsocket": "wamp", "mqtt": "mqtt",
+                     "mqtt-websocket": "mqtt", "amqp": "amqp"}
+"""Listener type -> the protocol its refusals are counted under."""
+
 
 def build_router(config: NodeConfig, reactor, store: SqliteStore,
                  eventlog: EventLogWriter) -> Router:
@@ -43,6 +48,7 @@ def build_router(config: NodeConfig, reactor, store: SqliteStore,
     backoff = config.login_backoff
     router.login_guard = LoginGuard(reactor, backoff.window, backoff.after_failures,
                                     backoff.max_delay)
+    router.verifier.max_pending = backoff.max_pending_verifications
     for realm_config in config.realms.values():
         log_settings = config.eventlog.for_realm(realm_config.name)
         activity = (RealmEventLog(realm_config.name, eventlog, log_settings)
@@ -194,6 +200,12 @@ class Node:
         return self.reactor.listenTCP(listener.port, factory, interface=listener.host)
 
     def _factory(self, listener: ListenerConfig):
+        factory = self._protocol_factory(listener)
+        factory.limits = ConnectionLimits(self.reactor, self.router.incidents, listener.limits,
+                                          INCIDENT_PROTOCOL[listener.type], listener.realm)
+        return factory
+
+    def _protocol_factory(self, listener: ListenerConfig):
         if listener.type == "amqp":
             return AmqpTcpFactory(self.amqp[listener.realm], tls=listener.tls is not None)
         if listener.type == "mqtt":

@@ -119,6 +119,16 @@ BAD_CONFIGS = [
      "realm1.json", ["amqp.max_link_expiry", "int"]),
     ("inbound_window negative", _set(["realm", "amqp"], {"inbound_window": -1}), "realm1.json",
      ["amqp.inbound_window", "positive"]),
+    ("handshake_timeout zero", _set(["config", "listeners", 0, "handshake_timeout"], 0),
+     "config.json", ["listeners[0]", "handshake_timeout"]),
+    ("max_connections negative", _set(["config", "listeners", 1, "max_connections"], -1),
+     "config.json", ["listeners[1]", "max_connections"]),
+    ("max_connections_per_host a string",
+     _set(["config", "listeners", 0, "max_connections_per_host"], "many"), "config.json",
+     ["listeners[0]", "max_connections_per_host"]),
+    ("max_pending_verifications zero",
+     _set(["config", "login_backoff"], {"max_pending_verifications": 0}), "config.json",
+     ["login_backoff", "max_pending_verifications"]),
 ]
 
 

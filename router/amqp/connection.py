@@ -171,7 +171,12 @@ class AmqpConnection:
         self._close = close
         self.peer = peer
         self.sasl = SaslServer(frontend.mechanisms(), frontend.authenticate,
-                               allow_skip=frontend.realm.anonymous_role is not None)
+                               allow_skip=frontend.realm.anonymous_role is not None,
+                               wake=self.sasl_answered)
+        self.handshake_done: Callable[[], None] = lambda: None
+        """Set by the transport: OPEN arrived, or the login was refused."""
+        self.verifying: Callable[[bool], None] = lambda active: None
+        """Set by the transport: a password check started (True) or was answered (False)."""
         self.info: SessionInfo | None = None
         self.transport: Transport | None = None
         self.connection: Connection | None = None
@@ -195,9 +200,12 @@ class AmqpConnection:
                 self._write(out)
             if self.sasl.failed:
                 log.info("AMQP connection %s: %s", self.peer, self.sasl.reason)
+                self.handshake_done()  # the refusal may be held back by the login guard
                 self._close_now()
                 return
             if not self.sasl.done:
+                if self.sasl.state == "verifying":
+                    self.verifying(True)
                 return
             identity = self.sasl.identity or Identity("anonymous",
                                                       self.frontend.realm.anonymous_role,
@@ -209,6 +217,12 @@ class AmqpConnection:
         except Exception:
             log.exception("AMQP connection %s: unexpected error", self.peer)
             self._close_now()
+
+    def sasl_answered(self) -> None:
+        """The sasl-outcome was decided later (password checked in a thread): send it and
+        go on with the bytes that arrived meanwhile."""
+        self.verifying(False)
+        self.data_received(b"")
 
     def _start_engine(self, identity: Identity) -> None:
         self.info = SessionInfo(self.frontend.router.new_session_id(), self.frontend.realm.name,
@@ -308,6 +322,7 @@ class AmqpConnection:
     def _dispatch(self, event) -> None:
         kind = event.type
         if kind == Event.CONNECTION_REMOTE_OPEN:
+            self.handshake_done()
             connection = event.connection
             if connection.state & Endpoint.LOCAL_UNINIT:
                 connection.container = self.frontend.container_id

@@ -16,10 +16,9 @@ from router.amqp.connection import (INVALID_FIELD, AmqpConnection, AttachRefused
                                     plain, router_error_condition)
 from router.amqp.addresses import InvalidAddress, address_to_pattern
 from router.amqp.persistence import AmqpStore, StoredDurable
-from router.amqp.sasl import Identity, parse_plain
+from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
 from router.amqp.settings import AmqpSettings
 from router.amqp.subscriber import AmqpSubscriber
-from router.core.credentials import verify_secret
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
 from router.core.model import SessionInfo
@@ -61,21 +60,32 @@ class AmqpFrontend:
             names.append("ANONYMOUS")
         return names
 
-    def authenticate(self, mechanism: str, response: bytes, peer: str | None = None,
-                     client_cn: str | None = None,
-                     on_failure: Callable[[float], None] | None = None) -> Identity | None:
-        """The identity for a sasl-init, or None (the failure is logged and counted, and
-        ``on_failure`` gets how long the refusal should be held back)."""
+    def authenticate(self, mechanism: str, response: bytes, answer: Answer,
+                     peer: str | None = None, client_cn: str | None = None,
+                     on_failure: Callable[[float], None] | None = None) -> None:
+        """``answer`` the identity for a sasl-init, or a refusal's outcome code: at once, or
+        once a PLAIN password is checked in a thread. A failure is logged and counted, and
+        ``on_failure`` gets how long the refusal should be held back."""
         principals = self.router.principals[self.realm.name]
         authid = None
+
+        def refuse(reason: str) -> None:
+            delay = self.router.login_guard.failed("AMQP", peer, authid, mechanism or "-",
+                                                   reason)
+            if on_failure is not None:
+                on_failure(delay)
+            answer(AUTH)
+
         if mechanism in ("EXTERNAL", "ANONYMOUS") and client_cn is not None:
             principal = principals.get(client_cn)
             if principal is not None:
-                return Identity(principal.authid, principal.role, "tls")
+                answer(Identity(principal.authid, principal.role, "tls"))
+                return
             authid, reason = client_cn, "no principal for the client certificate's CN"
         elif mechanism == "ANONYMOUS":
             if self.realm.anonymous_role is not None:
-                return Identity("anonymous", self.realm.anonymous_role, "anonymous")
+                answer(Identity("anonymous", self.realm.anonymous_role, "anonymous"))
+                return
             reason = "anonymous access is off"
         elif mechanism == "EXTERNAL":
             reason = "EXTERNAL needs a verified TLS client certificate"
@@ -92,14 +102,18 @@ class AmqpFrontend:
                     reason = "no such principal"
                 elif principal.ticket_hash is None:
                     reason = "the principal has no password (ticket)"
-                elif not verify_secret(password, principal.ticket_hash):
-                    reason = "wrong password"
                 else:
-                    return Identity(principal.authid, principal.role, "password")
-        delay = self.router.login_guard.failed("AMQP", peer, authid, mechanism or "-", reason)
-        if on_failure is not None:
-            on_failure(delay)
-        return None
+                    def verified(ok: bool) -> None:
+                        if ok:
+                            answer(Identity(principal.authid, principal.role, "password"))
+                        else:
+                            refuse("wrong password")
+
+                    if not self.router.verifier.verify(password, principal.ticket_hash,
+                                                       verified, self.realm.name, "amqp", peer):
+                        answer(SYS_TEMP)
+                    return
+        refuse(reason)
 
     # connections -------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ SASL_FRAME_TYPE = 1
 MAX_SASL_FRAME = 64 * 1024
 
 SASL_MECHANISMS, SASL_INIT, SASL_OUTCOME = 0x40, 0x41, 0x44
-OK, AUTH, SYS = 0, 1, 2
+OK, AUTH, SYS, SYS_PERM, SYS_TEMP = 0, 1, 2, 3, 4
 
 
 class SaslFailure(Exception):
@@ -41,8 +41,10 @@ class Identity:
     authmethod: str
 
 
-Authenticator = Callable[[str, bytes], "Identity | None"]
-"""(mechanism, initial response) -> the identity, or None when refused."""
+Answer = Callable[["Identity | int"], None]
+"""Takes the identity, or the sasl-outcome code of a refusal (AUTH, or SYS_TEMP: busy)."""
+Authenticator = Callable[[str, bytes, Answer], None]
+"""(mechanism, initial response, answer): calls ``answer`` at once or later on the reactor."""
 
 
 def frame(body: bytes) -> bytes:
@@ -117,15 +119,20 @@ class SaslServer:
     """Feed bytes; read ``output``; ``identity`` and ``rest`` once ``done``.
 
     States: "header" (waiting for the protocol header), "init" (sent mechanisms,
-    waiting for sasl-init), "amqp" (outcome ok sent, waiting for the AMQP header),
+    waiting for sasl-init), "verifying" (waiting for the authenticator's answer; later
+    bytes are kept), "amqp" (outcome ok sent, waiting for the AMQP header),
     "done" (``rest`` holds the AMQP stream from its header on), "failed".
     """
 
     def __init__(self, mechanisms: list[str], authenticate: Authenticator,
-                 allow_skip: bool) -> None:
+                 allow_skip: bool, wake: Callable[[], None]) -> None:
         self.mechanisms = mechanisms
         self.authenticate = authenticate
         self.allow_skip = allow_skip
+        self.wake = wake
+        """Called when an answer comes later: the owner feeds ``b""`` and reads the output."""
+        self._receiving = False
+        self._mechanism = ""
         self.state = "header"
         self.buffer = b""
         self.output = b""
@@ -150,12 +157,17 @@ class SaslServer:
         if self.state in ("done", "failed"):
             return
         self.buffer += data
+        self._receiving = True
         try:
+            if self.state == "verifying" and len(self.buffer) > MAX_SASL_FRAME:
+                raise SaslFailure("too much data while the credentials are checked")
             while self._step():
                 pass
         except SaslFailure as exc:
             self.state = "failed"
             self.reason = str(exc)
+        finally:
+            self._receiving = False
 
     def _step(self) -> bool:
         if self.state == "header":
@@ -195,15 +207,13 @@ class SaslServer:
                 raise SaslFailure(f"expected sasl-init, got performative 0x{descriptor:x}")
             mechanism = str(fields[0]) if fields else ""
             response = bytes(fields[1]) if len(fields) > 1 and fields[1] is not None else b""
-            identity = (self.authenticate(mechanism, response)
-                        if mechanism in self.mechanisms else None)
-            if identity is None:
-                self.output += outcome_frame(AUTH)
-                raise SaslFailure(f"authentication failed (mechanism {mechanism or '-'})")
-            self.identity = identity
-            self.output += outcome_frame(OK)
-            self.state = "amqp"
-            return True
+            self.state = "verifying"
+            self._mechanism = mechanism or "-"
+            if mechanism in self.mechanisms:
+                self.authenticate(mechanism, response, self._answer)
+            else:
+                self._answer(AUTH)
+            return self.state == "amqp"  # answered at once: go on with what follows
         if self.state == "amqp":
             if len(self.buffer) < 8:
                 if not AMQP_HEADER.startswith(self.buffer[:8]):
@@ -215,6 +225,22 @@ class SaslServer:
             self.state = "done"
             return False
         return False
+
+    def _answer(self, outcome: "Identity | int") -> None:
+        """The sasl-outcome; frames the client sent after sasl-init wait for it."""
+        if self.state != "verifying":
+            return
+        if isinstance(outcome, Identity):
+            self.identity = outcome
+            self.output += outcome_frame(OK)
+            self.state = "amqp"
+        else:
+            self.output += outcome_frame(outcome)
+            self.state = "failed"
+            self.reason = (f"authentication failed (mechanism {self._mechanism})"
+                           if outcome == AUTH else "refused: server busy")
+        if not self._receiving:
+            self.wake()
 
     def _bad_header(self) -> SaslFailure:
         self.output += SASL_HEADER

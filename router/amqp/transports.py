@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from functools import partial
 
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.protocol import Factory, Protocol, connectionDone
 
 from router.amqp.connection import AmqpConnection
 from router.amqp.frontend import AmqpFrontend
-from router.amqp.sasl import SaslServer
+from router.amqp.sasl import Answer, SaslServer
 from router.core.login_guard import HeldTransport
+from router.limits import GatedProtocol
 from router.tls import peer_common_name
 
 DEFAULT_PORT = 5672
 DEFAULT_TLS_PORT = 5671
 
 
-class AmqpTcpProtocol(Protocol):
+class AmqpTcpProtocol(GatedProtocol, Protocol):
     def connectionMade(self) -> None:
+        super().connectionMade()
         peer = self.transport.getPeer()
         self.peer = f"{peer.host}:{peer.port}"
         frontend = self.factory.frontend
@@ -25,7 +27,10 @@ class AmqpTcpProtocol(Protocol):
         self.held = HeldTransport(frontend.scheduler, self.transport.write,
                                   self.transport.loseConnection)
         self.connection = AmqpConnection(frontend, self.held.write, self.held.close, self.peer)
+        self.connection.handshake_done = self.handshake_done
+        self.connection.verifying = self.verifying
         self._sasl_ready = False
+        self._header_bytes = 0
 
     def _prepare_sasl(self) -> None:
         """Per-connection SASL: EXTERNAL needs this connection's TLS client certificate,
@@ -36,20 +41,29 @@ class AmqpTcpProtocol(Protocol):
         self.connection.sasl = SaslServer(
             frontend.mechanisms(client_cn),
             partial(self._authenticate, client_cn),
-            allow_skip=frontend.realm.anonymous_role is not None)
+            allow_skip=frontend.realm.anonymous_role is not None,
+            wake=self.connection.sasl_answered)
 
-    def _authenticate(self, client_cn, mechanism: str, response: bytes):
+    def _authenticate(self, client_cn, mechanism: str, response: bytes, answer: Answer) -> None:
         def hold(delay: float) -> None:
             self.held.hold = delay
-        return self.factory.frontend.authenticate(mechanism, response, self.peer, client_cn,
-                                                  hold)
+        self.factory.frontend.authenticate(mechanism, response, answer, self.peer, client_cn,
+                                           hold)
 
     def dataReceived(self, data: bytes) -> None:
+        if self.gate.refused:
+            # over a cap: no clean AMQP refusal is possible before SASL and OPEN, so the
+            # connection is closed once the client has sent its protocol header
+            self._header_bytes += len(data)
+            if self._header_bytes >= 8:
+                self.transport.loseConnection()
+            return
         if not self._sasl_ready:
             self._prepare_sasl()
         self.connection.data_received(data)
 
-    def connectionLost(self, reason=None) -> None:
+    def connectionLost(self, reason=connectionDone) -> None:
+        super().connectionLost(reason)
         self.connection.connection_lost()
 
 

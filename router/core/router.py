@@ -9,6 +9,7 @@ from router.core.incidents import Incidents
 from router.core.login_guard import LoginGuard
 from router.core.peer import Peer
 from router.core.realm import Realm
+from router.core.verifier import SecretVerifier
 
 
 class Router:
@@ -23,6 +24,8 @@ class Router:
         self.incidents = Incidents()
         """Drops, refusals and store failures of every realm and protocol: counted, and
         logged at most once per cause and interval."""
+        self.verifier = SecretVerifier(scheduler, self.incidents)
+        """Password (ticket) checks of every protocol, in threads off the reactor."""
 
         self.peers: dict[int, Peer] = {}
         self.connections: set[Peer] = set()

@@ -428,6 +428,7 @@ _CONNACK_RETURN_CODES = {
 _CONNACK_RETURN_CODE_FOR = {
     **{reason: return_code for return_code, reason in _CONNACK_RETURN_CODES.items()},
     ReasonCode.SERVER_BUSY: 0x03,
+    ReasonCode.QUOTA_EXCEEDED: 0x03,
     ReasonCode.BANNED: 0x05,
 }
 """MQTT 5 CONNACK reason code -> 3.1.1 return code; codes missing here have no 3.1.1 form."""
@@ -484,6 +485,10 @@ class MqttCodec:
             del self._buffer[:self._offset]
             self._offset = 0
         self._buffer += data
+
+    def buffered(self) -> int:
+        """Bytes received but not yet decoded into packets."""
+        return len(self._buffer) - self._offset
 
     def next_packet(self) -> Packet | None:
         """The next complete packet, or None until more data arrives.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Callable
 
 from router.core import errors
@@ -21,7 +22,7 @@ from router.mqtt.persistence import StoredMessage
 from router.mqtt.topics import UnmappableTopic, topic_to_uri
 
 if TYPE_CHECKING:
-    from router.mqtt.frontend import MqttFrontend
+    from router.mqtt.frontend import Identity, MqttFrontend
     from router.mqtt.session import MqttSession
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,13 @@ class MqttConnection:
         self._will = None
         self._closed = False
         self._inbound_unacknowledged = 0
+        self._connect_state: str | None = None
+        """"checking" while CONNECT is authenticated, "waiting" when the answer comes later
+        (packets after CONNECT stay in the codec until then), else None."""
+        self.refusal: int | None = None
+        """Set by the transport for a connection over a cap: CONNECT gets this CONNACK."""
+        self.handshake_done: Callable[[], None] = lambda: None
+        """Set by the transport: CONNECT arrived (the handshake timer stops)."""
 
     @property
     def version(self) -> int:
@@ -61,13 +69,21 @@ class MqttConnection:
         if self._closed:
             return
         self.codec.receive_data(data)
+        if self._connect_state == "waiting":
+            if self.codec.buffered() > self.frontend.settings.max_packet_size:
+                self._fail(ReasonCode.QUOTA_EXCEEDED, "too much data before CONNACK", False)
+            return
+        self._process()
+
+    def _process(self) -> None:
+        """Handle the complete packets in the codec (stopping while CONNECT is checked)."""
         try:
             packet = self.codec.next_packet()
             if packet is not None:
                 self._touch()  # once per read: the keep-alive clock needs no finer grain
             while packet is not None:
                 self._handle(packet)
-                if self._closed:
+                if self._closed or self._connect_state == "waiting":
                     break
                 packet = self.codec.next_packet()
         except MqttProtocolError as error:
@@ -79,7 +95,7 @@ class MqttConnection:
     def _handle(self, packet) -> None:
         kind = type(packet)
         if kind is Connect:
-            if self.session is not None:
+            if self.session is not None or self._connect_state is not None:
                 raise MqttProtocolError(ReasonCode.PROTOCOL_ERROR, "second CONNECT")
             self._on_connect(packet)
             return
@@ -94,12 +110,27 @@ class MqttConnection:
     # connect --------------------------------------------------------------------------
 
     def _on_connect(self, packet: Connect) -> None:
-        outcome = self.frontend.connect(self, packet)
-        if isinstance(outcome, int):
-            self._send(Connack(False, outcome))
+        self.handshake_done()
+        if self.refusal is not None:
+            self._send(Connack(False, self.refusal))
             self._close_now()
             return
-        session, session_present, assigned_id = outcome
+        self._connect_state = "checking"
+        self.frontend.authenticate(self, packet, partial(self._authenticated, packet))
+        if self._connect_state == "checking":
+            self._connect_state = "waiting"
+
+    def _authenticated(self, packet: Connect, identity: "int | Identity") -> None:
+        """CONNACK; then, if the answer came later, the packets that followed CONNECT."""
+        resume = self._connect_state == "waiting"
+        self._connect_state = None
+        if self._closed:
+            return
+        if isinstance(identity, int):
+            self._send(Connack(False, identity))
+            self._close_now()
+            return
+        session, session_present, assigned_id = self.frontend.connect(self, packet, identity)
         self.session = session
         properties = {}
         if self.version == 5:
@@ -122,6 +153,8 @@ class MqttConnection:
             self._touch()
         self._send(Connack(session_present, ReasonCode.SUCCESS, properties))
         session.resume()
+        if resume:
+            self._process()
 
     # publish in -------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from router.core import errors
-from router.core.credentials import Principal, verify_secret
+from router.core.credentials import Principal
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
 from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NEVER_EXPIRES = 0xFFFFFFFF
+
+Identity = tuple[str | None, str, str]
+"""(authid, or None for anonymous; authrole; authmethod) of an authenticated CONNECT."""
 
 
 @dataclass(frozen=True)
@@ -77,16 +80,51 @@ class MqttFrontend:
 
     # connect / disconnect ---------------------------------------------------------------
 
-    def connect(self, connection: "MqttConnection", packet: Connect
-                ) -> int | tuple[MqttSession, bool, str | None]:
-        """A CONNACK failure reason, or (session, session present, assigned client id)."""
+    def authenticate(self, connection: "MqttConnection", packet: Connect,
+                     answer: Callable[[int | Identity], None]) -> None:
+        """``answer`` a CONNACK failure reason or (authid or None for anonymous, authrole,
+        method): at once, or on the reactor once the password is checked in a thread."""
         if "authentication_method" in packet.properties:
             log.info("MQTT client %s asked for enhanced authentication (%s): not supported",
                      connection.peer, packet.properties["authentication_method"])
-            return ReasonCode.BAD_AUTHENTICATION_METHOD
-        identity = self._authenticate(connection, packet)
-        if isinstance(identity, int):
-            return identity
+            answer(ReasonCode.BAD_AUTHENTICATION_METHOD)
+            return
+        if packet.username is None:
+            answer(self._without_password(connection))
+            return
+        principal = self._principals.get(packet.username)
+        if principal is None or principal.ticket_hash is None:
+            answer(self._refused(connection, packet.username, "password",
+                                 "no such principal" if principal is None else "wrong password",
+                                 ReasonCode.BAD_USER_NAME_OR_PASSWORD))
+            return
+
+        def verified(ok: bool) -> None:
+            answer((principal.authid, principal.role, "password") if ok else
+                   self._refused(connection, packet.username, "password", "wrong password",
+                                 ReasonCode.BAD_USER_NAME_OR_PASSWORD))
+
+        password = (packet.password or b"").decode("utf-8", "replace")
+        if not self.router.verifier.verify(password, principal.ticket_hash, verified,
+                                           self.realm.name, "mqtt", connection.peer):
+            answer(ReasonCode.SERVER_BUSY)
+
+    def _without_password(self, connection: "MqttConnection") -> int | Identity:
+        """TLS client certificate or anonymous: decided at once."""
+        client_cn = getattr(connection, "client_cn", lambda: None)()
+        if client_cn is not None:
+            principal = self._principals.get(client_cn)
+            if principal is not None:
+                return principal.authid, principal.role, "tls"
+            return self._refused(connection, client_cn, "tls",
+                                 "no principal for the client certificate's CN")
+        if self.realm.anonymous_role is None:
+            return self._refused(connection, None, "anonymous", "anonymous access is off")
+        return None, self.realm.anonymous_role, "anonymous"
+
+    def connect(self, connection: "MqttConnection", packet: Connect,
+                identity: Identity) -> tuple[MqttSession, bool, str | None]:
+        """(session, session present, assigned client id) of an authenticated CONNECT."""
         client_id, assigned = packet.client_id, None
         if not client_id:
             client_id = assigned = f"auto-{self.router.new_session_id():x}"
@@ -118,30 +156,6 @@ class MqttFrontend:
         if session.persistent:
             self._save(session, None)
         return session, session_present, assigned
-
-    def _authenticate(self, connection: "MqttConnection",
-                      packet: Connect) -> int | tuple[str | None, str, str]:
-        """A CONNACK failure reason, or (authid or None for anonymous, authrole, method)."""
-        if packet.username is None:
-            client_cn = getattr(connection, "client_cn", lambda: None)()
-            if client_cn is not None:
-                principal = self._principals.get(client_cn)
-                if principal is not None:
-                    return principal.authid, principal.role, "tls"
-                return self._refused(connection, client_cn, "tls",
-                                     "no principal for the client certificate's CN")
-            if self.realm.anonymous_role is None:
-                return self._refused(connection, None, "anonymous", "anonymous access is off")
-            return None, self.realm.anonymous_role, "anonymous"
-        principal = self._principals.get(packet.username)
-        password = (packet.password or b"").decode("utf-8", "replace")
-        if principal is None:
-            return self._refused(connection, packet.username, "password", "no such principal",
-                                 ReasonCode.BAD_USER_NAME_OR_PASSWORD)
-        if principal.ticket_hash is None or not verify_secret(password, principal.ticket_hash):
-            return self._refused(connection, packet.username, "password", "wrong password",
-                                 ReasonCode.BAD_USER_NAME_OR_PASSWORD)
-        return principal.authid, principal.role, "password"
 
     def _refused(self, connection: "MqttConnection", authid: str | None, method: str,
                  reason: str, code: int = ReasonCode.NOT_AUTHORIZED) -> int:

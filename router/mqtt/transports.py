@@ -4,35 +4,44 @@ from __future__ import annotations
 
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.types import ConnectionDeny
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.protocol import Factory, Protocol, connectionDone
 
 from router.core.login_guard import HeldTransport
+from router.limits import GatedProtocol
 from router.mqtt.connection import MqttConnection
 from router.mqtt.frontend import MqttFrontend
+from router.mqtt.packets import ReasonCode
 from router.tls import peer_common_name
 
 
-def _attach(connection: MqttConnection, held: HeldTransport, transport) -> MqttConnection:
-    """What the frontend's authentication needs beyond the bytes: the held-back refusal
-    (login guard) and the TLS client certificate's CN, if the transport verified one."""
+def _attach(connection: MqttConnection, held: HeldTransport, protocol: GatedProtocol,
+            transport) -> MqttConnection:
+    """What the frontend needs beyond the bytes: the held-back refusal (login guard), the
+    TLS client certificate's CN, if the transport verified one, and the listener's gate
+    (CONNECT ends the handshake; over a cap, CONNECT is refused)."""
     connection.held = held
     connection.client_cn = lambda: peer_common_name(transport)
+    connection.handshake_done = protocol.handshake_done
+    if protocol.gate.refused:
+        connection.refusal = ReasonCode.QUOTA_EXCEEDED
     return connection
 
 
-class MqttTcpProtocol(Protocol):
+class MqttTcpProtocol(GatedProtocol, Protocol):
     def connectionMade(self) -> None:
+        super().connectionMade()
         peer = self.transport.getPeer()
         held = HeldTransport(self.factory.frontend.scheduler, self.transport.write,
                              self.transport.loseConnection)
         self.connection = _attach(MqttConnection(self.factory.frontend, held.write, held.close,
                                                  f"{peer.host}:{peer.port}", "mqtt"),
-                                  held, self.transport)
+                                  held, self, self.transport)
 
     def dataReceived(self, data: bytes) -> None:
         self.connection.data_received(data)
 
-    def connectionLost(self, reason=None) -> None:
+    def connectionLost(self, reason=connectionDone) -> None:
+        super().connectionLost(reason)
         self.connection.connection_lost()
 
 
@@ -43,12 +52,13 @@ class MqttTcpFactory(Factory):
         self.frontend = frontend
 
 
-class MqttWebSocketProtocol(WebSocketServerProtocol):
+class MqttWebSocketProtocol(GatedProtocol, WebSocketServerProtocol):
     """MQTT packets in binary WebSocket messages (a packet may span messages)."""
 
     connection: MqttConnection | None = None
 
     def onConnect(self, request):
+        self.deny_if_refused()
         if request.path != self.factory.path:
             raise ConnectionDeny(ConnectionDeny.NOT_FOUND, f"no MQTT endpoint at {request.path}")
         if "mqtt" not in request.protocols:
@@ -61,7 +71,7 @@ class MqttWebSocketProtocol(WebSocketServerProtocol):
                              lambda: self.sendClose(self.CLOSE_STATUS_CODE_NORMAL))
         self.connection = _attach(MqttConnection(self.factory.frontend, held.write, held.close,
                                                  self.peer, "mqtt.websocket"),
-                                  held, self.transport)
+                                  held, self, self.transport)
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         if not isBinary:

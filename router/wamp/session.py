@@ -1,10 +1,13 @@
 """One WAMP session on one transport: the state machine and the translation to the core.
 
-States: HANDSHAKE (waiting for HELLO) -> CHALLENGED (CHALLENGE sent) -> ESTABLISHED
--> CLOSING (we sent GOODBYE) -> CLOSED; a refused login waits in REFUSING (ignoring
-everything) for the login guard's delay before its ABORT goes out. Any protocol violation sends ABORT
-``wamp.error.protocol_violation``, drops the session from its realm and closes
-the transport; nothing after it is processed.
+States: HANDSHAKE (waiting for HELLO) -> CHALLENGED (CHALLENGE sent) [-> VERIFYING (a
+ticket being checked in the verifier's threads)] -> ESTABLISHED -> CLOSING (we sent
+GOODBYE) -> CLOSED; a refused login waits in REFUSING (ignoring everything) for the login
+guard's delay before its ABORT goes out. WELCOME or the decision to refuse ends the
+handshake for the listener's ``handshake_timeout``: the back-off delay is bounded by
+``login_backoff.max_delay`` and is never cut short by the handshake timer. Any protocol
+violation sends ABORT ``wamp.error.protocol_violation``, drops the session from its realm
+and closes the transport; nothing after it is processed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from autobahn.wamp.exception import TransportLost
 from router.core import errors
 from router.core.broker import Subscription
 from router.core.credentials import (Principal, normalize_pubkey, verify_cryptosign,
-                                     verify_secret, verify_wampcra)
+                                     verify_wampcra)
 from router.core.dealer import Invocation
 from router.core.errors import ProtocolViolation, RouterError, Unencodable
 from router.core.incidents import EXPIRED, TOO_LARGE
@@ -41,11 +44,13 @@ from router.wamp.settings import WampSettings
 
 log = logging.getLogger(__name__)
 
-HANDSHAKE, CHALLENGED, ESTABLISHED, CLOSING, CLOSED, REFUSING = range(6)
+HANDSHAKE, CHALLENGED, ESTABLISHED, CLOSING, CLOSED, REFUSING, VERIFYING = range(7)
 
 NO_MATCHING_AUTH_METHOD = "wamp.error.no_matching_auth_method"
 AUTHENTICATION_FAILED = "wamp.error.authentication_failed"
 NO_SUCH_PRINCIPAL = "wamp.error.no_such_principal"
+SERVER_BUSY = "wamp.error.server_busy"
+"""ABORT reason when too many logins are being verified (try again later)."""
 CHALLENGE_METHODS = ("ticket", "wampcra", "cryptosign")
 
 ERROR, EVENT, RESULT, INVOCATION, INTERRUPT = 8, 36, 50, 68, 69
@@ -114,6 +119,9 @@ class WampSession:
                 raise ProtocolViolation(f"{type(msg).__name__.upper()} received while "
                                         "waiting for AUTHENTICATE")
             self._on_authenticate(msg)
+        elif self._state == VERIFYING:
+            raise ProtocolViolation(f"{type(msg).__name__.upper()} received while the "
+                                    "authentication is being verified")
         elif self._state == CLOSING and type(msg) is m.Goodbye:
             self._close_transport()
         # REFUSING: the ABORT is on its way; nothing the client says changes that
@@ -217,15 +225,28 @@ class WampSession:
         pending, self._pending_auth = self._pending_auth, None
         principal = self._router.principals[pending.realm.name].get(pending.authid)
         signature = msg.signature if isinstance(msg.signature, str) else ""
+        if principal is not None and pending.method == "ticket":
+            # PBKDF2 takes ~100 ms: never on the reactor
+            self._state = VERIFYING
+            self._transport.verifying(True)
+            if not self._router.verifier.verify(
+                    signature, principal.ticket_hash or "", partial(self._verified, pending),
+                    pending.realm.name, "wamp", self._peer_address()):
+                self._abort(SERVER_BUSY, "too many logins are being verified; try again later")
+            return
         ok = False
         if principal is not None:
-            if pending.method == "ticket":
-                ok = verify_secret(signature, principal.ticket_hash or "")
-            elif pending.method == "wampcra" and principal.wampcra is not None:
+            if pending.method == "wampcra" and principal.wampcra is not None:
                 ok = verify_wampcra(principal.wampcra, pending.challenge, signature)
             elif pending.method == "cryptosign":
                 ok = (pending.pubkey in principal.cryptosign_pubkeys
                       and verify_cryptosign(pending.pubkey, pending.challenge, signature))
+        self._verified(pending, ok)
+
+    def _verified(self, pending: "_PendingAuth", ok: bool) -> None:
+        """WELCOME or the (held back) refusal, unless the client left meanwhile."""
+        if self._state == CLOSED:
+            return
         if not ok:
             self._refuse(AUTHENTICATION_FAILED, "authentication failed", pending.authid,
                          pending.method, "wrong signature" if pending.method != "ticket"
@@ -239,6 +260,7 @@ class WampSession:
         """ABORT a failed login, held back by the login guard's per-peer delay."""
         delay = self._router.login_guard.failed("WAMP", self._peer_address(), authid, method, why)
         self._state = REFUSING
+        self._transport.handshake_done()
 
         def abort() -> None:
             if self._state == REFUSING:
@@ -262,6 +284,7 @@ class WampSession:
         self._realm = realm
         self._settings = self._all_settings.get(realm.name, self._settings)
         self._state = ESTABLISHED
+        self._transport.handshake_done()
         self._send(WireMessage([m.Welcome.MESSAGE_TYPE, session_id, {
             "realm": realm.name, "authid": authid, "authrole": authrole,
             "authmethod": authmethod, "authprovider": "static", "roles": ROUTER_ROLES}]))

@@ -17,6 +17,7 @@ from autobahn.wamp.exception import TransportLost
 from autobahn.wamp.serializer import Serializer
 from autobahn.websocket.types import ConnectionDeny
 
+from router.limits import GatedProtocol
 from router.wamp.codec import WireMessage
 from router.wamp.session import WampSession
 
@@ -25,12 +26,14 @@ log = logging.getLogger(__name__)
 RAWSOCKET_MAGIC = 0x7F
 RAWSOCKET_ERROR_SERIALIZER_UNSUPPORTED = 1
 RAWSOCKET_ERROR_RESERVED_BITS = 3
+RAWSOCKET_ERROR_MAX_CONNECTIONS = 4
 
 
-class RouterWebSocketProtocol(WampWebSocketServerProtocol):
+class RouterWebSocketProtocol(GatedProtocol, WampWebSocketServerProtocol):
     """WAMP over WebSocket, router side."""
 
     def onConnect(self, request):
+        self.deny_if_refused()
         if request.path != self.factory.path:
             raise ConnectionDeny(ConnectionDeny.NOT_FOUND, f"no WAMP endpoint at {request.path}")
         return super().onConnect(request)
@@ -67,11 +70,14 @@ class RouterWebSocketFactory(WampWebSocketServerFactory):
                                 maxFramePayloadSize=max_message_size)
 
 
-class RouterRawSocketProtocol(WampRawSocketServerProtocol):
+class RouterRawSocketProtocol(GatedProtocol, WampRawSocketServerProtocol):
     """WAMP over RawSocket, router side, with the spec's handshake error replies."""
 
     def dataReceived(self, data: bytes) -> None:
         if not self._handshake_complete and len(self._handshake_bytes) + len(data) >= 4:
+            if self.gate.refused:
+                self._refuse(RAWSOCKET_ERROR_MAX_CONNECTIONS)
+                return
             handshake = (self._handshake_bytes + data)[:4]
             serializer_id = handshake[1] & 0x0F
             if handshake[0] == RAWSOCKET_MAGIC:

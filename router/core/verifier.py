@@ -1,0 +1,55 @@
+"""Password (ticket) verification off the reactor: PBKDF2 runs in a small thread pool.
+
+One verification costs ~100 ms of CPU by design; on the reactor thread a handful of
+logins would stall every other client's traffic. :class:`SecretVerifier` runs them in a
+dedicated pool of a few threads and hands each answer back on the reactor. At most
+``max_pending`` verifications wait or run at once; over that a login is refused at once
+as "server busy" (the caller answers in its protocol's words), so a login flood costs
+the router bounded memory and only the flooding clients wait.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from twisted.internet import threads
+from twisted.python.threadpool import ThreadPool
+
+from router.core.credentials import verify_secret
+from router.core.incidents import REFUSED, Incidents
+
+THREADS = 2
+MAX_PENDING = 64
+
+
+class SecretVerifier:
+    """``verify(...)``: ``answer(ok)`` later on the reactor, or False at once (counted as
+    a refusal) when ``max_pending`` verifications are already under way."""
+
+    def __init__(self, reactor, incidents: Incidents, threads_: int = THREADS,
+                 max_pending: int = MAX_PENDING) -> None:
+        self.reactor = reactor
+        self.incidents = incidents
+        self.max_pending = max_pending
+        self.pending = 0
+        self.pool = ThreadPool(minthreads=0, maxthreads=threads_, name="secret-verifier")
+        reactor.callWhenRunning(self.pool.start)
+        reactor.addSystemEventTrigger("during", "shutdown", self.pool.stop)
+
+    def verify(self, secret: str, stored: str, answer: Callable[[bool], None], realm: str,
+               protocol: str, peer: str | None) -> bool:
+        """Queue one verification; False (and no answer) when the queue is full."""
+        if self.pending >= self.max_pending:
+            self.incidents.count(realm, protocol, REFUSED,
+                                 f"{peer}: login refused as busy, {self.pending} password "
+                                 "checks under way (login_backoff.max_pending_verifications)")
+            return False
+        self.pending += 1
+        deferred = threads.deferToThreadPool(self.reactor, self.pool, verify_secret, secret,
+                                             stored)
+        deferred.addBoth(self._done, answer)
+        return True
+
+    def _done(self, result, answer: Callable[[bool], None]) -> None:
+        self.pending -= 1
+        answer(result is True)

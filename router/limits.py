@@ -1,0 +1,157 @@
+"""Per-listener connection caps and the handshake deadline, shared by every transport.
+
+Each listener's factory owns one :class:`ConnectionLimits`. Every accepted TCP connection
+asks it for a :class:`Gate` when it is made: the gate says whether the connection is over
+``max_connections`` or ``max_connections_per_host`` (the transport then answers with its
+protocol's refusal and closes), and arms a timer that aborts the connection unless the
+frontend calls :meth:`Gate.passed` within ``handshake_timeout`` seconds. What "the
+handshake" is differs per protocol (WAMP: WELCOME or the login refusal; MQTT: CONNECT;
+AMQP: OPEN after SASL, or the SASL refusal); each frontend says when it is done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from autobahn.websocket.types import ConnectionDeny
+from twisted.internet.protocol import connectionDone
+
+from router.core.incidents import REFUSED, Incidents
+
+
+@dataclass(frozen=True)
+class LimitSettings:
+    """The listener keys that bound connections (see docs/configuration.md)."""
+
+    handshake_timeout: float = 10.0
+    max_connections: int = 10_000
+    max_connections_per_host: int = 10_000
+
+
+class ConnectionLimits:
+    """Counts one listener's open connections, in all and per remote host."""
+
+    def __init__(self, clock, incidents: Incidents, settings: LimitSettings, protocol: str,
+                 realm: str | None) -> None:
+        self.clock = clock
+        self.incidents = incidents
+        self.settings = settings
+        self.protocol = protocol
+        self.realm = realm or ""
+        self.open = 0
+        self._per_host: dict[str, int] = {}
+
+    def admit(self, host: str, close: Callable[[], None]) -> "Gate":
+        """A gate for a new connection from ``host``; ``close`` aborts it on timeout."""
+        settings = self.settings
+        if self.open >= settings.max_connections:
+            refused = f"max_connections ({settings.max_connections}) reached"
+        elif self._per_host.get(host, 0) >= settings.max_connections_per_host:
+            refused = f"max_connections_per_host ({settings.max_connections_per_host}) reached"
+        else:
+            refused = None
+            self.open += 1
+            self._per_host[host] = self._per_host.get(host, 0) + 1
+        if refused is not None:
+            self.count(f"{host}: {refused}")
+        return Gate(self, host, close, refused)
+
+    def count(self, detail: str) -> None:
+        """One refused or timed-out connection of this listener."""
+        self.incidents.count(self.realm, self.protocol, REFUSED, detail)
+
+    def _release(self, host: str) -> None:
+        self.open -= 1
+        left = self._per_host[host] - 1
+        if left:
+            self._per_host[host] = left
+        else:
+            del self._per_host[host]
+
+
+class Gate:
+    """One connection's admission: ``refused`` (why, or None) and its handshake timer."""
+
+    def __init__(self, limits: ConnectionLimits, host: str, close: Callable[[], None],
+                 refused: str | None) -> None:
+        self.limits = limits
+        self.host = host
+        self.refused = refused
+        self._close = close
+        self._counted = refused is None
+        self._passed = False
+        self._timer = None
+        self._arm()
+
+    def passed(self) -> None:
+        """The protocol handshake is complete (or its refusal decided): stop the timer."""
+        self._passed = True
+        self._stop()
+
+    def verifying(self, active: bool) -> None:
+        """A password check (bounded by the verifier's queue) stops the clock; once it is
+        answered, the rest of the handshake gets a full ``handshake_timeout`` again."""
+        if active:
+            self._stop()
+        elif not self._passed and self._timer is None:
+            self._arm()
+
+    def _arm(self) -> None:
+        self._timer = self.limits.clock.callLater(self.limits.settings.handshake_timeout,
+                                                  self._expired)
+
+    def _stop(self) -> None:
+        if self._timer is not None:
+            if self._timer.active():
+                self._timer.cancel()
+            self._timer = None
+
+    def release(self) -> None:
+        """The connection is gone: stop the timer and free its place under the caps."""
+        self.passed()
+        if self._counted:
+            self._counted = False
+            self.limits._release(self.host)
+
+    def _expired(self) -> None:
+        self._timer = None
+        if self.refused is None:  # a refused connection was counted when it came
+            self.limits.count(f"{self.host}: handshake timeout "
+                              f"({self.limits.settings.handshake_timeout:g}s)")
+        self._close()
+
+
+class GatedProtocol:
+    """Mixin (first base) for a listener's Twisted protocol: admitted when the connection
+    is made, released when it is lost. The factory has ``limits`` (:class:`ConnectionLimits`).
+    """
+
+    gate: Gate | None = None
+
+    def connectionMade(self) -> None:
+        super().connectionMade()  # type: ignore[misc]
+        transport = self.transport  # type: ignore[attr-defined]
+        self.gate = self.factory.limits.admit(  # type: ignore[attr-defined]
+            getattr(transport.getPeer(), "host", "unknown"), transport.abortConnection)
+
+    def connectionLost(self, reason=connectionDone) -> None:
+        self.release()
+        super().connectionLost(reason)  # type: ignore[misc]
+
+    def deny_if_refused(self) -> None:
+        """WebSocket: an over-cap connection's opening handshake gets HTTP 503."""
+        if self.gate is not None and self.gate.refused:
+            raise ConnectionDeny(ConnectionDeny.SERVICE_UNAVAILABLE, self.gate.refused)
+
+    def handshake_done(self) -> None:
+        if self.gate is not None:
+            self.gate.passed()
+
+    def verifying(self, active: bool) -> None:
+        if self.gate is not None:
+            self.gate.verifying(active)
+
+    def release(self) -> None:
+        if self.gate is not None:
+            self.gate.release()
