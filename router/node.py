@@ -36,6 +36,10 @@ from router.wamp.transports import RouterRawSocketFactory, RouterWebSocketFactor
 
 log = logging.getLogger(__name__)
 
+LISTEN_BACKLOG = 1024
+"""Twisted's default of 50 makes a burst of connects wait for SYN retries; the connection
+caps (``max_connections``), not the kernel's accept queue, are what bound connections."""
+
 INCIDENT_PROTOCOL = {"websocket": "wamp", "rawsocket": "wamp", "mqtt": "mqtt",
                      "mqtt-websocket": "mqtt", "amqp": "amqp"}
 """Listener type -> the protocol its refusals are counted under."""
@@ -47,7 +51,7 @@ def build_router(config: NodeConfig, reactor, store: SqliteStore,
     router = Router(reactor)
     backoff = config.login_backoff
     router.login_guard = LoginGuard(reactor, backoff.window, backoff.after_failures,
-                                    backoff.max_delay)
+                                    backoff.max_delay, router.incidents)
     router.verifier.max_pending = backoff.max_pending_verifications
     for realm_config in config.realms.values():
         log_settings = config.eventlog.for_realm(realm_config.name)
@@ -196,8 +200,9 @@ class Node:
         factory = self._factory(listener)
         if listener.tls is not None:
             return self.reactor.listenSSL(listener.port, factory, server_options(listener.tls),
-                                          interface=listener.host)
-        return self.reactor.listenTCP(listener.port, factory, interface=listener.host)
+                                          backlog=LISTEN_BACKLOG, interface=listener.host)
+        return self.reactor.listenTCP(listener.port, factory, backlog=LISTEN_BACKLOG,
+                                      interface=listener.host)
 
     def _factory(self, listener: ListenerConfig):
         factory = self._protocol_factory(listener)

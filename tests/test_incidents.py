@@ -53,3 +53,21 @@ def test_flush_before_the_interval_holds_the_count_back():
     clock.now += 5
     incidents.flush()
     assert not incidents._unlogged
+
+
+def test_a_login_flood_from_one_host_logs_its_first_failures_then_counts(caplog):
+    from router.core.incidents import LOGIN_FAILED
+    from router.core.login_guard import LoginGuard
+
+    class Clock:
+        def seconds(self) -> float:
+            return 50.0
+
+    incidents = Incidents(interval=10.0, clock=FakeClock())
+    guard = LoginGuard(Clock(), window=60.0, free=3, max_delay=8.0, incidents=incidents)
+    with caplog.at_level(logging.WARNING):
+        delays = [guard.failed("MQTT", "10.0.0.7:5000", "alice", "password", "wrong password")
+                  for _ in range(1000)]
+    assert delays[:3] == [0.0, 0.0, 0.0] and delays[3] == 2.0 and delays[-1] == 8.0
+    assert incidents.total(LOGIN_FAILED, protocol="mqtt") == 997
+    assert len(caplog.records) == 4  # three failures one by one, then one counted line

@@ -39,6 +39,8 @@ UNACKNOWLEDGED = "unacknowledged"
 """A QoS >= 1 delivery given up after its redeliveries, or over its in-flight bound."""
 DISCONNECTED = "disconnected"
 """A client disconnected by the router for staying over a bound."""
+LOGIN_FAILED = "login_failed"
+"""A failed login from a host already over the login back-off's free failures."""
 REFUSED = "refused"
 """A connection refused by a limit, or closed for not completing its handshake in time."""
 

@@ -1,6 +1,8 @@
 """Failed logins, for every protocol: logged (peer and authid, never a secret) and slowed.
 
-After ``free`` failures from one peer host within ``window`` seconds, each further refusal
+The first ``free`` failures of a peer host within ``window`` seconds are logged one line
+each; later ones are counted and logged once per cause and interval (a flood of bad logins
+must not become a flood of log lines). After those ``free`` failures each further refusal
 is held back ``min(2 ** (failures - free), max_delay)`` seconds. The delay is a reactor
 timer (``callLater``): the router keeps serving everyone else meanwhile, and only the
 refused client waits for its answer.
@@ -12,6 +14,8 @@ import logging
 import time
 from collections import deque
 from typing import Callable
+
+from router.core.incidents import LOGIN_FAILED, Incidents
 
 log = logging.getLogger("router.auth")
 
@@ -35,11 +39,12 @@ class LoginGuard:
     """Counts failures per peer host; hands out the delay for the next refusal."""
 
     def __init__(self, clock, window: float = WINDOW, free: int = FREE_FAILURES,
-                 max_delay: float = MAX_DELAY) -> None:
+                 max_delay: float = MAX_DELAY, incidents: Incidents | None = None) -> None:
         self.clock = clock
         self.window = window
         self.free = free
         self.max_delay = max_delay
+        self.incidents = incidents if incidents is not None else Incidents()
         self._failures: dict[str, deque[float]] = {}
 
     def failed(self, protocol: str, peer: str | None, authid: str | None, method: str,
@@ -56,9 +61,15 @@ class LoginGuard:
                 del self._failures[key]
         count = len(times)
         delay = min(2.0 ** (count - self.free), self.max_delay) if count > self.free else 0.0
-        log.warning("%s login failed from %s: authid %r, method %s: %s (%d failure(s) in %ds%s)",
-                    protocol, peer or "unknown", authid, method, reason, count,
-                    int(self.window), f"; refusal delayed {delay:g}s" if delay else "")
+        if count <= self.free:
+            log.warning("%s login failed from %s: authid %r, method %s: %s "
+                        "(%d failure(s) in %ds)", protocol, peer or "unknown", authid, method,
+                        reason, count, int(self.window))
+        else:  # a host that keeps failing: counted, and logged once per interval, not per try
+            self.incidents.count("", protocol.lower(), LOGIN_FAILED,
+                                 f"from {peer or 'unknown'}: authid {authid!r}, method "
+                                 f"{method}: {reason} ({count} failure(s) in "
+                                 f"{int(self.window)}s; refusal delayed {delay:g}s)")
         return delay
 
     def refuse(self, delay: float, refusal: Callable[[], None]) -> None:
