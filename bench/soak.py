@@ -95,7 +95,8 @@ IDLE_SHARES = {"tcp-websocket": 0.125, "tcp-rawsocket": 0.125, "tcp-mqtt": 0.125
 INCIDENT_LINE = re.compile(r"router\.incidents: realm (\S+), (\w+): (\w+)(?: x(\d+))?")
 LOGIN_LINE = re.compile(r"router\.auth: (\w+) login failed")
 LOG_LINE = re.compile(r"^\S+ \S+ (\w+) ([\w.]+): (.*)$")
-DISCONNECT_WORDS = re.compile(r"\b(clos(e|ed|ing)|disconnect\w*|timed out|expired)\b", re.I)
+DISCONNECT_WORDS = re.compile(r"\b(clos(e|ed|ing)|disconnect\w*|dropping connection|timed out|"
+                              r"expired)\b", re.I)
 
 
 # --- shared between processes ----------------------------------------------------------
@@ -113,25 +114,37 @@ class Addresses:
 
 
 class Counters:
-    """Shared counters: per healthy receiver and source, messages delivered and the highest
-    sequence number seen (+1); per publisher, messages sent."""
+    """Shared counters: per healthy receiver and source, messages delivered, the first
+    sequence number seen and the highest (+1); per publisher, messages sent."""
 
     def __init__(self, ctx) -> None:
         self.delivered = ctx.RawArray("q", len(HEALTHY) * len(SOURCES))
+        self.first = ctx.RawArray("q", len(HEALTHY) * len(SOURCES))
         self.progress = ctx.RawArray("q", len(HEALTHY) * len(SOURCES))
         self.published = ctx.RawArray("q", len(SOURCES))
 
     def record(self, receiver: int, payload: bytes) -> None:
         slot = receiver * len(SOURCES) + (payload[0] == MQTT_MARK)
-        self.delivered[slot] += 1
-        after = SEQUENCE.unpack_from(payload, 1)[0] + 1
-        if after > self.progress[slot]:
-            self.progress[slot] = after
+        number = SEQUENCE.unpack_from(payload, 1)[0]
+        delivered = self.delivered[slot]
+        if not delivered:
+            self.first[slot] = number
+        self.delivered[slot] = delivered + 1
+        if number >= self.progress[slot]:
+            self.progress[slot] = number + 1
 
     def delivered_by(self, receiver: int) -> int:
         """Messages of both sources delivered to one healthy receiver."""
         base = receiver * len(SOURCES)
         return sum(self.delivered[base:base + len(SOURCES)])
+
+    def lost_by(self, receiver: int) -> int:
+        """Messages published since the first one a receiver got (of each source) that it
+        did not get: what was published before it could receive is not lost."""
+        base = receiver * len(SOURCES)
+        return sum(published - self.first[slot] - self.delivered[slot]
+                   if self.delivered[slot] else published
+                   for slot, published in enumerate(self.published, base))
 
 
 @dataclass(frozen=True)
@@ -719,7 +732,7 @@ class Soak:
         self.warmup, self.baseline, self.duration = args.warmup, args.baseline, args.duration
         self.started = 0.0
         self.kept: list[float] | None = None
-        self.settled: tuple[list[int], list[int]] | None = None  # published, delivered
+        self.lost: list[int] = []  # per healthy receiver, once the publishers stopped
 
     def sample(self, pid: int) -> Sample:
         cpu, _ = proc_stats(pid)
@@ -832,7 +845,7 @@ class Soak:
             if delivered == previous:
                 break
             time.sleep(0.5)
-        self.settled = (list(self.counters.published), delivered)
+        self.lost = [self.counters.lost_by(i) for i in range(len(HEALTHY))]
         self.stop.set()
         with contextlib.suppress(queue.Empty):
             self.pair = self.pair_results.get(timeout=15)
@@ -903,9 +916,8 @@ class Soak:
         else:
             print("healthy delivered/s during the soak: " + " | ".join(
                 f"{HEALTHY[i]} {soak[i]:.0f}" for i in range(len(HEALTHY))))
-        published, delivered = self.settled
-        print("healthy lost (published - delivered, whole run): " + " | ".join(
-            f"{HEALTHY[i]} {sum(published) - delivered[i]}" for i in range(len(HEALTHY))))
+        print("healthy lost (published since its first message - delivered): " + " | ".join(
+            f"{name} {lost}" for name, lost in zip(HEALTHY, self.lost)))
         gone = {name: s for name, s in self.exited.items() if s < len(self.samples) - 1}
         print("client processes that exited early: "
               + (" | ".join(f"{name} at {s} s" for name, s in gone.items()) or "none"))
