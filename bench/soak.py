@@ -74,6 +74,8 @@ NICE = 5  # load generators yield the CPU to the router and the latency pair
 TIMEOUT = 10.0
 FLOOD_CONCURRENCY = 64  # login attempts open at once (refusals may be held back 8 s)
 FLOOD_TIMEOUT = 20.0
+SETUP_LIMIT = 120.0  # seconds the misbehaving clients may take to connect
+SETUP_BATCH = 20  # idle WAMP sessions opened at once
 WAMP_ROLES = {"publisher": {}, "subscriber": {}}
 
 GOAL_RSS_PEAK_MB = 250
@@ -419,16 +421,21 @@ def open_sockets() -> dict[str, int]:
     return found
 
 
-def with_socket(connect: Callable[[], Any]) -> tuple[Any, Held]:
-    """Run ``connect`` (proton's, which hides its socket) and hold a duplicate of the
-    TCP socket it opened; dropping it shuts the connection down."""
-    before = open_sockets()
-    connection = connect()
+def held_sockets_to(port: int, known: set[str]) -> dict[str, Held]:
+    """This process's TCP connections to ``port`` other than ``known`` ones, by kernel
+    name, each held through a duplicate of its socket (proton hides its own); dropping a
+    duplicate shuts the connection down."""
+    found = {}
     for link, fd in open_sockets().items():
-        if link not in before:
-            sock = socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM)
-            return connection, Held(sock, functools.partial(shut, sock))
-    raise ConnectionError("no new socket after connecting")
+        if link in known:
+            continue
+        sock = socket.socket(fileno=os.dup(fd))
+        with contextlib.suppress(OSError):
+            if sock.family == socket.AF_INET and sock.getpeername()[1] == port:
+                found[link] = Held(sock, functools.partial(shut, sock))
+                continue
+        sock.close()
+    return found
 
 
 def idle_plan(total: int) -> dict[str, int]:
@@ -481,6 +488,10 @@ class Abusers:
     keep: list[Any] = field(default_factory=list)  # proton connections, dropped by socket
     flood: Counter[str] = field(default_factory=Counter)
     flood_window: tuple[float, float] | None = None
+    setup_deadline: float = 0.0  # connecting stops here, with what is connected by then
+
+    def __post_init__(self) -> None:
+        self.setup_deadline = time.monotonic() + SETUP_LIMIT
 
     def poll_control(self) -> None:
         with contextlib.suppress(queue.Empty):
@@ -494,18 +505,24 @@ class Abusers:
             self.poll_control()
             await asyncio.sleep(min(0.1, max(0.0, moment - time.monotonic())))
 
-    async def run(self, timeline: dict[str, float]) -> None:
-        started = time.monotonic()
-        self.connect_with_select_based_clients()
-        await self.connect_stopped_wamp()
-        self.connect_stopped_mqtt()
-        await self.connect_idle()
-        self.reports.put(("ready", time.monotonic() - started, len(self.stopped),
+    async def run(self, duration: float) -> None:
+        """Connect (each step timed), then the soak's ``duration`` from when all are
+        connected: the flood from 1/4 for 1/4 of it, everyone leaves at 2/3."""
+        steps: dict[str, float] = {}
+        for step, connect in (("proton+paho", self.connect_with_select_based_clients),
+                              ("stopped wamp", self.connect_stopped_wamp),
+                              ("stopped mqtt", self.connect_stopped_mqtt),
+                              ("idle tcp", self.connect_idle_tcp),
+                              ("idle sessions", self.connect_idle_sessions)):
+            started = time.monotonic()
+            if asyncio.iscoroutine(done := connect()):
+                await done
+            steps[step] = time.monotonic() - started
+        ready = time.monotonic()
+        self.reports.put(("ready", steps, len(self.stopped),
                           {kind: len(held) for kind, held in self.idle.items()}))
-        start = max(timeline["flood_start"], time.monotonic())  # not before all connected
-        end = min(start + timeline["flood_seconds"], timeline["leave"])
-        flood = asyncio.create_task(self.run_flood(start, end))
-        await self.sleep_until(timeline["leave"])
+        flood = asyncio.create_task(self.run_flood(ready + duration / 4, ready + duration / 2))
+        await self.sleep_until(ready + round(duration * 2 / 3))
         self.reports.put(("left", time.monotonic(), self.leave()))
         await asyncio.sleep(0)  # the aborted WAMP transports close their sockets
         with contextlib.suppress(asyncio.TimeoutError):
@@ -514,17 +531,20 @@ class Abusers:
 
     def connect_with_select_based_clients(self) -> None:
         """proton and paho wait with select(), which only takes descriptors below 1024:
-        their connections come before the thousands of idle ones."""
-        connection, held = with_socket(lambda: amqp_connect(self.addresses))
+        their connections come before the thousands of idle ones. Each proton Container
+        loads the system's CA bundle (50-200 ms of CPU); these connections are plain TCP."""
+        os.environ.update(SSL_CERT_FILE=os.devnull, SSL_CERT_DIR=os.devnull)
+        amqp_port = self.addresses.address("amqp")[1]
+        connection = amqp_connect(self.addresses)
         connection.create_receiver(LOAD_URI, credit=AMQP_STOPPED_CREDIT, options=Receive(qos=0))
         connection.container.process()  # flush the credit; from now on nothing is read
+        (link, held), = held_sockets_to(amqp_port, set()).items()
         held.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, STOPPED_RCVBUF)
-        self.keep.append(connection)
         self.stopped["amqp"] = held
-        for _ in range(self.settings.idle["amqp"]):
-            connection, held = with_socket(lambda: amqp_connect(self.addresses))
-            self.keep.append(connection)
-            self.idle["amqp"].append(held)
+        self.keep = self.in_parallel(self.settings.idle["amqp"],
+                                     lambda _: amqp_connect(self.addresses))
+        self.keep.append(connection)
+        self.idle["amqp"] = list(held_sockets_to(amqp_port, {link}).values())
         offline = MqttClient(self.addresses, version=V311, client_id=OFFLINE_CLIENT_ID,
                              clean=False)
         offline.connect()
@@ -549,24 +569,46 @@ class Abusers:
             client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, STOPPED_RCVBUF)
             self.stopped[f"mqtt-qos{qos}"] = Held(client.sock, client.close)
 
-    async def connect_idle(self) -> None:
+    def connect_idle_tcp(self) -> None:
+        """Connections that never handshake, one listener after the other in turn (a burst
+        at one listener overflows its accept queue, and a dropped SYN costs a second)."""
+        kinds = [f"tcp-{listener}" for listener in ("websocket", "rawsocket", "mqtt", "amqp")]
+        for round_ in range(max(self.settings.idle[kind] for kind in kinds)):
+            for kind in kinds:
+                if round_ < self.settings.idle[kind] and \
+                        time.monotonic() < self.setup_deadline:
+                    host, port, _ = self.addresses.address(kind[4:])
+                    sock = socket.create_connection((host, port), timeout=TIMEOUT)
+                    self.idle[kind].append(Held(sock, functools.partial(shut, sock)))
+
+    async def connect_idle_sessions(self) -> None:
+        """WAMP and MQTT sessions SETUP_BATCH at a time; all silent then."""
         plan = self.settings.idle
-        for listener in ("websocket", "rawsocket", "mqtt", "amqp"):
-            host, port, _ = self.addresses.address(listener)
-            for _ in range(plan[f"tcp-{listener}"]):
-                sock = socket.create_connection((host, port), timeout=TIMEOUT)
-                self.idle[f"tcp-{listener}"].append(Held(sock, functools.partial(shut, sock)))
         for kind, serializer in (("wamp-rawsocket", "msgpack"), ("wamp-websocket", "json")):
-            for first in range(0, plan[kind], 50):
+            for first in range(0, plan[kind], SETUP_BATCH):
+                if time.monotonic() > self.setup_deadline:
+                    break
                 clients = await asyncio.gather(*(
                     joined(self.addresses, kind.split("-")[1], serializer)
-                    for _ in range(first, min(first + 50, plan[kind]))))
+                    for _ in range(first, min(first + SETUP_BATCH, plan[kind]))))
                 self.idle[kind] += [Held(c.transport.get_extra_info("socket"),
                                          c.transport.abort) for c in clients]
-        for number in range(plan["mqtt"]):
+
+        def idle_mqtt(number: int) -> Held:
             client = RawMqtt(self.addresses)
             client.connect_ok(client_id=f"soak-idle-{number}", keep_alive=0)
-            self.idle["mqtt"].append(Held(client.sock, client.close))
+            return Held(client.sock, client.close)
+
+        self.idle["mqtt"] = self.in_parallel(plan["mqtt"], idle_mqtt)
+
+    def in_parallel(self, count: int, connect: Callable[[int], Any]) -> list:
+        """``connect(0..count-1)``, SETUP_BATCH at a time (each waits for the router's
+        answers), none after the setup deadline."""
+        def bounded(number: int) -> Any:
+            return connect(number) if time.monotonic() < self.setup_deadline else None
+
+        with ThreadPoolExecutor(SETUP_BATCH) as pool:
+            return [result for result in pool.map(bounded, range(count)) if result is not None]
 
     def leave(self) -> dict:
         """Drop every connection; what the router had closed before, per kind."""
@@ -620,9 +662,9 @@ class Abusers:
 
 def abusers_main(addresses: Addresses, settings: Settings, control, reports, stop,
                  deadline: float) -> None:
-    timeline = control.get(timeout=max(0.1, deadline - time.monotonic()))
+    duration = control.get(timeout=max(0.1, deadline - time.monotonic()))
     abusers = Abusers(addresses, settings, control, reports, stop, deadline)
-    asyncio.run(abusers.run(timeline))
+    asyncio.run(abusers.run(duration))
     wait_stopped(stop, deadline)
 
 
@@ -731,6 +773,7 @@ class Soak:
         self.pair: tuple[int, list] = (0, [])
         self.warmup, self.baseline, self.duration = args.warmup, args.baseline, args.duration
         self.started = 0.0
+        self.end = 0  # the last second
         self.kept: list[float] | None = None
         self.lost: list[int] = []  # per healthy receiver, once the publishers stopped
 
@@ -768,35 +811,33 @@ class Soak:
     def run(self, router: RouterProcess, settings: Settings) -> None:
         pid = router.proc.pid
         self.events["idle_rss"] = current_rss(pid)
-        total = self.warmup + self.baseline + self.duration
-        deadline = time.monotonic() + total + 120  # every client gives up by then
+        go = self.warmup + self.baseline
+        self.end = go + SETUP_LIMIT + self.duration  # until the misbehaving clients connected
+        deadline = time.monotonic() + self.end + 120  # every client gives up by then
         self.start_clients(Addresses(router), settings, deadline)
         print(f"clients ready; router pid {pid}, RSS {mb(self.events['idle_rss'])} MB before "
               "they connected", flush=True)
         self.started = time.monotonic()
-        for second in range(total + 1):
+        second = 0
+        while second <= self.end:
             time.sleep(max(0.0, self.started + second - time.monotonic()))
             if router.proc.poll() is not None:
                 print(f"[{second:4d}s] the router exited (code {router.proc.returncode})")
                 break
             self.samples.append(self.sample(pid))
-            if second == self.warmup + self.baseline:
-                self.go(self.samples[-1].at)
+            if second == go:  # the soak phase: the misbehaving clients connect
+                self.control.put(self.duration)
             if second:
                 self.print_second(second)
                 self.watch(second)
-
-    def go(self, now: float) -> None:
-        """Start the soak phase: the misbehaving clients connect."""
-        self.events["soak_start"] = now
-        self.control.put({"flood_start": now + self.duration / 4,
-                          "flood_seconds": self.duration / 4,
-                          "leave": now + round(self.duration * 2 / 3)})
+            second += 1
 
     def phase(self, second: int) -> str:
         if second <= self.warmup:
             return "warm-up"
-        return "baseline" if second <= self.warmup + self.baseline else "soak"
+        if second <= self.warmup + self.baseline:
+            return "baseline"
+        return "soak" if "ready" in self.events else "connect"
 
     def print_second(self, second: int) -> None:
         now, before = self.samples[-1], self.samples[-2]
@@ -817,9 +858,12 @@ class Soak:
                 report = self.reports.get_nowait()
                 self.events[report[0]] = report[1:]
                 if report[0] == "ready":
-                    print(f"[{second:4d}s] misbehaving clients connected in {report[1]:.1f} s: "
-                          f"{report[2]} stopped readers, {sum(report[3].values())} idle "
-                          "connections, an offline MQTT session", flush=True)
+                    self.end = second + self.duration
+                    steps = ", ".join(f"{step} {took:.1f}" for step, took in report[1].items())
+                    print(f"[{second:4d}s] misbehaving clients connected in "
+                          f"{sum(report[1].values()):.1f} s ({steps}): {report[2]} stopped "
+                          f"readers, {sum(report[3].values())} idle connections, an offline "
+                          f"MQTT session; {self.duration} s from now", flush=True)
                 elif report[0] == "left":
                     print(f"[{second:4d}s] misbehaving clients left", flush=True)
         if (self.samples[-1].rss > self.args.rss_limit * 2**20 and "left" not in self.events
@@ -875,8 +919,10 @@ class Soak:
         base_start = self.sample_at(self.warmup)
         start = self.sample_at(self.warmup + self.baseline)
         end = self.samples[-1]
+        connecting = sum(self.events.get("ready", ({},))[0].values())
         print(f"\n=== soak summary: {self.warmup} s warm-up, {self.baseline} s baseline, "
-              f"{self.duration} s soak; router pid {router.proc.pid} ===")
+              f"{connecting:.0f} s connecting the misbehaving clients + {self.duration} s soak; "
+              f"router pid {router.proc.pid} ===")
         left = self.events.get("left", (None, {}))
         before = after = None
         if left[0] is not None:
