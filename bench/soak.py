@@ -297,6 +297,8 @@ def mqtt_publisher(addresses: Addresses, counters: Counters, settings: Settings,
             unacknowledged[0].wait_for_publish(0.5)
             if unacknowledged[0].is_published():
                 unacknowledged.popleft()
+    if unacknowledged:  # written in order: once the last is acknowledged, all are sent
+        unacknowledged[-1].wait_for_publish(TIMEOUT)
     mqtt.close()
 
 
