@@ -939,7 +939,7 @@ class Soak:
         self.print_log(router)
         self.print_abusers()
         flood = self.print_latency(base_start, start, end)
-        self.print_goals(start, end, peak_rss, base_start, flood)
+        self.print_goals(start, end, peak_rss, flood)
 
     def rates(self, first: Sample | None, last: Sample | None) -> list[float] | None:
         if first is None or last is None or last.at <= first.at:
@@ -1011,7 +1011,7 @@ class Soak:
             print(f"latency pair ms, {name}: {format_latency(results[name])}")
         return results.get("login flood", {})
 
-    def print_goals(self, start, end, peak_rss, base_start, flood) -> None:
+    def print_goals(self, start: Sample | None, end: Sample, peak_rss: int, flood: dict) -> None:
         def goal(name: str, ok: bool | None, detail: str) -> None:
             verdict = "n/a " if ok is None else ("PASS" if ok else "FAIL")
             print(f"GOAL {name:44s} {verdict} ({detail})")
