@@ -144,6 +144,7 @@ class RawClient:
         self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
         self._send_payloads = None
         self._request = 0
+        self.transport: asyncio.BaseTransport | None = None
 
     def next_request(self) -> int:
         self._request += 1
@@ -285,6 +286,7 @@ async def raw_connect(router, transport: str = "rawsocket", serializer: str = "j
         client._send_payloads = lambda payloads: [protocol.sendMessage(data, isBinary=binary)
                                                   for data in payloads]
         client._close = lambda: protocol.sendClose(1000)
+    client.transport = protocol.transport  # load tools pause reading or shrink buffers on it
     return client
 
 
