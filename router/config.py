@@ -21,6 +21,7 @@ from router.core.qos import POLICIES, QOS_LEVELS
 from router.core.retention import RetentionPolicy
 from router.eventlog.realm_log import RealmLogSettings
 from router.eventlog.schema import KINDS
+from router.flow import FlowLimits
 from router.mqtt.frontend import MqttSettings
 from router.wamp.settings import WampSettings
 from router.core.uri import MATCH_POLICIES, is_valid_uri
@@ -33,6 +34,7 @@ AMQP_DEFAULT_PORT = 5672
 DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
 RAWSOCKET_MIN, RAWSOCKET_MAX = 512, 2 ** 24
 CLIENT_CERT_MODES = ("none", "optional", "required")
+FLOW_KEYS = {"max_buffered_bytes", "max_buffered_messages", "slow_consumer_timeout"}
 
 
 class ConfigError(Exception):
@@ -68,6 +70,8 @@ class ListenerConfig:
     realm: str | None = None
     """The realm an MQTT or AMQP listener's clients join (neither protocol names one)."""
     tls: TlsConfig | None = None
+    flow: FlowLimits = field(default_factory=FlowLimits)
+    """What may be written to a client that does not read, and for how long."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ class EventLogConfig:
     flush_interval: float = 1.0
     max_file_bytes: int = 64 * 1024 * 1024
     max_file_age: float = 300.0
+    max_queued_records: int = 100_000
+    """Records waiting for the writer thread; more are dropped (counted)."""
     realms: dict[str, RealmLogSettings] = field(default_factory=dict)
 
     def for_realm(self, name: str) -> RealmLogSettings:
@@ -105,6 +111,14 @@ class NodeConfig:
     shutdown_timeout: float = 5.0
     eventlog: EventLogConfig = field(default_factory=EventLogConfig)
     login_backoff: LoginBackoff = field(default_factory=lambda: LoginBackoff())
+    store: StoreConfig = field(default_factory=lambda: StoreConfig())
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    max_queued_writes: int = 50_000
+    """Writes waiting for the writer thread above which publishers' reads pause (they
+    resume below half of it); nothing is dropped."""
 
 
 @dataclass(frozen=True)
@@ -214,13 +228,13 @@ def _listener(reader: _Reader, realm_names: list[str], base: Path) -> ListenerCo
         raise reader.fail("type", f"must be one of {', '.join(LISTENER_TYPES)}, got '{kind}'")
     if kind in REALM_LISTENERS:
         reader.reject_unknown({"type", "host", "port", "path", "max_message_size", "realm",
-                               "tls"})
+                               "tls"} | FLOW_KEYS)
         realm = reader.get("realm", str)
         if realm not in realm_names:
             raise reader.fail("realm", f"'{realm}' is not one of the realms this node loads")
     else:
         reader.reject_unknown({"type", "host", "port", "path", "serializers", "max_message_size",
-                               "tls"})
+                               "tls"} | FLOW_KEYS)
         realm = None
     host = reader.get("host", str, "127.0.0.1")
     port = reader.get("port", int, AMQP_DEFAULT_PORT if kind == "amqp" else ...)
@@ -242,7 +256,16 @@ def _listener(reader: _Reader, realm_names: list[str], base: Path) -> ListenerCo
         raise reader.fail("max_message_size", f"must be between {low} and {high}, got {size}")
     tls_data = reader.get("tls", (dict, type(None)), None)
     tls = _tls(reader.child("tls", tls_data), base) if tls_data is not None else None
-    return ListenerConfig(kind, host, port, path, serializers, size, realm, tls)
+    return ListenerConfig(kind, host, port, path, serializers, size, realm, tls, _flow(reader))
+
+
+def _flow(reader: _Reader) -> FlowLimits:
+    defaults = FlowLimits()
+    return FlowLimits(
+        _positive(reader, "max_buffered_bytes", int, defaults.max_buffered_bytes),
+        _positive(reader, "max_buffered_messages", int, defaults.max_buffered_messages),
+        float(_positive(reader, "slow_consumer_timeout", (int, float),
+                        defaults.slow_consumer_timeout)))
 
 
 def _rule(reader: _Reader, check: str) -> PermissionRule:
@@ -352,7 +375,8 @@ def _mqtt(reader: _Reader) -> MqttSettings:
 
 
 def _wamp(reader: _Reader) -> WampSettings:
-    reader.reject_unknown({"granted_qos", "qos_policy", "ack_timeout", "max_redeliveries"})
+    reader.reject_unknown({"granted_qos", "qos_policy", "ack_timeout", "max_redeliveries",
+                           "max_unacked"})
     defaults = WampSettings()
     granted = reader.get("granted_qos", int, defaults.granted_qos)
     if granted not in QOS_LEVELS:
@@ -362,7 +386,8 @@ def _wamp(reader: _Reader) -> WampSettings:
         raise reader.fail("qos_policy", f"must be one of {', '.join(POLICIES)}, got '{policy}'")
     return WampSettings(granted, policy,
                         float(_positive(reader, "ack_timeout", (int, float), defaults.ack_timeout)),
-                        reader.get("max_redeliveries", int, defaults.max_redeliveries))
+                        reader.get("max_redeliveries", int, defaults.max_redeliveries),
+                        _positive(reader, "max_unacked", int, defaults.max_unacked))
 
 
 def _history_rule(reader: _Reader, check: str) -> HistoryRule:
@@ -423,7 +448,7 @@ def _realm_log(reader: _Reader, default_enabled: bool) -> RealmLogSettings:
 
 def _eventlog(reader: _Reader, realm_names: list[str]) -> EventLogConfig:
     reader.reject_unknown({"enabled", "flush_interval", "max_file_bytes", "max_file_age",
-                           "realms"})
+                           "max_queued_records", "realms"})
     defaults = EventLogConfig()
     enabled = reader.get("enabled", bool, True)
     realms_reader = reader.child("realms", reader.get("realms", dict, {}))
@@ -437,6 +462,8 @@ def _eventlog(reader: _Reader, realm_names: list[str]) -> EventLogConfig:
         flush_interval=_positive(reader, "flush_interval", (int, float), defaults.flush_interval),
         max_file_bytes=_positive(reader, "max_file_bytes", int, defaults.max_file_bytes),
         max_file_age=_positive(reader, "max_file_age", (int, float), defaults.max_file_age),
+        max_queued_records=_positive(reader, "max_queued_records", int,
+                                     defaults.max_queued_records),
         realms=realms)
 
 
@@ -446,7 +473,7 @@ def load_config(path: Path | str) -> NodeConfig:
     base = path.resolve().parent
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout",
-                           "eventlog", "login_backoff"})
+                           "eventlog", "login_backoff", "store"})
     data_dir = base / reader.get("data_dir", str, "data")
     realms_dir = base / reader.get("realms_dir", str, "realms")
     names = reader.get("realms", list)
@@ -477,4 +504,9 @@ def load_config(path: Path | str) -> NodeConfig:
         raise backoff_reader.fail("max_delay", f"must not be negative, got {max_delay}")
     backoff = LoginBackoff(after, float(_positive(backoff_reader, "window", (int, float), 60.0)),
                            float(max_delay))
-    return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff)
+    store_reader = reader.child("store", reader.get("store", dict, {}))
+    store_reader.reject_unknown({"max_queued_writes"})
+    store = StoreConfig(_positive(store_reader, "max_queued_writes", int,
+                                  StoreConfig().max_queued_writes))
+    return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
+                      store)

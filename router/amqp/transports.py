@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Callable
 
 from twisted.internet.protocol import Factory, Protocol
 
@@ -10,21 +11,24 @@ from router.amqp.connection import AmqpConnection
 from router.amqp.frontend import AmqpFrontend
 from router.amqp.sasl import SaslServer
 from router.core.login_guard import HeldTransport
+from router.flow import ConnectionFlow, FlowingProtocol
 from router.tls import peer_common_name
 
 DEFAULT_PORT = 5672
 DEFAULT_TLS_PORT = 5671
 
 
-class AmqpTcpProtocol(Protocol):
+class AmqpTcpProtocol(FlowingProtocol, Protocol):
     def connectionMade(self) -> None:
+        super().connectionMade()
         peer = self.transport.getPeer()
         self.peer = f"{peer.host}:{peer.port}"
         frontend = self.factory.frontend
         # a refused login's sasl-outcome is held back by the login guard's delay
-        self.held = HeldTransport(frontend.scheduler, self.transport.write,
+        self.held = HeldTransport(frontend.scheduler, self.flow.counting(self.transport.write),
                                   self.transport.loseConnection)
-        self.connection = AmqpConnection(frontend, self.held.write, self.held.close, self.peer)
+        self.connection = AmqpConnection(frontend, self.held.write, self.held.close, self.peer,
+                                         self.flow)
         self._sasl_ready = False
 
     def _prepare_sasl(self) -> None:
@@ -50,12 +54,15 @@ class AmqpTcpProtocol(Protocol):
         self.connection.data_received(data)
 
     def connectionLost(self, reason=None) -> None:
+        super().connectionLost(reason)
         self.connection.connection_lost()
 
 
 class AmqpTcpFactory(Factory):
     protocol = AmqpTcpProtocol
 
-    def __init__(self, frontend: AmqpFrontend, tls: bool = False) -> None:
+    def __init__(self, frontend: AmqpFrontend, new_flow: Callable[[object], ConnectionFlow],
+                 tls: bool = False) -> None:
         self.frontend = frontend
+        self.new_flow = new_flow
         self.tls = tls

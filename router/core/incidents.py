@@ -38,6 +38,8 @@ DISCONNECTED = "disconnected"
 """A client disconnected by the router for staying over a bound."""
 REFUSED = "refused"
 """A connection refused by a limit, or closed for not completing its handshake in time."""
+EVENTLOG_DROPPED = "eventlog_dropped"
+"""An event log record dropped because the log's writer thread was too far behind."""
 
 Key = tuple[str, str, str]
 

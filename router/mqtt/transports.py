@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.types import ConnectionDeny
 from twisted.internet.protocol import Factory, Protocol
 
 from router.core.login_guard import HeldTransport
+from router.flow import ConnectionFlow, FlowingProtocol
 from router.mqtt.connection import MqttConnection
 from router.mqtt.frontend import MqttFrontend
 from router.tls import peer_common_name
@@ -20,30 +23,35 @@ def _attach(connection: MqttConnection, held: HeldTransport, transport) -> MqttC
     return connection
 
 
-class MqttTcpProtocol(Protocol):
+class MqttTcpProtocol(FlowingProtocol, Protocol):
     def connectionMade(self) -> None:
+        super().connectionMade()
         peer = self.transport.getPeer()
-        held = HeldTransport(self.factory.frontend.scheduler, self.transport.write,
+        held = HeldTransport(self.factory.frontend.scheduler,
+                             self.flow.counting(self.transport.write),
                              self.transport.loseConnection)
         self.connection = _attach(MqttConnection(self.factory.frontend, held.write, held.close,
-                                                 f"{peer.host}:{peer.port}", "mqtt"),
+                                                 f"{peer.host}:{peer.port}", "mqtt", self.flow),
                                   held, self.transport)
 
     def dataReceived(self, data: bytes) -> None:
         self.connection.data_received(data)
 
     def connectionLost(self, reason=None) -> None:
+        super().connectionLost(reason)
         self.connection.connection_lost()
 
 
 class MqttTcpFactory(Factory):
     protocol = MqttTcpProtocol
 
-    def __init__(self, frontend: MqttFrontend) -> None:
+    def __init__(self, frontend: MqttFrontend,
+                 new_flow: Callable[[object], ConnectionFlow]) -> None:
         self.frontend = frontend
+        self.new_flow = new_flow
 
 
-class MqttWebSocketProtocol(WebSocketServerProtocol):
+class MqttWebSocketProtocol(FlowingProtocol, WebSocketServerProtocol):
     """MQTT packets in binary WebSocket messages (a packet may span messages)."""
 
     connection: MqttConnection | None = None
@@ -57,10 +65,10 @@ class MqttWebSocketProtocol(WebSocketServerProtocol):
 
     def onOpen(self) -> None:
         held = HeldTransport(self.factory.frontend.scheduler,
-                             lambda data: self.sendMessage(data, isBinary=True),
+                             self.flow.counting(lambda data: self.sendMessage(data, isBinary=True)),
                              lambda: self.sendClose(self.CLOSE_STATUS_CODE_NORMAL))
         self.connection = _attach(MqttConnection(self.factory.frontend, held.write, held.close,
-                                                 self.peer, "mqtt.websocket"),
+                                                 self.peer, "mqtt.websocket", self.flow),
                                   held, self.transport)
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
@@ -78,8 +86,10 @@ class MqttWebSocketProtocol(WebSocketServerProtocol):
 class MqttWebSocketFactory(WebSocketServerFactory):
     protocol = MqttWebSocketProtocol
 
-    def __init__(self, frontend: MqttFrontend, path: str, max_message_size: int) -> None:
+    def __init__(self, frontend: MqttFrontend, path: str, max_message_size: int,
+                 new_flow: Callable[[object], ConnectionFlow]) -> None:
         super().__init__()
         self.frontend = frontend
         self.path = path
+        self.new_flow = new_flow
         self.setProtocolOptions(maxMessagePayloadSize=max_message_size)

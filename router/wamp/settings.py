@@ -16,3 +16,5 @@ class WampSettings:
     ack_timeout: float = 10.0
     """Seconds to wait for EVENT_RECEIVED before delivering an acknowledged event again."""
     max_redeliveries: int = 3
+    max_unacked: int = 1000
+    """Acknowledged events a session may have unanswered; more are dropped (counted)."""
