@@ -144,6 +144,8 @@ class RawClient:
         self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
         self._send_payloads = None
         self._request = 0
+        self.transport: asyncio.Transport | None = None
+        """The connection's socket transport (``pause_reading()`` makes a stalled reader)."""
 
     def next_request(self) -> int:
         self._request += 1
@@ -285,6 +287,7 @@ async def raw_connect(router, transport: str = "rawsocket", serializer: str = "j
         client._send_payloads = lambda payloads: [protocol.sendMessage(data, isBinary=binary)
                                                   for data in payloads]
         client._close = lambda: protocol.sendClose(1000)
+    client.transport = protocol.transport
     return client
 
 
