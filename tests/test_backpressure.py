@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 
 import pytest
@@ -67,14 +68,15 @@ def stall(sock: socket.socket) -> None:
 
 
 async def publish_paced(topic: str, router, healthy, count: int = EVENTS, **options) -> int:
-    """Publish ``count`` events, never more than WINDOW ahead of ``healthy``; returns how
-    many ``healthy`` received (all of them, or it raises on a 10 s silence)."""
+    """Publish ``count`` events (arguments: their number and 1 KB), never more than WINDOW
+    ahead of ``healthy``; returns how many ``healthy`` received (all of them, or it raises
+    on a 10 s silence)."""
     publisher = await joined(router, "rawsocket", "msgpack")
     received = sent = 0
     while sent < count:
         batch = min(BATCH, count - sent)
-        publisher.send_many([[16, publisher.next_request(), options, topic, [PAYLOAD]]
-                             for _ in range(batch)])
+        publisher.send_many([[16, publisher.next_request(), options, topic, [n, PAYLOAD]]
+                             for n in range(sent, sent + batch)])
         sent += batch
         while received < sent - WINDOW or (sent == count and received < count):
             message = await healthy.recv()
@@ -178,6 +180,29 @@ def test_a_stalled_mqtt_qos1_subscriber_keeps_its_bounded_queue_then_is_disconne
         router.wait_for_log(r"realm1, mqtt: disconnected: client stalled_\S+: slow consumer")
         stalled.wait_closed(timeout=10)
         assert grown < GROWTH_MB, f"the router grew {grown:.0f} MB"
+
+    run(scenario(), timeout=120)
+
+
+def test_mqtt_qos1_held_while_the_client_stalls_is_all_delivered_when_it_reads_again(router):
+    """6 MB of QoS 1 to a client that does not read, more than the kernel's socket
+    buffers take (4 MB send buffer at most here): what the paused connection cannot take
+    waits in the session queue, and reading again (without acknowledging: only the
+    drained transport can trigger the rest) delivers all of it, in order (under
+    max_queued, so nothing is dropped, and never over the bound, so nobody is cut off).
+    The receive buffer keeps its default size: a shrunken TCP window would not open
+    again for the catch-up."""
+    count = 5800
+
+    async def scenario():
+        healthy = await healthy_subscriber(router, "bp.mqtt.resume")
+        stalled = RawMqtt(router)
+        stalled.connect_ok(V5, unique("stalled"))
+        stalled.send(Subscribe(1, [("bp/mqtt/resume", SubscriptionOptions(1))]))
+        assert stalled.recv().packet_id == 1
+        assert await publish_paced("bp.mqtt.resume", router, healthy, count, _qos=1) == count
+        packets = [stalled.recv() for _ in range(count)]  # no PUBACK: only the drain pumps
+        assert [json.loads(packet.payload)[0] for packet in packets] == list(range(count))
 
     run(scenario(), timeout=120)
 
