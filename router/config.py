@@ -22,6 +22,7 @@ from router.core.retention import RetentionPolicy
 from router.eventlog.realm_log import RealmLogSettings
 from router.eventlog.schema import KINDS
 from router.amqp.settings import AmqpSettings
+from router.flow import FlowLimits
 from router.mqtt.frontend import MqttSettings
 from router.wamp.settings import WampSettings
 from router.core.uri import MATCH_POLICIES, is_valid_uri
@@ -38,6 +39,7 @@ RAWSOCKET_MIN, RAWSOCKET_MAX = 512, 2 ** 24
 CLIENT_CERT_MODES = ("none", "optional", "required")
 MAX_FOUR_BYTE = 0xFFFFFFFF
 LIMIT_KEYS = {"handshake_timeout", "max_connections", "max_connections_per_host"}
+FLOW_KEYS = {"max_buffered_bytes", "max_buffered_messages", "slow_consumer_timeout"}
 
 
 class ConfigError(Exception):
@@ -76,6 +78,8 @@ class ListenerConfig:
     limits: LimitSettings = field(default_factory=LimitSettings)
     """Connection caps and the handshake timeout (``handshake_timeout``,
     ``max_connections``, ``max_connections_per_host``)."""
+    flow: FlowLimits = field(default_factory=FlowLimits)
+    """What may be written to a client that does not read, and for how long."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,8 @@ class EventLogConfig:
     flush_interval: float = 1.0
     max_file_bytes: int = 64 * 1024 * 1024
     max_file_age: float = 300.0
+    max_queued_records: int = 100_000
+    """Records waiting for the writer thread; more are dropped (counted)."""
     realms: dict[str, RealmLogSettings] = field(default_factory=dict)
 
     def for_realm(self, name: str) -> RealmLogSettings:
@@ -112,6 +118,9 @@ class StoreConfig:
     max_bytes: int | None = None
     """Largest size the database may grow to; at it, writes fail as on a full disk (so
     acknowledgements that need them become errors). None: as large as the disk allows."""
+    max_queued_writes: int = 50_000
+    """Writes waiting for the writer thread above which publishers' reads pause (they
+    resume below half of it); nothing is dropped."""
 
 
 @dataclass(frozen=True)
@@ -236,13 +245,13 @@ def _listener(reader: _Reader, realm_names: list[str], base: Path) -> ListenerCo
         raise reader.fail("type", f"must be one of {', '.join(LISTENER_TYPES)}, got '{kind}'")
     if kind in REALM_LISTENERS:
         reader.reject_unknown({"type", "host", "port", "path", "max_message_size", "realm",
-                               "tls"} | LIMIT_KEYS)
+                               "tls"} | LIMIT_KEYS | FLOW_KEYS)
         realm = reader.get("realm", str)
         if realm not in realm_names:
             raise reader.fail("realm", f"'{realm}' is not one of the realms this node loads")
     else:
         reader.reject_unknown({"type", "host", "port", "path", "serializers", "max_message_size",
-                               "tls"} | LIMIT_KEYS)
+                               "tls"} | LIMIT_KEYS | FLOW_KEYS)
         realm = None
     host = reader.get("host", str, "127.0.0.1")
     port = reader.get("port", int, AMQP_DEFAULT_PORT if kind == "amqp" else ...)
@@ -264,7 +273,8 @@ def _listener(reader: _Reader, realm_names: list[str], base: Path) -> ListenerCo
         raise reader.fail("max_message_size", f"must be between {low} and {high}, got {size}")
     tls_data = reader.get("tls", (dict, type(None)), None)
     tls = _tls(reader.child("tls", tls_data), base) if tls_data is not None else None
-    return ListenerConfig(kind, host, port, path, serializers, size, realm, tls, _limits(reader))
+    return ListenerConfig(kind, host, port, path, serializers, size, realm, tls, _limits(reader),
+                          _flow(reader))
 
 
 def _limits(reader: _Reader) -> LimitSettings:
@@ -273,6 +283,15 @@ def _limits(reader: _Reader) -> LimitSettings:
         float(_positive(reader, "handshake_timeout", (int, float), defaults.handshake_timeout)),
         _positive(reader, "max_connections", int, defaults.max_connections),
         _positive(reader, "max_connections_per_host", int, defaults.max_connections_per_host))
+
+
+def _flow(reader: _Reader) -> FlowLimits:
+    defaults = FlowLimits()
+    return FlowLimits(
+        _positive(reader, "max_buffered_bytes", int, defaults.max_buffered_bytes),
+        _positive(reader, "max_buffered_messages", int, defaults.max_buffered_messages),
+        float(_positive(reader, "slow_consumer_timeout", (int, float),
+                        defaults.slow_consumer_timeout)))
 
 
 def _rule(reader: _Reader, check: str) -> PermissionRule:
@@ -402,7 +421,7 @@ def _amqp(reader: _Reader, mqtt: MqttSettings) -> AmqpSettings:
 
 def _wamp(reader: _Reader) -> WampSettings:
     reader.reject_unknown({"granted_qos", "qos_policy", "ack_timeout", "max_redeliveries",
-                           "max_testaments"})
+                           "max_testaments", "max_unacked"})
     defaults = WampSettings()
     granted = reader.get("granted_qos", int, defaults.granted_qos)
     if granted not in QOS_LEVELS:
@@ -413,7 +432,8 @@ def _wamp(reader: _Reader) -> WampSettings:
     return WampSettings(granted, policy,
                         float(_positive(reader, "ack_timeout", (int, float), defaults.ack_timeout)),
                         reader.get("max_redeliveries", int, defaults.max_redeliveries),
-                        _positive(reader, "max_testaments", int, defaults.max_testaments))
+                        _positive(reader, "max_testaments", int, defaults.max_testaments),
+                        _positive(reader, "max_unacked", int, defaults.max_unacked))
 
 
 def _history_rule(reader: _Reader, check: str) -> HistoryRule:
@@ -475,7 +495,7 @@ def _realm_log(reader: _Reader, default_enabled: bool) -> RealmLogSettings:
 
 def _eventlog(reader: _Reader, realm_names: list[str]) -> EventLogConfig:
     reader.reject_unknown({"enabled", "flush_interval", "max_file_bytes", "max_file_age",
-                           "realms"})
+                           "max_queued_records", "realms"})
     defaults = EventLogConfig()
     enabled = reader.get("enabled", bool, True)
     realms_reader = reader.child("realms", reader.get("realms", dict, {}))
@@ -489,6 +509,8 @@ def _eventlog(reader: _Reader, realm_names: list[str]) -> EventLogConfig:
         flush_interval=_positive(reader, "flush_interval", (int, float), defaults.flush_interval),
         max_file_bytes=_positive(reader, "max_file_bytes", int, defaults.max_file_bytes),
         max_file_age=_positive(reader, "max_file_age", (int, float), defaults.max_file_age),
+        max_queued_records=_positive(reader, "max_queued_records", int,
+                                     defaults.max_queued_records),
         realms=realms)
 
 
@@ -533,7 +555,9 @@ def load_config(path: Path | str) -> NodeConfig:
                            _positive(backoff_reader, "max_pending_verifications", int,
                                      MAX_PENDING))
     store_reader = reader.child("store", reader.get("store", dict, {}))
-    store_reader.reject_unknown({"max_bytes"})
-    store = StoreConfig(_positive(store_reader, "max_bytes", (int, type(None)), None))
+    store_reader.reject_unknown({"max_bytes", "max_queued_writes"})
+    store = StoreConfig(_positive(store_reader, "max_bytes", (int, type(None)), None),
+                        _positive(store_reader, "max_queued_writes", int,
+                                  StoreConfig().max_queued_writes))
     return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
                       store)

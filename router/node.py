@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 from twisted.internet import defer, task, threads
 from twisted.internet.interfaces import IListeningPort, IReactorCore
@@ -23,6 +24,7 @@ from router.core.router import Router
 from router.core.testament import Testaments
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
+from router.flow import ConnectionFlow, IntakeGate
 from router.limits import ConnectionLimits
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.persistence import MqttSessionStore
@@ -117,13 +119,18 @@ class Node:
         self.reactor = reactor
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = SqliteStore(config.data_dir / "router.sqlite3", reactor.callFromThread,
-                                 config.store.max_bytes)
+                                 config.store.max_bytes, config.store.max_queued_writes)
+        self.intake = IntakeGate()
+        """Reads from publishing connections, paused while the store's writer is behind."""
+        self.store.on_pressure = self.intake.set_paused
         self.eventlog = EventLogWriter(config.data_dir / "eventlog",
                                        config.eventlog.max_file_bytes,
-                                       config.eventlog.max_file_age)
+                                       config.eventlog.max_file_age,
+                                       max_queued_records=config.eventlog.max_queued_records)
         self.router = build_router(config, reactor, self.store, self.eventlog)
         self.store.incidents = self.router.incidents
         self.store.on_retained_lost = self._retained_lost
+        self.eventlog.incidents = self.router.incidents
         self.mqtt = self._mqtt_frontends()
         self.amqp = self._amqp_frontends()
         self._expiry = task.LoopingCall(self._expire_retained)
@@ -211,13 +218,16 @@ class Node:
         return factory
 
     def _protocol_factory(self, listener: ListenerConfig):
+        new_flow = partial(ConnectionFlow, limits=listener.flow, clock=self.reactor,
+                           intake=self.intake)
         if listener.type == "amqp":
-            return AmqpTcpFactory(self.amqp[listener.realm], tls=listener.tls is not None)
+            return AmqpTcpFactory(self.amqp[listener.realm], new_flow,
+                                  tls=listener.tls is not None)
         if listener.type == "mqtt":
-            return MqttTcpFactory(self.mqtt[listener.realm])
+            return MqttTcpFactory(self.mqtt[listener.realm], new_flow)
         if listener.type == "mqtt-websocket":
             return MqttWebSocketFactory(self.mqtt[listener.realm], listener.path,
-                                        listener.max_message_size)
+                                        listener.max_message_size, new_flow)
         serializers = [self._serializers[name] for name in listener.serializers]
         protocol_name = f"wamp.{listener.type}"
 
@@ -228,8 +238,9 @@ class Node:
 
         if listener.type == "websocket":
             return RouterWebSocketFactory(session_factory, serializers, listener.path,
-                                          listener.max_message_size)
-        return RouterRawSocketFactory(session_factory, serializers, listener.max_message_size)
+                                          listener.max_message_size, new_flow)
+        return RouterRawSocketFactory(session_factory, serializers, listener.max_message_size,
+                                      new_flow)
 
     @defer.inlineCallbacks
     def shutdown(self):

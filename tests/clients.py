@@ -144,7 +144,8 @@ class RawClient:
         self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
         self._send_payloads = None
         self._request = 0
-        self.transport: asyncio.BaseTransport | None = None
+        self.transport: asyncio.Transport | None = None
+        """The connection's socket transport (``pause_reading()`` makes a stalled reader)."""
 
     def next_request(self) -> int:
         self._request += 1

@@ -129,6 +129,17 @@ BAD_CONFIGS = [
     ("max_pending_verifications zero",
      _set(["config", "login_backoff"], {"max_pending_verifications": 0}), "config.json",
      ["login_backoff", "max_pending_verifications"]),
+    ("slow_consumer_timeout zero", _set(["config", "listeners", 0, "slow_consumer_timeout"], 0),
+     "config.json", ["listeners[0].slow_consumer_timeout", "positive"]),
+    ("max_buffered_bytes a string", _set(["config", "listeners", 1, "max_buffered_bytes"], "4M"),
+     "config.json", ["listeners[1].max_buffered_bytes"]),
+    ("store.max_queued_writes zero", _set(["config", "store"], {"max_queued_writes": 0}),
+     "config.json", ["store.max_queued_writes", "positive"]),
+    ("eventlog.max_queued_records negative",
+     _set(["config", "eventlog"], {"max_queued_records": -1}), "config.json",
+     ["eventlog.max_queued_records", "positive"]),
+    ("wamp.max_unacked zero", _set(["realm", "wamp"], {"max_unacked": 0}), "realm1.json",
+     ["wamp.max_unacked", "positive"]),
 ]
 
 

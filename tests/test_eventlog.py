@@ -8,6 +8,7 @@ from pathlib import Path
 
 from autobahn.wamp.types import PublishOptions
 
+from router.core.incidents import EVENTLOG_DROPPED, Incidents
 from router.eventlog.schema import FIELD_NAMES, KINDS
 from router.eventlog.writer import EventLogWriter
 from tests.clients import connect, next_item, run
@@ -108,6 +109,24 @@ def test_a_stalled_disk_never_blocks_the_caller(tmp_path):
     gate.set()
     writer.close()
     assert len(read_records(tmp_path)) == 1001
+
+
+def test_a_writer_too_far_behind_drops_records_and_counts_them(tmp_path):
+    gate, entered = threading.Event(), threading.Event()
+    writer = EventLogWriter(tmp_path, opener=lambda path: GatedFile(path, gate, entered),
+                            max_queued_records=100)
+    writer.incidents = Incidents()
+    writer.append("r", {"ts": DAY1, "kind": "publish", "topic": "first"})
+    writer.flush()
+    assert entered.wait(10), "the writer thread never started writing"
+    for n in range(1000):  # the disk is stuck: only 99 more fit under the bound
+        writer.append("r", {"ts": DAY1 + n, "kind": "publish", "topic": f"t{n}"})
+        if n % 100 == 0:
+            writer.flush()
+    gate.set()
+    writer.close()
+    assert len(read_records(tmp_path)) == 100
+    assert writer.incidents.total(EVENTLOG_DROPPED) == 901
 
 
 def test_schema_lists_every_kind_the_router_writes():

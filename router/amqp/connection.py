@@ -57,11 +57,13 @@ from router.amqp.sasl import Identity, SaslServer
 from router.amqp.subscriber import AmqpSubscriber
 from router.core import errors
 from router.core.errors import RouterError
+from router.core.incidents import DISCONNECTED
 from router.core.model import SessionInfo
 from router.core.qos import POLICIES
 
 if TYPE_CHECKING:
     from router.amqp.frontend import AmqpFrontend
+    from router.flow import ConnectionFlow
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,7 @@ NOT_FOUND = "amqp:not-found"
 NOT_IMPLEMENTED = "amqp:not-implemented"
 INTERNAL_ERROR = "amqp:internal-error"
 LINK_STOLEN = "amqp:link:stolen"
+RESOURCE_LIMIT_EXCEEDED = "amqp:resource-limit-exceeded"
 
 
 class AttachRefused(Exception):
@@ -165,8 +168,12 @@ class AmqpConnection:
     """The protocol state of one connection (the core Peer that publishes)."""
 
     def __init__(self, frontend: "AmqpFrontend", write: Callable[[bytes], None],
-                 close: Callable[[], None], peer: str) -> None:
+                 close: Callable[[], None], peer: str, flow: "ConnectionFlow") -> None:
         self.frontend = frontend
+        self.flow = flow
+        """Outbound bound (QoS 0 dropped while ``flow.over``, QoS >= 1 queues wait while
+        ``flow.paused``) and intake pausing."""
+        flow.owner = self
         self._write = write
         self._close = close
         self.peer = peer
@@ -495,6 +502,8 @@ class AmqpConnection:
     # inbound messages -----------------------------------------------------------------------
 
     def _incoming(self, publisher: _Publisher, delivery) -> None:
+        if not self.flow.publisher:
+            self.flow.became_publisher()
         link = publisher.link
         tag = delivery_tag(delivery)
         waiting_key = (link.name, tag)
@@ -621,6 +630,27 @@ class AmqpConnection:
             self.connection.close()
             self.process()
         self._close_now()
+
+    # flow ---------------------------------------------------------------------------------
+
+    def resume_output(self) -> None:
+        """The transport drained: send what the receiver links have queued."""
+        for handler in list(self.links.values()):
+            if isinstance(handler, AmqpSubscriber):
+                handler.pump()
+
+    def slow_consumer(self) -> None:
+        """Over the outbound bound for too long: close with resource-limit-exceeded (best
+        effort: the client is not reading); the flow then aborts the transport."""
+        if self._closed or self.info is None:
+            return
+        realm = self.frontend.realm
+        realm.incidents.count(realm.name, "amqp", DISCONNECTED, f"{self.peer}: slow consumer")
+        self.connection.condition = Condition(RESOURCE_LIMIT_EXCEEDED,
+                                              "the client did not read its messages fast enough")
+        self.connection.close()
+        self.process()
+        self._closed = True
 
     # life cycle ---------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from proton import Delivery, Message, symbol
 
 from router.amqp.persistence import Outgoing
 from router.core.broker import Subscription
-from router.core.incidents import EXPIRED
+from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
@@ -102,11 +102,14 @@ class AmqpSubscriber:
             return
         # a link whose sender settle mode is "settled" carries nothing but QoS 0
         qos = delivered_qos(publication.qos, self.qos, self.policy) if self.qos else 0
-        if qos == 0 and self.link is None:
+        if qos == 0 and (self.link is None or self.connection.flow.over):
+            if self.link is not None:
+                self._count(SLOW_CONSUMER, qos, publication.topic)
             return
         if len(self.queue) >= self.frontend.settings.max_queued:
-            log.warning("AMQP subscription %s: queue full, dropping a QoS %d message on %s",
-                        self.address, qos, publication.topic)
+            self._count(QUEUE_FULL, qos, publication.topic)
+            if self.connection is not None and self.connection.flow.paused:
+                self.connection.flow.overflow()
             return
         item = Outgoing(next(self._seq), publication.topic, to_bytes(publication),
                         publication.qos, qos, retained, expires_at=publication.expires_at)
@@ -114,6 +117,10 @@ class AmqpSubscriber:
         if qos and self.durable:
             self.frontend.store.enqueue(*self.key, item)
         self.pump()
+
+    def _count(self, reason: str, qos: int, topic: str) -> None:
+        realm = self.frontend.realm
+        realm.incidents.count(realm.name, "amqp", reason, f"{self.address}, QoS {qos} on {topic}")
 
     def supports(self, role: str, feature: str) -> bool:
         return False
@@ -181,12 +188,17 @@ class AmqpSubscriber:
         self._start_expiry(detached_at + timeout - now)
 
     def pump(self) -> None:
-        """Send queued messages while the link has credit."""
+        """Send queued messages while the link has credit; QoS >= 1 waits while the
+        connection's transport is paused (the client does not read), QoS 0 goes on to its
+        bound (see :mod:`router.flow`)."""
         link, connection = self.link, self.connection
         if link is None or connection is None:
             return
         sent = False
+        flow = connection.flow
         while self.queue and link.credit > 0:
+            if flow.paused and self.queue[0].qos:
+                break
             item = self.queue.popleft()
             if item.expires_at is not None and item.expires_at <= time.time():
                 if item.qos and self.durable:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Callable
 
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 
@@ -10,6 +11,7 @@ from router.amqp.connection import AmqpConnection
 from router.amqp.frontend import AmqpFrontend
 from router.amqp.sasl import Answer, SaslServer
 from router.core.login_guard import HeldTransport
+from router.flow import ConnectionFlow, FlowingProtocol
 from router.limits import GatedProtocol
 from router.tls import peer_common_name
 
@@ -17,16 +19,17 @@ DEFAULT_PORT = 5672
 DEFAULT_TLS_PORT = 5671
 
 
-class AmqpTcpProtocol(GatedProtocol, Protocol):
+class AmqpTcpProtocol(GatedProtocol, FlowingProtocol, Protocol):
     def connectionMade(self) -> None:
         super().connectionMade()
         peer = self.transport.getPeer()
         self.peer = f"{peer.host}:{peer.port}"
         frontend = self.factory.frontend
         # a refused login's sasl-outcome is held back by the login guard's delay
-        self.held = HeldTransport(frontend.scheduler, self.transport.write,
+        self.held = HeldTransport(frontend.scheduler, self.flow.counting(self.transport.write),
                                   self.transport.loseConnection)
-        self.connection = AmqpConnection(frontend, self.held.write, self.held.close, self.peer)
+        self.connection = AmqpConnection(frontend, self.held.write, self.held.close, self.peer,
+                                         self.flow)
         self.connection.handshake_done = self.handshake_done
         self.connection.verifying = self.verifying
         self._sasl_ready = False
@@ -70,6 +73,8 @@ class AmqpTcpProtocol(GatedProtocol, Protocol):
 class AmqpTcpFactory(Factory):
     protocol = AmqpTcpProtocol
 
-    def __init__(self, frontend: AmqpFrontend, tls: bool = False) -> None:
+    def __init__(self, frontend: AmqpFrontend, new_flow: Callable[[object], ConnectionFlow],
+                 tls: bool = False) -> None:
         self.frontend = frontend
+        self.new_flow = new_flow
         self.tls = tls

@@ -43,6 +43,8 @@ LOGIN_FAILED = "login_failed"
 """A failed login from a host already over the login back-off's free failures."""
 REFUSED = "refused"
 """A connection refused by a limit, or closed for not completing its handshake in time."""
+EVENTLOG_DROPPED = "eventlog_dropped"
+"""An event log record dropped because the log's writer thread was too far behind."""
 
 Key = tuple[str, str, str]
 

@@ -9,6 +9,10 @@ left open. Every flush writes whole lines and flushes the file, so a crash loses
 at most the last flush interval; a line torn by a crash mid-write is the last
 line of its file and readers skip it (the writer never appends to a file it did
 not create, it starts a new part).
+
+The event log is analytics, not a delivery promise: when the writer thread falls
+behind by ``max_queued_records`` records, further records are dropped and counted
+(incident ``eventlog_dropped``) instead of growing the router's memory.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import IO, Callable
 import orjson
 
 from router.background import BatchWorker
+from router.core.incidents import EVENTLOG_DROPPED, Incidents
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +54,18 @@ class EventLogWriter:
 
     def __init__(self, base_dir: Path, max_file_bytes: int = 64 * 1024 * 1024,
                  max_file_age: float = 300.0, opener: Opener = _open_new,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 max_queued_records: int = 100_000) -> None:
         self.base_dir = base_dir
         self.max_file_bytes = max_file_bytes
         self.max_file_age = max_file_age
+        self.max_queued_records = max_queued_records
+        self.incidents: Incidents | None = None
+        """Where dropped records are counted (the router's, set once it exists)."""
+        self._handed = 0
+        """Records handed to the writer thread (written by the reactor thread only)."""
+        self._written = 0
+        """Records the writer thread has written (written by that thread only)."""
         self._opener = opener
         self._clock = clock
         self._buffer: list[tuple[str, dict]] = []
@@ -62,13 +75,19 @@ class EventLogWriter:
         self._worker = BatchWorker("eventlog-writer", self._write_batches)
 
     def append(self, realm: str, record: dict) -> None:
-        """Buffer one record (reactor thread: no I/O, no encoding)."""
+        """Buffer one record (reactor thread: no I/O, no encoding); drop it if the writer
+        thread is ``max_queued_records`` behind."""
+        if len(self._buffer) + self._handed - self._written >= self.max_queued_records:
+            if self.incidents is not None:
+                self.incidents.count(realm, "eventlog", EVENTLOG_DROPPED, record.get("kind", ""))
+            return
         self._buffer.append((realm, record))
 
     def flush(self) -> None:
         """Hand everything buffered to the writer thread."""
         if self._buffer:
             batch, self._buffer = self._buffer, []
+            self._handed += len(batch)
             self._worker.put(batch)
 
     def close(self) -> None:
@@ -99,6 +118,7 @@ class EventLogWriter:
             for part in touched.values():
                 self._write_out(part)
                 part.handle.flush()
+            self._written += len(batch)
 
     @staticmethod
     def _write_out(part: _PartFile) -> None:

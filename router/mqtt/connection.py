@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 from router.core import errors
 from router.core.errors import RouterError
+from router.core.incidents import DISCONNECTED
 from router.mqtt.codec import MqttCodec, MqttProtocolError
 from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp, Puback,
                                  Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
@@ -22,6 +23,7 @@ from router.mqtt.persistence import StoredMessage
 from router.mqtt.topics import UnmappableTopic, topic_to_uri
 
 if TYPE_CHECKING:
+    from router.flow import ConnectionFlow
     from router.mqtt.frontend import Identity, MqttFrontend
     from router.mqtt.session import MqttSession
 
@@ -35,8 +37,13 @@ class MqttConnection:
     """The protocol state of one connection."""
 
     def __init__(self, frontend: "MqttFrontend", write: Callable[[bytes], None],
-                 close: Callable[[], None], peer: str, transport_name: str) -> None:
+                 close: Callable[[], None], peer: str, transport_name: str,
+                 flow: "ConnectionFlow") -> None:
         self.frontend = frontend
+        self.flow = flow
+        """Outbound bound (QoS 0 dropped while ``flow.over``, the QoS >= 1 queue waits
+        while ``flow.paused``) and intake pausing."""
+        flow.owner = self
         self._write = write
         self._close = close
         self.peer = peer
@@ -162,6 +169,8 @@ class MqttConnection:
         topic = self._resolve_alias(packet)
         session = self.session
         packet_id = packet.packet_id
+        if not self.flow.publisher:
+            self.flow.became_publisher()
         if packet.qos == 2 and not session.remember_inbound(packet_id):
             # a duplicate, routed already: acknowledge once its receipt is on disk too
             self.frontend.when_durable(
@@ -367,6 +376,22 @@ class MqttConnection:
         if reason == "takeover":
             self._will = None
         self._close_now()
+
+    def resume_output(self) -> None:
+        """The transport drained: send the session's queued QoS >= 1 messages."""
+        if self.session is not None and not self._closed:
+            self.session.pump()
+
+    def slow_consumer(self) -> None:
+        """Over the outbound bound for too long: DISCONNECT 0x97 (MQTT 5); the flow then
+        aborts the transport."""
+        if self.session is not None and not self._closed:
+            realm = self.frontend.realm
+            realm.incidents.count(realm.name, "mqtt", DISCONNECTED,
+                                  f"client {self.session.client_id}: slow consumer")
+            if self.version == 5:
+                self._send(Disconnect(ReasonCode.QUOTA_EXCEEDED))
+        self._closed = True
 
     def _close_now(self) -> None:
         if not self._closed:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from router.core.broker import Subscription
-from router.core.incidents import EXPIRED
+from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
@@ -140,6 +140,9 @@ class MqttSession:
             connection = self.connection
             if connection is None:
                 return
+            if connection.flow.over:
+                self._count(SLOW_CONSUMER, message)
+                return
             if mine.identifier is None and message.expires_at is None:
                 key = ("mqtt", connection.version, message.retain)
                 cache = publication.encodings()
@@ -154,8 +157,10 @@ class MqttSession:
 
     def _enqueue(self, message: StoredMessage) -> None:
         if len(self.outbound) >= self.frontend.settings.max_queued:
-            log.warning("MQTT session %s: queue full (%d), dropping a QoS %d message on %s",
-                        self.client_id, len(self.outbound), message.qos, message.topic)
+            self._count(QUEUE_FULL, message)
+            connection = self.connection
+            if connection is not None and connection.flow.paused:
+                connection.flow.overflow()
             return
         entry = Outbound(next(self._seq), None, QUEUED, message)
         self.outbound[entry.seq] = entry
@@ -165,12 +170,20 @@ class MqttSession:
                 entry.seq, None, QUEUED, message))
         self.pump()
 
+    def _count(self, reason: str, message: StoredMessage) -> None:
+        realm = self.frontend.realm
+        realm.incidents.count(realm.name, "mqtt", reason,
+                              f"client {self.client_id}, QoS {message.qos} on {message.topic}")
+
     def pump(self) -> None:
-        """Send queued messages while the client's receive window has room."""
+        """Send queued messages while the client's receive window has room and the
+        connection's transport is not paused (a client that does not read)."""
         connection = self.connection
         if connection is None:
             return
-        while self._queued and len(self._by_packet_id) < connection.send_quota:
+        flow = connection.flow
+        while (self._queued and len(self._by_packet_id) < connection.send_quota
+               and not flow.paused):
             entry = self.outbound[self._queued.popleft()]
             now = time.time()
             if entry.message.expires_at is not None and entry.message.expires_at <= now:

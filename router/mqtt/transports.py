@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.types import ConnectionDeny
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 
 from router.core.login_guard import HeldTransport
+from router.flow import ConnectionFlow, FlowingProtocol
 from router.limits import GatedProtocol
 from router.mqtt.connection import MqttConnection
 from router.mqtt.frontend import MqttFrontend
@@ -27,14 +30,15 @@ def _attach(connection: MqttConnection, held: HeldTransport, protocol: GatedProt
     return connection
 
 
-class MqttTcpProtocol(GatedProtocol, Protocol):
+class MqttTcpProtocol(GatedProtocol, FlowingProtocol, Protocol):
     def connectionMade(self) -> None:
         super().connectionMade()
         peer = self.transport.getPeer()
-        held = HeldTransport(self.factory.frontend.scheduler, self.transport.write,
+        held = HeldTransport(self.factory.frontend.scheduler,
+                             self.flow.counting(self.transport.write),
                              self.transport.loseConnection)
         self.connection = _attach(MqttConnection(self.factory.frontend, held.write, held.close,
-                                                 f"{peer.host}:{peer.port}", "mqtt"),
+                                                 f"{peer.host}:{peer.port}", "mqtt", self.flow),
                                   held, self, self.transport)
 
     def dataReceived(self, data: bytes) -> None:
@@ -48,11 +52,13 @@ class MqttTcpProtocol(GatedProtocol, Protocol):
 class MqttTcpFactory(Factory):
     protocol = MqttTcpProtocol
 
-    def __init__(self, frontend: MqttFrontend) -> None:
+    def __init__(self, frontend: MqttFrontend,
+                 new_flow: Callable[[object], ConnectionFlow]) -> None:
         self.frontend = frontend
+        self.new_flow = new_flow
 
 
-class MqttWebSocketProtocol(GatedProtocol, WebSocketServerProtocol):
+class MqttWebSocketProtocol(GatedProtocol, FlowingProtocol, WebSocketServerProtocol):
     """MQTT packets in binary WebSocket messages (a packet may span messages)."""
 
     connection: MqttConnection | None = None
@@ -67,10 +73,10 @@ class MqttWebSocketProtocol(GatedProtocol, WebSocketServerProtocol):
 
     def onOpen(self) -> None:
         held = HeldTransport(self.factory.frontend.scheduler,
-                             lambda data: self.sendMessage(data, isBinary=True),
+                             self.flow.counting(lambda data: self.sendMessage(data, isBinary=True)),
                              lambda: self.sendClose(self.CLOSE_STATUS_CODE_NORMAL))
         self.connection = _attach(MqttConnection(self.factory.frontend, held.write, held.close,
-                                                 self.peer, "mqtt.websocket"),
+                                                 self.peer, "mqtt.websocket", self.flow),
                                   held, self, self.transport)
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
@@ -88,8 +94,10 @@ class MqttWebSocketProtocol(GatedProtocol, WebSocketServerProtocol):
 class MqttWebSocketFactory(WebSocketServerFactory):
     protocol = MqttWebSocketProtocol
 
-    def __init__(self, frontend: MqttFrontend, path: str, max_message_size: int) -> None:
+    def __init__(self, frontend: MqttFrontend, path: str, max_message_size: int,
+                 new_flow: Callable[[object], ConnectionFlow]) -> None:
         super().__init__()
         self.frontend = frontend
         self.path = path
+        self.new_flow = new_flow
         self.setProtocolOptions(maxMessagePayloadSize=max_message_size)

@@ -3,6 +3,9 @@
 The reactor thread only enqueues; the writer drains everything queued, writes it
 in one transaction (coalescing repeated writes of the same key), commits with
 ``synchronous=FULL`` and then reports durability back on the reactor thread.
+With ``max_queued_writes`` writes waiting, ``on_pressure(True)`` asks the node to
+stop reading from publishers; ``on_pressure(False)`` follows once half have been
+written. Nothing is ever dropped: the intake pausing is what bounds the queue.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ class SqliteStore:
     """Implements :class:`router.core.persistence.RetainedPersistence`."""
 
     def __init__(self, path: Path, call_in_loop: Callable[..., None],
-                 max_bytes: int | None = None) -> None:
+                 max_bytes: int | None = None, max_queued_writes: int = 50_000) -> None:
         self.path = path
         self._call_in_loop = call_in_loop
         self._connection = _connect(path, max_bytes)
@@ -63,7 +66,12 @@ class SqliteStore:
         """Writes handed to the writer thread (reactor thread only)."""
         self._finished_writes = 0
         """Writes whose batch has finished and whose callbacks have run (reactor thread)."""
-        self._worker = BatchWorker("sqlite-writer", self._write_batch)
+        self.on_pressure: Callable[[bool], None] = lambda pressed: None
+        """Stop (True) / restart (False) intake; the node sets it to its intake gate."""
+        self._worker = BatchWorker("sqlite-writer", self._write_batch,
+                                   high_water=max_queued_writes,
+                                   on_pressure=lambda pressed: self.on_pressure(pressed),
+                                   call_in_loop=call_in_loop)
 
     # reactor side -------------------------------------------------------------
 

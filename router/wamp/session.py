@@ -16,6 +16,7 @@ import json
 import logging
 import secrets
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -30,7 +31,8 @@ from router.core.credentials import (Principal, normalize_pubkey, verify_cryptos
                                      verify_wampcra)
 from router.core.dealer import Invocation
 from router.core.errors import ProtocolViolation, RouterError, Unencodable
-from router.core.incidents import EXPIRED, TOO_LARGE
+from router.core.incidents import (DISCONNECTED, EXPIRED, SLOW_CONSUMER, TOO_LARGE,
+                                  UNACKNOWLEDGED)
 from router.core.model import Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
@@ -55,6 +57,9 @@ CHALLENGE_METHODS = ("ticket", "wampcra", "cryptosign")
 
 ERROR, EVENT, RESULT, INVOCATION, INTERRUPT = 8, 36, 50, 68, 69
 
+SLOW_CONSUMER_CLOSE = "wamp.close.slow_consumer"
+"""GOODBYE reason of a session closed for not reading its events (see docs/configuration.md)."""
+
 
 class WampSession:
     """Implements autobahn's ITransportHandler for the router side, and the core's Peer."""
@@ -68,8 +73,12 @@ class WampSession:
         self._grants: dict[int, tuple[int, str]] = {}
         """subscription id -> (granted QoS, policy), for subscriptions that may need acks."""
         self._unacked: dict[int, _Unacked] = {}
+        self._unwritten: deque[WireMessage] = deque()
+        """Acknowledged events held back while the transport is paused (bounded by
+        ``max_unacked`` publications)."""
         self._redelivery = None
         self._transport: Any = None
+        self._flow: Any = None
         self._state = HANDSHAKE
         self._realm: Realm | None = None
         self._pending_auth: _PendingAuth | None = None
@@ -81,6 +90,8 @@ class WampSession:
 
     def onOpen(self, transport: Any) -> None:
         self._transport = transport
+        self._flow = transport.flow
+        self._flow.owner = self
         self._router.connections.add(self)
 
     def onClose(self, was_clean: bool) -> None:
@@ -307,6 +318,8 @@ class WampSession:
         if msg.payload is not None:
             raise ProtocolViolation("payload passthru mode is not supported by this router")
         request = msg.request
+        if not self._flow.publisher:
+            self._flow.became_publisher()
         on_durable = partial(self._acknowledge_publish, request) if options.acknowledge else None
         try:
             self._realm.publish(self.info, msg.topic, msg.args, msg.kwargs, options, on_durable,
@@ -367,6 +380,9 @@ class WampSession:
         if grant is not None and delivered_qos(publication.qos, *grant) > 0:
             self._send_acknowledged(subscription, publication, retained)
             return
+        if self._flow.over:
+            self._count(SLOW_CONSUMER, publication)
+            return
         if retained:
             self._send(_event(subscription, publication, retained=True))
             return
@@ -387,8 +403,18 @@ class WampSession:
             event = cache.get(key)
             if event is None:
                 event = cache[key] = _event(subscription, publication, acknowledged=True)
-        self._send(event)  # an unencodable event raises here, before it is awaited
         pending = self._unacked.get(publication.publication_id)
+        if pending is None and len(self._unacked) >= self._settings.max_unacked:
+            self._count(UNACKNOWLEDGED, publication)
+            if self._flow.paused:
+                self._flow.overflow()
+            return
+        # an unencodable event raises here, before it is awaited
+        if self._flow.paused:
+            event.serialize(self._transport._serializer._serializer)
+            self._unwritten.append(event)
+        else:
+            self._send(event)
         if pending is None:
             pending = self._unacked[publication.publication_id] = _Unacked(
                 publication, time.time())
@@ -396,6 +422,30 @@ class WampSession:
                 self._redelivery = self._router.scheduler.callLater(
                     self._settings.ack_timeout, self._redeliver)
         pending.events.append(event)
+
+    def _count(self, reason: str, publication: Publication) -> None:
+        self._realm.incidents.count(self._realm.name, "wamp", reason,
+                                    f"session {self.info.session_id}, {publication.topic}")
+
+    def resume_output(self) -> None:
+        """The transport drained: write the acknowledged events held back, in order."""
+        unwritten = self._unwritten
+        while unwritten and not self._flow.paused:
+            self._send(unwritten.popleft())
+
+    def slow_consumer(self) -> None:
+        """Over the outbound bound for too long: GOODBYE (best effort) and leave; the
+        flow then aborts the transport."""
+        if self._state != ESTABLISHED:
+            self._state = CLOSED
+            return
+        realm = self._realm
+        realm.incidents.count(realm.name, "wamp", DISCONNECTED,
+                              f"session {self.info.session_id}: slow consumer")
+        self._send(WireMessage([m.Goodbye.MESSAGE_TYPE, {
+            "message": "the client did not read its events fast enough"}, SLOW_CONSUMER_CLOSE]))
+        self._leave_realm()
+        self._state = CLOSED
 
     def _on_event_received(self, msg: m.EventReceived, raw: list) -> None:
         pending = self._unacked.pop(msg.publication, None)
@@ -409,6 +459,9 @@ class WampSession:
         if self._state != ESTABLISHED:
             return
         timeout = self._settings.ack_timeout
+        if self._flow.paused:  # the client is not reading: sending again would only pile up
+            self._redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
+            return
         due = time.time() - timeout
         for publication_id, pending in list(self._unacked.items()):
             if pending.publication.expired():
@@ -418,8 +471,7 @@ class WampSession:
             if pending.sent_at > due:
                 continue
             if pending.attempts >= self._settings.max_redeliveries:
-                log.warning("session %s never acknowledged publication %s on %s: given up",
-                            self.info.session_id, publication_id, pending.publication.topic)
+                self._count(UNACKNOWLEDGED, pending.publication)
                 del self._unacked[publication_id]
                 continue
             pending.attempts += 1
@@ -556,6 +608,7 @@ class WampSession:
         if self._redelivery is not None and self._redelivery.active():
             self._redelivery.cancel()
         self._unacked.clear()
+        self._unwritten.clear()
         realm, self._realm = self._realm, None
         if realm is not None:
             realm.detach(self)

@@ -18,3 +18,5 @@ class WampSettings:
     max_redeliveries: int = 3
     max_testaments: int = 100
     """Testaments one session may hold (both scopes together); more are refused."""
+    max_unacked: int = 1000
+    """Acknowledged events a session may have unanswered; more are dropped (counted)."""

@@ -17,6 +17,7 @@ from autobahn.wamp.exception import TransportLost
 from autobahn.wamp.serializer import Serializer
 from autobahn.websocket.types import ConnectionDeny
 
+from router.flow import ConnectionFlow, FlowingProtocol
 from router.limits import GatedProtocol
 from router.wamp.codec import WireMessage
 from router.wamp.session import WampSession
@@ -29,7 +30,7 @@ RAWSOCKET_ERROR_RESERVED_BITS = 3
 RAWSOCKET_ERROR_MAX_CONNECTIONS = 4
 
 
-class RouterWebSocketProtocol(GatedProtocol, WampWebSocketServerProtocol):
+class RouterWebSocketProtocol(GatedProtocol, FlowingProtocol, WampWebSocketServerProtocol):
     """WAMP over WebSocket, router side."""
 
     def onConnect(self, request):
@@ -50,9 +51,13 @@ class RouterWebSocketProtocol(GatedProtocol, WampWebSocketServerProtocol):
             raise TransportLost()
         object_serializer = self._serializer._serializer
         if self._perMessageCompress is None and not self.send_queue:
-            self.transport.write(msg.websocket_frame(object_serializer))
+            data = msg.websocket_frame(object_serializer)
+            self.transport.write(data)
         else:
-            self.sendMessage(msg.serialize(object_serializer), object_serializer.BINARY)
+            data = msg.serialize(object_serializer)
+            self.sendMessage(data, object_serializer.BINARY)
+        if self.flow.paused:
+            self.flow.wrote(len(data))
 
     def close_wamp(self) -> None:
         if self.state != self.STATE_CLOSED:
@@ -63,14 +68,16 @@ class RouterWebSocketFactory(WampWebSocketServerFactory):
     protocol = RouterWebSocketProtocol
 
     def __init__(self, session_factory: Callable[[], WampSession], serializers: list[Serializer],
-                 path: str, max_message_size: int) -> None:
+                 path: str, max_message_size: int,
+                 new_flow: Callable[[object], ConnectionFlow]) -> None:
         super().__init__(session_factory, serializers=serializers)
         self.path = path
+        self.new_flow = new_flow
         self.setProtocolOptions(maxMessagePayloadSize=max_message_size,
                                 maxFramePayloadSize=max_message_size)
 
 
-class RouterRawSocketProtocol(GatedProtocol, WampRawSocketServerProtocol):
+class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, WampRawSocketServerProtocol):
     """WAMP over RawSocket, router side, with the spec's handshake error replies."""
 
     def dataReceived(self, data: bytes) -> None:
@@ -105,6 +112,8 @@ class RouterRawSocketProtocol(GatedProtocol, WampRawSocketServerProtocol):
             raise PayloadExceededError(f"{len(frame) - 4} octets exceed the peer's limit of "
                                        f"{self._max_len_send}")
         self.transport.write(frame)
+        if self.flow.paused:
+            self.flow.wrote(len(frame))
 
     def lengthLimitExceeded(self, length: int) -> None:
         log.info("RawSocket peer %s sent %d octets, over the limit of %d: closing",
@@ -119,6 +128,7 @@ class RouterRawSocketFactory(WampRawSocketServerFactory):
     protocol = RouterRawSocketProtocol
 
     def __init__(self, session_factory: Callable[[], WampSession], serializers: list[Serializer],
-                 max_message_size: int) -> None:
+                 max_message_size: int, new_flow: Callable[[object], ConnectionFlow]) -> None:
         super().__init__(session_factory, serializers=serializers)
         self.setProtocolOptions(maxMessagePayloadSize=max_message_size)
+        self.new_flow = new_flow

@@ -1,0 +1,213 @@
+"""Back-pressure for every client connection, on Twisted's producer/consumer interfaces.
+
+Outbound: a :class:`ConnectionFlow` is registered as the streaming producer of its
+connection's TCP transport, so Twisted calls :meth:`~ConnectionFlow.pauseProducing`
+when the transport's write buffer is full (the client reads slower than we write) and
+:meth:`~ConnectionFlow.resumeProducing` once it has drained. While paused, what is
+still written is counted; past the listener's bound (bytes or messages) the flow is
+*over*: QoS 0 messages to that connection are dropped (the frontends check ``over``,
+one attribute read per message) and QoS >= 1 messages wait in their queues, which
+are written only while the flow is not paused. A connection that stays over its
+bound for ``slow_consumer_timeout`` seconds is told why (the owner's protocol-specific
+goodbye) and its transport aborted: a client that does not read cannot be closed
+gracefully, and aborting drops the buffered bytes at once.
+
+Inbound: :class:`IntakeGate` stops reading from every connection that publishes while
+the store's writer is behind (see :class:`router.background.BatchWorker`), so a
+publisher faster than the disk is slowed by TCP flow control, not by our memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from twisted.internet.interfaces import IPushProducer
+from zope.interface import implementer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FlowLimits:
+    """A listener's bound on what may be written to a connection that does not read."""
+
+    max_buffered_bytes: int = 4 * 1024 * 1024
+    """Bytes written while the transport's buffer is full, before QoS 0 is dropped."""
+    max_buffered_messages: int = 20_000
+    """Messages written while the transport's buffer is full, before QoS 0 is dropped."""
+    slow_consumer_timeout: float = 30.0
+    """Seconds a connection may stay over its bound before it is disconnected."""
+
+
+class FlowOwner(Protocol):
+    """The protocol side of a connection, told when it may write again or must go."""
+
+    def resume_output(self) -> None:
+        """The transport drained: write what was held back (QoS >= 1 queues)."""
+
+    def slow_consumer(self) -> None:
+        """Over the bound for too long: send the protocol's reason and count it."""
+
+
+class IntakeGate:
+    """Pauses reading from publishing connections while the store's writer is behind."""
+
+    def __init__(self) -> None:
+        self.paused = False
+        self._publishers: set[ConnectionFlow] = set()
+
+    def add(self, flow: "ConnectionFlow") -> None:
+        self._publishers.add(flow)
+        if self.paused:
+            flow.pause_reading()
+
+    def discard(self, flow: "ConnectionFlow") -> None:
+        self._publishers.discard(flow)
+
+    def set_paused(self, paused: bool) -> None:
+        """Stop (True) or restart (False) reading from every publishing connection."""
+        if paused == self.paused:
+            return
+        self.paused = paused
+        log.warning("store writer %s: %s reading from %d publishing connection(s)",
+                    "behind" if paused else "caught up", "pausing" if paused else "resuming",
+                    len(self._publishers))
+        for flow in list(self._publishers):
+            if paused:
+                flow.pause_reading()
+            else:
+                flow.resume_reading()
+
+
+class _NoOwner:
+    """Stands in until the protocol side exists, and after the connection is gone."""
+
+    def resume_output(self) -> None:
+        pass
+
+    def slow_consumer(self) -> None:
+        pass
+
+
+_NO_OWNER = _NoOwner()
+
+
+@implementer(IPushProducer)
+class ConnectionFlow:
+    """One connection's outbound bound and slow-consumer timer, and its read pausing."""
+
+    def __init__(self, transport: Any, limits: FlowLimits, clock: Any,
+                 intake: IntakeGate) -> None:
+        self.transport = transport
+        self.limits = limits
+        self.owner: FlowOwner = _NO_OWNER
+        self.paused = False
+        """The transport's buffer is full: QoS >= 1 waits (checked per queued write)."""
+        self.over = False
+        """Paused and over the bound: QoS 0 is dropped (checked per QoS 0 message)."""
+        self.publisher = False
+        """Registered with the intake gate (on the first publish)."""
+        self._clock = clock
+        self._intake = intake
+        self._bytes = 0
+        self._messages = 0
+        self._timer = None
+        self._closed = False
+        transport.registerProducer(self, True)
+
+    def counting(self, write: Callable[[bytes], None]) -> Callable[[bytes], None]:
+        """``write`` that also counts what is written while the transport is paused."""
+        def counted(data: bytes) -> None:
+            write(data)
+            if self.paused:
+                self.wrote(len(data))
+        return counted
+
+    def wrote(self, size: int) -> None:
+        """Account one message of ``size`` bytes written while paused."""
+        self._bytes += size
+        self._messages += 1
+        if (not self.over and (self._bytes > self.limits.max_buffered_bytes
+                               or self._messages > self.limits.max_buffered_messages)):
+            self.overflow()
+
+    def overflow(self) -> None:
+        """Over the bound (also: a QoS >= 1 queue full while paused): start the clock."""
+        self.over = True
+        if self._timer is None and not self._closed:
+            self._timer = self._clock.callLater(self.limits.slow_consumer_timeout,
+                                                self._too_slow)
+
+    def became_publisher(self) -> None:
+        """The connection published: its reads pause while the store is behind."""
+        self.publisher = True
+        if not self._closed:
+            self._intake.add(self)
+
+    # IPushProducer (called by the transport) ------------------------------------------
+
+    def pauseProducing(self) -> None:
+        self.paused = True
+
+    def resumeProducing(self) -> None:
+        self.paused = False
+        self.over = False
+        self._bytes = self._messages = 0
+        self._cancel_timer()
+        self.owner.resume_output()
+
+    def stopProducing(self) -> None:
+        self.close()
+
+    # reads (the intake gate) ------------------------------------------------------------
+
+    def pause_reading(self) -> None:
+        self.transport.pauseProducing()
+
+    def resume_reading(self) -> None:
+        self.transport.resumeProducing()
+
+    # life cycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The connection is gone: forget the owner, the timer and the gate (no references)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._cancel_timer()
+        self._intake.discard(self)
+        self.owner = _NO_OWNER
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            if self._timer.active():
+                self._timer.cancel()
+            self._timer = None
+
+    def _too_slow(self) -> None:
+        self._timer = None
+        if self._closed:
+            return
+        log.info("connection %s stayed over its outbound bound for %gs: disconnecting",
+                 self.transport.getPeer(), self.limits.slow_consumer_timeout)
+        self.owner.slow_consumer()
+        self.close()
+        self.transport.abortConnection()
+
+
+
+class FlowingProtocol:
+    """Mixin for a Twisted protocol whose factory has ``new_flow(transport)``: the
+    connection's :class:`ConnectionFlow`, made when TCP connects, closed when it goes."""
+
+    flow: ConnectionFlow
+
+    def connectionMade(self) -> None:
+        self.flow = self.factory.new_flow(self.transport)
+        super().connectionMade()
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.flow.close()
+        super().connectionLost(reason)
