@@ -26,7 +26,7 @@ from router.flow import FlowLimits
 from router.mqtt.frontend import MqttSettings
 from router.wamp.settings import WampSettings
 from router.core.uri import MATCH_POLICIES, is_valid_uri
-from router.core.verifier import MAX_PENDING
+from router.verifier import MAX_PENDING
 from router.limits import LimitSettings
 
 SERIALIZERS = ("json", "msgpack", "cbor")

@@ -32,6 +32,7 @@ from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
 from router.store.codec import decode_retained, encode_retained
 from router.store.sqlite import SqliteStore
 from router.tls import server_options
+from router.verifier import SecretVerifier
 from router.wamp.codec import make_serializers
 from router.wamp.session import WampSession
 from router.wamp.transports import RouterRawSocketFactory, RouterWebSocketFactory
@@ -54,7 +55,8 @@ def build_router(config: NodeConfig, reactor, store: SqliteStore,
     backoff = config.login_backoff
     router.login_guard = LoginGuard(reactor, backoff.window, backoff.after_failures,
                                     backoff.max_delay, router.incidents)
-    router.verifier.max_pending = backoff.max_pending_verifications
+    router.verifier = SecretVerifier(reactor, router.incidents,
+                                     max_pending=backoff.max_pending_verifications)
     for realm_config in config.realms.values():
         log_settings = config.eventlog.for_realm(realm_config.name)
         activity = (RealmEventLog(realm_config.name, eventlog, log_settings)

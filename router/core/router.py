@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable, Protocol
+
 from router.core.credentials import Principal
 from router.core.dealer import Scheduler
 from router.core.ids import random_id
@@ -9,7 +11,14 @@ from router.core.incidents import Incidents
 from router.core.login_guard import LoginGuard
 from router.core.peer import Peer
 from router.core.realm import Realm
-from router.core.verifier import SecretVerifier
+
+
+class PasswordVerifier(Protocol):
+    """Checks a password against its stored hash off the event loop (``router.verifier``)."""
+
+    def verify(self, secret: str, stored: str, answer: Callable[[bool], None], realm: str,
+               protocol: str, peer: str | None) -> bool:
+        """Schedule the check and ``answer(ok)`` later; False at once if too many wait."""
 
 
 class Router:
@@ -24,8 +33,9 @@ class Router:
         self.incidents = Incidents()
         """Drops, refusals and store failures of every realm and protocol: counted, and
         logged at most once per cause and interval."""
-        self.verifier = SecretVerifier(scheduler, self.incidents)
-        """Password (ticket) checks of every protocol, in threads off the reactor."""
+        self.verifier: PasswordVerifier | None = None
+        """Password (ticket) checks of every protocol, in threads off the reactor (the node
+        sets :class:`router.verifier.SecretVerifier`)."""
 
         self.peers: dict[int, Peer] = {}
         self.connections: set[Peer] = set()
