@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 from router.core import errors
 from router.core.errors import RouterError
-from router.core.incidents import DISCONNECTED
+from router.core.incidents import DISCONNECTED, TOO_LARGE
 from router.mqtt.codec import MqttCodec, MqttProtocolError
 from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp, Puback,
                                  Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
@@ -326,8 +326,10 @@ class MqttConnection:
 
     def write_publish(self, data: bytes, topic: str) -> bool:
         if self._client_max_packet is not None and len(data) > self._client_max_packet:
-            log.info("MQTT client %s: message on %s (%d bytes) is over its maximum packet size: "
-                     "discarded", self.session.client_id, topic, len(data))
+            self.frontend.router.incidents.count(
+                self.frontend.realm.name, "mqtt", TOO_LARGE,
+                f"client {self.session.client_id}: {len(data)} bytes on {topic} is over its "
+                f"maximum packet size of {self._client_max_packet}: discarded")
             return False
         if not self._closed:
             self._write(data)
