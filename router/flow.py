@@ -197,7 +197,6 @@ class ConnectionFlow:
         self.transport.abortConnection()
 
 
-
 class FlowingProtocol:
     """Mixin for a Twisted protocol whose factory has ``new_flow(transport)``: the
     connection's :class:`ConnectionFlow`, made when TCP connects, closed when it goes."""
