@@ -170,6 +170,8 @@ class AmqpFrontend:
             self.destroy(subscriber)
 
     def destroy(self, subscriber: AmqpSubscriber) -> None:
+        """Forget a subscriber and its queue (an armed expiry timer would keep them alive)."""
+        subscriber.cancel_expiry()
         self.realm.detach(subscriber)
         self.router.forget(subscriber)
         if subscriber.key is not None and self.durable.get(subscriber.key) is subscriber:

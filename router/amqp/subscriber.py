@@ -134,7 +134,7 @@ class AmqpSubscriber:
     def attach(self, link, connection: "AmqpConnection") -> None:
         self.link = link
         self.connection = connection
-        self._cancel_expiry()
+        self.cancel_expiry()
 
     def set_expiry(self, timeout: float) -> None:
         """A durable subscription's expiry timeout (already capped)."""
@@ -142,10 +142,10 @@ class AmqpSubscriber:
         self.frontend.store.set_expiry(*self.key, timeout)
 
     def _start_expiry(self, delay: float) -> None:
-        self._cancel_expiry()
+        self.cancel_expiry()
         self._expiry_call = self.frontend.scheduler.callLater(max(0.0, delay), self._expire)
 
-    def _cancel_expiry(self) -> None:
+    def cancel_expiry(self) -> None:
         if self._expiry_call is not None and self._expiry_call.active():
             self._expiry_call.cancel()
         self._expiry_call = None

@@ -149,8 +149,9 @@ class MqttFrontend:
         else:
             self._set_persistence(existing, expiry)
         session = existing
-        if session.expiry_timer is not None and session.expiry_timer.active():
-            session.expiry_timer.cancel()
+        timer, session.expiry_timer = session.expiry_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
         session.connection = connection
         self.router.connections.add(connection)
         if session.persistent:
@@ -227,6 +228,10 @@ class MqttFrontend:
             self.destroy(session)
 
     def destroy(self, session: MqttSession) -> None:
+        """Forget a session and everything it queued (its expiry timer would keep it alive)."""
+        timer, session.expiry_timer = session.expiry_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
         self.realm.detach(session)
