@@ -70,9 +70,11 @@ def test_a_retained_event_that_was_not_stored_is_not_kept(tmp_path):
             assert await retained_value(router, kept) == ["v1"]
             assert await retained_value(router, "com.full.t2") == ["x" * 2000]
 
-    run(fill())
-    router.wait_for_log(r"store: store_failed: router.sqlite3: .*full")
-    router.kill9()
+    try:
+        run(fill())
+        router.wait_for_log(r"store: store_failed: router.sqlite3: .*full")
+    finally:
+        router.kill9()
     router = start(tmp_path, ROOMY)
 
     async def after_restart() -> None:
@@ -85,20 +87,9 @@ def test_a_retained_event_that_was_not_stored_is_not_kept(tmp_path):
         router.stop()
 
 
-@pytest.mark.parametrize("version", [V311, V5])
-def test_mqtt_qos1_is_acknowledged_only_when_stored_and_acknowledged_means_delivered(
-        tmp_path, version):
-    router = start(tmp_path, FULL)
-    topic = f"com/full/{unique('q')}"
-    subscriber_id = unique("offline")
-    pool = ClientPool(router)
-    persistent = {"client_id": subscriber_id, "clean": False,
-                  "session_expiry": 3600 if version == V5 else None}
-    subscriber = pool(version, **persistent)
-    subscriber.subscribe((topic, 1))
-    subscriber.disconnect()  # offline: every QoS 1 message is queued on disk for it
-    pool.close()
-
+def publish_until_full(router, topic: str, version: int) -> list[bytes]:
+    """QoS 1 publishes until one is refused (MQTT 5) or the connection closes (3.1.1);
+    returns the payloads that were acknowledged."""
     publisher = RawMqtt(router)
     publisher.connect_ok(version, client_id=unique("pub"))
     acknowledged = []
@@ -120,7 +111,27 @@ def test_mqtt_qos1_is_acknowledged_only_when_stored_and_acknowledged_means_deliv
         pytest.fail("the store never filled up")
     publisher.close()
     assert acknowledged
-    router.kill9()
+    return acknowledged
+
+
+@pytest.mark.parametrize("version", [V311, V5])
+def test_mqtt_qos1_is_acknowledged_only_when_stored_and_acknowledged_means_delivered(
+        tmp_path, version):
+    router = start(tmp_path, FULL)
+    topic = f"com/full/{unique('q')}"
+    subscriber_id = unique("offline")
+    pool = ClientPool(router)
+    persistent = {"client_id": subscriber_id, "clean": False,
+                  "session_expiry": 3600 if version == V5 else None}
+    subscriber = pool(version, **persistent)
+    subscriber.subscribe((topic, 1))
+    subscriber.disconnect()  # offline: every QoS 1 message is queued on disk for it
+    pool.close()
+
+    try:
+        acknowledged = publish_until_full(router, topic, version)
+    finally:
+        router.kill9()
 
     router = start(tmp_path, ROOMY)
     pool = ClientPool(router)
