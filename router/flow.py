@@ -99,7 +99,7 @@ class ConnectionFlow:
     """One connection's outbound bound and slow-consumer timer, and its read pausing."""
 
     def __init__(self, transport: Any, limits: FlowLimits, clock: Any,
-                 intake: IntakeGate) -> None:
+                 intake: IntakeGate, closed: Callable[[], None] = lambda: None) -> None:
         self.transport = transport
         self.limits = limits
         self.owner: FlowOwner = _NO_OWNER
@@ -111,6 +111,8 @@ class ConnectionFlow:
         """Registered with the intake gate (on the first publish)."""
         self._clock = clock
         self._intake = intake
+        self._on_closed = closed
+        """Told when the connection is gone (its buffers and queues can be given back)."""
         self._bytes = 0
         self._messages = 0
         self._timer = None
@@ -179,6 +181,7 @@ class ConnectionFlow:
         self._cancel_timer()
         self._intake.discard(self)
         self.owner = _NO_OWNER
+        self._on_closed()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

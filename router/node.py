@@ -26,6 +26,7 @@ from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
 from router.flow import ConnectionFlow, IntakeGate
 from router.limits import ConnectionLimits
+from router.memory import MemoryReclaimer
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
@@ -122,6 +123,8 @@ class Node:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = SqliteStore(config.data_dir / "router.sqlite3", reactor.callFromThread,
                                  config.store.max_bytes, config.store.max_queued_writes)
+        self.reclaimer = MemoryReclaimer(reactor)
+        """Gives the memory of closed connections back to the operating system."""
         self.intake = IntakeGate()
         """Reads from publishing connections, paused while the store's writer is behind."""
         self.store.on_pressure = self.intake.set_paused
@@ -221,7 +224,7 @@ class Node:
 
     def _protocol_factory(self, listener: ListenerConfig):
         new_flow = partial(ConnectionFlow, limits=listener.flow, clock=self.reactor,
-                           intake=self.intake)
+                           intake=self.intake, closed=self.reclaimer.released)
         if listener.type == "amqp":
             return AmqpTcpFactory(self.amqp[listener.realm], new_flow,
                                   tls=listener.tls is not None)
@@ -258,6 +261,7 @@ class Node:
         for loop in (self._expiry, self._log_flush, self._incident_flush):
             if loop.running:
                 loop.stop()
+        self.reclaimer.cancel()
         pool = self.reactor.getThreadPool()
         yield threads.deferToThreadPool(self.reactor, pool, self.store.close)
         yield threads.deferToThreadPool(self.reactor, pool, self.eventlog.close)
