@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.harness import RouterProcess, realm_file
+from tests.mqtt_clients import ClientPool
 
 
 @pytest.fixture(scope="module")
@@ -13,3 +14,11 @@ def router(tmp_path_factory):
     process = RouterProcess(tmp_path_factory.mktemp("router"), [realm_file("realm1")]).start()
     yield process
     process.stop()
+
+
+@pytest.fixture
+def mqtt(router):
+    """paho clients on the module's ``router``, all closed at the end of the test."""
+    pool = ClientPool(router)
+    yield pool
+    pool.close()

@@ -147,18 +147,27 @@ def test_a_stalled_mqtt_qos0_subscriber_is_dropped_from_and_disconnected(router)
         healthy = await healthy_subscriber(router, "bp.mqtt.qos0")
         stalled = RawMqtt(router)
         stalled.connect_ok(V5, unique("stalled"))
-        stalled.send(Subscribe(1, [("bp/mqtt/qos0", SubscriptionOptions(0))]))
-        assert stalled.recv().packet_id == 1
-        stall(stalled.sock)
-        start = rss_mb(router)
-        assert await publish_paced("bp.mqtt.qos0", router, healthy) == EVENTS
-        grown = rss_mb(router) - start
-        router.wait_for_log(r"realm1, mqtt: slow_consumer")
-        router.wait_for_log(r"realm1, mqtt: disconnected: client stalled_\S+: slow consumer")
-        stalled.wait_closed(timeout=10)
-        assert grown < GROWTH_MB, f"the router grew {grown:.0f} MB"
+        await stalled_mqtt_is_cut_off(router, healthy, stalled, 0, "slow_consumer")
 
     run(scenario(), timeout=120)
+
+
+async def stalled_mqtt_is_cut_off(router, healthy, stalled: RawMqtt, qos: int,
+                                  incident: str) -> None:
+    """``stalled`` subscribes at ``qos`` and stops reading while EVENTS are published: the
+    router counts ``incident``, cuts it off, and grows less than GROWTH_MB meanwhile."""
+    topic = f"bp.mqtt.qos{qos}"
+    stalled.send(Subscribe(1, [(topic.replace(".", "/"), SubscriptionOptions(qos))]))
+    assert stalled.recv().packet_id == 1
+    stall(stalled.sock)
+    start = rss_mb(router)
+    assert await publish_paced(topic, router, healthy, **({"_qos": qos} if qos else {})) \
+        == EVENTS
+    grown = rss_mb(router) - start
+    router.wait_for_log(rf"realm1, mqtt: {incident}")
+    router.wait_for_log(r"realm1, mqtt: disconnected: client stalled_\S+: slow consumer")
+    stalled.wait_closed(timeout=10)
+    assert grown < GROWTH_MB, f"the router grew {grown:.0f} MB"
 
 
 def test_a_stalled_mqtt_qos1_subscriber_keeps_its_bounded_queue_then_is_disconnected(router):
@@ -170,16 +179,7 @@ def test_a_stalled_mqtt_qos1_subscriber_keeps_its_bounded_queue_then_is_disconne
         healthy = await healthy_subscriber(router, "bp.mqtt.qos1")
         stalled = RawMqtt(router)
         stalled.connect_ok(V5, unique("stalled"))
-        stalled.send(Subscribe(1, [("bp/mqtt/qos1", SubscriptionOptions(1))]))
-        assert stalled.recv().packet_id == 1
-        stall(stalled.sock)
-        start = rss_mb(router)
-        assert await publish_paced("bp.mqtt.qos1", router, healthy, _qos=1) == EVENTS
-        grown = rss_mb(router) - start
-        router.wait_for_log(r"realm1, mqtt: queue_full")
-        router.wait_for_log(r"realm1, mqtt: disconnected: client stalled_\S+: slow consumer")
-        stalled.wait_closed(timeout=10)
-        assert grown < GROWTH_MB, f"the router grew {grown:.0f} MB"
+        await stalled_mqtt_is_cut_off(router, healthy, stalled, 1, "queue_full")
 
     run(scenario(), timeout=120)
 

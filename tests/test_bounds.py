@@ -41,13 +41,6 @@ def router(tmp_path_factory):
     process.stop()
 
 
-@pytest.fixture
-def mqtt(router):
-    pool = ClientPool(router)
-    yield pool
-    pool.close()
-
-
 def wait_until(deadline: float) -> None:
     """Let the clock pass ``deadline``: the condition under test is the time itself."""
     while time.time() <= deadline:

@@ -14,7 +14,7 @@ from tests.amqp_clients import Receive, amqp_listeners, body_bytes, received, se
 from tests.amqp_clients import connect as amqp_connect
 from tests.clients import Sessions, raw_connect, run
 from tests.harness import RouterProcess
-from tests.mqtt_clients import ClientPool, mqtt_realm, unique
+from tests.mqtt_clients import mqtt_realm, unique
 
 PUBLISH, PUBLISHED, ERROR, SUBSCRIBE, SUBSCRIBED, EVENT = 16, 17, 8, 32, 33, 36
 CALL, RESULT, REGISTER, REGISTERED, INVOCATION, YIELD = 48, 50, 64, 65, 68, 70
@@ -29,13 +29,6 @@ def router(tmp_path_factory):
                             listeners=listeners).start()
     yield process
     process.stop()
-
-
-@pytest.fixture
-def mqtt(router):
-    pool = ClientPool(router)
-    yield pool
-    pool.close()
 
 
 def cbor_publish(request: int, topic: str, args: list, **options) -> bytes:
