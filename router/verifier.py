@@ -2,7 +2,7 @@
 
 One verification costs ~100 ms of CPU by design; on the reactor thread a handful of
 logins would stall every other client's traffic. :class:`SecretVerifier` runs them in a
-dedicated pool of a few threads and hands each answer back on the reactor. At most
+dedicated pool of threads (one fewer than the cores, 1 to 4) and hands each answer back on the reactor. At most
 ``max_pending`` verifications wait or run at once; over that a login is refused at once
 as "server busy" (the caller answers in its protocol's words), so a login flood costs
 the router bounded memory and only the flooding clients wait.
@@ -10,6 +10,7 @@ the router bounded memory and only the flooding clients wait.
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from twisted.internet import threads
@@ -18,7 +19,9 @@ from twisted.python.threadpool import ThreadPool
 from router.core.credentials import verify_secret
 from router.core.incidents import REFUSED, Incidents
 
-THREADS = 2
+THREADS = max(1, min(4, (os.cpu_count() or 2) - 1))
+"""One core is left to the reactor: on a 2-core machine a login flood hashing on two threads
+took CPU from every other client's traffic (seen in bench/soak.py)."""
 MAX_PENDING = 64
 
 
