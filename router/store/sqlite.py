@@ -68,10 +68,9 @@ class SqliteStore:
         """Writes whose batch has finished and whose callbacks have run (reactor thread)."""
         self.on_pressure: Callable[[bool], None] = lambda pressed: None
         """Stop (True) / restart (False) intake; the node sets it to its intake gate."""
-        self._worker = BatchWorker("sqlite-writer", self._write_batch,
-                                   high_water=max_queued_writes,
-                                   on_pressure=lambda pressed: self.on_pressure(pressed),
-                                   call_in_loop=call_in_loop)
+        self._max_queued_writes = max_queued_writes
+        self._pressed = False
+        self._worker = BatchWorker("sqlite-writer", self._write_batch)
 
     # reactor side -------------------------------------------------------------
 
@@ -83,11 +82,20 @@ class SqliteStore:
 
     def save_retained(self, realm: str, topic: str, entries: list[RetainedEvent]) -> None:
         durable = [entry for entry in entries if not _names_sessions(entry)]
-        self._queued_writes += 1
+        self._queue_write()
         self._write_numbers += 1
         self._retained_writes[(realm, topic)] = self._write_numbers
         self._worker.put(_RetainedWrite(realm, topic, pack_topic(durable) if durable else None,
                                         self._write_numbers))
+
+    def _queue_write(self) -> None:
+        """Count one more write for the writer thread; at ``max_queued_writes`` outstanding,
+        ask the node to stop reading from publishers (nothing is ever dropped)."""
+        self._queued_writes += 1
+        if (not self._pressed
+                and self._queued_writes - self._finished_writes >= self._max_queued_writes):
+            self._pressed = True
+            self.on_pressure(True)
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         """Run ``callback(ok)`` once every write queued so far is committed: at once when
@@ -99,7 +107,7 @@ class SqliteStore:
 
     def execute(self, statement: str, params: tuple = ()) -> None:
         """Queue one write; writes run in the order queued, in the next committed batch."""
-        self._queued_writes += 1
+        self._queue_write()
         self._worker.put(_Statement(statement, params))
 
     def create_schema(self, script: str) -> None:
@@ -141,6 +149,10 @@ class SqliteStore:
         one of an earlier batch. Each callback runs on its own: one that fails costs only
         its own acknowledgement."""
         self._finished_writes += writes
+        if (self._pressed and self._queued_writes - self._finished_writes
+                <= self._max_queued_writes // 2):
+            self._pressed = False
+            self.on_pressure(False)
         newest = self._retained_writes
         for write, stored in lost:
             if (newest.get((write.realm, write.topic)) == write.number
