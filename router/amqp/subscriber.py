@@ -97,9 +97,6 @@ class AmqpSubscriber:
                    retained: bool = False) -> None:
         if self.core is None or subscription.id != self.core.id:
             return
-        if publication.expired():
-            self._expired(publication.topic)
-            return
         # a link whose sender settle mode is "settled" carries nothing but QoS 0
         qos = delivered_qos(publication.qos, self.qos, self.policy) if self.qos else 0
         if qos == 0 and (self.link is None or self.connection.flow.over):

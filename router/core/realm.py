@@ -17,7 +17,7 @@ from router.core.dealer import Dealer, Registration, Scheduler
 from router.core.errors import RouterError, Unencodable
 from router.core.history import EventHistory
 from router.core.ids import random_id
-from router.core.incidents import DELIVERY_FAILED, UNENCODABLE, Incidents
+from router.core.incidents import DELIVERY_FAILED, EXPIRED, UNENCODABLE, Incidents
 from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer
@@ -124,7 +124,12 @@ class Realm:
             elif options.retain and not self.retention.declines(topic):
                 self._retain(publication)
                 changed = True
-        receivers = self.broker.dispatch(publication)
+        if expires_at is not None and publication.expired():
+            receivers = 0  # an expiry interval of 0: it is over before anyone can get it
+            self.incidents.count(self.name, info.protocol.split(".", 1)[0], EXPIRED,
+                                 f"topic {topic}: expired on arrival")
+        else:
+            receivers = self.broker.dispatch(publication)
         if self.activity is not None:
             self.activity.published(publication, receivers)
         if self.history:

@@ -149,9 +149,7 @@ class MqttFrontend:
         else:
             self._set_persistence(existing, expiry)
         session = existing
-        timer, session.expiry_timer = session.expiry_timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
+        session.cancel_expiry()
         session.connection = connection
         self.router.connections.add(connection)
         if session.persistent:
@@ -229,9 +227,7 @@ class MqttFrontend:
 
     def destroy(self, session: MqttSession) -> None:
         """Forget a session and everything it queued (its expiry timer would keep it alive)."""
-        timer, session.expiry_timer = session.expiry_timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
+        session.cancel_expiry()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
         self.realm.detach(session)

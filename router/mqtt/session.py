@@ -90,6 +90,12 @@ class MqttSession:
         self._next_packet_id = 1
         self.expiry_timer = None
 
+    def cancel_expiry(self) -> None:
+        """Cancel the expiry timer (it holds the session, and its queue, alive)."""
+        timer, self.expiry_timer = self.expiry_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
+
     # subscriptions --------------------------------------------------------------
 
     def add_subscription(self, subscription: MqttSubscription, persist: bool = True) -> None:
@@ -116,9 +122,6 @@ class MqttSession:
                    retained: bool = False) -> None:
         mine = self._by_core_id.get(subscription.id)
         if mine is None:
-            return
-        if publication.expired():
-            self._expired(publication.topic)
             return
         options = mine.options
         publisher = publication.publisher

@@ -373,9 +373,6 @@ class WampSession:
 
     def send_event(self, subscription: Subscription, publication: Publication,
                    retained: bool = False) -> None:
-        if publication.expired():
-            self._expired(publication)
-            return
         grant = self._grants.get(subscription.id)
         if grant is not None and delivered_qos(publication.qos, *grant) > 0:
             self._send_acknowledged(subscription, publication, retained)
