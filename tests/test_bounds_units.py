@@ -84,3 +84,20 @@ def test_event_history_does_not_return_an_event_past_its_message_expiry():
     clock.now += 5
     assert [p.publication_id for p in history.events("com.example.", "prefix", subscriber)] \
         == [2]
+
+
+def test_a_reverted_topic_leaves_no_expiry_behind_for_the_entries_it_dropped():
+    clock = FakeClock()
+    store = RetainedStore(RetentionPolicy(), encode_retained, clock)
+    kept = store.retain(publication(1, "com.example.r", clock, ttl=100))
+    store.retain(publication(2, "com.example.r", clock, ttl=10))  # its write "failed"
+    changes = []
+    store.listeners.append(lambda topic, entries, action, publication: changes.append(action))
+    store.revert("com.example.r", [kept])
+    clock.now += 10
+    assert store.expire() == 0 and changes == []  # the reverted entry expires nothing
+    subscriber = SessionInfo(2, "realm1", "sub", "anonymous")
+    assert [p.publication_id
+            for p in store.for_subscriber("com.example.r", "exact", subscriber)] == [1]
+    clock.now += 90
+    assert store.expire() == 1 and changes == ["expire"]

@@ -159,16 +159,20 @@ class RetainedStore:
     def revert(self, topic: str, entries: list[RetainedEvent]) -> None:
         """Go back to what the store holds after a write of ``topic`` failed: memory never
         claims a retained event that a restart would not bring back (no notification)."""
-        old = self._topics.get(topic)
-        if old:
-            self.bytes -= sum(e.size for e in old)
-            self._topics.pop(topic)
-            self._recency.pop(topic, None)
+        self._replace(topic, entries)
         if entries:
-            self.restore(topic, entries)
+            self._recency.setdefault(topic, None)
 
     def _set(self, topic: str, entries: list[RetainedEvent], action: str,
              publication: Publication | None) -> None:
+        self._replace(topic, entries)
+        for listener in self.listeners:
+            listener(topic, entries, action, publication)
+        for entry in entries:
+            entry.blob = None
+
+    def _replace(self, topic: str, entries: list[RetainedEvent]) -> None:
+        """A topic's entries become ``entries``: bytes, expiry heap and trie follow."""
         old = self._topics.get(topic) or []
         self.bytes += sum(e.size for e in entries) - sum(e.size for e in old)
         self._track(topic, old, entries)
@@ -177,10 +181,6 @@ class RetainedStore:
         else:
             self._topics.pop(topic)
             self._recency.pop(topic, None)
-        for listener in self.listeners:
-            listener(topic, entries, action, publication)
-        for entry in entries:
-            entry.blob = None
 
     def _track(self, topic: str, old: Iterable[RetainedEvent],
                new: list[RetainedEvent]) -> None:
