@@ -124,6 +124,14 @@ class StoreConfig:
 
 
 @dataclass(frozen=True)
+class MemoryConfig:
+    """Giving freed memory back to the operating system (see router/memory.py)."""
+
+    trim_interval: float = 10.0
+    """Seconds between heap trims while the router runs (0: only after connections close)."""
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     source: Path
     data_dir: Path
@@ -133,6 +141,7 @@ class NodeConfig:
     eventlog: EventLogConfig = field(default_factory=EventLogConfig)
     login_backoff: LoginBackoff = field(default_factory=lambda: LoginBackoff())
     store: StoreConfig = field(default_factory=StoreConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
 
 
 @dataclass(frozen=True)
@@ -520,7 +529,7 @@ def load_config(path: Path | str) -> NodeConfig:
     base = path.resolve().parent
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout",
-                           "eventlog", "login_backoff", "store"})
+                           "eventlog", "login_backoff", "store", "memory"})
     data_dir = base / reader.get("data_dir", str, "data")
     realms_dir = base / reader.get("realms_dir", str, "realms")
     names = reader.get("realms", list)
@@ -559,5 +568,10 @@ def load_config(path: Path | str) -> NodeConfig:
     store = StoreConfig(_positive(store_reader, "max_bytes", (int, type(None)), None),
                         _positive(store_reader, "max_queued_writes", int,
                                   StoreConfig().max_queued_writes))
+    memory_reader = reader.child("memory", reader.get("memory", dict, {}))
+    memory_reader.reject_unknown({"trim_interval"})
+    trim_interval = memory_reader.get("trim_interval", (int, float), MemoryConfig().trim_interval)
+    if trim_interval < 0:
+        raise memory_reader.fail("trim_interval", f"must not be negative, got {trim_interval}")
     return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
-                      store)
+                      store, MemoryConfig(float(trim_interval)))

@@ -123,7 +123,8 @@ class Node:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = SqliteStore(config.data_dir / "router.sqlite3", reactor.callFromThread,
                                  config.store.max_bytes, config.store.max_queued_writes)
-        self.reclaimer = MemoryReclaimer(reactor)
+        self.reclaimer = MemoryReclaimer(reactor, reactor.callInThread,
+                                         interval=config.memory.trim_interval)
         """Gives the memory of closed connections back to the operating system."""
         self.intake = IntakeGate()
         """Reads from publishing connections, paused while the store's writer is behind."""
@@ -153,6 +154,7 @@ class Node:
         self._expiry.start(1.0, now=False)
         self._log_flush.start(self.config.eventlog.flush_interval, now=False)
         self._incident_flush.start(self.router.incidents.interval, now=False)
+        self.reclaimer.start()
         for listener in self.config.listeners:
             self.ports.append((listener, self._listen(listener)))
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)

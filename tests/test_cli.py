@@ -135,6 +135,8 @@ BAD_CONFIGS = [
      "config.json", ["listeners[1].max_buffered_bytes"]),
     ("store.max_queued_writes zero", _set(["config", "store"], {"max_queued_writes": 0}),
      "config.json", ["store.max_queued_writes", "positive"]),
+    ("memory.trim_interval negative", _set(["config", "memory"], {"trim_interval": -1}),
+     "config.json", ["memory.trim_interval", "negative"]),
     ("eventlog.max_queued_records negative",
      _set(["config", "eventlog"], {"max_queued_records": -1}), "config.json",
      ["eventlog.max_queued_records", "positive"]),
