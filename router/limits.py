@@ -1,4 +1,5 @@
-"""Per-listener connection caps and the handshake deadline, shared by every transport.
+"""Per-listener connection caps, the handshake deadline and the read size, shared by every
+transport.
 
 Each listener's factory owns one :class:`ConnectionLimits`. Every accepted TCP connection
 asks it for a :class:`Gate` when it is made: the gate says whether the connection is over
@@ -122,6 +123,12 @@ class Gate:
         self._close()
 
 
+READ_CHUNK = 16384
+"""Bytes one read takes from a socket (Twisted's default is 64 KiB). Everything a read
+brings in is routed before the reactor serves the next connection; 64 publishes of 1 KB
+fanned out took 13 ms (under load), a quarter of that keeps every connection's turn short."""
+
+
 class GatedProtocol:
     """Mixin (first base) for a listener's Twisted protocol: admitted when the connection
     is made, released when it is lost. The factory has ``limits`` (:class:`ConnectionLimits`).
@@ -132,6 +139,7 @@ class GatedProtocol:
     def connectionMade(self) -> None:
         super().connectionMade()  # type: ignore[misc]
         transport = self.transport  # type: ignore[attr-defined]
+        transport.bufferSize = READ_CHUNK
         self.gate = self.factory.limits.admit(  # type: ignore[attr-defined]
             getattr(transport.getPeer(), "host", "unknown"), transport.abortConnection)
 
