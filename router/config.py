@@ -305,6 +305,12 @@ def _rule(reader: _Reader, check: str) -> PermissionRule:
     return PermissionRule(uri, match, frozenset(allow), reader.get("disclose", bool, False))
 
 
+def parse_rule(source: Path, where: str, rule: Any, uri_check: str) -> PermissionRule:
+    """A permission rule as a realm file would hold it at ``where`` (for tools that write
+    realm files: the same checks, errors naming the file and key)."""
+    return _rule(_Reader(source, rule, where), uri_check)
+
+
 def _principal(reader: _Reader, authid: str, roles: dict) -> Principal:
     reader.reject_unknown({"role", "ticket", "wampcra", "cryptosign"})
     role = reader.get("role", str)
