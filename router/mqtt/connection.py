@@ -53,7 +53,9 @@ class MqttConnection:
         self._client_max_packet = None
         self._topic_aliases: dict[int, str] = {}
         self._outbound_aliases: dict[str, int] = {}
-        self._outbound_alias_limit = 0
+        self.outbound_alias_limit = 0
+        """Topic aliases this connection may send (MQTT 5); then its PUBLISH bytes are its
+        own, not shared with other receivers."""
         self._keep_alive = None
         self._keep_alive_call = None
         self._will = None
@@ -153,7 +155,7 @@ class MqttConnection:
         if self.version == 5:
             self.send_quota = packet.properties.get("receive_maximum", 65535)
             self._client_max_packet = packet.properties.get("maximum_packet_size")
-            self._outbound_alias_limit = min(packet.properties.get("topic_alias_maximum", 0),
+            self.outbound_alias_limit = min(packet.properties.get("topic_alias_maximum", 0),
                                              settings.topic_alias_maximum)
             properties = {"receive_maximum": SERVER_RECEIVE_MAXIMUM,
                           "topic_alias_maximum": settings.topic_alias_maximum,
@@ -324,14 +326,9 @@ class MqttConnection:
 
     # bytes out ----------------------------------------------------------------------------
 
-    @property
-    def aliases_outbound(self) -> bool:
-        """Does this connection send topic aliases (so PUBLISH bytes are its own)?"""
-        return self._outbound_alias_limit > 0
-
     def send_publish(self, message: StoredMessage, packet_id: int | None, dup: bool) -> bool:
         """False if the client's maximum packet size rules the message out (MQTT 5)."""
-        if self._outbound_alias_limit:
+        if self.outbound_alias_limit:
             return self._send_aliased(message, packet_id, dup)
         return self.write_publish(self.encode_publish(message, packet_id, dup), message.topic)
 
@@ -366,7 +363,7 @@ class MqttConnection:
         topic = message.topic
         aliases = self._outbound_aliases
         alias = aliases.get(topic)
-        if alias is None and len(aliases) >= self._outbound_alias_limit:
+        if alias is None and len(aliases) >= self.outbound_alias_limit:
             return self.write_publish(self.encode_publish(message, packet_id, dup), topic)
         properties = dict(message.properties)
         properties["topic_alias"] = alias or len(aliases) + 1

@@ -58,7 +58,6 @@ class MqttSubscription:
 
     def __post_init__(self) -> None:
         # hoisted out of every delivery
-        self.alone = (self,)
         self.identifiers = None if self.identifier is None else (self.identifier,)
 
     def packed(self) -> list:
@@ -139,50 +138,25 @@ class MqttSession:
         if mine is None:
             return
         if retained or not self._may_overlap:
-            matched: tuple[MqttSubscription, ...] | list[MqttSubscription] = mine.alone
+            options = mine.options
+            publisher = publication.publisher
+            if (options.no_local and publisher is not None
+                    and publisher.session_id == self.info.session_id):
+                return
+            qos = delivered_qos(publication.qos, options.qos, self.frontend.settings.qos_policy)
+            retain = retained or (options.retain_as_published and publication.retain)
+            identifiers = mine.identifiers
         else:
             # one copy for all this client's matching subscriptions (MQTT-3.3.4-2, -4): the
             # core calls once per matching subscription; the first call delivers for all
             if publication.publication_id == self._last_publication:
                 return
             self._last_publication = publication.publication_id
-            matched = self._matching(publication.topic)
-        publisher = publication.publisher
-        own = publisher is not None and publisher.session_id == self.info.session_id
-        policy = self.frontend.settings.qos_policy
-        qos, retain = -1, retained
-        for each in matched:
-            options = each.options
-            if own and options.no_local:
-                continue
-            qos = max(qos, delivered_qos(publication.qos, options.qos, policy))
-            retain = retain or (options.retain_as_published and publication.retain)
-        if qos < 0:
-            return  # no-local on every matching subscription
-        if len(matched) == 1:
-            identifiers = mine.identifiers
-        else:
-            identifiers = tuple(sorted(each.identifier for each in matched
-                                       if each.identifier is not None
-                                       and not (own and each.options.no_local))) or None
-        message = self._shared_message(publication, qos, retain, identifiers)
-        if qos == 0:
-            self._send_qos0(publication, message, identifiers)
-            return
-        self._enqueue(message)
-
-    def _matching(self, topic: str) -> list[MqttSubscription]:
-        """This client's subscriptions whose filters match ``topic`` (the realm's index
-        knows; asking it scales with the topic, not with the client's subscriptions)."""
-        by_core_id = self._by_core_id
-        return [by_core_id[core.id] for core in self.frontend.realm.broker.index.matching(topic)
-                if core.id in by_core_id]
-
-    @staticmethod
-    def _shared_message(publication: Publication, qos: int, retain: bool,
-                        identifiers: tuple[int, ...] | None) -> StoredMessage:
-        """The MQTT form of ``publication`` that every receiver with the same QoS, retain
-        flag and subscription identifiers shares."""
+            combined = self._combined(publication)
+            if combined is None:
+                return
+            qos, retain, identifiers = combined
+        # receivers with the same QoS, retain flag and identifiers share one message
         key = ("mqtt-message", qos, retain, identifiers)
         cache = publication.encodings()
         message = cache.get(key)
@@ -190,25 +164,45 @@ class MqttSession:
             message = cache[key] = _message(
                 publication, qos, retain,
                 {} if identifiers is None else {"subscription_identifier": list(identifiers)})
-        return message
-
-    def _send_qos0(self, publication: Publication, message: StoredMessage,
-                   identifiers: tuple[int, ...] | None) -> None:
+        if qos:
+            self._enqueue(message)
+            return
         connection = self.connection
         if connection is None:
             return
         if connection.flow.over:
             self._count(SLOW_CONSUMER, message)
-            return
-        if message.expires_at is not None or connection.aliases_outbound:
-            connection.send_publish(message, None, False)
-            return
-        key = ("mqtt", connection.version, message.retain, identifiers)
-        cache = publication.encodings()
-        data = cache.get(key)
-        if data is None:
-            data = cache[key] = connection.encode_publish(message)
-        connection.write_publish(data, message.topic)
+        elif message.expires_at is not None or connection.outbound_alias_limit:
+            connection.send_publish(message, None, False)  # bytes of its own
+        else:
+            key = ("mqtt", connection.version, retain, identifiers)
+            data = cache.get(key)
+            if data is None:
+                data = cache[key] = connection.encode_publish(message)
+            connection.write_publish(data, message.topic)
+
+    def _combined(self, publication: Publication) -> tuple[int, bool, tuple | None] | None:
+        """(QoS, retain, subscription identifiers) of the one copy for all this client's
+        subscriptions matching ``publication``; None if no-local rules out every one.
+        The realm's index says which match: that scales with the topic, not with the
+        client's subscriptions."""
+        by_core_id = self._by_core_id
+        publisher = publication.publisher
+        own = publisher is not None and publisher.session_id == self.info.session_id
+        policy = self.frontend.settings.qos_policy
+        qos, retain, identifiers = -1, False, []
+        for core in self.frontend.realm.broker.index.matching(publication.topic):
+            mine = by_core_id.get(core.id)
+            if mine is None or (own and mine.options.no_local):
+                continue
+            options = mine.options
+            qos = max(qos, delivered_qos(publication.qos, options.qos, policy))
+            retain = retain or (options.retain_as_published and publication.retain)
+            if mine.identifier is not None:
+                identifiers.append(mine.identifier)
+        if qos < 0:
+            return None
+        return qos, retain, tuple(sorted(identifiers)) or None
 
     def _enqueue(self, message: StoredMessage) -> None:
         if len(self.outbound) >= self.frontend.settings.max_queued:
