@@ -314,6 +314,12 @@ def _rule(reader: _Reader, check: str) -> PermissionRule:
     return PermissionRule(uri, match, frozenset(allow), reader.get("disclose", bool, False))
 
 
+def parse_rule(source: Path, where: str, rule: Any, uri_check: str) -> PermissionRule:
+    """A permission rule as a realm file would hold it at ``where`` (for tools that write
+    realm files: the same checks, errors naming the file and key)."""
+    return _rule(_Reader(source, rule, where), uri_check)
+
+
 def _principal(reader: _Reader, authid: str, roles: dict) -> Principal:
     reader.reject_unknown({"role", "ticket", "wampcra", "cryptosign"})
     role = reader.get("role", str)
@@ -392,7 +398,8 @@ def _retention(reader: _Reader, check: str) -> RetentionPolicy:
 
 def _mqtt(reader: _Reader) -> MqttSettings:
     reader.reject_unknown({"payload_mapping", "qos_policy", "max_qos", "max_packet_size",
-                           "max_queued", "max_session_expiry"})
+                           "max_queued", "max_session_expiry", "max_keepalive",
+                           "topic_alias_maximum"})
     defaults = MqttSettings()
     mapping = reader.get("payload_mapping", str, defaults.payload_mapping)
     if mapping not in MAPPINGS:
@@ -407,7 +414,17 @@ def _mqtt(reader: _Reader) -> MqttSettings:
     return MqttSettings(mapping, policy, max_qos,
                         _positive(reader, "max_packet_size", int, defaults.max_packet_size),
                         _positive(reader, "max_queued", int, defaults.max_queued),
-                        _expiry_cap(reader, "max_session_expiry", defaults.max_session_expiry))
+                        _expiry_cap(reader, "max_session_expiry", defaults.max_session_expiry),
+                        _two_byte(reader, "max_keepalive", defaults.max_keepalive),
+                        _two_byte(reader, "topic_alias_maximum", defaults.topic_alias_maximum))
+
+
+def _two_byte(reader: _Reader, key: str, default: int) -> int:
+    """0 to 65535, as MQTT carries it (a two-byte integer)."""
+    value = reader.get(key, int, default)
+    if not 0 <= value <= 0xFFFF:
+        raise reader.fail(key, f"must be 0 to 65535, got {value}")
+    return value
 
 
 def _expiry_cap(reader: _Reader, key: str, default: int) -> int:

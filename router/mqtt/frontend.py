@@ -51,6 +51,11 @@ class MqttSettings:
     max_session_expiry: int = 86_400
     """Seconds a persistent session outlives its connection at most, whatever the client
     asks (MQTT 3.1.1 clean session 0, MQTT 5 session expiry 0xFFFFFFFF = never included)."""
+    max_keepalive: int = 65_535
+    """Seconds of keep alive at most (0: no maximum); see ``MqttConnection``."""
+    topic_alias_maximum: int = 16
+    """Topic aliases per connection, inbound (announced in CONNACK) and outbound (at most
+    the client's own maximum)."""
 
 
 class MqttFrontend:

@@ -22,6 +22,7 @@ from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
+from router.core.uri import EXACT
 from router.mqtt.packets import SubscriptionOptions
 from router.mqtt.persistence import StoredMessage, StoredOutbound
 from router.mqtt.topics import uri_to_topic
@@ -55,6 +56,10 @@ class MqttSubscription:
     options: SubscriptionOptions
     identifier: int | None = None
 
+    def __post_init__(self) -> None:
+        # hoisted out of every delivery
+        self.identifiers = None if self.identifier is None else (self.identifier,)
+
     def packed(self) -> list:
         o = self.options
         return [o.qos, o.no_local, o.retain_as_published, o.retain_handling, self.identifier]
@@ -82,6 +87,9 @@ class MqttSession:
         self.connection: MqttConnection | None = None
         self.subscriptions: dict[str, MqttSubscription] = {}
         self._by_core_id: dict[int, MqttSubscription] = {}
+        self._may_overlap = False
+        """Two of its filters can match one topic (one has a wildcard)."""
+        self._last_publication: int | None = None
         self.outbound: dict[int, Outbound] = {}  # by seq, in queue order
         self._queued: deque[int] = deque()
         self._by_packet_id: dict[int, Outbound] = {}
@@ -104,6 +112,7 @@ class MqttSession:
             self._by_core_id.pop(previous.core.id, None)
         self.subscriptions[subscription.topic_filter] = subscription
         self._by_core_id[subscription.core.id] = subscription
+        self._subscriptions_changed()
         if self.persistent and persist:
             self.frontend.store.save_subscription(self.client_id, subscription.topic_filter,
                                                   subscription.packed())
@@ -112,9 +121,14 @@ class MqttSession:
         subscription = self.subscriptions.pop(topic_filter, None)
         if subscription is not None:
             self._by_core_id.pop(subscription.core.id, None)
+            self._subscriptions_changed()
             if self.persistent:
                 self.frontend.store.delete_subscription(self.client_id, topic_filter)
         return subscription
+
+    def _subscriptions_changed(self) -> None:
+        self._may_overlap = len(self._by_core_id) > 1 and any(
+            each.core.match != EXACT for each in self._by_core_id.values())
 
     # delivery (core Peer) ---------------------------------------------------------
 
@@ -123,40 +137,72 @@ class MqttSession:
         mine = self._by_core_id.get(subscription.id)
         if mine is None:
             return
-        options = mine.options
-        publisher = publication.publisher
-        if (options.no_local and publisher is not None
-                and publisher.session_id == self.info.session_id):
-            return
-        qos = delivered_qos(publication.qos, options.qos, self.frontend.settings.qos_policy)
-        retain = retained or (options.retain_as_published and publication.retain)
-        if mine.identifier is None:  # receivers with the same QoS and retain flag share one
-            key = ("mqtt-message", qos, retain)
-            cache = publication.encodings()
-            message = cache.get(key)
-            if message is None:
-                message = cache[key] = _message(publication, qos, retain, {})
+        if retained or not self._may_overlap:
+            options = mine.options
+            publisher = publication.publisher
+            if (options.no_local and publisher is not None
+                    and publisher.session_id == self.info.session_id):
+                return
+            qos = delivered_qos(publication.qos, options.qos, self.frontend.settings.qos_policy)
+            retain = retained or (options.retain_as_published and publication.retain)
+            identifiers = mine.identifiers
         else:
-            message = _message(publication, qos, retain,
-                               {"subscription_identifier": [mine.identifier]})
-        if qos == 0:
-            connection = self.connection
-            if connection is None:
+            # one copy for all this client's matching subscriptions (MQTT-3.3.4-2, -4): the
+            # core calls once per matching subscription; the first call delivers for all
+            if publication.publication_id == self._last_publication:
                 return
-            if connection.flow.over:
-                self._count(SLOW_CONSUMER, message)
+            self._last_publication = publication.publication_id
+            combined = self._combined(publication)
+            if combined is None:
                 return
-            if mine.identifier is None and message.expires_at is None:
-                key = ("mqtt", connection.version, message.retain)
-                cache = publication.encodings()
-                data = cache.get(key)
-                if data is None:
-                    data = cache[key] = connection.encode_publish(message)
-                connection.write_publish(data, message.topic)
-            else:
-                connection.send_publish(message, None, False)
+            qos, retain, identifiers = combined
+        # receivers with the same QoS, retain flag and identifiers share one message
+        key = ("mqtt-message", qos, retain, identifiers)
+        cache = publication.encodings()
+        message = cache.get(key)
+        if message is None:
+            message = cache[key] = _message(
+                publication, qos, retain,
+                {} if identifiers is None else {"subscription_identifier": list(identifiers)})
+        if qos:
+            self._enqueue(message)
             return
-        self._enqueue(message)
+        connection = self.connection
+        if connection is None:
+            return
+        if connection.flow.over:
+            self._count(SLOW_CONSUMER, message)
+        elif message.expires_at is not None or connection.outbound_alias_limit:
+            connection.send_publish(message, None, False)  # bytes of its own
+        else:
+            key = ("mqtt", connection.version, retain, identifiers)
+            data = cache.get(key)
+            if data is None:
+                data = cache[key] = connection.encode_publish(message)
+            connection.write_publish(data, message.topic)
+
+    def _combined(self, publication: Publication) -> tuple[int, bool, tuple | None] | None:
+        """(QoS, retain, subscription identifiers) of the one copy for all this client's
+        subscriptions matching ``publication``; None if no-local rules out every one.
+        The realm's index says which match: that scales with the topic, not with the
+        client's subscriptions."""
+        by_core_id = self._by_core_id
+        publisher = publication.publisher
+        own = publisher is not None and publisher.session_id == self.info.session_id
+        policy = self.frontend.settings.qos_policy
+        qos, retain, identifiers = -1, False, []
+        for core in self.frontend.realm.broker.index.matching(publication.topic):
+            mine = by_core_id.get(core.id)
+            if mine is None or (own and mine.options.no_local):
+                continue
+            options = mine.options
+            qos = max(qos, delivered_qos(publication.qos, options.qos, policy))
+            retain = retain or (options.retain_as_published and publication.retain)
+            if mine.identifier is not None:
+                identifiers.append(mine.identifier)
+        if qos < 0:
+            return None
+        return qos, retain, tuple(sorted(identifiers)) or None
 
     def _enqueue(self, message: StoredMessage) -> None:
         if len(self.outbound) >= self.frontend.settings.max_queued:
