@@ -60,7 +60,6 @@ from router.core.errors import RouterError
 from router.core.incidents import DISCONNECTED
 from router.core.model import SessionInfo
 from router.core.qos import POLICIES
-from router.core.topic import is_reserved
 
 if TYPE_CHECKING:
     from router.amqp.frontend import AmqpFrontend
@@ -469,9 +468,7 @@ class AmqpConnection:
         realm = self.frontend.realm
         try:
             named = address_to_topic(address, realm.uri_check)
-            if is_reserved(named.levels):
-                raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
-            realm.authorize(self.info, "publish", named.levels)
+            realm.check_publish(self.info, named.levels)
         except InvalidAddress as exc:
             raise AttachRefused(INVALID_FIELD, str(exc)) from None
         except RouterError as exc:

@@ -103,6 +103,15 @@ class Realm:
             raise RouterError(errors.NOT_AUTHORIZED,
                               f"role '{info.authrole}' may not {action} '{display(topic)}'")
 
+    def check_publish(self, info: SessionInfo, topic: Topic) -> None:
+        """May ``info`` publish on ``topic``? The router's own namespaces (``wamp``, and
+        ``$SYS`` as on MQTT brokers) are closed to every client."""
+        if is_reserved(topic):
+            raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
+        if topic[0] == SERVER_OWNED:
+            raise RouterError(errors.NOT_AUTHORIZED, "the '$SYS' topics belong to the router")
+        self.authorize(info, "publish", topic)
+
     def publish(self, info: SessionInfo, topic: Topic, args: list | None, kwargs: dict | None,
                 options: PublishOptions,
                 on_durable: Callable[[Publication, bool], None] | None = None,
@@ -119,11 +128,7 @@ class Realm:
         durable (retained state, QoS >= 1 copies queued for persistent sessions)
         is stored, at once when there is nothing to store: acknowledge then.
         """
-        if is_reserved(topic):
-            raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
-        if topic[0] == SERVER_OWNED:
-            raise RouterError(errors.NOT_AUTHORIZED, "the '$SYS' topics belong to the router")
-        self.authorize(info, "publish", topic)
+        self.check_publish(info, topic)
         disclose = options.disclose_me or self.authorizer.discloses(info.authrole, "publish", topic)
         publication = Publication(random_id(), topic, args, kwargs, info, disclose,
                                   options.eligibility, options.exclude_me, options.retain,
