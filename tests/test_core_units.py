@@ -24,9 +24,9 @@ from router.core.model import ELIGIBILITY_KEYS, Eligibility, Publication, Sessio
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
 from router.core.topic import from_uri as L
-from router.core.topic import to_uri, wildcard_matches
+from router.core.topic import filter_matches, prefix_matches, to_uri, wildcard_matches
 from router.core.trie import TopicTrie
-from router.core.uri import EXACT, PREFIX, WILDCARD, is_reserved, is_valid_uri
+from router.core.uri import EXACT, MQTT, PREFIX, WILDCARD, is_reserved, is_valid_uri
 
 
 def uri_matches(pattern: str, match: str, uri: str) -> bool:
@@ -816,3 +816,78 @@ def test_dealer_builtin_procedures_are_checked_first(dealer):
     dealer.call(caller, 1, "com.builtin", [1], {"a": 2})
     assert caller.results == [(1, [[2, [1], {"a": 2}]], None, False)]
     assert callee.invocations == []
+
+
+# --------------------------------------------------------------------------------------
+# Topics as levels: views, levelwise prefixes, rules on topics that are no URI
+
+
+@pytest.mark.parametrize("topic,uri,mqtt_name", [
+    (("a", "b"), "a.b", "a/b"),
+    (("TopicA",), "TopicA", "TopicA"),
+    (("", "TopicA"), None, "/TopicA"),
+    (("p", "", "x"), None, "p//x"),
+    (("home", "Living Room"), None, "home/Living Room"),
+    (("a.b", "c"), None, "a.b/c"),
+    (("a/b", "c"), "a/b.c", None),          # a loose URI with '/' inside a level
+    (("a", "+"), "a.+", None),              # a loose URI level MQTT cannot name
+])
+def test_publication_views_of_a_topic(topic, uri, mqtt_name):
+    publication = Publication(1, topic, None, None, None)
+    assert publication.uri("loose") == uri
+    assert publication.mqtt_topic() == mqtt_name
+    assert Publication(1, topic, None, None, None).uri("strict") == (
+        uri if uri is not None and is_valid_uri(uri, "strict") else None)
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(["a", "b", "ab", "a.b", "", "B"]), min_size=1, max_size=4),
+       st.lists(st.sampled_from(["a", "b", "ab", "a.b", "", "B"]), min_size=1, max_size=4))
+def test_prefix_matching_is_a_string_prefix_on_uris_and_levelwise_beyond(prefix, topic):
+    prefix, topic = tuple(prefix), tuple(topic)
+    levelwise = prefix_matches(prefix, topic)
+    if not any("." in level for level in prefix + topic):
+        assert levelwise == to_uri(topic).startswith(to_uri(prefix))
+    elif levelwise:  # never more than the string prefix allows
+        assert to_uri(topic).startswith(to_uri(prefix))
+    index = SubscriptionIndex()
+    index.add(Subscription(1, prefix, PREFIX))
+    assert [s.id for s in index.matching(topic)] == ([1] if levelwise else [])
+
+
+@pytest.mark.parametrize("rule,topic,match,covered", [
+    (("com.example.", PREFIX), ("com", "example", "x"), EXACT, True),
+    (("com.example.", PREFIX), ("com.example.x",), EXACT, False),   # one MQTT level
+    (("com.example.", PREFIX), ("com.example", "x"), EXACT, False),
+    (("com.example.", PREFIX), ("com", "example", "#"), MQTT, False),  # matches com/example
+    (("com.example", PREFIX), ("com", "example", "#"), MQTT, True),
+    (("com.example.", PREFIX), ("com", "example", "+"), MQTT, True),
+    (("com.example", PREFIX), ("com", "#"), MQTT, False),
+    (("com.example.", PREFIX), ("com", "+", "x"), MQTT, False),
+    (("", PREFIX), ("#",), MQTT, True),
+    (("", PREFIX), ("", "TopicA"), EXACT, True),
+    (("", PREFIX), ("wamp", "#"), MQTT, False),
+    (("com..x", WILDCARD), ("com", "", "x"), EXACT, True),         # an empty MQTT level
+    (("com..x", WILDCARD), ("com", "+", "x"), MQTT, True),
+    (("com.+.x", WILDCARD), ("com", "+", "x"), MQTT, False),       # a literal '+' is no '+'
+    (("com..x", WILDCARD), ("com", "+", "#"), MQTT, False),
+    (("home.Living Room", EXACT), ("home", "Living Room"), EXACT, True),
+])
+def test_rules_cover_mqtt_topics_and_filters_levelwise(rule, topic, match, covered):
+    assert PermissionRule(L(rule[0]), rule[1], frozenset({"subscribe"})).covers(
+        topic, match) is covered
+
+
+@SETTINGS
+@given(st.sampled_from(["", "a", "a.", "a.b", "a.b.", "a.ab", "ab"]),
+       st.lists(st.sampled_from(["a", "b", "ab", "a.b", "", "+"]), min_size=1, max_size=3),
+       st.booleans(),
+       st.lists(st.lists(st.sampled_from(["a", "b", "ab", "a.b", ""]), min_size=1,
+                         max_size=4), max_size=12))
+def test_a_prefix_rule_never_covers_a_filter_beyond_its_topics(rule_uri, levels, rest, topics):
+    topic_filter = tuple(levels) + (("#",) if rest else ())
+    rule = PermissionRule(L(rule_uri), PREFIX, frozenset({"subscribe"}))
+    if rule.covers(topic_filter, MQTT if "+" in topic_filter or rest else EXACT):
+        for topic in map(tuple, topics):
+            if filter_matches(topic_filter, topic):
+                assert prefix_matches(L(rule_uri), topic), (rule_uri, topic_filter, topic)

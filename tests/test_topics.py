@@ -12,7 +12,10 @@ realm and nothing else; AMQP receivers on MQTT-style addresses get them all.
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 
+import msgpack
 import pytest
 from proton import LinkException
 from autobahn.wamp.types import PublishOptions
@@ -234,3 +237,41 @@ def test_shipped_realm_defaults():
     """The shipped realm is loose: WAMP clients see MQTT topics with upper case and other
     non-[a-z0-9_] levels too (strict would hide most real MQTT topic names from them)."""
     assert SHIPPED_REALM["uri_check"] == "loose"
+
+
+def test_a_database_from_before_level_topics_is_read_by_levels(tmp_path):
+    """Retained rows keyed by dotted URIs, with the URI inside each entry (the format
+    before topics were levels), come back on the same topics after an upgrade."""
+    data = tmp_path / "data"
+    data.mkdir()
+    old = sqlite3.connect(data / "router.sqlite3")
+    old.execute("CREATE TABLE retained (realm TEXT NOT NULL, topic TEXT NOT NULL, "
+                "entries BLOB NOT NULL, PRIMARY KEY (realm, topic)) WITHOUT ROWID")
+    for publication_id, uri in enumerate(("old.a", "old.b.c", "Old.Upper"), start=1):
+        entry = msgpack.packb({
+            "id": publication_id, "topic": uri, "args": [uri], "kwargs": None,
+            "publisher": [1, "x", "anonymous"], "disclose": False, "eligibility": None,
+            "exclude_me": True, "ts": time.time(), "expires": None, "qos": 1,
+            "payload": uri.encode(), "properties": None, "message_expires": None,
+        }, use_bin_type=True)
+        old.execute("INSERT INTO retained VALUES ('realm1', ?, ?)",
+                    (uri, msgpack.packb([entry], use_bin_type=True)))
+    old.commit()
+    old.close()
+    process = RouterProcess(tmp_path, [SHIPPED_REALM], listeners=[
+        {"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"}]).start()
+    pool = ClientPool(process)
+    try:
+        client = pool(V5)
+        assert client.subscribe(("old/#", 1), ("Old/+", 1)) == [1, 1]
+        got = sorted((m.topic, m.payload, m.retain) for m in
+                     (client.next_message() for _ in range(3)))
+        assert got == [("Old/Upper", b"Old.Upper", True), ("old/a", b"old.a", True),
+                       ("old/b/c", b"old.b.c", True)]
+        assert client.publish("old/a", b"", 1, retain=True) == 0  # clears the rekeyed row
+    finally:
+        pool.close()
+        process.stop()
+    rows = sqlite3.connect(data / "router.sqlite3").execute(
+        "SELECT topic FROM retained ORDER BY topic").fetchall()
+    assert rows == [('["Old","Upper"]',), ('["old","b","c"]',)]
