@@ -23,6 +23,7 @@ from autobahn.wamp.types import PublishOptions
 from tests.amqp_clients import Receive, body_bytes, connect, message, received, send, settle
 from tests.clients import connect as wamp_connect
 from tests.clients import next_item, run
+from tests.test_eventlog import read_records
 from tests.harness import ROOT, RouterProcess
 from tests.mqtt_clients import V5, V311, ClientPool
 from tests.test_mqtt_matching import reference
@@ -275,3 +276,22 @@ def test_a_database_from_before_level_topics_is_read_by_levels(tmp_path):
     rows = sqlite3.connect(data / "router.sqlite3").execute(
         "SELECT topic FROM retained ORDER BY topic").fetchall()
     assert rows == [('["Old","Upper"]',), ('["old","b","c"]',)]
+
+
+def test_event_log_names_every_topic_unambiguously(router, pool):
+    """WAMP topics keep their URI in `topic`; the others get their MQTT form and `levels`."""
+    client = pool(V5)
+    assert client.subscribe(("+/#", 1)) == [1]
+    for topic in ("TopicA/B", "/TopicA", "a.b/c"):
+        assert client.publish(topic, b"x", 1, retain=True) == 0
+    client.next_message()
+    pool.close()
+    assert router.stop() == 0  # a clean stop writes what is buffered
+    records = read_records(router.workdir / "data" / "eventlog", "realm1")
+    published = {(r["topic"], tuple(r["levels"]) if "levels" in r else None)
+                 for r in records if r["kind"] in ("publish", "retained_set")}
+    assert published == {("TopicA.B", None), ("/TopicA", ("", "TopicA")),
+                         ("a.b/c", ("a.b", "c"))}
+    subscribed, = [r for r in records if r["kind"] == "subscribe"]
+    assert (subscribed["topic"], subscribed["match"]) == ("+/#", "mqtt")
+    router.start()  # for the fixture's stop
