@@ -47,13 +47,26 @@ def expected(topic_filter: str) -> set[str]:
     return {topic for topic in TOPICS if reference(topic_filter, topic)}
 
 
+LISTENERS = [
+    {"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
+    {"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws"},
+    {"type": "amqp", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
+]
+
+
 @pytest.fixture
 def router(tmp_path):
-    process = RouterProcess(tmp_path, [SHIPPED_REALM], listeners=[
-        {"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
-        {"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws"},
-        {"type": "amqp", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
-    ]).start()
+    """A router of its own: tests here subscribe to '#' and retain on fixed topics."""
+    process = RouterProcess(tmp_path, [SHIPPED_REALM], listeners=LISTENERS).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_router(tmp_path_factory):
+    """For tests that only attach and get refused."""
+    process = RouterProcess(tmp_path_factory.mktemp("refusals"), [SHIPPED_REALM],
+                            listeners=LISTENERS).start()
     yield process
     process.stop()
 
@@ -214,8 +227,8 @@ def _topic_of(address: str) -> str:
 
 
 @pytest.mark.parametrize("address", ["a/+b", "#/a", "a/#/b", "mqtt:", "mqtt:a+"])
-def test_amqp_refuses_invalid_mqtt_filters(router, address):
-    connection = connect(router)
+def test_amqp_refuses_invalid_mqtt_filters(shared_router, address):
+    connection = connect(shared_router)
     try:
         with pytest.raises(LinkException) as refused:
             connection.create_receiver(address, options=Receive(1))
@@ -225,8 +238,8 @@ def test_amqp_refuses_invalid_mqtt_filters(router, address):
 
 
 @pytest.mark.parametrize("address", ["a/+", "mqtt:#", "$SYS/x"])
-def test_amqp_cannot_publish_to_filters_or_sys(router, address):
-    connection = connect(router)
+def test_amqp_cannot_publish_to_filters_or_sys(shared_router, address):
+    connection = connect(shared_router)
     try:
         with pytest.raises(LinkException):
             connection.create_sender(address)
