@@ -16,17 +16,21 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
 from router.core import errors
-from router.core.authorization import PermissionRule
+from router.core.authorization import Authorizer, PermissionRule, Role
 from router.core.broker import Subscription, SubscriptionIndex
 from router.core.dealer import Dealer
 from router.core.errors import ProtocolViolation, RouterError
+from router.core.meta import install_retention_admin
 from router.core.model import ELIGIBILITY_KEYS, Eligibility, Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
+from router.core.realm import Realm
+from router.core.retention import RetainedStore, RetentionPolicy
 from router.core.topic import from_uri as L
 from router.core.topic import filter_matches, prefix_matches, to_uri, wildcard_matches
 from router.core.trie import TopicTrie
 from router.core.uri import EXACT, MQTT, PREFIX, WILDCARD, is_reserved, is_valid_uri
+from router.store.codec import encode_retained
 
 
 def uri_matches(pattern: str, match: str, uri: str) -> bool:
@@ -891,3 +895,23 @@ def test_a_prefix_rule_never_covers_a_filter_beyond_its_topics(rule_uri, levels,
         for topic in map(tuple, topics):
             if filter_matches(topic_filter, topic):
                 assert prefix_matches(L(rule_uri), topic), (rule_uri, topic_filter, topic)
+
+
+def test_retained_admin_lists_and_purges_topics_that_are_no_uri():
+    rule = PermissionRule(L(""), PREFIX, frozenset({"publish"}))
+    realm = Realm("r", Authorizer({"any": Role("any", [rule])}), Clock(),
+                  retention=RetainedStore(RetentionPolicy(), encode_retained))
+    install_retention_admin(realm)
+    publisher = _session(1, "pub", "any")
+    for topic in (("a", "b"), ("", "a"), ("a.b", "c")):
+        realm.publish(publisher, topic, ["x"], None, parse_publish_options({"retain": True}))
+    procedures = realm.dealer.procedures
+    listed = procedures["wamp.retained.list"](publisher, [], {})
+    assert [(item["topic"], item.get("levels")) for item in listed] == [
+        ("/a", ["", "a"]), ("a.b", None), ("a.b/c", ["a.b", "c"])]
+    assert procedures["wamp.retained.purge"](publisher, [], {"levels": ["a.b", "c"]}) == 1
+    assert procedures["wamp.retained.purge"](publisher, [], {"topic": "a.b"}) == 1
+    assert [item["topic"] for item in procedures["wamp.retained.list"](publisher, [], {})] == [
+        "/a"]
+    with pytest.raises(RouterError):
+        procedures["wamp.retained.purge"](publisher, [], {"levels": []})
