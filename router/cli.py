@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from router.config import ConfigError, NodeConfig, RealmConfig, load_config, parse_rule
+from router.core.topic import to_uri
 from router.core.uri import MATCH_POLICIES
 
 
@@ -172,7 +173,7 @@ def _role_add(args: argparse.Namespace) -> int:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
     for existing in realm.roles.get(args.role, ()):
-        if (existing.uri, existing.match) == (parsed.uri, parsed.match):
+        if (existing.pattern, existing.match) == (parsed.pattern, parsed.match):
             print(f"{path}: role '{args.role}' has a rule for uri '{args.uri}' match "
                   f"'{args.match}' already (allow: {', '.join(sorted(existing.actions))}); "
                   f"edit the file to change it", file=sys.stderr)
@@ -189,7 +190,7 @@ def _role_list(args: argparse.Namespace) -> int:
     for name in sorted(realm.roles):
         print(name)
         for rule in realm.roles[name]:
-            print(f"  {rule.match:8} {rule.uri!r}: {', '.join(sorted(rule.actions))}"
+            print(f"  {rule.match:8} {to_uri(rule.pattern)!r}: {', '.join(sorted(rule.actions))}"
                   + (" (disclose)" if rule.disclose else ""))
     return 0
 

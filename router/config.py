@@ -25,6 +25,7 @@ from router.amqp.settings import AmqpSettings
 from router.flow import FlowLimits
 from router.mqtt.frontend import MqttSettings
 from router.wamp.settings import WampSettings
+from router.core.topic import Topic, from_uri
 from router.core.uri import MATCH_POLICIES, is_valid_uri
 from router.verifier import MAX_PENDING
 from router.limits import LimitSettings
@@ -362,14 +363,16 @@ def _principal(reader: _Reader, authid: str, roles: dict) -> Principal:
     return Principal(authid, role, ticket, cra, pubkeys)
 
 
-def _pattern(reader: _Reader, check: str) -> tuple[str, str]:
+def _pattern(reader: _Reader, check: str) -> tuple[Topic, str]:
+    """(levels, match) of a ``uri`` + ``match`` entry: a URI of the realm split on ``.``;
+    it then applies to the topics of every protocol (:mod:`router.core.topic`)."""
     uri = reader.get("uri", str)
     match = reader.get("match", str, "exact")
     if match not in MATCH_POLICIES:
         raise reader.fail("match", f"must be one of {', '.join(MATCH_POLICIES)}, got '{match}'")
     if not is_valid_uri(uri, check, match):
         raise reader.fail("uri", f"'{uri}' is not a valid {check} URI for match '{match}'")
-    return uri, match
+    return from_uri(uri), match
 
 
 def _positive(reader: _Reader, key: str, kind: type | tuple, default: Any) -> Any:

@@ -22,6 +22,7 @@ from router.core.realm import Realm
 from router.core.retention import RetainedEvent, RetainedStore
 from router.core.router import Router
 from router.core.testament import Testaments
+from router.core.topic import Topic
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
 from router.flow import ConnectionFlow, IntakeGate
@@ -269,7 +270,7 @@ class Node:
         yield threads.deferToThreadPool(self.reactor, pool, self.eventlog.close)
         log.info("shutdown complete")
 
-    def _retained_lost(self, realm: str, topic: str, stored: list[bytes]) -> None:
+    def _retained_lost(self, realm: str, topic: Topic, stored: list[bytes]) -> None:
         """A retained write failed: the realm's memory goes back to what is stored."""
         retention = self.router.realms[realm].retention
         if retention is not None:

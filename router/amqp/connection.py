@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Callable
 from proton import (Collector, Condition, Connection, Data, Delivery, Described, Endpoint,
                     Event, Link, Message, Terminus, Transport, symbol)
 
-from router.amqp.addresses import InvalidAddress, address_to_topic
+from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_topic
 from router.amqp.sasl import Identity, SaslServer
 from router.amqp.subscriber import AmqpSubscriber
 from router.core import errors
@@ -150,9 +150,10 @@ def plain(value):
 class _Publisher:
     """A client's sender link: where its messages go."""
 
-    def __init__(self, link, uri: str | None, key: tuple[str, str] | None = None) -> None:
+    def __init__(self, link, target: AddressTopic | None,
+                 key: tuple[str, str] | None = None) -> None:
         self.link = link
-        self.uri = uri
+        self.target = target
         self.key = key
         """(container id, link name) of a durable QoS 2 link: its tags are remembered."""
         self.unsettled: set[bytes] = set()
@@ -452,30 +453,27 @@ class AmqpConnection:
 
     def _attach_publisher(self, link, key) -> None:
         address = link.remote_target.address
-        uri = self._publish_uri(address) if address else None
+        named = self._publish_target(address) if address else None
         target = link.remote_target
         durable = (target.durability != Terminus.NONDURABLE
                    and link.remote_rcv_settle_mode == Link.RCV_SECOND
                    and link.remote_snd_settle_mode != Link.SND_SETTLED)
         self.links[key] = _Publisher(
-            link, uri, (self.connection.remote_container or "", link.name) if durable else None)
+            link, named, (self.connection.remote_container or "", link.name) if durable else None)
         link.max_message_size = self.frontend.settings.max_message_size
         link.open()
         link.flow(self.frontend.settings.inbound_window)
 
-    def _publish_uri(self, address: str) -> str:
+    def _publish_target(self, address: str) -> AddressTopic:
         realm = self.frontend.realm
         try:
-            uri = address_to_topic(address, realm.uri_check)
-            realm.check_uri(uri)
-            if uri.startswith("wamp.") or uri == "wamp":
-                raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
-            realm.authorize(self.info, "publish", uri)
+            named = address_to_topic(address, realm.uri_check)
+            realm.check_publish(self.info, named.levels)
         except InvalidAddress as exc:
             raise AttachRefused(INVALID_FIELD, str(exc)) from None
         except RouterError as exc:
             raise AttachRefused(router_error_condition(exc), exc.message or exc.uri) from None
-        return uri
+        return named
 
     def _link_gone(self, link, closed: bool) -> None:
         handler = self.links.pop(self._key(link), None)
@@ -551,11 +549,11 @@ class AmqpConnection:
             store.add_inbound(publisher.key, tag)
         acknowledged = not presettled and qos > 0
         try:
-            uri = publisher.uri or self._publish_uri(message.address)
+            named = publisher.target or self._publish_target(message.address)
             body = message.body
             if isinstance(body, memoryview):
                 body = bytes(body)  # a view into the message's memory: copy it first
-            self.frontend.publish(self.info, uri, body, message.inferred, qos, retain,
+            self.frontend.publish(self.info, named, body, message.inferred, qos, retain,
                                   (lambda ok: self._durable(publisher, delivery, ok))
                                   if acknowledged else None)
         except (AttachRefused, RouterError, TypeError, ValueError) as exc:

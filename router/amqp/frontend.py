@@ -14,7 +14,7 @@ from typing import Callable
 
 from router.amqp.connection import (INVALID_FIELD, AmqpConnection, AttachRefused,
                                     plain, router_error_condition)
-from router.amqp.addresses import InvalidAddress, address_to_pattern
+from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_pattern
 from router.amqp.persistence import AmqpStore, StoredDurable
 from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
 from router.amqp.settings import AmqpSettings
@@ -22,7 +22,7 @@ from router.amqp.subscriber import AmqpSubscriber
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
 from router.core.model import SessionInfo
-from router.core.options import PublishOptions, SubscribeOptions
+from router.core.options import PublishOptions
 from router.core.payload import from_bytes
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
@@ -132,7 +132,7 @@ class AmqpFrontend:
     def subscribe(self, connection: AmqpConnection, link, address: str | None, qos: int,
                   policy: str, durable: bool) -> AmqpSubscriber:
         try:
-            uri, match = address_to_pattern(address, self.realm.uri_check)
+            named = address_to_pattern(address, self.realm.uri_check)
         except InvalidAddress as exc:
             raise AttachRefused(INVALID_FIELD, str(exc)) from None
         info = connection.info
@@ -152,7 +152,7 @@ class AmqpFrontend:
         self.router.track(subscriber)
         self.realm.attach(subscriber)
         try:
-            subscriber.core = self.realm.subscribe(subscriber, uri, SubscribeOptions(match))
+            subscriber.subscribe(named)
         except RouterError as exc:
             self.realm.detach(subscriber)
             self.router.forget(subscriber)
@@ -180,8 +180,9 @@ class AmqpFrontend:
 
     # publishing --------------------------------------------------------------------------
 
-    def publish(self, info: SessionInfo, uri: str, body, data_section: bool, qos: int,
-                retain: bool, on_durable: Callable[[bool], None] | None = None) -> None:
+    def publish(self, info: SessionInfo, target: AddressTopic, body, data_section: bool,
+                qos: int, retain: bool,
+                on_durable: Callable[[bool], None] | None = None) -> None:
         """Route one inbound message through the core (raises RouterError when refused);
         ``on_durable(ok)`` once what it made durable is stored (or failed to be)."""
         payload = None
@@ -201,8 +202,11 @@ class AmqpFrontend:
                 args = [value]
         options = PublishOptions(qos=qos, retain=retain and not empty,
                                  retain_clear=retain and empty, exclude_me=False)
-        self.realm.publish(info, uri, args, kwargs, options, durable_callback(on_durable),
-                           len(payload) if payload is not None else 0, payload=payload)
+        self.realm.publish(info, target.levels, args, kwargs, options,
+                           durable_callback(on_durable),
+                           len(payload) if payload is not None else 0, payload=payload,
+                           **({"mqtt_topic": target.text} if target.mqtt
+                              else {"uri": target.text}))
 
     # restart -----------------------------------------------------------------------------
 
@@ -219,10 +223,10 @@ class AmqpFrontend:
                            stored.authrole, stored.authmethod, protocol="amqp")
         subscriber = AmqpSubscriber(self, info, stored.address, stored.qos, stored.policy, key)
         try:
-            uri, match = address_to_pattern(stored.address, self.realm.uri_check)
+            named = address_to_pattern(stored.address, self.realm.uri_check)
             self.router.track(subscriber)
             self.realm.attach(subscriber)
-            subscriber.core = self.realm.subscribe(subscriber, uri, SubscribeOptions(match))
+            subscriber.subscribe(named)
         except (InvalidAddress, RouterError) as exc:
             log.warning("AMQP durable subscription %s/%s dropped on restore: %s",
                         stored.container, stored.link, exc)

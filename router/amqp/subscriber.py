@@ -37,10 +37,12 @@ from typing import TYPE_CHECKING
 
 from proton import Delivery, Message, symbol
 
+from router.amqp.addresses import AddressTopic, address_levels, outgoing_address
 from router.amqp.persistence import Outgoing
 from router.core.broker import Subscription
-from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER
+from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
 from router.core.model import Publication, SessionInfo
+from router.core.options import SubscribeOptions
 from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
 
@@ -85,6 +87,8 @@ class AmqpSubscriber:
         self.policy = policy
         self.key = key
         self.core: Subscription | None = None
+        self.mqtt_form = False
+        """Subscribed with an MQTT-style address: ``to`` is the MQTT name, not the URI."""
         self.link = None
         self.connection: AmqpConnection | None = None
         self.queue: deque[Outgoing] = deque()
@@ -98,24 +102,36 @@ class AmqpSubscriber:
     def durable(self) -> bool:
         return self.key is not None
 
+    def subscribe(self, named: AddressTopic) -> None:
+        """Subscribe in the core to what the link's address names (raises RouterError)."""
+        self.mqtt_form = named.mqtt
+        self.core = self.frontend.realm.subscribe(self, named.levels,
+                                                  SubscribeOptions(named.match))
+
     # core Peer ---------------------------------------------------------------------
 
     def send_event(self, subscription: Subscription, publication: Publication,
                    retained: bool = False) -> None:
         if self.core is None or subscription.id != self.core.id:
             return
+        realm = self.frontend.realm
+        to = outgoing_address(publication, self.mqtt_form, realm.uri_check)
+        if to is None:
+            realm.incidents.count(realm.name, "amqp", UNREPRESENTABLE,
+                                  f"{self.address}: {publication.name}")
+            return
         # a link whose sender settle mode is "settled" carries nothing but QoS 0
         qos = delivered_qos(publication.qos, self.qos, self.policy) if self.qos else 0
         if qos == 0 and (self.link is None or self.connection.flow.over):
             if self.link is not None:
-                self._count(SLOW_CONSUMER, qos, publication.topic)
+                self._count(SLOW_CONSUMER, qos, publication.name)
             return
         if len(self.queue) >= self.frontend.settings.max_queued:
-            self._count(QUEUE_FULL, qos, publication.topic)
+            self._count(QUEUE_FULL, qos, publication.name)
             if self.connection is not None and self.connection.flow.paused:
                 self.connection.flow.overflow()
             return
-        item = Outgoing(next(self._seq), publication.topic, to_bytes(publication),
+        item = Outgoing(next(self._seq), to, to_bytes(publication),
                         publication.qos, qos, retained, expires_at=publication.expires_at)
         self.queue.append(item)
         if qos and self.durable:
@@ -272,7 +288,7 @@ class AmqpSubscriber:
     def _acknowledged(self, item: Outgoing) -> None:
         activity = self.frontend.realm.activity
         if activity is not None and item.sent_at:
-            activity.acknowledged(self.info, item.topic, item.qos,
+            activity.acknowledged(self.info, address_levels(item.topic), item.qos,
                                   (time.time() - item.sent_at) * 1000.0)
 
     def _done(self, tag: str, item: Outgoing) -> None:

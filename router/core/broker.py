@@ -1,8 +1,9 @@
 """The broker: subscriptions, topic matching and event dispatch.
 
-Matching never scans all subscriptions: exact topics are a dict lookup, prefix
-subscriptions are probed once per distinct prefix length, and wildcard
-subscriptions are walked in a component trie. A subscription is shared by every
+Topics and patterns are level tuples (:mod:`router.core.topic`). Matching never
+scans all subscriptions: exact topics are a dict lookup, prefix subscriptions are
+probed once per distinct shape (number of levels, length of the last level), and
+wildcard and MQTT filter subscriptions are walked in a level trie. A subscription is shared by every
 session on the same (topic, match), so a frontend can encode an event once per
 subscription and serializer and send the same bytes to all its receivers.
 """
@@ -15,22 +16,28 @@ from typing import Callable, Iterator
 from router.core.ids import router_scope_ids
 from router.core.model import Publication
 from router.core.peer import Peer
+from router.core.topic import Topic, is_reserved, pattern_text
 from router.core.trie import TopicTrie
-from router.core.uri import EXACT, MQTT, PREFIX, is_reserved
+from router.core.uri import EXACT, MQTT, PREFIX
 
 
 class Subscription:
-    """One (topic, match) pair and the sessions subscribed to it."""
+    """One (topic pattern, match) pair and the sessions subscribed to it."""
 
-    __slots__ = ("id", "uri", "match", "created", "subscribers", "is_meta")
+    __slots__ = ("id", "topic", "match", "created", "subscribers", "is_meta")
 
-    def __init__(self, subscription_id: int, uri: str, match: str) -> None:
+    def __init__(self, subscription_id: int, topic: Topic, match: str) -> None:
         self.id = subscription_id
-        self.uri = uri
+        self.topic = topic
         self.match = match
         self.created = datetime.now(timezone.utc).isoformat()
         self.subscribers: dict[int, Peer] = {}
-        self.is_meta = is_reserved(uri)
+        self.is_meta = is_reserved(topic)
+
+    @property
+    def uri(self) -> str:
+        """The pattern as the meta API shows it: MQTT filters in ``/`` form, the rest dotted."""
+        return pattern_text(self.topic, self.match)
 
     def details(self) -> dict:
         return {"id": self.id, "created": self.created, "uri": self.uri, "match": self.match}
@@ -40,9 +47,9 @@ class SubscriptionIndex:
     """Finds the subscriptions matching a concrete topic without scanning them all."""
 
     def __init__(self) -> None:
-        self.exact: dict[str, Subscription] = {}
-        self.prefix: dict[str, Subscription] = {}
-        self._prefix_lengths: list[int] = []
+        self.exact: dict[Topic, Subscription] = {}
+        self.prefix: dict[Topic, Subscription] = {}
+        self._prefix_shapes: list[tuple[int, int]] = []
         self.wildcard: TopicTrie[Subscription] = TopicTrie()
         self.filters: TopicTrie[Subscription] = TopicTrie()
         self.by_id: dict[int, Subscription] = {}
@@ -50,56 +57,60 @@ class SubscriptionIndex:
     def _trie(self, match: str) -> TopicTrie[Subscription]:
         return self.filters if match == MQTT else self.wildcard
 
-    def lookup(self, uri: str, match: str) -> Subscription | None:
+    def lookup(self, topic: Topic, match: str) -> Subscription | None:
         if match == EXACT:
-            return self.exact.get(uri)
+            return self.exact.get(topic)
         if match == PREFIX:
-            return self.prefix.get(uri)
-        return self._trie(match).get(uri)
+            return self.prefix.get(topic)
+        return self._trie(match).get(topic)
 
     def add(self, subscription: Subscription) -> None:
         self.by_id[subscription.id] = subscription
         if subscription.match == EXACT:
-            self.exact[subscription.uri] = subscription
+            self.exact[subscription.topic] = subscription
         elif subscription.match == PREFIX:
-            self.prefix[subscription.uri] = subscription
-            self._refresh_prefix_lengths()
+            self.prefix[subscription.topic] = subscription
+            self._refresh_prefix_shapes()
         else:
-            self._trie(subscription.match).set(subscription.uri, subscription)
+            self._trie(subscription.match).set(subscription.topic, subscription)
 
     def remove(self, subscription: Subscription) -> None:
         del self.by_id[subscription.id]
         if subscription.match == EXACT:
-            del self.exact[subscription.uri]
+            del self.exact[subscription.topic]
         elif subscription.match == PREFIX:
-            del self.prefix[subscription.uri]
-            self._refresh_prefix_lengths()
+            del self.prefix[subscription.topic]
+            self._refresh_prefix_shapes()
         else:
-            self._trie(subscription.match).pop(subscription.uri)
+            self._trie(subscription.match).pop(subscription.topic)
 
-    def _refresh_prefix_lengths(self) -> None:
-        self._prefix_lengths = sorted({len(uri) for uri in self.prefix})
+    def _refresh_prefix_shapes(self) -> None:
+        self._prefix_shapes = sorted({(len(prefix), len(prefix[-1])) for prefix in self.prefix})
 
-    def matching(self, topic: str) -> Iterator[Subscription]:
-        """Every subscription whose (uri, match) matches ``topic``."""
+    def matching(self, topic: Topic) -> Iterator[Subscription]:
+        """Every subscription whose (pattern, match) matches ``topic``."""
         subscription = self.exact.get(topic)
         if subscription is not None:
             yield subscription
-        if self._prefix_lengths:
+        if self._prefix_shapes:
             prefixes = self.prefix
-            for length in self._prefix_lengths:
-                if length > len(topic):
+            depth = len(topic)
+            for levels, length in self._prefix_shapes:
+                if levels > depth:
                     break
-                subscription = prefixes.get(topic[:length])
-                if subscription is not None:
-                    yield subscription
+                last = topic[levels - 1]
+                if length <= len(last):
+                    subscription = prefixes.get(topic[:levels - 1] + (last[:length],))
+                    if subscription is not None:
+                        yield subscription
         if len(self.wildcard):
-            yield from self.wildcard.match_patterns(topic.split("."))
+            yield from self.wildcard.match_patterns(topic)
         if len(self.filters):
-            yield from self.filters.match_filters(topic.split("."))
+            yield from self.filters.match_filters(topic)
 
 
 MetaPublisher = Callable[[str, list], None]
+"""Publishes a router meta event on a ``wamp.`` URI."""
 DeliveryFailure = Callable[[Peer, Publication, Exception], None]
 """Told about a receiver that could not take a publication (the others still get it)."""
 
@@ -115,12 +126,12 @@ class Broker:
         self._meta_publish = meta_publish
         self._delivery_failed = delivery_failed
 
-    def subscribe(self, peer: Peer, uri: str, match: str) -> Subscription:
-        """Add ``peer`` to the shared subscription for (uri, match); idempotent per session."""
-        subscription = self.index.lookup(uri, match)
+    def subscribe(self, peer: Peer, topic: Topic, match: str) -> Subscription:
+        """Add ``peer`` to the shared subscription for (topic, match); idempotent per session."""
+        subscription = self.index.lookup(topic, match)
         created = subscription is None
         if subscription is None:
-            subscription = Subscription(next(self._ids), uri, match)
+            subscription = Subscription(next(self._ids), topic, match)
             self.index.add(subscription)
         session_id = peer.info.session_id
         already = session_id in subscription.subscribers

@@ -45,6 +45,10 @@ REFUSED = "refused"
 """A connection refused by a limit, or closed for not completing its handshake in time."""
 EVENTLOG_DROPPED = "eventlog_dropped"
 """An event log record dropped because the log's writer thread was too far behind."""
+UNREPRESENTABLE = "unrepresentable"
+"""A message not delivered to a pattern subscriber whose protocol cannot name its topic
+(a WAMP or dotted AMQP receiver and a topic that is no URI of the realm, an MQTT or "/"
+AMQP receiver and a topic with "/" or a wildcard character inside a level)."""
 
 Key = tuple[str, str, str]
 

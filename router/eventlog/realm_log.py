@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from router.core.broker import Subscription
 from router.core.model import ELIGIBILITY_KEYS, Publication, SessionInfo
+from router.core.topic import Topic, display, dotted_form
 from router.eventlog.schema import KINDS
 from router.eventlog.writer import EventLogWriter
 
@@ -39,7 +40,7 @@ class RealmEventLog:
         if "publish" not in self._kinds:
             return
         publisher = publication.publisher
-        record = {"ts": publication.timestamp, "kind": "publish", "topic": publication.topic,
+        record = {"ts": publication.timestamp, "kind": "publish", **_topic(publication.topic),
                   "publication": publication.publication_id, "session": publisher.session_id,
                   "authid": publisher.authid, "authrole": publisher.authrole,
                   "protocol": publisher.protocol, "qos": publication.qos,
@@ -52,11 +53,11 @@ class RealmEventLog:
             record["payload"] = json.dumps([publication.args, publication.kwargs], default=repr)
         self._append(record)
 
-    def retained(self, topic: str, action: str, publication: Publication | None) -> None:
+    def retained(self, topic: Topic, action: str, publication: Publication | None) -> None:
         kind = f"retained_{action}"
         if kind not in self._kinds:
             return
-        record = {"ts": time.time(), "kind": kind, "topic": topic}
+        record = {"ts": time.time(), "kind": kind, **_topic(topic)}
         if publication is not None:
             record["publication"] = publication.publication_id
         self._append(record)
@@ -74,11 +75,11 @@ class RealmEventLog:
                               topic=subscription.uri, match=subscription.match,
                               subscription=subscription.id))
 
-    def acknowledged(self, session: SessionInfo, topic: str, qos: int,
+    def acknowledged(self, session: SessionInfo, topic: Topic, qos: int,
                      latency_ms: float) -> None:
         if "ack" in self._kinds:
-            self._append(dict(self._session_fields(session), kind="ack", topic=topic, qos=qos,
-                              latency_ms=latency_ms))
+            self._append(dict(self._session_fields(session), kind="ack", **_topic(topic),
+                              qos=qos, latency_ms=latency_ms))
 
     def joined(self, session: SessionInfo) -> None:
         if "session_join" in self._kinds:
@@ -96,3 +97,10 @@ class RealmEventLog:
         return {"ts": now if now is not None else time.time(), "session": session.session_id,
                 "authid": session.authid, "authrole": session.authrole,
                 "protocol": session.protocol}
+
+
+def _topic(topic: Topic) -> dict:
+    """The ``topic`` field (and ``levels`` where the name is not the dotted form)."""
+    if dotted_form(topic):
+        return {"topic": ".".join(topic)}
+    return {"topic": display(topic), "levels": list(topic)}

@@ -25,7 +25,14 @@ KINDS = (
 FIELDS: tuple[tuple[str, str], ...] = (
     ("ts", "double"),            # seconds since the epoch (UTC), when the router saw it
     ("kind", "string"),          # one of KINDS
-    ("topic", "string"),         # canonical WAMP URI (every kind but session_join/leave)
+    ("topic", "string"),         # every kind but session_join/leave: the dotted URI of a topic
+                                 # that has one (WAMP topics exactly as WAMP names them); a
+                                 # topic that has none (an MQTT topic with an empty level or
+                                 # a "." inside a level: /a, a//b, a.b/c) in MQTT "/" form,
+                                 # with `levels`; subscribe/unsubscribe of an MQTT filter
+                                 # (match mqtt): the filter as the client wrote it
+    ("levels", "array<string>"),  # the topic's levels, present only where `topic` is not the
+                                 # dotted form (so split(topic, ".") is the levels otherwise)
     ("publication", "long"),     # publication id (publish, retained_set, retained_expire)
     ("session", "long"),         # acting session: publisher, subscriber, joining/leaving session
     ("authid", "string"),
@@ -36,7 +43,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("payload_bytes", "long"),   # publish: encoded size of the payload as received
     ("receivers", "integer"),    # publish: number of deliveries (fan-out)
     ("eligibility", "string"),   # publish: comma-separated names of black/white lists used
-    ("match", "string"),         # subscribe/unsubscribe: exact | prefix | wildcard
+    ("match", "string"),         # subscribe/unsubscribe: exact | prefix | wildcard | mqtt
     ("subscription", "long"),    # subscribe/unsubscribe
     ("get_retained", "boolean"),  # subscribe
     ("granted_qos", "integer"),  # subscribe

@@ -20,7 +20,6 @@ from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp
                                  Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
                                  Subscribe, Unsuback, Unsubscribe)
 from router.mqtt.persistence import StoredMessage
-from router.mqtt.topics import UnmappableTopic, topic_to_uri
 
 if TYPE_CHECKING:
     from router.flow import ConnectionFlow
@@ -244,12 +243,7 @@ class MqttConnection:
                  on_durable: Callable[[bool], None] | None) -> int:
         """Route an inbound PUBLISH; returns the MQTT 5 reason code for its acknowledgement."""
         try:
-            uri = topic_to_uri(topic, self.frontend.realm.uri_check)
-        except UnmappableTopic as exc:
-            self.frontend.count_refusal(self.session, f"publish to {topic}", exc)
-            return ReasonCode.TOPIC_NAME_INVALID
-        try:
-            self.frontend.publish(self.session, uri, packet.payload, packet.qos, packet.retain,
+            self.frontend.publish(self.session, topic, packet.payload, packet.qos, packet.retain,
                                   packet.properties, on_durable)
         except RouterError as exc:
             self.frontend.count_refusal(self.session, f"publish to {topic}", exc)

@@ -23,10 +23,10 @@ from router.core.payload import from_bytes
 from router.core.qos import ENFORCE_MINIMUM
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
+from router.core.topic import from_mqtt, mqtt_pattern
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will
 from router.mqtt.persistence import MqttSessionStore, StoredSession
 from router.mqtt.session import MqttSession, MqttSubscription, Outbound
-from router.mqtt.topics import UnmappableTopic, filter_to_pattern, topic_to_uri
 
 if TYPE_CHECKING:
     from router.mqtt.connection import MqttConnection
@@ -254,15 +254,15 @@ class MqttFrontend:
 
     def _send_will(self, session: MqttSession, will: Will) -> None:
         try:
-            uri = topic_to_uri(will.topic, self.realm.uri_check)
-            self.publish(session, uri, will.payload, will.qos, will.retain, will.properties)
-        except (UnmappableTopic, RouterError) as exc:
+            self.publish(session, will.topic, will.payload, will.qos, will.retain,
+                         will.properties)
+        except RouterError as exc:
             log.info("MQTT will of %s on %s not published: %s", session.client_id, will.topic,
                      exc)
 
     # publish / subscribe ------------------------------------------------------------------
 
-    def publish(self, session: MqttSession, uri: str, payload: bytes, qos: int, retain: bool,
+    def publish(self, session: MqttSession, topic: str, payload: bytes, qos: int, retain: bool,
                 properties: dict, on_durable: Callable[[bool], None] | None = None) -> None:
         """Route an MQTT publication through the core (raises RouterError when refused);
         ``on_durable(ok)`` once what it made durable is stored (or failed to be)."""
@@ -270,25 +270,22 @@ class MqttFrontend:
         expiry = properties.get("message_expiry_interval")
         options = PublishOptions(qos=qos, retain=retain and bool(payload),
                                  retain_clear=retain and not payload, exclude_me=False)
-        self.realm.publish(session.info, uri, args, kwargs, options,
+        self.realm.publish(session.info, from_mqtt(topic), args, kwargs, options,
                            durable_callback(on_durable), len(payload),
                            payload=payload, properties=properties or None,
-                           expires_at=time.time() + expiry if expiry is not None else None)
+                           expires_at=time.time() + expiry if expiry is not None else None,
+                           mqtt_topic=topic)
 
     def subscribe(self, session: MqttSession, topic_filter: str, options: SubscriptionOptions,
                   identifier: int | None) -> tuple[int, Callable[[], None] | None]:
         """(SUBACK reason code, a call that sends the retained messages, if any are due)."""
         if topic_filter.startswith("$share/"):
             return ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, None
-        try:
-            uri, match = filter_to_pattern(topic_filter, self.realm.uri_check)
-        except UnmappableTopic as exc:
-            self.count_refusal(session, f"subscribe {topic_filter}", exc)
-            return ReasonCode.TOPIC_FILTER_INVALID, None
+        levels, match = mqtt_pattern(topic_filter)
         existed = topic_filter in session.subscriptions
         granted = min(options.qos, self.settings.max_qos)
         try:
-            core = self.realm.subscribe(session, uri, SubscribeOptions(
+            core = self.realm.subscribe(session, levels, SubscribeOptions(
                 match, get_retained=options.retain_handling != 2))
         except RouterError as exc:
             self.count_refusal(session, f"subscribe {topic_filter}", exc)
@@ -316,7 +313,7 @@ class MqttFrontend:
 
     def delivery_acknowledged(self, session: MqttSession, entry: Outbound) -> None:
         if self.realm.activity is not None and entry.sent_at:
-            self.realm.activity.acknowledged(session.info, entry.message.topic,
+            self.realm.activity.acknowledged(session.info, from_mqtt(entry.message.topic),
                                              entry.message.qos,
                                              (time.time() - entry.sent_at) * 1000.0)
 
@@ -343,9 +340,9 @@ class MqttFrontend:
         session = self._open(stored.client_id, info, stored.expiry)
         for topic_filter, packed in stored.subscriptions.items():
             qos, no_local, retain_as_published, retain_handling, identifier = packed
-            uri, match = filter_to_pattern(topic_filter, self.realm.uri_check)
+            levels, match = mqtt_pattern(topic_filter)
             try:
-                core = self.realm.subscribe(session, uri, SubscribeOptions(match))
+                core = self.realm.subscribe(session, levels, SubscribeOptions(match))
             except RouterError as exc:
                 log.warning("MQTT session %s: subscription %s dropped on restore: %s",
                             stored.client_id, topic_filter, exc.message or exc.uri)

@@ -18,14 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from router.core.broker import Subscription
-from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER
+from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
 from router.core.uri import EXACT
 from router.mqtt.packets import SubscriptionOptions
 from router.mqtt.persistence import StoredMessage, StoredOutbound
-from router.mqtt.topics import uri_to_topic
 
 if TYPE_CHECKING:
     from router.mqtt.connection import MqttConnection
@@ -39,14 +38,14 @@ _FORWARDED_PROPERTIES = ("payload_format_indicator", "content_type", "response_t
                          "correlation_data", "user_property")
 
 
-def _message(publication: Publication, qos: int, retain: bool,
+def _message(publication: Publication, topic: str, qos: int, retain: bool,
              properties: dict) -> StoredMessage:
     """The MQTT form of a publication, with the properties MQTT 5 forwards added."""
     if publication.properties:
         properties.update((key, publication.properties[key]) for key in _FORWARDED_PROPERTIES
                           if key in publication.properties)
-    return StoredMessage(uri_to_topic(publication.topic), to_bytes(publication), qos, retain,
-                         properties, publication.expires_at)
+    return StoredMessage(topic, to_bytes(publication), qos, retain, properties,
+                         publication.expires_at)
 
 
 @dataclass
@@ -137,6 +136,12 @@ class MqttSession:
         mine = self._by_core_id.get(subscription.id)
         if mine is None:
             return
+        topic = publication.mqtt_topic()
+        if topic is None:  # a WAMP/AMQP topic with "/" or a wildcard inside a level
+            realm = self.frontend.realm
+            realm.incidents.count(realm.name, "mqtt", UNREPRESENTABLE,
+                                  f"client {self.client_id}: {publication.name}")
+            return
         if retained or not self._may_overlap:
             options = mine.options
             publisher = publication.publisher
@@ -162,7 +167,7 @@ class MqttSession:
         message = cache.get(key)
         if message is None:
             message = cache[key] = _message(
-                publication, qos, retain,
+                publication, topic, qos, retain,
                 {} if identifiers is None else {"subscription_identifier": list(identifiers)})
         if qos:
             self._enqueue(message)

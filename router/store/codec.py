@@ -6,6 +6,7 @@ import msgpack
 
 from router.core.model import Eligibility, Publication, SessionInfo
 from router.core.retention import RetainedEvent, earliest
+from router.core.topic import from_uri
 
 
 def encode_retained(publication: Publication, expires_at: float | None) -> bytes:
@@ -37,7 +38,9 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
         session_id, authid, authrole = data["publisher"]
         publisher = SessionInfo(session_id, realm, authid, authrole)
     eligibility = Eligibility.from_json(data["eligibility"]) if data["eligibility"] else None
-    publication = Publication(data["id"], data["topic"], data["args"], data["kwargs"], publisher,
+    topic = data["topic"]  # a dotted URI in entries stored before topics were levels
+    publication = Publication(data["id"], from_uri(topic) if type(topic) is str else tuple(topic),
+                              data["args"], data["kwargs"], publisher,
                               data["disclose"], eligibility, data["exclude_me"], retain=True,
                               timestamp=data["ts"], qos=data.get("qos", 0),
                               payload=data.get("payload"), properties=data.get("properties"),

@@ -32,13 +32,14 @@ from router.core.credentials import (Principal, normalize_pubkey, verify_cryptos
 from router.core.dealer import Invocation
 from router.core.errors import ProtocolViolation, RouterError, Unencodable
 from router.core.incidents import (DISCONNECTED, EXPIRED, SLOW_CONSUMER, TOO_LARGE,
-                                  UNACKNOWLEDGED)
+                                  UNACKNOWLEDGED, UNREPRESENTABLE)
 from router.core.model import Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
 from router.core.qos import ENFORCE_MINIMUM, delivered_qos
 from router.core.realm import Realm
 from router.core.router import Router
+from router.core.topic import from_uri
 from router.core.uri import EXACT
 from router.wamp.codec import InvalidUriRequest, WireMessage, decode
 from router.wamp.features import ROUTER_ROLES
@@ -321,9 +322,11 @@ class WampSession:
         if not self._flow.publisher:
             self._flow.became_publisher()
         on_durable = partial(self._acknowledge_publish, request) if options.acknowledge else None
+        topic = msg.topic
         try:
-            self._realm.publish(self.info, msg.topic, msg.args, msg.kwargs, options, on_durable,
-                                self._last_payload_size)
+            self._realm.check_uri(topic)
+            self._realm.publish(self.info, from_uri(topic), msg.args, msg.kwargs, options,
+                                on_durable, self._last_payload_size, uri=topic)
         except RouterError as exc:
             if options.acknowledge:
                 self._send_error(m.Publish.MESSAGE_TYPE, request, exc)
@@ -348,7 +351,8 @@ class WampSession:
     def _on_subscribe(self, msg: m.Subscribe, raw: list) -> None:
         options = parse_subscribe_options(raw[2])
         try:
-            subscription = self._realm.subscribe(self, msg.topic, options)
+            self._realm.check_uri(msg.topic, options.match)
+            subscription = self._realm.subscribe(self, from_uri(msg.topic), options)
         except RouterError as exc:
             self._send_error(m.Subscribe.MESSAGE_TYPE, msg.request, exc)
             return
@@ -373,6 +377,9 @@ class WampSession:
 
     def send_event(self, subscription: Subscription, publication: Publication,
                    retained: bool = False) -> None:
+        if subscription.match != EXACT and publication.uri(self._realm.uri_check) is None:
+            self._count(UNREPRESENTABLE, publication)  # only a pattern can reach such a topic
+            return
         grant = self._grants.get(subscription.id)
         if grant is not None and delivered_qos(publication.qos, *grant) > 0:
             self._send_acknowledged(subscription, publication, retained)
@@ -422,7 +429,7 @@ class WampSession:
 
     def _count(self, reason: str, publication: Publication) -> None:
         self._realm.incidents.count(self._realm.name, "wamp", reason,
-                                    f"session {self.info.session_id}, {publication.topic}")
+                                    f"session {self.info.session_id}, {publication.name}")
 
     def resume_output(self) -> None:
         """The transport drained: write the acknowledged events held back, in order."""
@@ -481,7 +488,7 @@ class WampSession:
     def _expired(self, publication: Publication) -> None:
         realm = self._realm
         realm.incidents.count(realm.name, "wamp", EXPIRED,
-                              f"session {self.info.session_id}: {publication.topic}")
+                              f"session {self.info.session_id}: {publication.name}")
 
     # established: rpc -----------------------------------------------------------
 
@@ -647,7 +654,7 @@ def _event(subscription: Subscription, publication: Publication, retained: bool 
     """The EVENT for one subscription; shared by every receiver of a live publication."""
     details = publication.publisher_details()
     if subscription.match != EXACT:
-        details["topic"] = publication.topic
+        details["topic"] = publication.uri_view
     if retained:
         details["retained"] = True
     if acknowledged:
