@@ -101,7 +101,7 @@ class Realm:
                 on_durable: Callable[[Publication, bool], None] | None = None,
                 payload_bytes: int = 0, *, payload: bytes | None = None,
                 properties: dict | None = None,
-                expires_at: float | None = None) -> Publication:
+                expires_at: float | None = None, amqp: bytes | None = None) -> Publication:
         """Validate, authorize and dispatch a publication from a client session.
 
         ``on_durable(publication, ok)`` runs once everything the publication made
@@ -116,7 +116,7 @@ class Realm:
         publication = Publication(random_id(), topic, args, kwargs, info, disclose,
                                   options.eligibility, options.exclude_me, options.retain,
                                   options.retain_ttl, payload_bytes, options.qos, payload,
-                                  properties, expires_at)
+                                  properties, amqp=amqp, expires_at=expires_at)
         changed = False
         if self.retention is not None:
             if options.retain_clear:
