@@ -28,15 +28,16 @@ import functools
 import time
 import uuid
 
-from proton import (Array, Data, Described, Message, decimal32, decimal64, decimal128, symbol,
-                    timestamp, uint, ulong)
+from proton import (Array, Described, Message, decimal32, decimal64, decimal128, symbol,
+                    timestamp, uint)
 
+from router.amqp.encoding import compound, encode, list_fields, section, sections, skip
 from router.core.errors import Unencodable
 from router.core.model import Publication
 from router.core.payload import from_bytes, json_bytes
 
 HEADER, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x72, 0x73
-APPLICATION_PROPERTIES, DATA, SEQUENCE, VALUE, FOOTER = 0x74, 0x75, 0x76, 0x77, 0x78
+APPLICATION_PROPERTIES, DATA, SEQUENCE, VALUE = 0x74, 0x75, 0x76, 0x77
 _BARE = (PROPERTIES, APPLICATION_PROPERTIES, DATA, SEQUENCE, VALUE)
 _TO, _REPLY_TO, _CORRELATION_ID, _CONTENT_TYPE, _ABSOLUTE_EXPIRY = 2, 4, 5, 6, 8
 
@@ -135,52 +136,24 @@ def plain(value):
 
 # sections ----------------------------------------------------------------------------
 
-def _sections(encoded: bytes):
-    """(descriptor code, bytes) of each section of an encoded message, in order."""
-    data = Data()
-    offset = 0
-    while offset < len(encoded):
-        data.clear()
-        used = data.decode(encoded[offset:])
-        data.rewind()
-        data.next()
-        data.enter()
-        data.next()
-        descriptor = data.get_object()
-        yield (int(descriptor) if isinstance(descriptor, int) else descriptor,
-               encoded[offset:offset + used])
-        offset += used
-
-
 def _bare_sections(encoded: bytes) -> bytes:
     """The bare message of an encoded message, verbatim (header, annotations and footer
     belong to the transfer, not to the message)."""
-    return b"".join(section for code, section in _sections(encoded) if code in _BARE)
-
-
-def _encode(*values) -> bytes:
-    data = Data()
-    for value in values:
-        data.put_object(value)
-    return bytes(data.encode())
+    return b"".join(part for code, part in sections(encoded) if code in _BARE)
 
 
 def _with_address(bare: bytes, address: str) -> bytes:
     """A verbatim bare message with its properties' ``to`` set to ``address``."""
     parts = []
-    fields: list = []
-    for code, section in _sections(bare):
+    fields: list[bytes] = []
+    for code, part in sections(bare):
         if code == PROPERTIES:
-            data = Data()
-            data.decode(section)
-            data.rewind()
-            data.next()
-            fields = list(data.get_object().value)
+            fields = list_fields(part[skip(part, 1):])  # after the descriptor
         else:
-            parts.append(section)
-    fields.extend([None] * (_TO + 1 - len(fields)))
-    fields[_TO] = address
-    return _encode(Described(ulong(PROPERTIES), fields)) + b"".join(parts)
+            parts.append(part)
+    fields.extend([b"\x40"] * (_TO + 1 - len(fields)))
+    fields[_TO] = encode(address)
+    return section(PROPERTIES, compound(0xC0, 0xD0, fields)) + b"".join(parts)
 
 
 # publications -> AMQP ------------------------------------------------------------------
@@ -205,8 +178,8 @@ def bare_message(publication: Publication) -> bytes:
 
 def bytes_message(address: str, payload: bytes) -> bytes:
     """The bare message of a byte payload without properties (a data section)."""
-    return _encode(Described(ulong(PROPERTIES), [None, None, address]),
-                   Described(ulong(DATA), payload))
+    return (section(PROPERTIES, encode([None, None, address]))
+            + section(DATA, encode(bytes(payload))))
 
 
 def _build(publication: Publication) -> bytes:
@@ -221,25 +194,27 @@ def _build(publication: Publication) -> bytes:
         fields[_CONTENT_TYPE] = symbol(mqtt["content_type"])
     if publication.expires_at is not None:
         fields[_ABSOLUTE_EXPIRY] = timestamp(int(publication.expires_at * 1000))
-    sections = [Described(ulong(PROPERTIES), fields)]
+    while fields[-1] is None:
+        fields.pop()
+    parts = [section(PROPERTIES, encode(fields))]
     if mqtt.get("user_property"):
-        sections.append(Described(ulong(APPLICATION_PROPERTIES),
-                                  {name: value for name, value in mqtt["user_property"]}))
-    sections.append(_body(publication, mqtt.get("payload_format_indicator") == 1))
-    return _encode(*sections)
+        parts.append(section(APPLICATION_PROPERTIES,
+                             encode({name: value for name, value in mqtt["user_property"]})))
+    parts.append(_body(publication, mqtt.get("payload_format_indicator") == 1))
+    return b"".join(parts)
 
 
-def _body(publication: Publication, utf8: bool) -> Described:
+def _body(publication: Publication, utf8: bool) -> bytes:
     """Bytes are a data section (an amqp-value string where the publisher declared them
     UTF-8); args/kwargs native AMQP values (see docs)."""
     payload = publication.payload
     if payload is not None:
         if utf8:
             try:
-                return Described(ulong(VALUE), payload.decode("utf-8"))
+                return section(VALUE, encode(payload.decode("utf-8")))
             except UnicodeDecodeError:
                 pass
-        return Described(ulong(DATA), payload)
+        return section(DATA, encode(bytes(payload)))
     args, kwargs = publication.args, publication.kwargs
     if kwargs:
         value = {"args": args, "kwargs": kwargs} if args else kwargs
@@ -248,10 +223,10 @@ def _body(publication: Publication, utf8: bool) -> Described:
     elif len(args) == 1:
         value = args[0]
         if isinstance(value, (bytes, bytearray)):
-            return Described(ulong(DATA), bytes(value))
+            return section(DATA, encode(value))
     else:
-        value = list(args)
-    return Described(ulong(VALUE), value)
+        value = args
+    return section(VALUE, encode(value))
 
 
 def delivery_prefix(durable: bool, delivery_count: int, published_qos: int, retained: bool,
@@ -268,10 +243,9 @@ def _prefix(durable: bool, delivery_count: int, published_qos: int, retained: bo
     annotations = {X_OPT_QOS: published_qos}
     if retained:
         annotations[X_OPT_RETAIN] = True
-    return _encode(Described(ulong(HEADER), [durable, None,
-                                             uint(ttl_ms) if ttl_ms is not None else None,
-                                             None, uint(delivery_count)]),
-                   Described(ulong(MESSAGE_ANNOTATIONS), annotations))
+    header = [durable, None, uint(ttl_ms) if ttl_ms is not None else None, None,
+              uint(delivery_count)]
+    return section(HEADER, encode(header)) + section(MESSAGE_ANNOTATIONS, encode(annotations))
 
 
 _cached_prefix = functools.lru_cache(maxsize=256)(
