@@ -293,7 +293,7 @@ AMQP_TO_WAMP = [  # (AMQP body, inferred) -> (args, kwargs)
     (b'{"j":1}', True, [], {"j": 1}),  # a data section of JSON: the realm's json mapping
     (b"bin", False, [b"bin"], {}),
     ({"k": [1, b"\x02"]}, False, [], {"k": [1, b"\x02"]}),
-    ([1, "a"], False, [[1, "a"]], {}),
+    ([1, "a"], False, [1, "a"], {}),  # a list is the args, like a JSON array from MQTT
     ([1, "a"], True, [1, "a"], {}),
     (ulong(7), False, [7], {}),
     (UUID, False, [str(UUID)], {}),

@@ -8,14 +8,20 @@ WAMP and MQTT receivers the same message is mapped once, at publish time:
 * body: a data section is bytes (the realm's payload mapping, as for MQTT); an
   amqp-value string is ``args=[text]`` and its UTF-8 bytes (payload format indicator
   1); an amqp-value binary ``args=[bytes]`` and those bytes; null or no body is empty;
-  a map with string keys is ``kwargs``; an amqp-sequence is ``args`` (its JSON array
-  for byte receivers); any other amqp-value ``x`` is ``args=[x]`` (its JSON for byte
-  receivers). symbol, char and uuid become strings, timestamps milliseconds since the
-  epoch, arrays lists. Decimal and described values have no mapping: the message is
-  rejected (:class:`UnsupportedBody`).
+  a map with string keys is ``kwargs``; a list, an array or an amqp-sequence is
+  ``args`` (a JSON array for byte receivers), like a JSON array from MQTT; any other
+  amqp-value ``x`` is ``args=[x]`` (its JSON for byte receivers). symbol, char and
+  uuid become strings, timestamps milliseconds since the epoch. Decimal and described
+  values have no mapping: the message is rejected (:class:`UnsupportedBody`).
 * properties: content-type, correlation-id, reply-to and application-properties are
   MQTT 5's content type, correlation data, response topic and user properties; the
   header's ttl and absolute-expiry-time are the message expiry.
+
+WAMP and MQTT publications get native AMQP bodies: bytes (one binary arg, an MQTT
+payload) a data section, or an amqp-value string where an MQTT 5 publisher declared
+them UTF-8; one other arg its amqp-value; only kwargs an amqp-value map; several
+args an amqp-value list; args and kwargs the map ``{"args": [...], "kwargs": {...}}``;
+nothing an amqp-value null. MQTT 5 properties map back as above.
 
 A publication from WAMP or MQTT is built into a bare message once, the first time
 an AMQP receiver needs it (see :func:`bare_message`), and shared by all of them;
@@ -70,9 +76,9 @@ class Inbound:
                 self.args, self.kwargs = from_bytes(self.payload, mapping)
             else:
                 self.args = [self.payload]
-        elif message.inferred and isinstance(body, list):  # an amqp-sequence
+        elif isinstance(body, (list, Array)):  # a sequence, a list or an array: the args
             self.args = plain(body)
-            self.payload = json_bytes(self.args)
+            self.payload = json_bytes(self.args)  # a JSON array even of one element
         elif type(body) is str:
             self.args = [body]
             self.payload = body.encode("utf-8")
