@@ -89,7 +89,8 @@ class Inbound:
                 self.kwargs = value
             else:
                 self.args = [value]
-        self.empty = self.payload == b""
+        # what clears a retained event: no body, null or an empty data section
+        self.empty = body is None or (message.inferred and self.payload == b"")
         if message.content_type:
             properties["content_type"] = str(message.content_type)
         correlation = message.correlation_id
