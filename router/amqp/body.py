@@ -165,16 +165,17 @@ def _with_address(bare: bytes, address: str) -> bytes:
 
 # publications -> AMQP ------------------------------------------------------------------
 
-def bare_message(publication: Publication) -> bytes:
-    """The bare message AMQP receivers get for a publication, made once and shared."""
+def bare_message(publication: Publication, address: str) -> bytes:
+    """The bare message AMQP receivers get for a publication, made once and shared;
+    ``address`` (the publication's topic as an AMQP address) is its ``to``."""
     cache = publication.encodings()
     cached = cache.get(_CACHE_KEY)
     if cached is None:
         if publication.amqp is not None:
-            cached = _with_address(publication.amqp, publication.topic)
+            cached = _with_address(publication.amqp, address)
         else:
             try:
-                cached = _build(publication)
+                cached = _build(publication, address)
             except (OverflowError, TypeError, KeyError) as exc:
                 cached = Unencodable(f"not representable in AMQP: {exc}")
         cache[_CACHE_KEY] = cached
@@ -189,10 +190,10 @@ def bytes_message(address: str, payload: bytes) -> bytes:
             + section(DATA, encode(bytes(payload))))
 
 
-def _build(publication: Publication) -> bytes:
+def _build(publication: Publication, address: str) -> bytes:
     mqtt = publication.properties or {}
     fields: list = [None] * 9
-    fields[_TO] = publication.topic
+    fields[_TO] = address
     if "response_topic" in mqtt:
         fields[_REPLY_TO] = mqtt["response_topic"]
     if "correlation_data" in mqtt:

@@ -91,7 +91,8 @@ class AmqpSubscriber:
             if self.connection is not None and self.connection.flow.paused:
                 self.connection.flow.overflow()
             return
-        item = Outgoing(next(self._seq), publication.topic, bare_message(publication),
+        item = Outgoing(next(self._seq), publication.topic,
+                        bare_message(publication, publication.topic),
                         publication.qos, qos, retained, expires_at=publication.expires_at)
         self.queue.append(item)
         if qos and self.durable:
