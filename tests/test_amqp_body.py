@@ -324,3 +324,16 @@ def test_amqp_bodies_arrive_as_wamp_args_and_kwargs(router, amqp, serializer):
 def _acknowledged():
     from autobahn.wamp.types import PublishOptions
     return PublishOptions(acknowledge=True)
+
+
+def test_amqp_ttl_reaches_amqp_receivers_as_the_time_left(amqp):
+    topic = address()
+    receiver = amqp.create_receiver(topic, credit=10, name=unique("r"), options=Receive(1))
+    sender = amqp.create_sender(topic, name=unique("s"), options=Send(1))
+    msg = Message(body="soon gone")
+    msg.ttl = 30
+    send(sender, msg)
+    got, delivery = received(receiver)
+    settle(receiver, delivery)
+    assert got.body == "soon gone" and 25 < got.ttl <= 30
+    assert not got.expiry_time  # the publisher set none: the bare message is its own
