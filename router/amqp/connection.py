@@ -39,8 +39,9 @@ and the attach answer's source carries the timeout the router uses.
 ``x-opt-retain: true`` sets the topic's retained event; with an empty body (no
 body, an empty data section or an amqp-value null) it clears it. A data-section
 body is mapped to WAMP with the realm's payload mapping (and its bytes reach
-byte-oriented receivers unchanged); an amqp-value body becomes ``args=[value]``,
-or ``kwargs`` when it is a map with string keys.
+byte-oriented receivers unchanged); see :mod:`router.amqp.body` for every body
+kind and property. A message with a value the router cannot carry (a decimal or a
+described value) is rejected with ``amqp:not-implemented``, counted as ``unsupported``.
 """
 
 from __future__ import annotations
@@ -49,15 +50,16 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
-from proton import (Collector, Condition, Connection, Data, Delivery, Described, Endpoint,
-                    Event, Link, Message, Terminus, Transport, symbol)
+from proton import (Collector, Condition, Connection, Data, Delivery, Endpoint, Event, Link,
+                    Message, Terminus, Transport, symbol)
 
 from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_topic
+from router.amqp.body import Inbound, UnsupportedBody, plain
 from router.amqp.sasl import Identity, SaslServer
 from router.amqp.subscriber import AmqpSubscriber
 from router.core import errors
 from router.core.errors import RouterError
-from router.core.incidents import DISCONNECTED
+from router.core.incidents import DISCONNECTED, UNSUPPORTED
 from router.core.model import SessionInfo
 from router.core.qos import POLICIES
 
@@ -92,6 +94,8 @@ def router_error_condition(exc: RouterError) -> str:
 
 def refusal_condition(exc: Exception) -> Condition:
     """The rejected outcome's error for an inbound message the router refused."""
+    if isinstance(exc, UnsupportedBody):
+        return Condition(NOT_IMPLEMENTED, str(exc))
     if isinstance(exc, AttachRefused):
         return Condition(exc.condition, exc.description)
     if isinstance(exc, RouterError):
@@ -121,30 +125,6 @@ def set_capabilities(terminus, names: list[str]) -> None:
         for name in names:
             data.put_symbol(name)
         data.exit()
-
-
-def plain(value):
-    """An AMQP-decoded value as plain Python (JSON-friendly where it can be)."""
-    if isinstance(value, dict):
-        return {str(key) if isinstance(key, str) else key: plain(item)
-                for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(item) for item in value]
-    if hasattr(value, "elements"):  # proton Array
-        return [plain(item) for item in value.elements]
-    if isinstance(value, Described):
-        return plain(value.value)
-    if isinstance(value, memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    return value
 
 
 class _Publisher:
@@ -411,7 +391,10 @@ class AmqpConnection:
 
     def _attach_subscriber(self, link, key) -> None:
         source = link.remote_source
-        properties = {str(k): plain(v) for k, v in (link.remote_properties or {}).items()}
+        try:
+            properties = {str(k): plain(v) for k, v in (link.remote_properties or {}).items()}
+        except UnsupportedBody as exc:
+            raise AttachRefused(INVALID_FIELD, f"link properties: {exc}") from None
         capabilities = terminus_capabilities(source)
         if link.remote_snd_settle_mode == Link.SND_SETTLED:
             granted = 0
@@ -550,13 +533,14 @@ class AmqpConnection:
         acknowledged = not presettled and qos > 0
         try:
             named = publisher.target or self._publish_target(message.address)
-            body = message.body
-            if isinstance(body, memoryview):
-                body = bytes(body)  # a view into the message's memory: copy it first
-            self.frontend.publish(self.info, named, body, message.inferred, qos, retain,
+            inbound = Inbound(message, data, self.frontend.settings.payload_mapping)
+            self.frontend.publish(self.info, named, inbound, qos, retain,
                                   (lambda ok: self._durable(publisher, delivery, ok))
                                   if acknowledged else None)
         except (AttachRefused, RouterError, TypeError, ValueError) as exc:
+            if isinstance(exc, UnsupportedBody):
+                realm = self.frontend.realm
+                realm.incidents.count(realm.name, "amqp", UNSUPPORTED, f"{self.peer}: {exc}")
             if remember:
                 store.delete_inbound(publisher.key, tag)
             self._outcome(publisher, delivery, presettled, Delivery.REJECTED,

@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from router.amqp.body import Inbound
 from router.amqp.connection import (INVALID_FIELD, AmqpConnection, AttachRefused,
-                                    plain, router_error_condition)
+                                    router_error_condition)
 from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_pattern
 from router.amqp.persistence import AmqpStore, StoredDurable
 from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
@@ -23,7 +24,6 @@ from router.core.dealer import Scheduler
 from router.core.errors import RouterError
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions
-from router.core.payload import from_bytes
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
 
@@ -180,31 +180,16 @@ class AmqpFrontend:
 
     # publishing --------------------------------------------------------------------------
 
-    def publish(self, info: SessionInfo, target: AddressTopic, body, data_section: bool,
-                qos: int, retain: bool,
-                on_durable: Callable[[bool], None] | None = None) -> None:
+    def publish(self, info: SessionInfo, target: AddressTopic, message: Inbound, qos: int,
+                retain: bool, on_durable: Callable[[bool], None] | None = None) -> None:
         """Route one inbound message through the core (raises RouterError when refused);
         ``on_durable(ok)`` once what it made durable is stored (or failed to be)."""
-        payload = None
-        args = kwargs = None
-        if body is None:
-            empty = True
-        elif data_section and isinstance(body, (bytes, bytearray, memoryview)):
-            payload = bytes(body)
-            empty = not payload
-            args, kwargs = from_bytes(payload, self.settings.payload_mapping)
-        else:
-            value = plain(body)
-            empty = False
-            if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-                kwargs = value
-            else:
-                args = [value]
-        options = PublishOptions(qos=qos, retain=retain and not empty,
-                                 retain_clear=retain and empty, exclude_me=False)
-        self.realm.publish(info, target.levels, args, kwargs, options,
-                           durable_callback(on_durable),
-                           len(payload) if payload is not None else 0, payload=payload,
+        options = PublishOptions(qos=qos, retain=retain and not message.empty,
+                                 retain_clear=retain and message.empty, exclude_me=False)
+        self.realm.publish(info, target.levels, message.args, message.kwargs, options,
+                           durable_callback(on_durable), len(message.bare),
+                           payload=message.payload, properties=message.properties,
+                           expires_at=message.expires_at, amqp=message.bare,
                            **({"mqtt_topic": target.text} if target.mqtt
                               else {"uri": target.text}))
 

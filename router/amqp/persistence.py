@@ -32,6 +32,7 @@ import logging
 
 import msgpack
 
+from router.amqp.body import bytes_message
 from router.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,9 @@ class Outgoing:
 
     seq: int
     topic: str
-    payload: bytes
+    bare: bytes
+    """The encoded bare message (shared by the receivers of one publication); the header
+    and annotations are added as it is sent."""
     published_qos: int
     qos: int
     retained: bool
@@ -73,14 +76,20 @@ class Outgoing:
     """When it was last sent (not stored): for the acknowledgement latency."""
 
     def pack(self) -> bytes:
-        return msgpack.packb([self.topic, self.payload, self.published_qos, self.qos,
-                              self.retained, self.expires_at], use_bin_type=True)
+        return msgpack.packb([self.topic, self.bare, self.published_qos, self.qos,
+                              self.retained, self.expires_at, BARE_MESSAGE], use_bin_type=True)
 
     @classmethod
     def unpack(cls, seq: int, blob: bytes, delivery_count: int) -> "Outgoing":
-        topic, payload, published_qos, qos, retained, *rest = msgpack.unpackb(blob, raw=False)
+        topic, body, published_qos, qos, retained, *rest = msgpack.unpackb(blob, raw=False)
         expires_at = rest[0] if rest else None  # stored before messages had an expiry
-        return cls(seq, topic, payload, published_qos, qos, retained, delivery_count, expires_at)
+        if rest[1:] != [BARE_MESSAGE]:  # stored as the payload of a data section
+            body = bytes_message(topic, body)
+        return cls(seq, topic, body, published_qos, qos, retained, delivery_count, expires_at)
+
+
+BARE_MESSAGE = 1
+"""The format mark of a queued message stored as its encoded bare message."""
 
 
 @dataclass

@@ -35,15 +35,15 @@ import time
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
-from proton import Delivery, Message, symbol
+from proton import Delivery
 
 from router.amqp.addresses import AddressTopic, address_levels, outgoing_address
+from router.amqp.body import bare_message, delivery_prefix
 from router.amqp.persistence import Outgoing
 from router.core.broker import Subscription
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
 from router.core.model import Publication, SessionInfo
 from router.core.options import SubscribeOptions
-from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
 
 if TYPE_CHECKING:
@@ -51,23 +51,6 @@ if TYPE_CHECKING:
     from router.amqp.frontend import AmqpFrontend
 
 log = logging.getLogger(__name__)
-
-X_OPT_QOS = symbol("x-opt-qos")
-X_OPT_RETAIN = symbol("x-opt-retain")
-
-
-def encode_message(item: Outgoing) -> bytes:
-    """An outgoing message: the payload bytes as one data section, annotated."""
-    message = Message(body=item.payload, inferred=True)
-    message.address = item.topic
-    message.durable = item.qos > 0
-    message.delivery_count = item.delivery_count
-    annotations = {X_OPT_QOS: item.published_qos}
-    if item.retained:
-        annotations[X_OPT_RETAIN] = True
-    message.annotations = annotations
-    return bytes(message.encode())
-
 
 PUMP_BATCH = 64
 """Messages one pump sends before it lets the reactor serve other connections: a receiver
@@ -131,7 +114,7 @@ class AmqpSubscriber:
             if self.connection is not None and self.connection.flow.paused:
                 self.connection.flow.overflow()
             return
-        item = Outgoing(next(self._seq), to, to_bytes(publication),
+        item = Outgoing(next(self._seq), to, bare_message(publication, to),
                         publication.qos, qos, retained, expires_at=publication.expires_at)
         self.queue.append(item)
         if qos and self.durable:
@@ -231,7 +214,11 @@ class AmqpSubscriber:
                 continue
             tag = f"{item.seq}.{item.delivery_count}"
             delivery = link.delivery(tag)
-            link.send(encode_message(item))
+            ttl = (None if item.expires_at is None
+                   else max(1, int((item.expires_at - time.time()) * 1000)))
+            link.send(delivery_prefix(item.qos > 0, item.delivery_count, item.published_qos,
+                                      item.retained, ttl))
+            link.send(item.bare)  # the same bytes for every receiver of the publication
             link.advance()
             if item.qos == 0:
                 delivery.settle()

@@ -108,6 +108,9 @@ class Publication:
     """MQTT 5 properties passed through to MQTT receivers (user properties, content type...)."""
     expires_at: float | None = None
     """Message expiry: the event is not delivered after this time."""
+    amqp: bytes | None = None
+    """The bare message (properties, application-properties, body) of an AMQP publisher,
+    encoded as it arrived: AMQP receivers get it unchanged."""
     timestamp: float = field(default_factory=time.time)
     wire_cache: dict | None = None
     """Per-frontend encodings shared by all receivers (e.g. one WAMP EVENT per subscription)

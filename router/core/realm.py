@@ -118,7 +118,7 @@ class Realm:
                 payload_bytes: int = 0, *, payload: bytes | None = None,
                 properties: dict | None = None,
                 expires_at: float | None = None, uri: str | None = None,
-                mqtt_topic: str | None = None) -> Publication:
+                mqtt_topic: str | None = None, amqp: bytes | None = None) -> Publication:
         """Authorize and dispatch a publication from a client session.
 
         ``topic`` was validated by the frontend; ``uri`` / ``mqtt_topic`` are its WAMP
@@ -133,7 +133,7 @@ class Realm:
         publication = Publication(random_id(), topic, args, kwargs, info, disclose,
                                   options.eligibility, options.exclude_me, options.retain,
                                   options.retain_ttl, payload_bytes, options.qos, payload,
-                                  properties, expires_at)
+                                  properties, expires_at, amqp)
         if uri is not None:
             publication.uri_view = uri
         if mqtt_topic is not None:

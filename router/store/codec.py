@@ -27,6 +27,7 @@ def encode_retained(publication: Publication, expires_at: float | None) -> bytes
         "qos": publication.qos,
         "payload": publication.payload,
         "properties": publication.properties,
+        "amqp": publication.amqp,
         "message_expires": publication.expires_at,
     }, use_bin_type=True)
 
@@ -43,7 +44,7 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
                               data["args"], data["kwargs"], publisher,
                               data["disclose"], eligibility, data["exclude_me"], retain=True,
                               timestamp=data["ts"], qos=data.get("qos", 0),
-                              payload=data.get("payload"), properties=data.get("properties"),
+                              payload=data.get("payload"), properties=data.get("properties"), amqp=data.get("amqp"),
                               expires_at=data.get("message_expires"))
     # entries stored before the retained expiry took the message expiry into account
     return RetainedEvent(publication, earliest(data["expires"], publication.expires_at), len(blob))
