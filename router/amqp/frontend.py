@@ -130,7 +130,9 @@ class AmqpFrontend:
     # subscriptions -----------------------------------------------------------------------
 
     def subscribe(self, connection: AmqpConnection, link, address: str | None, qos: int,
-                  policy: str, durable: bool) -> AmqpSubscriber:
+                  policy: str, durable: bool, group: str | None = None) -> AmqpSubscriber:
+        """The subscriber behind a receiver link (``group``: a member of that shared group,
+        never durable)."""
         try:
             uri, match = address_to_pattern(address, self.realm.uri_check)
         except InvalidAddress as exc:
@@ -152,7 +154,8 @@ class AmqpFrontend:
         self.router.track(subscriber)
         self.realm.attach(subscriber)
         try:
-            subscriber.core = self.realm.subscribe(subscriber, uri, SubscribeOptions(match))
+            subscriber.core = self.realm.subscribe(subscriber, uri, SubscribeOptions(
+                match, shared_group=group))
         except RouterError as exc:
             self.realm.detach(subscriber)
             self.router.forget(subscriber)
@@ -173,6 +176,7 @@ class AmqpFrontend:
         """Forget a subscriber and its queue (an armed expiry timer would keep them alive)."""
         subscriber.cancel_expiry()
         self.realm.detach(subscriber)
+        subscriber.hand_over()
         self.router.forget(subscriber)
         if subscriber.key is not None and self.durable.get(subscriber.key) is subscriber:
             del self.durable[subscriber.key]

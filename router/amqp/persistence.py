@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import logging
 
@@ -71,6 +72,9 @@ class Outgoing:
     """Message expiry: not sent after this time."""
     sent_at: float = field(default=0.0, compare=False)
     """When it was last sent (not stored): for the acknowledgement latency."""
+    publication: Any = field(default=None, compare=False, repr=False)
+    """The publication, kept (not stored) when it came through a shared group: another
+    member takes it if this one goes away first."""
 
     def pack(self) -> bytes:
         return msgpack.packb([self.topic, self.payload, self.published_qos, self.qos,

@@ -43,6 +43,7 @@ from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
+from router.core.shared import SharedGroup
 
 if TYPE_CHECKING:
     from router.amqp.connection import AmqpConnection
@@ -110,6 +111,8 @@ class AmqpSubscriber:
             return
         item = Outgoing(next(self._seq), publication.topic, to_bytes(publication),
                         publication.qos, qos, retained, expires_at=publication.expires_at)
+        if qos and type(subscription) is SharedGroup:
+            item.publication = publication
         self.queue.append(item)
         if qos and self.durable:
             self.frontend.store.enqueue(*self.key, item)
@@ -118,6 +121,27 @@ class AmqpSubscriber:
     def _count(self, reason: str, qos: int, topic: str) -> None:
         realm = self.frontend.realm
         realm.incidents.count(realm.name, "amqp", reason, f"{self.address}, QoS {qos} on {topic}")
+
+    def ready(self) -> bool:
+        """Attached, with credit, nothing waiting and not over the flow bound."""
+        link = self.link
+        return (link is not None and link.credit > 0 and not self.queue
+                and not self.connection.flow.over)
+
+    def hand_over(self) -> None:
+        """The subscriber is gone: other members of its shared group take its QoS >= 1
+        messages not accepted yet, except QoS 2 ones already sent (the receiver may
+        have them; AMQP's exactly-once, like MQTT-4.8.2-5, forbids a second copy)."""
+        group = self.core
+        if type(group) is not SharedGroup:
+            return
+        items = [*self.in_flight.values(), *self.queue]
+        self.in_flight.clear()
+        self.queue.clear()
+        broker = self.frontend.realm.broker
+        for item in items:
+            if item.publication is not None and (item.qos == 1 or not item.delivery_count):
+                broker.hand_over(group, item.publication, self.info.session_id)
 
     def supports(self, role: str, feature: str) -> bool:
         return False

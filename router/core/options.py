@@ -35,6 +35,9 @@ class SubscribeOptions:
     """Requested QoS (WAMP ``_qos``); None = the realm's default for the frontend."""
     qos_policy: str | None = None
     """Requested QoS policy (WAMP ``_qos_policy``); None = the realm's default."""
+    shared_group: str | None = None
+    """Join this shared group (each publication to one member) instead of subscribing
+    alone (WAMP ``x_shared_group``, MQTT ``$share/{group}/``, AMQP ``x-shared-group``)."""
 
 
 def _bool(options: dict, key: str, default: bool) -> bool:
@@ -94,8 +97,18 @@ def parse_subscribe_options(options: dict) -> SubscribeOptions:
     policy = options.get("_qos_policy")
     if policy is not None and policy not in POLICIES:
         raise ProtocolViolation(f"option '_qos_policy' must be one of {', '.join(POLICIES)}")
+    group = options.get("x_shared_group")
+    if group is not None and not valid_group_name(group):
+        raise ProtocolViolation("option 'x_shared_group' must be a non-empty string "
+                                "without '/', '+' or '#'")
     return SubscribeOptions(match=match, get_retained=_bool(options, "get_retained", False),
-                            qos=qos, qos_policy=policy)
+                            qos=qos, qos_policy=policy, shared_group=group)
+
+
+def valid_group_name(name: object) -> bool:
+    """A shared group name every protocol can carry (MQTT's ShareName rules)."""
+    return (type(name) is str and name != "" and "/" not in name and "+" not in name
+            and "#" not in name and "\0" not in name)
 
 
 @dataclass(frozen=True, slots=True)

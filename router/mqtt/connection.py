@@ -145,7 +145,7 @@ class MqttConnection:
             self._client_max_packet = packet.properties.get("maximum_packet_size")
             properties = {"receive_maximum": SERVER_RECEIVE_MAXIMUM,
                           "topic_alias_maximum": TOPIC_ALIAS_MAXIMUM,
-                          "shared_subscription_available": 0,
+                          "shared_subscription_available": 1,
                           "maximum_packet_size": self.frontend.settings.max_packet_size}
             if assigned_id is not None:
                 properties["assigned_client_identifier"] = assigned_id

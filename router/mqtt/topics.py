@@ -11,6 +11,7 @@ error, the topic is never altered.
 
 from __future__ import annotations
 
+from router.core.options import valid_group_name
 from router.core.uri import EXACT, MQTT, is_valid_uri
 
 
@@ -48,6 +49,23 @@ def filter_to_pattern(topic_filter: str, uri_check: str) -> tuple[str, str]:
             _check_level(level, uri_check, topic_filter)
             parts.append(level)
     return ".".join(parts), (MQTT if wildcard else EXACT)
+
+
+SHARE_PREFIX = "$share/"
+
+
+def split_shared(topic_filter: str) -> tuple[str | None, str]:
+    """(share name, filter) of ``$share/{ShareName}/{filter}``; (None, filter) otherwise.
+
+    The ShareName is at least one character without ``/``, ``+`` or ``#`` and the
+    filter is not empty (MQTT 5.0, 4.8.2); anything else is an invalid filter."""
+    if not topic_filter.startswith(SHARE_PREFIX):
+        return None, topic_filter
+    name, slash, rest = topic_filter[len(SHARE_PREFIX):].partition("/")
+    if not slash or not rest or not valid_group_name(name):
+        raise UnmappableTopic(f"{topic_filter!r} is not $share/{{ShareName}}/{{filter}} with "
+                              "a ShareName without '/', '+', '#' and a non-empty filter")
+    return name, rest
 
 
 def uri_to_topic(uri: str) -> str:
