@@ -194,6 +194,39 @@ def test_unacknowledged_messages_of_a_leaving_member_go_to_another(clients, rout
     assert heir.next_message().payload == b"after"
 
 
+def test_unacknowledged_events_of_a_leaving_wamp_member_go_to_another(clients, router):
+    """A WAMP member with acknowledged delivery (_qos 1) that never answers EVENT_RECEIVED
+    leaves: an MQTT member of the group gets the event."""
+    base, group = unique("wamphandover"), unique("g")
+    heir = clients(V5)
+
+    async def scenario() -> None:
+        wamp = await raw_connect(router, "websocket")
+        await wamp.hello()
+        wamp.send([32, 1, {"x_shared_group": group, "_qos": 1}, base])
+        assert (await wamp.recv())[0] == 33
+        clients(V5).publish(base, b'"w1"', 1)
+        event = await wamp.recv()
+        assert (event[0], event[3].get("x_acknowledged_delivery"), event[4]) == \
+            (36, True, ["w1"]), event
+        assert heir.subscribe((f"$share/{group}/{base}", 1)) == [1]
+        wamp.close()  # no EVENT_RECEIVED
+
+    run(scenario())
+    assert heir.next_message().payload == b'"w1"'
+
+
+def test_wamp_shared_group_must_be_a_valid_name(router):
+    async def scenario() -> list:
+        client = await raw_connect(router, "websocket")
+        await client.hello()
+        client.send([32, 1, {"x_shared_group": "a/b"}, "com.x"])
+        return await client.recv()
+
+    answer = run(scenario())
+    assert answer[0] == 3 and answer[2] == "wamp.error.protocol_violation", answer
+
+
 # --- one group, three protocols --------------------------------------------------------------
 
 

@@ -52,33 +52,30 @@ class SharedGroup(Subscription):
         """Give ``publication`` to one member (not ``leaving``); False if none took it."""
         members = list(self.subscribers.values())
         count = len(members)
-        waiting: list[Peer] = []
+        waiting: list[int] = []
         start = self.turn
-        for step in range(count):
-            peer = members[(start + step) % count]
+        for position in range(start, start + count):
+            peer = members[position % count]
             info = peer.info
             if info.session_id == leaving or not publication.admits(info):
                 continue
             if not peer.ready():
-                waiting.append(peer)
-                continue
-            if _send(peer, self, publication, failed):
-                self.turn = (start + step + 1) % count
+                waiting.append(position)
+            elif self._send(peer, position, count, publication, failed):
                 return True
-        for peer in waiting:
-            if _send(peer, self, publication, failed):
-                self.turn = (self.turn + 1) % count
-                return True
-        return False
+        return any(self._send(members[position % count], position, count, publication, failed)
+                   for position in waiting)
 
-
-def _send(peer: Peer, group: SharedGroup, publication: Publication, failed: Failure) -> bool:
-    try:
-        peer.send_event(group, publication)
-    except Exception as exc:  # this member alone failed: the next one gets it
-        failed(peer, publication, exc)
-        return False
-    return True
+    def _send(self, peer: Peer, position: int, count: int, publication: Publication,
+              failed: Failure) -> bool:
+        """Deliver to the member at ``position``; the next turn starts after it."""
+        try:
+            peer.send_event(self, publication)
+        except Exception as exc:  # this member alone failed: the next one gets it
+            failed(peer, publication, exc)
+            return False
+        self.turn = (position + 1) % count
+        return True
 
 
 class _GroupsAt:
