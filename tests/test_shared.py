@@ -12,7 +12,8 @@ import pytest
 from proton import symbol
 from proton.utils import LinkDetached
 
-from router.mqtt.packets import Disconnect, Publish, Suback, Subscribe, SubscriptionOptions
+from router.mqtt.packets import (Disconnect, Puback, Publish, Suback, Subscribe,
+                                 SubscriptionOptions, Unsuback, Unsubscribe)
 from tests.amqp_clients import Receive, amqp_listeners, body_bytes
 from tests.amqp_clients import connect as amqp_connect
 from tests.clients import raw_connect, run
@@ -192,6 +193,57 @@ def test_unacknowledged_messages_of_a_leaving_member_go_to_another(clients, rout
     assert sorted(heir.next_message().payload for _ in sent) == sent
     publisher.publish(base, b"after", 1)  # the group goes on with the remaining member
     assert heir.next_message().payload == b"after"
+
+
+def test_unsubscribing_member_hands_over_what_it_was_not_sent_yet(clients, router):
+    """Receive maximum 1: the first message is in flight, the others wait in the member's
+    queue. On UNSUBSCRIBE the waiting ones go to the other member; the one in flight is
+    completed by the client that has it (MQTT 3.10.4), so nothing arrives twice."""
+    base, group = unique("unsub"), unique("g")
+    end_topic, shared_filter = f"{base}_end", f"$share/{group}/{base}"
+    narrow = RawMqtt(router)
+    try:
+        narrow.connect_ok(V5, unique("narrow"), properties={"receive_maximum": 1})
+        narrow.send(Subscribe(1, [(shared_filter, SubscriptionOptions(1)),
+                                  (end_topic, SubscriptionOptions(0))]))
+        assert isinstance(narrow.recv(), Suback)
+        publisher = clients(V5)
+        for payload in (b"u0", b"u1", b"u2"):
+            publisher.publish(base, payload, 1)
+        in_flight = narrow.recv()
+        assert (type(in_flight), in_flight.payload) == (Publish, b"u0")
+        other = clients(V5)
+        assert other.subscribe((shared_filter, 1), (end_topic, 0)) == [1, 0]
+        narrow.send(Unsubscribe(2, [shared_filter]))
+        assert isinstance(narrow.recv(), Unsuback)
+        narrow.send(Puback(in_flight.packet_id))
+        publisher.publish(end_topic, END, 1)
+        assert sorted(mqtt_share(other)) == [b"u1", b"u2"]
+        after = narrow.recv()
+        assert (type(after), after.payload) == (Publish, END), after
+    finally:
+        narrow.close()
+
+
+def test_messages_go_to_online_members_while_a_persistent_member_is_away(clients):
+    base, group, client_id = unique("away"), unique("g"), unique("away")
+    end_topic, shared_filter = f"{base}_end", f"$share/{group}/{base}"
+    persistent = dict(username="alice", password=SECRETS["alice"], client_id=client_id,
+                      clean=False, session_expiry=300)
+    away = clients(V5, **persistent)
+    assert away.subscribe((shared_filter, 1), (end_topic, 1)) == [1, 1]
+    online = clients(V5)
+    assert online.subscribe((shared_filter, 1), (end_topic, 0)) == [1, 0]
+    away.disconnect()
+    publisher = clients(V5)
+    sent = payloads(4)
+    for payload in sent:
+        publisher.publish(base, payload, 1)
+    publisher.publish(end_topic, END, 1)
+    assert mqtt_share(online) == sent
+    back = clients.new(V5, **persistent)
+    assert back.connect().session_present
+    assert mqtt_share(back) == [], "messages were queued to the member that was away"
 
 
 def test_unacknowledged_events_of_a_leaving_wamp_member_go_to_another(clients, router):

@@ -196,7 +196,7 @@ class Broker:
                     self.delivery_failed(peer, publication, exc)
                     continue
                 delivered += 1
-        if len(self.shared):
+        if self.shared.by_id:  # one dict check for publications when no group exists
             delivered += self.shared.dispatch(publication, meta_only, self.delivery_failed)
         publication.wire_cache = None  # retained/history copies must not pin encodings
         return delivered

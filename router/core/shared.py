@@ -16,8 +16,8 @@ member:
 * a member whose delivery raises is counted (the broker's delivery failure) and
   the next member is tried, so one broken member costs the group nothing.
 
-The broker asks this module once per publication whether any group exists (one
-``len`` check), so publications without groups pay nothing else.
+The broker checks once per publication whether any group exists (one dict truth
+test), so publications without groups pay nothing else.
 """
 
 from __future__ import annotations
@@ -97,9 +97,6 @@ class SharedGroups:
         self._index = SubscriptionIndex()
         self._index_ids = itertools.count(1)
         self.by_id: dict[int, SharedGroup] = {}
-
-    def __len__(self) -> int:
-        return len(self.by_id)
 
     def lookup(self, uri: str, match: str, group: str) -> SharedGroup | None:
         at = self._index.lookup(uri, match)
