@@ -268,6 +268,30 @@ def test_unacknowledged_events_of_a_leaving_wamp_member_go_to_another(clients, r
     assert heir.next_message().payload == b'"w1"'
 
 
+def test_unaccepted_messages_of_a_closed_amqp_link_go_to_another_member(clients, router):
+    base, group = unique("amqphandover"), unique("g")
+    connection = amqp_connect(router)
+    try:
+        receiver = connection.create_receiver(base, credit=10, options=SharedReceive(group))
+        clients(V5).publish(base, b"a1", 1)
+        assert body_bytes(receiver.receive(timeout=10)) == b"a1"  # never accepted
+        heir = clients(V5)
+        assert heir.subscribe((f"$share/{group}/{base}", 1)) == [1]
+        receiver.close()
+        assert heir.next_message().payload == b"a1"
+    finally:
+        connection.close()
+
+
+def test_invalid_amqp_shared_group_is_refused(router):
+    connection = amqp_connect(router)
+    try:
+        with pytest.raises(LinkDetached, match="x-shared-group"):
+            connection.create_receiver(unique("t"), options=SharedReceive("a+b"))
+    finally:
+        connection.close()
+
+
 def test_wamp_shared_group_must_be_a_valid_name(router):
     async def scenario() -> list:
         client = await raw_connect(router, "websocket")
@@ -330,38 +354,68 @@ def test_mqtt_wamp_and_amqp_members_form_one_group(router, clients):
         amqp.close()
 
 
-def test_amqp_durable_shared_member_is_refused(router):
-    connection = amqp_connect(router)
-    try:
-        with pytest.raises(LinkDetached, match="durable"):
-            connection.create_receiver(unique("t"), name=unique("link"),
-                                       options=SharedReceive("g", durable=True))
-    finally:
-        connection.close()
-
-
 # --- persistence -----------------------------------------------------------------------------
 
 
-def test_persistent_shared_subscription_survives_a_restart(tmp_path):
+def group_size(router, topic: str, group: str) -> int:
+    """Members of ``group`` on ``topic``, as the WAMP subscription meta API tells."""
+    async def scenario() -> int:
+        client = await raw_connect(router, "websocket")
+        try:
+            await client.hello()
+            client.send([48, 1, {}, "wamp.subscription.match", [topic]])
+            ids = (await client.recv())[3][0] or []
+            for request, subscription_id in enumerate(ids, 2):
+                client.send([48, request, {}, "wamp.subscription.get", [subscription_id]])
+                if (await client.recv())[3][0].get("x_shared_group") == group:
+                    client.send([48, 99, {}, "wamp.subscription.count_subscribers",
+                                 [subscription_id]])
+                    return (await client.recv())[3][0]
+            return 0
+        finally:
+            client.close()
+
+    return run(scenario())
+
+
+def test_persistent_members_survive_a_restart(tmp_path):
+    """An MQTT persistent session and an AMQP durable link in one group: after a restart the
+    group has both again, and what is published while both are away is queued to them in
+    turn."""
     router = RouterProcess(tmp_path, [mqtt_realm("realm1")],
-                           listeners=amqp_listeners("realm1", wamp=False)).start()
-    base, group, client_id = unique("durable"), unique("g"), unique("member")
-    persistent = dict(username="alice", password=SECRETS["alice"], client_id=client_id,
+                           listeners=amqp_listeners("realm1")).start()
+    base, group = unique("durable"), unique("g")
+    container, link_name = unique("container"), unique("link")
+    persistent = dict(username="alice", password=SECRETS["alice"], client_id=unique("member"),
                       clean=False, session_expiry=300)
+
+    def attach_amqp():
+        connection = amqp_connect(router, container_id=container)
+        return connection, connection.create_receiver(
+            base, credit=10, name=link_name, options=SharedReceive(group, durable=True))
+
     pool = ClientPool(router)
     try:
         member = pool(V5, **persistent)
         assert member.subscribe((f"$share/{group}/{base}", 1)) == [1]
         member.disconnect()
+        attach_amqp()[0].close()
+        assert group_size(router, base, group) == 2
         assert router.stop() == 0
         router.start()
-        pool(V5).publish(base, b"while away", 1)  # the only member is offline: queued to it
+        assert group_size(router, base, group) == 2
+        publisher = pool(V5)
+        for payload in (b"p0", b"p1"):
+            publisher.publish(base, payload, 1)
         back = pool.new(V5, **persistent)
         assert back.connect().session_present
-        assert back.next_message().payload == b"while away"
-        pool(V5).publish(base, b"online", 1)
-        assert back.next_message().payload == b"online"
+        connection, receiver = attach_amqp()
+        try:
+            got_amqp = body_bytes(receiver.receive(timeout=10))
+            receiver.accept()
+        finally:
+            connection.close()
+        assert sorted([back.next_message().payload, got_amqp]) == [b"p0", b"p1"]
     finally:
         pool.close()
         router.stop()

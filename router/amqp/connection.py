@@ -433,13 +433,9 @@ class AmqpConnection:
         timeout = source.timeout or 0
         durable = source.durability == Terminus.DELIVERIES and (never or timeout > 0)
         group = properties.get(SHARED_GROUP)
-        if group is not None:
-            if not valid_group_name(group):
-                raise AttachRefused(INVALID_FIELD, f"{SHARED_GROUP} must be a non-empty string "
-                                    "without '/', '+' or '#'")
-            if durable:
-                raise AttachRefused(NOT_IMPLEMENTED, "a shared group member cannot have a "
-                                    "durable source")
+        if group is not None and not valid_group_name(group):
+            raise AttachRefused(INVALID_FIELD, f"{SHARED_GROUP} must be a non-empty string "
+                                "without '/', '+' or '#'")
         subscriber = self.frontend.subscribe(self, link, source.address, granted, policy,
                                              durable, group)
         if durable:

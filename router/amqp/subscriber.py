@@ -72,10 +72,13 @@ class AmqpSubscriber:
     """Implements the core's Peer for one (possibly durable) receiver link."""
 
     def __init__(self, frontend: "AmqpFrontend", info: SessionInfo, address: str,
-                 qos: int, policy: str, key: tuple[str, str] | None = None) -> None:
+                 qos: int, policy: str, key: tuple[str, str] | None = None,
+                 group: str | None = None) -> None:
         self.frontend = frontend
         self.info = info
         self.address = address
+        self.group = group
+        """The shared group it is a member of (link property ``x-shared-group``), if any."""
         self.qos = qos
         self.policy = policy
         self.key = key
@@ -135,12 +138,14 @@ class AmqpSubscriber:
         group = self.core
         if type(group) is not SharedGroup:
             return
-        items = [*self.in_flight.values(), *self.queue]
+        # (item, sent at least once): in flight, or back in the queue after a detach
+        items = ([(item, True) for item in self.in_flight.values()]
+                 + [(item, item.delivery_count > 0) for item in self.queue])
         self.in_flight.clear()
         self.queue.clear()
         broker = self.frontend.realm.broker
-        for item in items:
-            if item.publication is not None and (item.qos == 1 or not item.delivery_count):
+        for item, sent in items:
+            if item.publication is not None and (item.qos == 1 or not sent):
                 broker.hand_over(group, item.publication, self.info.session_id)
 
     def supports(self, role: str, feature: str) -> bool:
