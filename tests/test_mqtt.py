@@ -924,13 +924,6 @@ def test_will_outside_the_role_is_not_published(clients, raw):
     observer.expect(f"com/{name}", SENTINEL)
 
 
-@version_param
-def test_shared_subscriptions_are_refused(clients, version):
-    client = clients(version)
-    assert client.subscribe((f"$share/g/{unique('sh')}", 1)) == \
-        [0x80 if version == V311 else 0x9E]
-
-
 # --- malformed and forbidden input ---------------------------------------------------------
 
 

@@ -61,6 +61,7 @@ from router.core import errors
 from router.core.errors import RouterError
 from router.core.incidents import DISCONNECTED, UNSUPPORTED
 from router.core.model import SessionInfo
+from router.core.options import valid_group_name
 from router.core.qos import POLICIES
 
 if TYPE_CHECKING:
@@ -76,6 +77,8 @@ UNAUTHORIZED = "amqp:unauthorized-access"
 INVALID_FIELD = "amqp:invalid-field"
 NOT_FOUND = "amqp:not-found"
 NOT_IMPLEMENTED = "amqp:not-implemented"
+SHARED_GROUP = "x-shared-group"
+"""Receiver link property: join this shared group (each message to one member)."""
 INTERNAL_ERROR = "amqp:internal-error"
 LINK_STOLEN = "amqp:link:stolen"
 RESOURCE_LIMIT_EXCEEDED = "amqp:resource-limit-exceeded"
@@ -413,8 +416,12 @@ class AmqpConnection:
         never = source.expiry_policy == Terminus.EXPIRE_NEVER
         timeout = source.timeout or 0
         durable = source.durability == Terminus.DELIVERIES and (never or timeout > 0)
+        group = properties.get(SHARED_GROUP)
+        if group is not None and not valid_group_name(group):
+            raise AttachRefused(INVALID_FIELD, f"{SHARED_GROUP} must be a non-empty string "
+                                "without '/', '+' or '#'")
         subscriber = self.frontend.subscribe(self, link, source.address, granted, policy,
-                                             durable)
+                                             durable, group)
         if durable:
             cap = self.frontend.settings.max_link_expiry
             if never or timeout > cap:
@@ -425,8 +432,13 @@ class AmqpConnection:
         offered = (["qos-policy"] if asked_policy else []) + (
             ["retained"] if "retained" in capabilities else [])
         set_capabilities(link.source, offered)
+        answered = {}
         if asked_policy:
-            link.properties = {symbol("qos-policy"): policy}
+            answered[symbol("qos-policy")] = policy
+        if group is not None:
+            answered[symbol(SHARED_GROUP)] = group
+        if answered:
+            link.properties = answered
         self.links[key] = subscriber
         subscriber.attach(link, self)
         link.open()
@@ -599,6 +611,9 @@ class AmqpConnection:
 
     def send_event(self, subscription, publication, retained: bool = False) -> None:
         pass  # a connection never subscribes; its receiver links do
+
+    def ready(self) -> bool:
+        return False  # never a group member: its receiver links are
 
     def supports(self, role: str, feature: str) -> bool:
         return False

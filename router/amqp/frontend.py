@@ -130,7 +130,8 @@ class AmqpFrontend:
     # subscriptions -----------------------------------------------------------------------
 
     def subscribe(self, connection: AmqpConnection, link, address: str | None, qos: int,
-                  policy: str, durable: bool) -> AmqpSubscriber:
+                  policy: str, durable: bool, group: str | None = None) -> AmqpSubscriber:
+        """The subscriber behind a receiver link (``group``: a member of that shared group)."""
         try:
             named = address_to_pattern(address, self.realm.uri_check)
         except InvalidAddress as exc:
@@ -142,13 +143,14 @@ class AmqpFrontend:
             if existing.connection is not None and existing.link is not None:
                 existing.connection.steal(existing)
             if (existing.address == address and existing.qos == qos
-                    and existing.policy == policy and existing.info.authid == info.authid):
+                    and existing.policy == policy and existing.group == group
+                    and existing.info.authid == info.authid):
                 return existing
             self.destroy(existing)
         subscriber = AmqpSubscriber(
             self, SessionInfo(self.router.new_session_id(), self.realm.name, info.authid,
                               info.authrole, info.authmethod, protocol="amqp",
-                              transport=info.transport), address, qos, policy, key)
+                              transport=info.transport), address, qos, policy, key, group)
         self.router.track(subscriber)
         self.realm.attach(subscriber)
         try:
@@ -160,7 +162,7 @@ class AmqpFrontend:
         if key is not None:
             self.durable[key] = subscriber
             self.store.save(key[0], key[1], address, qos, policy, info.authid, info.authrole,
-                            info.authmethod)
+                            info.authmethod, group)
         return subscriber
 
     def unlinked(self, subscriber: AmqpSubscriber, closed: bool) -> None:
@@ -173,6 +175,7 @@ class AmqpFrontend:
         """Forget a subscriber and its queue (an armed expiry timer would keep them alive)."""
         subscriber.cancel_expiry()
         self.realm.detach(subscriber)
+        subscriber.hand_over()
         self.router.forget(subscriber)
         if subscriber.key is not None and self.durable.get(subscriber.key) is subscriber:
             del self.durable[subscriber.key]
@@ -206,7 +209,8 @@ class AmqpFrontend:
         key = (stored.container, stored.link)
         info = SessionInfo(self.router.new_session_id(), self.realm.name, stored.authid,
                            stored.authrole, stored.authmethod, protocol="amqp")
-        subscriber = AmqpSubscriber(self, info, stored.address, stored.qos, stored.policy, key)
+        subscriber = AmqpSubscriber(self, info, stored.address, stored.qos, stored.policy, key,
+                                    stored.group)
         try:
             named = address_to_pattern(stored.address, self.realm.uri_check)
             self.router.track(subscriber)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import logging
 
@@ -51,6 +52,9 @@ CREATE TABLE IF NOT EXISTS amqp_expiry (
     realm TEXT NOT NULL, container TEXT NOT NULL, link TEXT NOT NULL,
     timeout REAL NOT NULL, detached_at REAL,
     PRIMARY KEY (realm, container, link)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS amqp_shared (
+    realm TEXT NOT NULL, container TEXT NOT NULL, link TEXT NOT NULL, share_group TEXT NOT NULL,
+    PRIMARY KEY (realm, container, link)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS amqp_inbound (
     realm TEXT NOT NULL, container TEXT NOT NULL, link TEXT NOT NULL, tag BLOB NOT NULL,
     PRIMARY KEY (realm, container, link, tag)) WITHOUT ROWID;
@@ -74,6 +78,9 @@ class Outgoing:
     """Message expiry: not sent after this time."""
     sent_at: float = field(default=0.0, compare=False)
     """When it was last sent (not stored): for the acknowledgement latency."""
+    publication: Any = field(default=None, compare=False, repr=False)
+    """The publication, kept (not stored) when it came through a shared group: another
+    member takes it if this one goes away first."""
 
     def pack(self) -> bytes:
         return msgpack.packb([self.topic, self.bare, self.published_qos, self.qos,
@@ -103,6 +110,8 @@ class StoredDurable:
     authrole: str
     authmethod: str
     queued: list[Outgoing] = field(default_factory=list)
+    group: str | None = None
+    """The shared group the link is a member of (``amqp_shared``), if any."""
 
 
 class AmqpStore:
@@ -130,6 +139,11 @@ class AmqpStore:
         durable = {(row[0], row[1]): StoredDurable(*row) for row in self._store.query(
             "SELECT container, link, address, qos, policy, authid, authrole, authmethod "
             "FROM amqp_durable WHERE realm = ?", realm)}
+        for container, link, group in self._store.query(
+                "SELECT container, link, share_group FROM amqp_shared WHERE realm = ?", realm):
+            entry = durable.get((container, link))
+            if entry is not None:
+                entry.group = group
         for container, link, seq, message, count in self._store.query(
                 "SELECT container, link, seq, message, delivery_count FROM amqp_queued "
                 "WHERE realm = ? ORDER BY container, link, seq", realm):
@@ -187,15 +201,22 @@ class AmqpStore:
                                 "AND link = ?", (self._realm, key[0], key[1]))
 
     def save(self, container: str, link: str, address: str, qos: int, policy: str,
-             authid: str, authrole: str, authmethod: str) -> None:
+             authid: str, authrole: str, authmethod: str, group: str | None = None) -> None:
         self._store.execute(
             "INSERT OR REPLACE INTO amqp_durable (realm, container, link, address, qos, policy, "
             "authid, authrole, authmethod) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (self._realm, container, link, address, qos, policy, authid, authrole, authmethod))
+        if group is None:
+            self._store.execute("DELETE FROM amqp_shared WHERE realm = ? AND container = ? "
+                                "AND link = ?", (self._realm, container, link))
+        else:
+            self._store.execute("INSERT OR REPLACE INTO amqp_shared (realm, container, link, "
+                                "share_group) VALUES (?, ?, ?, ?)",
+                                (self._realm, container, link, group))
 
     def delete(self, container: str, link: str) -> None:
         self._expiry.pop((container, link), None)
-        for table in ("amqp_durable", "amqp_queued", "amqp_expiry"):
+        for table in ("amqp_durable", "amqp_queued", "amqp_expiry", "amqp_shared"):
             self._store.execute(f"DELETE FROM {table} WHERE realm = ? AND container = ? "
                                 "AND link = ?", (self._realm, container, link))
 

@@ -45,6 +45,7 @@ from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESEN
 from router.core.model import Publication, SessionInfo
 from router.core.options import SubscribeOptions
 from router.core.qos import delivered_qos
+from router.core.shared import SharedGroup
 
 if TYPE_CHECKING:
     from router.amqp.connection import AmqpConnection
@@ -62,10 +63,13 @@ class AmqpSubscriber:
     """Implements the core's Peer for one (possibly durable) receiver link."""
 
     def __init__(self, frontend: "AmqpFrontend", info: SessionInfo, address: str,
-                 qos: int, policy: str, key: tuple[str, str] | None = None) -> None:
+                 qos: int, policy: str, key: tuple[str, str] | None = None,
+                 group: str | None = None) -> None:
         self.frontend = frontend
         self.info = info
         self.address = address
+        self.group = group
+        """The shared group it is a member of (link property ``x-shared-group``), if any."""
         self.qos = qos
         self.policy = policy
         self.key = key
@@ -88,8 +92,8 @@ class AmqpSubscriber:
     def subscribe(self, named: AddressTopic) -> None:
         """Subscribe in the core to what the link's address names (raises RouterError)."""
         self.mqtt_form = named.mqtt
-        self.core = self.frontend.realm.subscribe(self, named.levels,
-                                                  SubscribeOptions(named.match))
+        self.core = self.frontend.realm.subscribe(
+            self, named.levels, SubscribeOptions(named.match, shared_group=self.group))
 
     # core Peer ---------------------------------------------------------------------
 
@@ -116,6 +120,8 @@ class AmqpSubscriber:
             return
         item = Outgoing(next(self._seq), to, bare_message(publication, to),
                         publication.qos, qos, retained, expires_at=publication.expires_at)
+        if qos and type(subscription) is SharedGroup:
+            item.publication = publication
         self.queue.append(item)
         if qos and self.durable:
             self.frontend.store.enqueue(*self.key, item)
@@ -124,6 +130,29 @@ class AmqpSubscriber:
     def _count(self, reason: str, qos: int, topic: str) -> None:
         realm = self.frontend.realm
         realm.incidents.count(realm.name, "amqp", reason, f"{self.address}, QoS {qos} on {topic}")
+
+    def ready(self) -> bool:
+        """Attached, with credit, nothing waiting and not over the flow bound."""
+        link = self.link
+        return (link is not None and link.credit > 0 and not self.queue
+                and not self.connection.flow.over)
+
+    def hand_over(self) -> None:
+        """The subscriber is gone: other members of its shared group take its QoS >= 1
+        messages not accepted yet, except QoS 2 ones already sent (the receiver may
+        have them; AMQP's exactly-once, like MQTT-4.8.2-5, forbids a second copy)."""
+        group = self.core
+        if type(group) is not SharedGroup:
+            return
+        # (item, sent at least once): in flight, or back in the queue after a detach
+        items = ([(item, True) for item in self.in_flight.values()]
+                 + [(item, item.delivery_count > 0) for item in self.queue])
+        self.in_flight.clear()
+        self.queue.clear()
+        broker = self.frontend.realm.broker
+        for item, sent in items:
+            if item.publication is not None and (item.qos == 1 or not sent):
+                broker.hand_over(group, item.publication, self.info.session_id)
 
     def supports(self, role: str, feature: str) -> bool:
         return False

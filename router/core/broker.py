@@ -11,7 +11,7 @@ subscription and serializer and send the same bytes to all its receivers.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from router.core.ids import router_scope_ids
 from router.core.model import Publication
@@ -19,6 +19,9 @@ from router.core.peer import Peer
 from router.core.topic import Topic, is_reserved, pattern_text
 from router.core.trie import TopicTrie
 from router.core.uri import EXACT, MQTT, PREFIX
+
+if TYPE_CHECKING:
+    from router.core.shared import SharedGroups
 
 
 class Subscription:
@@ -118,21 +121,31 @@ DeliveryFailure = Callable[[Peer, Publication, Exception], None]
 class Broker:
     """Subscriptions and dispatch for one realm."""
 
-    def __init__(self, meta_publish: MetaPublisher | None = None,
+    def __init__(self, shared: "SharedGroups", meta_publish: MetaPublisher | None = None,
                  delivery_failed: DeliveryFailure | None = None) -> None:
         self.index = SubscriptionIndex()
+        self.shared = shared
+        """Shared groups (see :mod:`router.core.shared`): one member per publication."""
         self._ids = router_scope_ids()
         self._by_session: dict[int, set[Subscription]] = {}
         self._meta_publish = meta_publish
         self._delivery_failed = delivery_failed
 
-    def subscribe(self, peer: Peer, topic: Topic, match: str) -> Subscription:
-        """Add ``peer`` to the shared subscription for (topic, match); idempotent per session."""
-        subscription = self.index.lookup(topic, match)
+    def subscribe(self, peer: Peer, topic: Topic, match: str,
+                  group: str | None = None) -> Subscription:
+        """Add ``peer`` to the subscription for (topic, match), or to the shared ``group`` on
+        it (each publication to one member); idempotent per session."""
+        if group is None:
+            subscription = self.index.lookup(topic, match)
+        else:
+            subscription = self.shared.lookup(topic, match, group)
         created = subscription is None
         if subscription is None:
-            subscription = Subscription(next(self._ids), topic, match)
-            self.index.add(subscription)
+            if group is None:
+                subscription = Subscription(next(self._ids), topic, match)
+                self.index.add(subscription)
+            else:
+                subscription = self.shared.create(next(self._ids), topic, match, group)
         session_id = peer.info.session_id
         already = session_id in subscription.subscribers
         subscription.subscribers[session_id] = peer
@@ -145,7 +158,7 @@ class Broker:
 
     def unsubscribe(self, peer: Peer, subscription_id: int) -> Subscription | None:
         """Remove ``peer`` from a subscription; ``None`` if it was not subscribed."""
-        subscription = self.index.by_id.get(subscription_id)
+        subscription = self.find(subscription_id)
         session_id = peer.info.session_id
         if subscription is None or session_id not in subscription.subscribers:
             return None
@@ -163,7 +176,10 @@ class Broker:
         if not subscription.is_meta:
             self._meta("wamp.subscription.on_unsubscribe", [session_id, subscription.id])
         if not subscription.subscribers:
-            self.index.remove(subscription)
+            if subscription.id in self.index.by_id:
+                self.index.remove(subscription)
+            else:
+                self.shared.remove(subscription)
             if not subscription.is_meta:
                 self._meta("wamp.subscription.on_delete", [session_id, subscription.id])
 
@@ -191,7 +207,21 @@ class Broker:
                     self.delivery_failed(peer, publication, exc)
                     continue
                 delivered += 1
+        if self.shared.by_id:  # one dict check for publications when no group exists
+            delivered += self.shared.dispatch(publication, meta_only, self.delivery_failed)
         publication.wire_cache = None  # retained/history copies must not pin encodings
+        return delivered
+
+    def find(self, subscription_id: int) -> Subscription | None:
+        """A subscription or shared group by id."""
+        found = self.index.by_id.get(subscription_id)
+        return found if found is not None else self.shared.by_id.get(subscription_id)
+
+    def hand_over(self, group: Subscription, publication: Publication, leaving: int) -> bool:
+        """Give a publication that member ``leaving`` will not complete to another member
+        of its shared group; False if the group has no other member that took it."""
+        delivered = self.shared.hand_over(group, publication, leaving, self.delivery_failed)
+        publication.wire_cache = None
         return delivered
 
     def deliver(self, peer: Peer, subscription: Subscription, publication: Publication,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime
 
 from router.core import errors
@@ -56,17 +57,18 @@ def install_session_meta(realm: Realm) -> None:
 
 def install_subscription_meta(realm: Realm) -> None:
     """wamp.subscription.list / lookup / match / get / list_subscribers / count_subscribers."""
-    index = realm.broker.index
+    broker = realm.broker
+    index = broker.index
 
     def subscription(args: list):
-        found = index.by_id.get(_int_arg(args, "subscription"))
+        found = broker.find(_int_arg(args, "subscription"))
         if found is None:
             raise RouterError(errors.NO_SUCH_SUBSCRIPTION, "no such subscription")
         return found
 
     def list_(caller: SessionInfo, args: list, kwargs: dict) -> dict:
         listed: dict[str, list[int]] = {policy: [] for policy in MATCH_POLICIES}
-        for sub in index.by_id.values():
+        for sub in itertools.chain(index.by_id.values(), broker.shared.by_id.values()):
             if not sub.is_meta:
                 listed.setdefault(sub.match, []).append(sub.id)
         return listed
@@ -84,7 +86,10 @@ def install_subscription_meta(realm: Realm) -> None:
     def match(caller: SessionInfo, args: list, kwargs: dict) -> list[int] | None:
         if not args or type(args[0]) is not str:
             raise RouterError(errors.INVALID_ARGUMENT, "'topic' (a string) is required")
-        ids = [sub.id for sub in index.matching(from_uri(args[0])) if not sub.is_meta]
+        topic = from_uri(args[0])
+        ids = [sub.id for sub in itertools.chain(index.matching(topic),
+                                                 broker.shared.matching(topic))
+               if not sub.is_meta]
         return ids or None
 
     def get(caller: SessionInfo, args: list, kwargs: dict) -> dict:
@@ -121,7 +126,7 @@ def install_event_history(realm: Realm) -> None:
     history = realm.history
 
     def get_events(caller: SessionInfo, args: list, kwargs: dict) -> list[dict]:
-        subscription = realm.broker.index.by_id.get(_int_arg(args, "subscription"))
+        subscription = realm.broker.find(_int_arg(args, "subscription"))
         if subscription is None:
             raise RouterError(errors.NO_SUCH_SUBSCRIPTION, "no such subscription")
         realm.authorize(caller, "subscribe", subscription.topic, subscription.match)

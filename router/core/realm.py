@@ -25,6 +25,7 @@ from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer
 from router.core.persistence import RetainedPersistence
 from router.core.retention import RetainedStore
+from router.core.shared import SharedGroup, SharedGroups
 from router.core.topic import Topic, display, from_uri, is_reserved
 from router.core.uri import EXACT, is_valid_uri
 
@@ -62,7 +63,7 @@ class Realm:
         self.incidents = Incidents()
         """Replaced by the router's own when the realm is added to a router."""
         self.sessions: dict[int, Peer] = {}
-        self.broker = Broker(meta_publish=self.publish_meta,
+        self.broker = Broker(SharedGroups(), meta_publish=self.publish_meta,
                              delivery_failed=self._delivery_failed)
         self.dealer = Dealer(scheduler)
         self._leave_hooks: list[Callable[[Peer], None]] = []
@@ -184,8 +185,11 @@ class Realm:
                                  level=logging.ERROR, exc_info=exc)
 
     def send_retained(self, peer: Peer, subscription: Subscription) -> int:
-        """Send ``peer`` the retained events its new subscription covers (call after SUBSCRIBED)."""
-        if self.retention is None:
+        """Send ``peer`` the retained events its new subscription covers (call after SUBSCRIBED).
+
+        A shared group gets none (MQTT 5, 4.8.2: retained messages are not sent to a
+        session when it establishes a shared subscription), whatever the protocol."""
+        if self.retention is None or isinstance(subscription, SharedGroup):
             return 0
         self.retention.expire()  # what expired since the last sweep goes now, counted as expiry
         sent = 0
@@ -205,7 +209,7 @@ class Realm:
     def subscribe(self, peer: Peer, topic: Topic, options: SubscribeOptions) -> Subscription:
         """Subscribe ``peer`` to a pattern its frontend validated and converted to levels."""
         self.authorize(peer.info, "subscribe", topic, options.match)
-        subscription = self.broker.subscribe(peer, topic, options.match)
+        subscription = self.broker.subscribe(peer, topic, options.match, options.shared_group)
         if self.activity is not None:
             self.activity.subscribed(peer.info, subscription, options.get_retained)
         return subscription

@@ -156,3 +156,30 @@ def valid_topic_filter(topic_filter: str) -> bool:
         elif level != ONE and (ONE in level or REST in level):
             return False
     return True
+
+
+SHARE_PREFIX = "$share/"
+
+
+class InvalidSharedFilter(ValueError):
+    """A ``$share/...`` filter without a valid ShareName or with an empty filter."""
+
+
+def valid_group_name(name: object) -> bool:
+    """A shared group name every protocol can carry (MQTT's ShareName rules)."""
+    return (type(name) is str and name != "" and "/" not in name and "+" not in name
+            and "#" not in name and "\0" not in name)
+
+
+def split_shared(topic_filter: str) -> tuple[str | None, str]:
+    """(share name, filter) of ``$share/{ShareName}/{filter}``; (None, filter) otherwise.
+
+    The ShareName is at least one character without ``/``, ``+`` or ``#`` and the
+    filter is not empty (MQTT 5.0, 4.8.2); anything else raises InvalidSharedFilter."""
+    if not topic_filter.startswith(SHARE_PREFIX):
+        return None, topic_filter
+    name, slash, rest = topic_filter[len(SHARE_PREFIX):].partition("/")
+    if not slash or not rest or not valid_group_name(name):
+        raise InvalidSharedFilter(f"{topic_filter!r} is not $share/{{ShareName}}/{{filter}} "
+                                  "with a ShareName without '/', '+', '#' and a non-empty filter")
+    return name, rest

@@ -158,7 +158,7 @@ class MqttConnection:
                                              settings.topic_alias_maximum)
             properties = {"receive_maximum": SERVER_RECEIVE_MAXIMUM,
                           "topic_alias_maximum": settings.topic_alias_maximum,
-                          "shared_subscription_available": 0,
+                          "shared_subscription_available": 1,
                           "maximum_packet_size": settings.max_packet_size}
             if assigned_id is not None:
                 properties["assigned_client_identifier"] = assigned_id

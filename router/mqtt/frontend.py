@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from router.core import errors
+from router.core.broker import Subscription
 from router.core.credentials import Principal
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
@@ -23,7 +24,8 @@ from router.core.payload import from_bytes
 from router.core.qos import ENFORCE_MINIMUM
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
-from router.core.topic import from_mqtt, mqtt_pattern
+from router.core.shared import SharedGroup
+from router.core.topic import InvalidSharedFilter, from_mqtt, mqtt_pattern, split_shared
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will
 from router.mqtt.persistence import MqttSessionStore, StoredSession
 from router.mqtt.session import MqttSession, MqttSubscription, Outbound
@@ -236,6 +238,7 @@ class MqttFrontend:
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
         self.realm.detach(session)
+        session.hand_over(None, leaving=True)
         self.router.forget(session)
         if session.persistent:
             self.store.delete_session(session.client_id)
@@ -279,14 +282,13 @@ class MqttFrontend:
     def subscribe(self, session: MqttSession, topic_filter: str, options: SubscriptionOptions,
                   identifier: int | None) -> tuple[int, Callable[[], None] | None]:
         """(SUBACK reason code, a call that sends the retained messages, if any are due)."""
-        if topic_filter.startswith("$share/"):
-            return ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, None
-        levels, match = mqtt_pattern(topic_filter)
         existed = topic_filter in session.subscriptions
         granted = min(options.qos, self.settings.max_qos)
         try:
-            core = self.realm.subscribe(session, levels, SubscribeOptions(
-                match, get_retained=options.retain_handling != 2))
+            core = self._core_subscribe(session, topic_filter, options.retain_handling != 2)
+        except InvalidSharedFilter as exc:
+            self.count_refusal(session, f"subscribe {topic_filter}", exc)
+            return ReasonCode.TOPIC_FILTER_INVALID, None
         except RouterError as exc:
             self.count_refusal(session, f"subscribe {topic_filter}", exc)
             return (ReasonCode.NOT_AUTHORIZED if exc.uri == errors.NOT_AUTHORIZED
@@ -301,6 +303,15 @@ class MqttFrontend:
         deliver = (lambda: self.realm.send_retained(session, core)) if wants_retained else None
         return granted, deliver
 
+    def _core_subscribe(self, session: MqttSession, topic_filter: str,
+                        get_retained: bool = False) -> Subscription:
+        """The core subscription (or shared group, for ``$share/...``) of a filter; raises
+        InvalidSharedFilter or RouterError."""
+        group, plain_filter = split_shared(topic_filter)
+        levels, match = mqtt_pattern(plain_filter)
+        return self.realm.subscribe(session, levels, SubscribeOptions(
+            match, get_retained=get_retained, shared_group=group))
+
     def unsubscribe(self, session: MqttSession, topic_filter: str) -> int:
         subscription = session.remove_subscription(topic_filter)
         if subscription is None:
@@ -309,6 +320,8 @@ class MqttFrontend:
             self.realm.unsubscribe(session, subscription.core.id)
         except RouterError:
             pass  # the core subscription was already gone; the client's view is what counts
+        if isinstance(subscription.core, SharedGroup):
+            session.hand_over(subscription.core, leaving=False)
         return ReasonCode.SUCCESS
 
     def delivery_acknowledged(self, session: MqttSession, entry: Outbound) -> None:
@@ -340,12 +353,11 @@ class MqttFrontend:
         session = self._open(stored.client_id, info, stored.expiry)
         for topic_filter, packed in stored.subscriptions.items():
             qos, no_local, retain_as_published, retain_handling, identifier = packed
-            levels, match = mqtt_pattern(topic_filter)
             try:
-                core = self.realm.subscribe(session, levels, SubscribeOptions(match))
-            except RouterError as exc:
+                core = self._core_subscribe(session, topic_filter)
+            except (InvalidSharedFilter, RouterError) as exc:
                 log.warning("MQTT session %s: subscription %s dropped on restore: %s",
-                            stored.client_id, topic_filter, exc.message or exc.uri)
+                            stored.client_id, topic_filter, exc)
                 self.store.delete_subscription(stored.client_id, topic_filter)
                 continue
             session.add_subscription(MqttSubscription(

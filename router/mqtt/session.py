@@ -22,6 +22,7 @@ from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESEN
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
+from router.core.shared import SharedGroup
 from router.core.uri import EXACT
 from router.mqtt.packets import SubscriptionOptions
 from router.mqtt.persistence import StoredMessage, StoredOutbound
@@ -71,6 +72,10 @@ class Outbound:
     state: str
     message: StoredMessage
     sent_at: float = 0.0
+    group: SharedGroup | None = None
+    """The shared group it came through (in memory only), with the publication, so that
+    another member can take it over (:meth:`MqttSession.hand_over`)."""
+    publication: Publication | None = None
 
 
 class MqttSession:
@@ -142,7 +147,8 @@ class MqttSession:
             realm.incidents.count(realm.name, "mqtt", UNREPRESENTABLE,
                                   f"client {self.client_id}: {publication.name}")
             return
-        if retained or not self._may_overlap:
+        if retained or not self._may_overlap or type(subscription) is SharedGroup:
+            # a shared group's copy is its own, besides the client's other subscriptions
             options = mine.options
             publisher = publication.publisher
             if (options.no_local and publisher is not None
@@ -170,7 +176,10 @@ class MqttSession:
                 publication, topic, qos, retain,
                 {} if identifiers is None else {"subscription_identifier": list(identifiers)})
         if qos:
-            self._enqueue(message)
+            if type(subscription) is SharedGroup:
+                self._enqueue(message, subscription, publication)
+            else:
+                self._enqueue(message)
             return
         connection = self.connection
         if connection is None:
@@ -209,14 +218,46 @@ class MqttSession:
             return None
         return qos, retain, tuple(sorted(identifiers)) or None
 
-    def _enqueue(self, message: StoredMessage) -> None:
+    def ready(self) -> bool:
+        """Connected, not over the flow bound, nothing waiting and room in the client's
+        receive window: a shared group's preferred kind of member."""
+        connection = self.connection
+        return (connection is not None and not connection.flow.over and not self._queued
+                and len(self._by_packet_id) < connection.send_quota)
+
+    def hand_over(self, group: SharedGroup | None, leaving: bool) -> None:
+        """Give messages that came through shared groups to other members of their group.
+
+        On an UNSUBSCRIBE (``group``, not ``leaving``) only what was not sent yet moves:
+        the client still completes what it has (MQTT 3.10.4). When the session ends
+        (``leaving``, every group) unacknowledged QoS 1 moves too (it may then arrive
+        twice, as QoS 1 allows); a QoS 2 message already sent never moves (MQTT-4.8.2-5).
+        What no other member takes stays here (and goes with the session when it ends)."""
+        broker = self.frontend.realm.broker
+        moved = set()
+        for entry in list(self.outbound.values()):
+            if entry.group is None or (group is not None and entry.group is not group):
+                continue
+            if entry.state != QUEUED and not (leaving and entry.message.qos == 1):
+                continue
+            if broker.hand_over(entry.group, entry.publication, self.info.session_id):
+                if self._by_packet_id.get(entry.packet_id) is entry:
+                    del self._by_packet_id[entry.packet_id]
+                moved.add(entry.seq)
+                self._drop(entry)
+        if moved:
+            self._queued = deque(seq for seq in self._queued if seq not in moved)
+            self.pump()
+
+    def _enqueue(self, message: StoredMessage, group: SharedGroup | None = None,
+                 publication: Publication | None = None) -> None:
         if len(self.outbound) >= self.frontend.settings.max_queued:
             self._count(QUEUE_FULL, message)
             connection = self.connection
             if connection is not None and connection.flow.paused:
                 connection.flow.overflow()
             return
-        entry = Outbound(next(self._seq), None, QUEUED, message)
+        entry = Outbound(next(self._seq), None, QUEUED, message, 0.0, group, publication)
         self.outbound[entry.seq] = entry
         self._queued.append(entry.seq)
         if self.persistent:

@@ -39,6 +39,7 @@ from router.core.options import (parse_call_options, parse_publish_options,
 from router.core.qos import ENFORCE_MINIMUM, delivered_qos
 from router.core.realm import Realm
 from router.core.router import Router
+from router.core.shared import SharedGroup
 from router.core.topic import from_uri
 from router.core.uri import EXACT
 from router.wamp.codec import InvalidUriRequest, WireMessage, decode
@@ -396,6 +397,11 @@ class WampSession:
             event = cache[subscription.id] = _event(subscription, publication)
         self._send(event)
 
+    def ready(self) -> bool:
+        """Joined, not over the flow bound and room for unacknowledged events."""
+        return (self._state == ESTABLISHED and not self._flow.over
+                and len(self._unacked) < self._settings.max_unacked)
+
     def _send_acknowledged(self, subscription: Subscription, publication: Publication,
                            retained: bool) -> None:
         """At-least-once: the event is sent again until the client answers EVENT_RECEIVED."""
@@ -425,6 +431,8 @@ class WampSession:
             if self._redelivery is None or not self._redelivery.active():
                 self._redelivery = self._router.scheduler.callLater(
                     self._settings.ack_timeout, self._redeliver)
+        if type(subscription) is SharedGroup:
+            pending.group = subscription
         pending.events.append(event)
 
     def _count(self, reason: str, publication: Publication) -> None:
@@ -609,13 +617,17 @@ class WampSession:
             pass
 
     def _leave_realm(self) -> None:
+        """Leave the realm; events of shared groups not acknowledged go to other members."""
         if self._redelivery is not None and self._redelivery.active():
             self._redelivery.cancel()
+        shared = [pending for pending in self._unacked.values() if pending.group is not None]
         self._unacked.clear()
         self._unwritten.clear()
         realm, self._realm = self._realm, None
         if realm is not None:
             realm.detach(self)
+            for pending in shared:
+                realm.broker.hand_over(pending.group, pending.publication, self.info.session_id)
             self._router.forget(self)
 
     def _close_transport(self) -> None:
@@ -647,6 +659,8 @@ class _Unacked:
     sent_at: float
     attempts: int = 0
     events: list[WireMessage] = field(default_factory=list)
+    group: SharedGroup | None = None
+    """Came through this shared group: another member takes it if this session leaves."""
 
 
 def _event(subscription: Subscription, publication: Publication, retained: bool = False,
