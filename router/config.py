@@ -21,10 +21,8 @@ from router.core.qos import POLICIES, QOS_LEVELS
 from router.core.retention import RetentionPolicy
 from router.eventlog.realm_log import RealmLogSettings
 from router.eventlog.schema import KINDS
-from router.amqp.settings import AmqpSettings
 from router.flow import FlowLimits
-from router.mqtt.frontend import MqttSettings
-from router.wamp.settings import WampSettings
+from router.settings import AmqpSettings, MqttSettings, WampSettings
 from router.core.uri import MATCH_POLICIES, is_valid_uri
 from router.verifier import MAX_PENDING
 from router.limits import LimitSettings

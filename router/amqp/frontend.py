@@ -17,7 +17,6 @@ from router.amqp.connection import (INVALID_FIELD, AmqpConnection, AttachRefused
 from router.amqp.addresses import InvalidAddress, address_to_pattern
 from router.amqp.persistence import AmqpStore, StoredDurable
 from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
-from router.amqp.settings import AmqpSettings
 from router.amqp.subscriber import AmqpSubscriber
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
@@ -26,6 +25,7 @@ from router.core.options import PublishOptions, SubscribeOptions
 from router.core.payload import from_bytes
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
+from router.settings import AmqpSettings
 
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from router.core import errors
@@ -20,13 +19,13 @@ from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.payload import from_bytes
-from router.core.qos import ENFORCE_MINIMUM
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will
 from router.mqtt.persistence import MqttSessionStore, StoredSession
 from router.mqtt.session import MqttSession, MqttSubscription, Outbound
 from router.mqtt.topics import UnmappableTopic, filter_to_pattern, topic_to_uri
+from router.settings import MqttSettings
 
 if TYPE_CHECKING:
     from router.mqtt.connection import MqttConnection
@@ -37,25 +36,6 @@ NEVER_EXPIRES = 0xFFFFFFFF
 
 Identity = tuple[str | None, str, str]
 """(authid, or None for anonymous; authrole; authmethod) of an authenticated CONNECT."""
-
-
-@dataclass(frozen=True)
-class MqttSettings:
-    """Per-realm MQTT settings (the ``mqtt`` block of a realm file)."""
-
-    payload_mapping: str = "json"
-    qos_policy: str = ENFORCE_MINIMUM
-    max_qos: int = 2
-    max_packet_size: int = 1024 * 1024
-    max_queued: int = 10_000
-    max_session_expiry: int = 86_400
-    """Seconds a persistent session outlives its connection at most, whatever the client
-    asks (MQTT 3.1.1 clean session 0, MQTT 5 session expiry 0xFFFFFFFF = never included)."""
-    max_keepalive: int = 65_535
-    """Seconds of keep alive at most (0: no maximum); see ``MqttConnection``."""
-    topic_alias_maximum: int = 16
-    """Topic aliases per connection, inbound (announced in CONNACK) and outbound (at most
-    the client's own maximum)."""
 
 
 class MqttFrontend:

@@ -42,7 +42,7 @@ from router.core.router import Router
 from router.core.uri import EXACT
 from router.wamp.codec import InvalidUriRequest, WireMessage, decode
 from router.wamp.features import ROUTER_ROLES
-from router.wamp.settings import WampSettings
+from router.settings import WampSettings
 
 log = logging.getLogger(__name__)
 
