@@ -49,12 +49,16 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
-from proton import (Collector, Condition, Connection, Data, Delivery, Described, Endpoint,
+from proton import (Collector, Condition, Connection, Data, Delivery, Endpoint,
                     Event, Link, Message, Terminus, Transport, symbol)
 
 from router.amqp.addresses import InvalidAddress, address_to_topic
+from router.amqp.conditions import (INTERNAL_ERROR, INVALID_FIELD, LINK_STOLEN,
+                                    RESOURCE_LIMIT_EXCEEDED, AttachRefused, refusal_condition,
+                                    router_error_condition)
 from router.amqp.sasl import Identity, SaslServer
 from router.amqp.subscriber import AmqpSubscriber
+from router.amqp.values import plain
 from router.core import errors
 from router.core.errors import RouterError
 from router.core.incidents import DISCONNECTED
@@ -69,35 +73,6 @@ log = logging.getLogger(__name__)
 
 IDLE_TIMEOUT = 60.0
 MAX_FRAME_SIZE = 64 * 1024
-
-UNAUTHORIZED = "amqp:unauthorized-access"
-INVALID_FIELD = "amqp:invalid-field"
-NOT_FOUND = "amqp:not-found"
-NOT_IMPLEMENTED = "amqp:not-implemented"
-INTERNAL_ERROR = "amqp:internal-error"
-LINK_STOLEN = "amqp:link:stolen"
-RESOURCE_LIMIT_EXCEEDED = "amqp:resource-limit-exceeded"
-
-
-class AttachRefused(Exception):
-    def __init__(self, condition: str, description: str) -> None:
-        super().__init__(description)
-        self.condition = condition
-        self.description = description
-
-
-def router_error_condition(exc: RouterError) -> str:
-    return UNAUTHORIZED if exc.uri == errors.NOT_AUTHORIZED else INVALID_FIELD
-
-
-def refusal_condition(exc: Exception) -> Condition:
-    """The rejected outcome's error for an inbound message the router refused."""
-    if isinstance(exc, AttachRefused):
-        return Condition(exc.condition, exc.description)
-    if isinstance(exc, RouterError):
-        return Condition(router_error_condition(exc), exc.message or exc.uri)
-    return Condition(INVALID_FIELD, str(exc))
-
 
 def terminus_capabilities(terminus) -> list[str]:
     data = terminus.capabilities
@@ -121,30 +96,6 @@ def set_capabilities(terminus, names: list[str]) -> None:
         for name in names:
             data.put_symbol(name)
         data.exit()
-
-
-def plain(value):
-    """An AMQP-decoded value as plain Python (JSON-friendly where it can be)."""
-    if isinstance(value, dict):
-        return {str(key) if isinstance(key, str) else key: plain(item)
-                for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(item) for item in value]
-    if hasattr(value, "elements"):  # proton Array
-        return [plain(item) for item in value.elements]
-    if isinstance(value, Described):
-        return plain(value.value)
-    if isinstance(value, memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    return value
 
 
 class _Publisher:

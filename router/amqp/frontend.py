@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from router.amqp.connection import (INVALID_FIELD, AmqpConnection, AttachRefused,
-                                    plain, router_error_condition)
+from router.amqp.connection import AmqpConnection
 from router.amqp.addresses import InvalidAddress, address_to_pattern
+from router.amqp.conditions import INVALID_FIELD, AttachRefused, router_error_condition
 from router.amqp.persistence import AmqpStore, StoredDurable
 from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
 from router.amqp.subscriber import AmqpSubscriber
+from router.amqp.values import plain
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
 from router.core.model import SessionInfo
