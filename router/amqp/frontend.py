@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from router.amqp.connection import AmqpConnection
 from router.amqp.addresses import InvalidAddress, address_to_pattern
 from router.amqp.conditions import INVALID_FIELD, AttachRefused, router_error_condition
+from router.amqp.outlet import Outlet
 from router.amqp.persistence import AmqpStore, StoredDurable
 from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
 from router.amqp.subscriber import AmqpSubscriber
@@ -118,19 +118,19 @@ class AmqpFrontend:
 
     # connections -------------------------------------------------------------------------
 
-    def connected(self, connection: AmqpConnection) -> None:
+    def connected(self, connection: Outlet) -> None:
         self.router.connections.add(connection)
         self.router.track(connection)
         self.realm.attach(connection)
 
-    def disconnected(self, connection: AmqpConnection) -> None:
+    def disconnected(self, connection: Outlet) -> None:
         self.router.connections.discard(connection)
         self.realm.detach(connection)
         self.router.forget(connection)
 
     # subscriptions -----------------------------------------------------------------------
 
-    def subscribe(self, connection: AmqpConnection, link, address: str | None, qos: int,
+    def subscribe(self, connection: Outlet, link, address: str | None, qos: int,
                   policy: str, durable: bool) -> AmqpSubscriber:
         try:
             uri, match = address_to_pattern(address, self.realm.uri_check)

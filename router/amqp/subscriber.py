@@ -33,20 +33,16 @@ import itertools
 import logging
 import time
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING
 
 from proton import Delivery, Message, symbol
 
+from router.amqp.outlet import Outlet, SubscriberOwner
 from router.amqp.persistence import Outgoing
 from router.core.broker import Subscription
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
-
-if TYPE_CHECKING:
-    from router.amqp.connection import AmqpConnection
-    from router.amqp.frontend import AmqpFrontend
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +72,7 @@ up while they are encoded (measured: 70 ms per such pump under load)."""
 class AmqpSubscriber:
     """Implements the core's Peer for one (possibly durable) receiver link."""
 
-    def __init__(self, frontend: "AmqpFrontend", info: SessionInfo, address: str,
+    def __init__(self, frontend: SubscriberOwner, info: SessionInfo, address: str,
                  qos: int, policy: str, key: tuple[str, str] | None = None) -> None:
         self.frontend = frontend
         self.info = info
@@ -86,7 +82,7 @@ class AmqpSubscriber:
         self.key = key
         self.core: Subscription | None = None
         self.link = None
-        self.connection: AmqpConnection | None = None
+        self.connection: Outlet | None = None
         self.queue: deque[Outgoing] = deque()
         self.in_flight: OrderedDict[str, Outgoing] = OrderedDict()
         self._seq = itertools.count(1)
@@ -135,7 +131,7 @@ class AmqpSubscriber:
 
     # the link ------------------------------------------------------------------------
 
-    def attach(self, link, connection: "AmqpConnection") -> None:
+    def attach(self, link, connection: Outlet) -> None:
         self.link = link
         self.connection = connection
         self.cancel_expiry()

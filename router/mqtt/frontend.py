@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from router.core import errors
 from router.core.credentials import Principal
@@ -21,14 +21,12 @@ from router.core.options import PublishOptions, SubscribeOptions
 from router.core.payload import from_bytes
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
+from router.mqtt.outlet import Outlet
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will
 from router.mqtt.persistence import MqttSessionStore, StoredSession
 from router.mqtt.session import MqttSession, MqttSubscription, Outbound
 from router.mqtt.topics import UnmappableTopic, filter_to_pattern, topic_to_uri
 from router.settings import MqttSettings
-
-if TYPE_CHECKING:
-    from router.mqtt.connection import MqttConnection
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +63,7 @@ class MqttFrontend:
 
     # connect / disconnect ---------------------------------------------------------------
 
-    def authenticate(self, connection: "MqttConnection", packet: Connect,
+    def authenticate(self, connection: Outlet, packet: Connect,
                      answer: Callable[[int | Identity], None]) -> None:
         """``answer`` a CONNACK failure reason or (authid or None for anonymous, authrole,
         method): at once, or on the reactor once the password is checked in a thread."""
@@ -94,7 +92,7 @@ class MqttFrontend:
                                            self.realm.name, "mqtt", connection.peer):
             answer(ReasonCode.SERVER_BUSY)
 
-    def _without_password(self, connection: "MqttConnection") -> int | Identity:
+    def _without_password(self, connection: Outlet) -> int | Identity:
         """TLS client certificate or anonymous: decided at once."""
         client_cn = getattr(connection, "client_cn", lambda: None)()
         if client_cn is not None:
@@ -107,7 +105,7 @@ class MqttFrontend:
             return self._refused(connection, None, "anonymous", "anonymous access is off")
         return None, self.realm.anonymous_role, "anonymous"
 
-    def connect(self, connection: "MqttConnection", packet: Connect,
+    def connect(self, connection: Outlet, packet: Connect,
                 identity: Identity) -> tuple[MqttSession, bool, str | None]:
         """(session, session present, assigned client id) of an authenticated CONNECT."""
         client_id, assigned = packet.client_id, None
@@ -141,7 +139,7 @@ class MqttFrontend:
             self._save(session, None)
         return session, session_present, assigned
 
-    def _refused(self, connection: "MqttConnection", authid: str | None, method: str,
+    def _refused(self, connection: Outlet, authid: str | None, method: str,
                  reason: str, code: int = ReasonCode.NOT_AUTHORIZED) -> int:
         """Log and count a failed login; hold the CONNACK back by the guard's delay."""
         delay = self.router.login_guard.failed("MQTT", connection.peer, authid, method, reason)
@@ -150,7 +148,7 @@ class MqttFrontend:
             held.hold = delay
         return code
 
-    def _requested_expiry(self, connection: "MqttConnection", packet: Connect) -> float:
+    def _requested_expiry(self, connection: Outlet, packet: Connect) -> float:
         """Seconds the session outlives its connection (0 = not at all), capped."""
         if connection.version == 5:
             return self.capped_expiry(packet.properties.get("session_expiry_interval", 0))
@@ -191,7 +189,7 @@ class MqttFrontend:
         if session.persistent or seconds == 0:
             self._set_persistence(session, self.capped_expiry(seconds))
 
-    def disconnected(self, connection: "MqttConnection", session: MqttSession,
+    def disconnected(self, connection: Outlet, session: MqttSession,
                      will: Will | None) -> None:
         self.router.connections.discard(connection)
         if session.connection is not connection:
