@@ -434,13 +434,25 @@ def _expiry_cap(reader: _Reader, key: str, default: int) -> int:
 
 
 def _amqp(reader: _Reader, mqtt: MqttSettings) -> AmqpSettings:
-    reader.reject_unknown({"inbound_window", "max_link_expiry"})
+    reader.reject_unknown({"payload_mapping", "qos_policy", "max_queued", "inbound_window",
+                           "max_link_expiry"})
     defaults = AmqpSettings()
-    return AmqpSettings(payload_mapping=mqtt.payload_mapping,
+    return AmqpSettings(payload_mapping=_one_of(reader, "payload_mapping", MAPPINGS,
+                                                mqtt.payload_mapping),
+                        qos_policy=_one_of(reader, "qos_policy", POLICIES, defaults.qos_policy),
+                        max_queued=_positive(reader, "max_queued", int, defaults.max_queued),
                         inbound_window=_positive(reader, "inbound_window", int,
                                                  defaults.inbound_window),
                         max_link_expiry=_expiry_cap(reader, "max_link_expiry",
                                                     defaults.max_link_expiry))
+
+
+def _one_of(reader: _Reader, key: str, allowed: tuple[str, ...], default: str) -> str:
+    """A string that must be one of ``allowed`` (a policy, a mapping)."""
+    value = reader.get(key, str, default)
+    if value not in allowed:
+        raise reader.fail(key, f"must be one of {', '.join(allowed)}, got '{value}'")
+    return value
 
 
 def _wamp(reader: _Reader) -> WampSettings:

@@ -45,10 +45,15 @@ class MqttSettings:
 
 @dataclass(frozen=True)
 class AmqpSettings:
+    """Per-realm AMQP settings (the ``amqp`` block of a realm file)."""
+
     payload_mapping: str = "json"
-    """Shared with MQTT: the realm's ``mqtt.payload_mapping``."""
+    """By default the realm's ``mqtt.payload_mapping``: MQTT and AMQP bytes map alike."""
     qos_policy: str = ENFORCE_MINIMUM
+    """Default receiver policy; a receiver link may ask for another (``qos-policy``)."""
     max_queued: int = 10_000
+    """Messages waiting to be sent on one receiver link (for credit, or while its connection
+    is paused); more are dropped (counted as ``queue_full``)."""
     max_message_size: int = 1024 * 1024
     inbound_window: int = 100
     """Unsettled deliveries a client's sender link may have: credit is given back only as
