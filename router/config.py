@@ -21,10 +21,8 @@ from router.core.qos import POLICIES, QOS_LEVELS
 from router.core.retention import RetentionPolicy
 from router.eventlog.realm_log import RealmLogSettings
 from router.eventlog.schema import KINDS
-from router.amqp.settings import AmqpSettings
 from router.flow import FlowLimits
-from router.mqtt.frontend import MqttSettings
-from router.wamp.settings import WampSettings
+from router.settings import AmqpSettings, MqttSettings, WampSettings
 from router.core.topic import Topic, from_uri
 from router.core.uri import MATCH_POLICIES, is_valid_uri
 from router.verifier import MAX_PENDING
@@ -439,13 +437,25 @@ def _expiry_cap(reader: _Reader, key: str, default: int) -> int:
 
 
 def _amqp(reader: _Reader, mqtt: MqttSettings) -> AmqpSettings:
-    reader.reject_unknown({"inbound_window", "max_link_expiry"})
+    reader.reject_unknown({"payload_mapping", "qos_policy", "max_queued", "inbound_window",
+                           "max_link_expiry"})
     defaults = AmqpSettings()
-    return AmqpSettings(payload_mapping=mqtt.payload_mapping,
+    return AmqpSettings(payload_mapping=_one_of(reader, "payload_mapping", MAPPINGS,
+                                                mqtt.payload_mapping),
+                        qos_policy=_one_of(reader, "qos_policy", POLICIES, defaults.qos_policy),
+                        max_queued=_positive(reader, "max_queued", int, defaults.max_queued),
                         inbound_window=_positive(reader, "inbound_window", int,
                                                  defaults.inbound_window),
                         max_link_expiry=_expiry_cap(reader, "max_link_expiry",
                                                     defaults.max_link_expiry))
+
+
+def _one_of(reader: _Reader, key: str, allowed: tuple[str, ...], default: str) -> str:
+    """A string that must be one of ``allowed`` (a policy, a mapping)."""
+    value = reader.get(key, str, default)
+    if value not in allowed:
+        raise reader.fail(key, f"must be one of {', '.join(allowed)}, got '{value}'")
+    return value
 
 
 def _wamp(reader: _Reader) -> WampSettings:

@@ -55,9 +55,11 @@ from proton import (Collector, Condition, Connection, Data, Delivery, Endpoint, 
 
 from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_topic
 from router.amqp.body import Inbound, UnsupportedBody, plain
+from router.amqp.conditions import (INTERNAL_ERROR, INVALID_FIELD, LINK_STOLEN,
+                                    RESOURCE_LIMIT_EXCEEDED, SHARED_GROUP, AttachRefused,
+                                    refusal_condition, router_error_condition)
 from router.amqp.sasl import Identity, SaslServer
 from router.amqp.subscriber import AmqpSubscriber
-from router.core import errors
 from router.core.errors import RouterError
 from router.core.incidents import DISCONNECTED, UNSUPPORTED
 from router.core.model import SessionInfo
@@ -72,39 +74,6 @@ log = logging.getLogger(__name__)
 
 IDLE_TIMEOUT = 60.0
 MAX_FRAME_SIZE = 64 * 1024
-
-UNAUTHORIZED = "amqp:unauthorized-access"
-INVALID_FIELD = "amqp:invalid-field"
-NOT_FOUND = "amqp:not-found"
-NOT_IMPLEMENTED = "amqp:not-implemented"
-SHARED_GROUP = "x-shared-group"
-"""Receiver link property: join this shared group (each message to one member)."""
-INTERNAL_ERROR = "amqp:internal-error"
-LINK_STOLEN = "amqp:link:stolen"
-RESOURCE_LIMIT_EXCEEDED = "amqp:resource-limit-exceeded"
-
-
-class AttachRefused(Exception):
-    def __init__(self, condition: str, description: str) -> None:
-        super().__init__(description)
-        self.condition = condition
-        self.description = description
-
-
-def router_error_condition(exc: RouterError) -> str:
-    return UNAUTHORIZED if exc.uri == errors.NOT_AUTHORIZED else INVALID_FIELD
-
-
-def refusal_condition(exc: Exception) -> Condition:
-    """The rejected outcome's error for an inbound message the router refused."""
-    if isinstance(exc, UnsupportedBody):
-        return Condition(NOT_IMPLEMENTED, str(exc))
-    if isinstance(exc, AttachRefused):
-        return Condition(exc.condition, exc.description)
-    if isinstance(exc, RouterError):
-        return Condition(router_error_condition(exc), exc.message or exc.uri)
-    return Condition(INVALID_FIELD, str(exc))
-
 
 def terminus_capabilities(terminus) -> list[str]:
     data = terminus.capabilities

@@ -12,13 +12,12 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from router.amqp.body import Inbound
-from router.amqp.connection import (INVALID_FIELD, AmqpConnection, AttachRefused,
-                                    router_error_condition)
 from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_pattern
+from router.amqp.body import Inbound
+from router.amqp.conditions import INVALID_FIELD, AttachRefused, router_error_condition
+from router.amqp.outlet import Outlet
 from router.amqp.persistence import AmqpStore, StoredDurable
 from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
-from router.amqp.settings import AmqpSettings
 from router.amqp.subscriber import AmqpSubscriber
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
@@ -26,6 +25,7 @@ from router.core.model import SessionInfo
 from router.core.options import PublishOptions
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
+from router.settings import AmqpSettings
 
 
 log = logging.getLogger(__name__)
@@ -117,19 +117,19 @@ class AmqpFrontend:
 
     # connections -------------------------------------------------------------------------
 
-    def connected(self, connection: AmqpConnection) -> None:
+    def connected(self, connection: Outlet) -> None:
         self.router.connections.add(connection)
         self.router.track(connection)
         self.realm.attach(connection)
 
-    def disconnected(self, connection: AmqpConnection) -> None:
+    def disconnected(self, connection: Outlet) -> None:
         self.router.connections.discard(connection)
         self.realm.detach(connection)
         self.router.forget(connection)
 
     # subscriptions -----------------------------------------------------------------------
 
-    def subscribe(self, connection: AmqpConnection, link, address: str | None, qos: int,
+    def subscribe(self, connection: Outlet, link, address: str | None, qos: int,
                   policy: str, durable: bool, group: str | None = None) -> AmqpSubscriber:
         """The subscriber behind a receiver link (``group``: a member of that shared group)."""
         try:

@@ -33,12 +33,12 @@ import itertools
 import logging
 import time
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING
 
 from proton import Delivery
 
 from router.amqp.addresses import AddressTopic, address_levels, outgoing_address
 from router.amqp.body import bare_message, delivery_prefix
+from router.amqp.outlet import Outlet, SubscriberOwner
 from router.amqp.persistence import Outgoing
 from router.core.broker import Subscription
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
@@ -46,10 +46,6 @@ from router.core.model import Publication, SessionInfo
 from router.core.options import SubscribeOptions
 from router.core.qos import delivered_qos
 from router.core.shared import SharedGroup
-
-if TYPE_CHECKING:
-    from router.amqp.connection import AmqpConnection
-    from router.amqp.frontend import AmqpFrontend
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +58,7 @@ up while they are encoded (measured: 70 ms per such pump under load)."""
 class AmqpSubscriber:
     """Implements the core's Peer for one (possibly durable) receiver link."""
 
-    def __init__(self, frontend: "AmqpFrontend", info: SessionInfo, address: str,
+    def __init__(self, frontend: SubscriberOwner, info: SessionInfo, address: str,
                  qos: int, policy: str, key: tuple[str, str] | None = None,
                  group: str | None = None) -> None:
         self.frontend = frontend
@@ -77,7 +73,7 @@ class AmqpSubscriber:
         self.mqtt_form = False
         """Subscribed with an MQTT-style address: ``to`` is the MQTT name, not the URI."""
         self.link = None
-        self.connection: AmqpConnection | None = None
+        self.connection: Outlet | None = None
         self.queue: deque[Outgoing] = deque()
         self.in_flight: OrderedDict[str, Outgoing] = OrderedDict()
         self._seq = itertools.count(1)
@@ -163,7 +159,7 @@ class AmqpSubscriber:
 
     # the link ------------------------------------------------------------------------
 
-    def attach(self, link, connection: "AmqpConnection") -> None:
+    def attach(self, link, connection: Outlet) -> None:
         self.link = link
         self.connection = connection
         self.cancel_expiry()

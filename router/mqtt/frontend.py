@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from router.core import errors
 from router.core.broker import Subscription
@@ -21,17 +20,15 @@ from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.payload import from_bytes
-from router.core.qos import ENFORCE_MINIMUM
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
 from router.core.shared import SharedGroup
 from router.core.topic import InvalidSharedFilter, from_mqtt, mqtt_pattern, split_shared
+from router.mqtt.outlet import Outlet
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will
 from router.mqtt.persistence import MqttSessionStore, StoredSession
 from router.mqtt.session import MqttSession, MqttSubscription, Outbound
-
-if TYPE_CHECKING:
-    from router.mqtt.connection import MqttConnection
+from router.settings import MqttSettings
 
 log = logging.getLogger(__name__)
 
@@ -39,25 +36,6 @@ NEVER_EXPIRES = 0xFFFFFFFF
 
 Identity = tuple[str | None, str, str]
 """(authid, or None for anonymous; authrole; authmethod) of an authenticated CONNECT."""
-
-
-@dataclass(frozen=True)
-class MqttSettings:
-    """Per-realm MQTT settings (the ``mqtt`` block of a realm file)."""
-
-    payload_mapping: str = "json"
-    qos_policy: str = ENFORCE_MINIMUM
-    max_qos: int = 2
-    max_packet_size: int = 1024 * 1024
-    max_queued: int = 10_000
-    max_session_expiry: int = 86_400
-    """Seconds a persistent session outlives its connection at most, whatever the client
-    asks (MQTT 3.1.1 clean session 0, MQTT 5 session expiry 0xFFFFFFFF = never included)."""
-    max_keepalive: int = 65_535
-    """Seconds of keep alive at most (0: no maximum); see ``MqttConnection``."""
-    topic_alias_maximum: int = 16
-    """Topic aliases per connection, inbound (announced in CONNACK) and outbound (at most
-    the client's own maximum)."""
 
 
 class MqttFrontend:
@@ -87,7 +65,7 @@ class MqttFrontend:
 
     # connect / disconnect ---------------------------------------------------------------
 
-    def authenticate(self, connection: "MqttConnection", packet: Connect,
+    def authenticate(self, connection: Outlet, packet: Connect,
                      answer: Callable[[int | Identity], None]) -> None:
         """``answer`` a CONNACK failure reason or (authid or None for anonymous, authrole,
         method): at once, or on the reactor once the password is checked in a thread."""
@@ -116,7 +94,7 @@ class MqttFrontend:
                                            self.realm.name, "mqtt", connection.peer):
             answer(ReasonCode.SERVER_BUSY)
 
-    def _without_password(self, connection: "MqttConnection") -> int | Identity:
+    def _without_password(self, connection: Outlet) -> int | Identity:
         """TLS client certificate or anonymous: decided at once."""
         client_cn = getattr(connection, "client_cn", lambda: None)()
         if client_cn is not None:
@@ -129,7 +107,7 @@ class MqttFrontend:
             return self._refused(connection, None, "anonymous", "anonymous access is off")
         return None, self.realm.anonymous_role, "anonymous"
 
-    def connect(self, connection: "MqttConnection", packet: Connect,
+    def connect(self, connection: Outlet, packet: Connect,
                 identity: Identity) -> tuple[MqttSession, bool, str | None]:
         """(session, session present, assigned client id) of an authenticated CONNECT."""
         client_id, assigned = packet.client_id, None
@@ -163,7 +141,7 @@ class MqttFrontend:
             self._save(session, None)
         return session, session_present, assigned
 
-    def _refused(self, connection: "MqttConnection", authid: str | None, method: str,
+    def _refused(self, connection: Outlet, authid: str | None, method: str,
                  reason: str, code: int = ReasonCode.NOT_AUTHORIZED) -> int:
         """Log and count a failed login; hold the CONNACK back by the guard's delay."""
         delay = self.router.login_guard.failed("MQTT", connection.peer, authid, method, reason)
@@ -172,7 +150,7 @@ class MqttFrontend:
             held.hold = delay
         return code
 
-    def _requested_expiry(self, connection: "MqttConnection", packet: Connect) -> float:
+    def _requested_expiry(self, connection: Outlet, packet: Connect) -> float:
         """Seconds the session outlives its connection (0 = not at all), capped."""
         if connection.version == 5:
             return self.capped_expiry(packet.properties.get("session_expiry_interval", 0))
@@ -213,7 +191,7 @@ class MqttFrontend:
         if session.persistent or seconds == 0:
             self._set_persistence(session, self.capped_expiry(seconds))
 
-    def disconnected(self, connection: "MqttConnection", session: MqttSession,
+    def disconnected(self, connection: Outlet, session: MqttSession,
                      will: Will | None) -> None:
         self.router.connections.discard(connection)
         if session.connection is not connection:

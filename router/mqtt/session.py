@@ -15,7 +15,6 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from router.core.broker import Subscription
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
@@ -24,12 +23,9 @@ from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
 from router.core.shared import SharedGroup
 from router.core.uri import EXACT
+from router.mqtt.outlet import Outlet, SessionOwner
 from router.mqtt.packets import SubscriptionOptions
 from router.mqtt.persistence import StoredMessage, StoredOutbound
-
-if TYPE_CHECKING:
-    from router.mqtt.connection import MqttConnection
-    from router.mqtt.frontend import MqttFrontend
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +77,14 @@ class Outbound:
 class MqttSession:
     """Implements the core's Peer for an MQTT client id."""
 
-    def __init__(self, frontend: "MqttFrontend", client_id: str, info: SessionInfo,
+    def __init__(self, frontend: SessionOwner, client_id: str, info: SessionInfo,
                  persistent: bool, expiry: float) -> None:
         self.frontend = frontend
         self.client_id = client_id
         self.info = info
         self.persistent = persistent
         self.expiry = expiry
-        self.connection: MqttConnection | None = None
+        self.connection: Outlet | None = None
         self.subscriptions: dict[str, MqttSubscription] = {}
         self._by_core_id: dict[int, MqttSubscription] = {}
         self._may_overlap = False

@@ -44,7 +44,7 @@ from router.core.topic import from_uri
 from router.core.uri import EXACT
 from router.wamp.codec import InvalidUriRequest, WireMessage, decode
 from router.wamp.features import ROUTER_ROLES
-from router.wamp.settings import WampSettings
+from router.settings import WampSettings
 
 log = logging.getLogger(__name__)
 
