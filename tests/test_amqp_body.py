@@ -15,7 +15,7 @@ from proton import (Delivery, Described, Message, char, decimal64, float32, int3
                     timestamp, ubyte, ulong)
 
 from tests.amqp_clients import (Receive, Send, amqp_listeners, annotation, connect, received,
-                                send, settle)
+                                materialized, send, settle)
 from tests.clients import connect as wamp_connect
 from tests.clients import next_item, run
 from tests.harness import RouterProcess
@@ -80,17 +80,6 @@ def full_message(body, inferred: bool, **annotations) -> Message:
     if annotations:
         msg.annotations = {symbol(key): value for key, value in annotations.items()}
     return msg
-
-
-def materialized(value):
-    """A decoded value with proton's memoryviews (binary) as bytes."""
-    if isinstance(value, memoryview):
-        return bytes(value)
-    if isinstance(value, list):
-        return [materialized(item) for item in value]
-    if isinstance(value, dict):
-        return {key: materialized(item) for key, item in value.items()}
-    return value
 
 
 def assert_same_message(got: Message, sent: Message, address_: str) -> None:

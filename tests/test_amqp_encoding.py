@@ -9,6 +9,7 @@ from proton import Data, Message, symbol, timestamp, uint
 
 from router.amqp.encoding import encode, list_fields, sections
 from router.amqp.persistence import Outgoing
+from tests.amqp_clients import materialized
 
 SCALARS = (st.none() | st.booleans() | st.integers(-2 ** 63, 2 ** 63 - 1)
            | st.floats(allow_nan=False) | st.text() | st.binary(max_size=300))
@@ -25,16 +26,6 @@ def proton_decode(encoded: bytes):
     data.rewind()
     data.next()
     return materialized(data.get_object())  # binary views die with the Data
-
-
-def materialized(value):
-    if isinstance(value, memoryview):
-        return bytes(value)
-    if isinstance(value, list):
-        return [materialized(item) for item in value]
-    if isinstance(value, dict):
-        return {key: materialized(item) for key, item in value.items()}
-    return value
 
 
 @settings(max_examples=60)

@@ -83,13 +83,6 @@ def aux(tmp_path_factory):
 
 
 @pytest.fixture
-def clients(router):
-    pool = ClientPool(router)
-    yield pool
-    pool.close()
-
-
-@pytest.fixture
 def raw(router):
     opened: list[RawMqtt] = []
 

@@ -33,13 +33,6 @@ def router(tmp_path_factory):
     process.stop()
 
 
-@pytest.fixture
-def clients(router):
-    pool = ClientPool(router)
-    yield pool
-    pool.close()
-
-
 class SharedReceive(Receive):
     """A receiver link that joins a shared group with the ``x-shared-group`` property."""
 
