@@ -17,7 +17,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -319,6 +319,10 @@ class WampSession:
         options = parse_publish_options(raw[2])
         if msg.payload is not None:
             raise ProtocolViolation("payload passthru mode is not supported by this router")
+        if options.retain and not msg.args and not msg.kwargs:
+            # an empty retained event would reach MQTT subscribers as a zero-byte retained
+            # message, which MQTT forbids (MQTT-3.3.1-10/11): empty + retain clears, as there
+            options = replace(options, retain=False, retain_clear=True)
         request = msg.request
         if not self._flow.publisher:
             self._flow.became_publisher()
