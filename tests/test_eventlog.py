@@ -170,6 +170,7 @@ def test_router_logs_what_clients_did(tmp_path):
     assert [r["publication"] for r in records if r["kind"] == "retained_set"] == [kept["publication"]]
     subscribes = [r for r in records if r["kind"] == "subscribe"]
     assert len(subscribes) == 3 and all(r["get_retained"] and r["match"] == "exact"
+                                        and r["pattern"] == r["topic"] == "com.log.fanout"
                                         for r in subscribes)
     joins = [r for r in records if r["kind"] == "session_join"]
     leaves = [r for r in records if r["kind"] == "session_leave"]
