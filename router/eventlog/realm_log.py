@@ -6,6 +6,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 
 from router.core.broker import Subscription
 from router.core.model import ELIGIBILITY_KEYS, Publication, SessionInfo
@@ -29,8 +30,11 @@ class RealmLogSettings:
 class RealmEventLog:
     """Implements :class:`router.core.activity.ActivityLog` for one realm."""
 
-    def __init__(self, realm: str, writer: EventLogWriter, settings: RealmLogSettings) -> None:
+    def __init__(self, realm: str, writer: EventLogWriter, settings: RealmLogSettings,
+                 clock: Callable[[], float] = time.time) -> None:
         self._realm = realm
+        self._clock = clock
+        """Stamps records other than publishes (a bench replays simulated time with it)."""
         self._writer = writer
         self._kinds = settings.kinds
         self._payloads = settings.payloads
@@ -63,7 +67,7 @@ class RealmEventLog:
         kind = f"retained_{action}"
         if kind not in self._kinds:
             return
-        record = {"ts": time.time(), "kind": kind, **_topic(topic)}
+        record = {"ts": self._clock(), "kind": kind, **_topic(topic)}
         if publication is not None:
             record["publication"] = publication.publication_id
         self._append(record)
@@ -95,7 +99,7 @@ class RealmEventLog:
     def flush_incidents(self) -> None:
         """One ``incident`` record per (protocol, reason) counted since the last call."""
         if self._incidents:
-            now = time.time()
+            now = self._clock()
             for (protocol, reason), n in self._incidents.items():
                 self._append({"ts": now, "kind": "incident", "protocol": protocol,
                               "reason": reason, "count": n})
@@ -114,13 +118,12 @@ class RealmEventLog:
 
     def left(self, session: SessionInfo) -> None:
         if "session_leave" in self._kinds:
-            now = time.time()
+            now = self._clock()
             self._append(dict(self._session_fields(session, now), kind="session_leave",
                               authmethod=session.authmethod, duration=now - session.joined_at))
 
-    @staticmethod
-    def _session_fields(session: SessionInfo, now: float | None = None) -> dict:
-        return {"ts": now if now is not None else time.time(), "session": session.session_id,
+    def _session_fields(self, session: SessionInfo, now: float | None = None) -> dict:
+        return {"ts": now if now is not None else self._clock(), "session": session.session_id,
                 "authid": session.authid, "authrole": session.authrole,
                 "protocol": session.protocol}
 
