@@ -27,7 +27,7 @@ KINDS = (
 FIELDS: tuple[tuple[str, str], ...] = (
     ("ts", "double"),            # seconds since the epoch (UTC), when the router saw it
     ("kind", "string"),          # one of KINDS
-    ("topic", "string"),         # publish, retained_*, ack, refused, and subscribe/unsubscribe
+    ("topic", "string"),         # publish, retained_*, ack, and subscribe/unsubscribe/refused
                                  # with match exact: the canonical core topic
                                  # (router.core.topic.display): the dotted URI of a topic
                                  # that has one (WAMP topics exactly as WAMP names them); a
@@ -46,8 +46,8 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("payload_bytes", "long"),   # publish: encoded size of the payload as received
     ("receivers", "integer"),    # publish: number of deliveries (fan-out)
     ("eligibility", "string"),   # publish: comma-separated names of black/white lists used
-    ("pattern", "string"),       # subscribe/unsubscribe, refused subscribe: the pattern as the
-                                 # meta API shows it (MQTT filters in "/" form, the rest dotted)
+    ("pattern", "string"),       # subscribe/unsubscribe/refused: the pattern as the meta API
+                                 # shows it (MQTT filters in "/" form, the rest dotted)
     ("match", "string"),         # subscribe/unsubscribe/refused: one of MATCH_KINDS
     ("subscription", "long"),    # subscribe/unsubscribe
     ("get_retained", "boolean"),  # subscribe
