@@ -49,8 +49,9 @@ QOS = {0: 0.6, 1: 0.3, 2: 0.1}
 TOPICS_PER_REALM = 400
 TOPIC_GROUPS = ("sensors", "orders", "chat", "status")
 SESSIONS_PER_REALM = 2_000
-FLUSH_EVERY = 2_000
-"""Records per hand-off to the writer thread (the router hands off once per second)."""
+FLUSH_INTERVAL = 1.0
+"""Simulated seconds between hand-offs to the writer thread (eventlog.flush_interval's
+default): rotation by age is decided per hand-off, so this keeps the parts 300 s long."""
 
 
 class Clock:
@@ -126,12 +127,14 @@ def generate(logs: Path, events: int, days: int, seed: int = 1) -> None:
     step = days * DAY / events
     chosen_realms = rng.choices(realms, list(REALMS.values()), k=events)
     chosen_kinds = rng.choices(kinds, kind_weights, k=events)
+    flushed = FIRST_DAY
     for n, (realm, kind) in enumerate(zip(chosen_realms, chosen_kinds)):
         clock.now = FIRST_DAY + n * step
         realm.record(kind, clock.now, rng.choices(realm.topics, realm.topic_weights)[0],
                      rng.choice(realm.sessions))
-        if n % FLUSH_EVERY == 0:
+        if clock.now - flushed >= FLUSH_INTERVAL:
             writer.flush()
+            flushed = clock.now
     writer.close()
 
 
