@@ -54,6 +54,8 @@ def build_router(config: NodeConfig, reactor, store: SqliteStore,
                  eventlog: EventLogWriter) -> Router:
     """Realms, authorizers, retained events (restored from ``store``), event logs, meta APIs."""
     router = Router(reactor)
+    logs: dict[str, RealmEventLog] = {}
+    router.incidents.listener = partial(_log_incident, logs)
     backoff = config.login_backoff
     router.login_guard = LoginGuard(reactor, backoff.window, backoff.after_failures,
                                     backoff.max_delay, router.incidents)
@@ -63,6 +65,8 @@ def build_router(config: NodeConfig, reactor, store: SqliteStore,
         log_settings = config.eventlog.for_realm(realm_config.name)
         activity = (RealmEventLog(realm_config.name, eventlog, log_settings)
                     if log_settings.enabled else None)
+        if activity is not None:
+            logs[realm_config.name] = activity
         roles = {name: Role(name, rules) for name, rules in realm_config.roles.items()}
         retention = RetainedStore(realm_config.retention, encode_retained)
         restored = restore_retained(retention, store, realm_config.name)
@@ -88,6 +92,14 @@ def build_router(config: NodeConfig, reactor, store: SqliteStore,
         Testaments(realm, realm_config.wamp.max_testaments)
         router.add_realm(realm, realm_config.principals)
     return router
+
+
+def _log_incident(logs: dict[str, RealmEventLog], realm: str, protocol: str, reason: str,
+                  n: int) -> None:
+    """Incidents of a realm with an event log go to it (node-wide ones, realm "", do not)."""
+    log_ = logs.get(realm)
+    if log_ is not None:
+        log_.incident(protocol, reason, n)
 
 
 def restore_retained(retention: RetainedStore, store: SqliteStore, realm: str) -> int:
@@ -142,7 +154,7 @@ class Node:
         self.amqp = self._amqp_frontends()
         self._expiry = task.LoopingCall(self._expire_retained)
         self._expiry.clock = reactor
-        self._log_flush = task.LoopingCall(self.eventlog.flush)
+        self._log_flush = task.LoopingCall(self._flush_eventlog)
         self._log_flush.clock = reactor
         self._incident_flush = task.LoopingCall(self.router.incidents.flush)
         self._incident_flush.clock = reactor
@@ -267,8 +279,16 @@ class Node:
         self.reclaimer.cancel()
         pool = self.reactor.getThreadPool()
         yield threads.deferToThreadPool(self.reactor, pool, self.store.close)
+        self._flush_eventlog()
         yield threads.deferToThreadPool(self.reactor, pool, self.eventlog.close)
         log.info("shutdown complete")
+
+    def _flush_eventlog(self) -> None:
+        """Hand the writer thread what the realms logged, incidents counted so far included."""
+        for realm in self.router.realms.values():
+            if isinstance(realm.activity, RealmEventLog):
+                realm.activity.flush_incidents()
+        self.eventlog.flush()
 
     def _retained_lost(self, realm: str, topic: Topic, stored: list[bytes]) -> None:
         """A retained write failed: the realm's memory goes back to what is stored."""

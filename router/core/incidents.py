@@ -67,6 +67,9 @@ class Incidents:
         self._last_logged: dict[Key, float] = {}
         self._unlogged: Counter[Key] = Counter()
         self._example: dict[Key, str] = {}
+        self.listener: Callable[[str, str, str, int], None] | None = None
+        """Told every count (realm, protocol, reason, n): the event log keeps them for the
+        analytics. Called on the caller's thread; must only add to a counter."""
 
     def count(self, realm: str, protocol: str, reason: str, detail: str = "",
               n: int = 1, level: int = logging.WARNING,
@@ -76,6 +79,8 @@ class Incidents:
         ``exc_info`` (a router bug) is logged with its traceback when the line is logged."""
         key = (realm, protocol, reason)
         self.totals[key] += n
+        if self.listener is not None:
+            self.listener(realm, protocol, reason, n)
         now = self._clock()
         last = self._last_logged.get(key)
         if last is not None and now - last < self.interval:

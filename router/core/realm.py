@@ -19,7 +19,8 @@ from router.core.dealer import Dealer, Registration, Scheduler
 from router.core.errors import RouterError, Unencodable
 from router.core.history import EventHistory
 from router.core.ids import random_id
-from router.core.incidents import DELIVERY_FAILED, EXPIRED, UNENCODABLE, Incidents
+from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, UNENCODABLE,
+                                   Incidents)
 from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer
@@ -101,16 +102,24 @@ class Realm:
     def authorize(self, info: SessionInfo, action: str, topic: Topic,
                   match: str = EXACT) -> None:
         if not self.authorizer.allows(info.authrole, action, topic, match):
-            raise RouterError(errors.NOT_AUTHORIZED,
+            raise self.refuse(info, action, topic, match,
                               f"role '{info.authrole}' may not {action} '{display(topic)}'")
+
+    def refuse(self, info: SessionInfo, action: str, topic: Topic, match: str,
+               message: str) -> RouterError:
+        """The not-authorized error to raise, logged for the analytics on the way."""
+        if self.activity is not None:
+            self.activity.refused(info, action, topic, match, NOT_AUTHORIZED)
+        return RouterError(errors.NOT_AUTHORIZED, message)
 
     def check_publish(self, info: SessionInfo, topic: Topic) -> None:
         """May ``info`` publish on ``topic``? The router's own namespaces (``wamp``, and
         ``$SYS`` as on MQTT brokers) are closed to every client."""
         if is_reserved(topic):
-            raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
+            raise self.refuse(info, "publish", topic, EXACT, "the 'wamp.' namespace is reserved")
         if topic[0] == SERVER_OWNED:
-            raise RouterError(errors.NOT_AUTHORIZED, "the '$SYS' topics belong to the router")
+            raise self.refuse(info, "publish", topic, EXACT,
+                              "the '$SYS' topics belong to the router")
         self.authorize(info, "publish", topic)
 
     def publish(self, info: SessionInfo, topic: Topic, args: list | None, kwargs: dict | None,
