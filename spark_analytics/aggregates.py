@@ -82,7 +82,33 @@ def publishes(events: DataFrame) -> DataFrame:
     return events.where(is_kind("publish"))
 
 
-def summary(events: DataFrame) -> DataFrame:
+def size_bucket(size: Column) -> Column:
+    """A payload-size bucket ``b`` holds sizes from ``b`` up to twice ``b`` (0 holds empty
+    payloads; null when the size is unknown)."""
+    return F.when(size <= 0, F.lit(0)).otherwise(
+        # the epsilon keeps an exact power of two (whose log2 may come out a hair below) in its bucket
+        F.pow(F.lit(2), F.floor(F.log2(size) + 1e-9))).cast("long")
+
+
+CUBE_KEYS = ("realm", "topic", "authid", "protocol", "qos", "receivers", "minute", "size_from")
+
+
+def publish_cube(events: DataFrame) -> DataFrame:
+    """Publishes counted at the finest grain any publish table needs (``CUBE_KEYS``): one scan
+    of the records, and a result small enough to cache, from which those tables are summed
+    instead of each scanning the records again."""
+    return (publishes(events)
+            .groupBy("realm", "topic", "authid", "protocol", "qos", "receivers",
+                     epoch_minute(F.col("ts")).alias("minute"),
+                     size_bucket(F.col("payload_bytes")).alias("size_from"))
+            .agg(F.count("*").alias("events"), F.sum("payload_bytes").alias("bytes")))
+
+
+def cube_events() -> Column:
+    return F.sum("events")
+
+
+def summary(events: DataFrame, cube: DataFrame) -> DataFrame:
     """One row per realm: time range, totals and the headline percentiles."""
     publish = is_kind("publish")
     totals = events.groupBy("realm").agg(
@@ -98,7 +124,7 @@ def summary(events: DataFrame) -> DataFrame:
     )
     # distinct counts in their own aggregation: mixed with the percentiles, Spark would
     # expand every row once per distinct column and compute the percentiles over all copies
-    distinct = publishes(events).groupBy("realm").agg(
+    distinct = cube.groupBy("realm").agg(
         F.count_distinct("topic").alias("topics"), F.count_distinct("authid").alias("publishers"))
     table = (totals.join(distinct, "realm", "left")
              .fillna(0, subset=["topics", "publishers"]))
@@ -108,7 +134,7 @@ def summary(events: DataFrame) -> DataFrame:
         *(f"ack_latency_ms_{suffix}" for suffix in PERCENTILES)).orderBy("realm")
 
 
-def topics(events: DataFrame) -> DataFrame:
+def topics(events: DataFrame, cube: DataFrame) -> DataFrame:
     """Per realm and topic: volume, rate and peak minute, QoS split, retention, fan-out."""
     publish = is_kind("publish")
     totals = (events.where(F.col("topic").isNotNull()).groupBy("realm", "topic")
@@ -117,9 +143,7 @@ def topics(events: DataFrame) -> DataFrame:
                    F.count_if(publish & (F.col("receivers") == 0)).alias("unreceived"),
                    (F.max(F.when(publish, F.col("ts"))) - F.min(F.when(publish, F.col("ts"))))
                    .alias("active_seconds")))
-    per_minute = (publishes(events)
-                  .groupBy("realm", "topic", epoch_minute(F.col("ts")).alias("minute"))
-                  .agg(F.count("*").alias("minute_events")))
+    per_minute = cube.groupBy("realm", "topic", "minute").agg(cube_events().alias("minute_events"))
     rates = per_minute.groupBy("realm", "topic").agg(
         # the busiest minute; on a tie the earliest (min of (-events, minute))
         minute_time(F.min_by("minute", F.struct(-F.col("minute_events"), F.col("minute"))))
@@ -142,11 +166,11 @@ def topics(events: DataFrame) -> DataFrame:
     ).orderBy(F.desc("events"), "realm", "topic")
 
 
-def events_per_minute(events: DataFrame) -> DataFrame:
+def events_per_minute(cube: DataFrame) -> DataFrame:
     """Publishes and bytes per realm and UTC minute, for the traffic-over-time chart."""
-    return (publishes(events).groupBy("realm", epoch_minute(F.col("ts")).alias("minute"))
-            .agg(F.count("*").alias("events"),
-                 F.coalesce(F.sum("payload_bytes"), F.lit(0)).alias("bytes"))
+    return (cube.groupBy("realm", "minute")
+            .agg(cube_events().alias("events"),
+                 F.coalesce(F.sum("bytes"), F.lit(0)).alias("bytes"))
             .withColumn("minute", minute_time(F.col("minute")))
             .orderBy("realm", "minute"))
 
@@ -156,24 +180,24 @@ def with_share_of_realm(table: DataFrame, count_column: str) -> DataFrame:
     return table.withColumn("share", F.col(count_column) / realm_total)
 
 
-def qos(events: DataFrame) -> DataFrame:
+def qos(cube: DataFrame) -> DataFrame:
     """Publishes per realm and QoS level, with each level's share of the realm."""
-    table = publishes(events).groupBy("realm", "qos").agg(F.count("*").alias("events"))
+    table = cube.groupBy("realm", "qos").agg(cube_events().alias("events"))
     return with_share_of_realm(table, "events").orderBy("realm", "qos")
 
 
-def fanout(events: DataFrame) -> DataFrame:
+def fanout(cube: DataFrame) -> DataFrame:
     """How many publishes reached how many receivers: the fan-out distribution."""
-    return (publishes(events).where(F.col("receivers").isNotNull())
-            .groupBy("realm", "receivers").agg(F.count("*").alias("publishes"))
+    return (cube.where(F.col("receivers").isNotNull())
+            .groupBy("realm", "receivers").agg(cube_events().alias("publishes"))
             .orderBy("realm", "receivers"))
 
 
-def publishers(events: DataFrame) -> DataFrame:
+def publishers(cube: DataFrame) -> DataFrame:
     """Publishers (by authid) with their volume, busiest first."""
     # per topic first, then per publisher: cheaper than a distinct count next to the sums
-    per_topic = publishes(events).groupBy("realm", "authid", "topic").agg(
-        F.count("*").alias("events"), F.sum("payload_bytes").alias("bytes"))
+    per_topic = cube.groupBy("realm", "authid", "topic").agg(
+        cube_events().alias("events"), F.sum("bytes").alias("bytes"))
     table = per_topic.groupBy("realm", "authid").agg(
         F.sum("events").alias("events"), F.coalesce(F.sum("bytes"), F.lit(0)).alias("bytes"),
         F.count("topic").alias("topics"))
@@ -291,21 +315,20 @@ def subscriptions(events: DataFrame) -> DataFrame:
             .orderBy(F.desc("subscribes"), "realm", "pattern"))
 
 
-def unreceived_topics(events: DataFrame) -> DataFrame:
+def unreceived_topics(cube: DataFrame) -> DataFrame:
     """Topics with publishes that reached no receiver, most such publishes first."""
-    return (publishes(events).groupBy("realm", "topic")
-            .agg(F.count_if(F.col("receivers") == 0).alias("unreceived"),
-                 F.count("*").alias("events"))
+    return (cube.groupBy("realm", "topic")
+            .agg(F.sum(F.when(F.col("receivers") == 0, F.col("events")).otherwise(0))
+                 .alias("unreceived"),
+                 cube_events().alias("events"))
             .where(F.col("unreceived") > 0)
             .withColumn("unreceived_share", F.col("unreceived") / F.col("events"))
             .orderBy(F.desc("unreceived"), "realm", "topic"))
 
 
-def top_topics_per_minute(events: DataFrame) -> DataFrame:
+def top_topics_per_minute(cube: DataFrame) -> DataFrame:
     """Publishes per minute of the busiest topics (``TOP_TOPICS_OVER_TIME`` of all realms)."""
-    per_minute = (publishes(events)
-                  .groupBy("realm", "topic", epoch_minute(F.col("ts")).alias("minute"))
-                  .agg(F.count("*").alias("events")))
+    per_minute = cube.groupBy("realm", "topic", "minute").agg(cube_events().alias("events"))
     top = (per_minute.groupBy("realm", "topic").agg(F.sum("events").alias("total"))
            .orderBy(F.desc("total"), "realm", "topic").limit(TOP_TOPICS_OVER_TIME)
            .select("realm", "topic"))
@@ -324,14 +347,9 @@ def session_churn(events: DataFrame) -> DataFrame:
             .orderBy("realm", "minute"))
 
 
-def payload_sizes(events: DataFrame) -> DataFrame:
-    """Publishes per realm, protocol and payload-size bucket: a bucket ``b`` holds sizes
-    from ``b`` up to twice ``b`` (0 holds empty payloads)."""
-    size = F.col("payload_bytes")
-    bucket = F.when(size <= 0, F.lit(0)).otherwise(
-        # the epsilon keeps an exact power of two (whose log2 may come out a hair below) in its bucket
-        F.pow(F.lit(2), F.floor(F.log2(size) + 1e-9)))
-    return (publishes(events).where(size.isNotNull())
-            .groupBy("realm", "protocol", bucket.cast("long").alias("size_from"))
-            .agg(F.count("*").alias("publishes"))
+def payload_sizes(cube: DataFrame) -> DataFrame:
+    """Publishes per realm, protocol and payload-size bucket (see :func:`size_bucket`)."""
+    return (cube.where(F.col("size_from").isNotNull())
+            .groupBy("realm", "protocol", "size_from")
+            .agg(cube_events().alias("publishes"))
             .orderBy("realm", "protocol", "size_from"))
