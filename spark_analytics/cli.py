@@ -1,4 +1,4 @@
-"""``python -m spark_analytics report|stream``: the command line over the report and stream jobs."""
+"""``python -m spark_analytics report|stream|compact``: the command line over the jobs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 from datetime import date
 from pathlib import Path
 
+from spark_analytics.compact import compact_logs
 from spark_analytics.reader import input_files
 from spark_analytics.report import NoEvents, build_report, describe_scope
 from spark_analytics.session import Sizing, start_session
@@ -33,10 +34,11 @@ def parser() -> argparse.ArgumentParser:
                                    description="Spark analytics over the router's event logs.")
     commands = root.add_subparsers(dest="command", required=True)
 
-    def spark_options(command: argparse.ArgumentParser) -> None:
+    def spark_options(command: argparse.ArgumentParser, out: bool = True) -> None:
         command.add_argument("--logs", type=existing_folder, required=True,
                              help="event-log folder holding realm=<name>/date=<day>/part-<n>.jsonl")
-        command.add_argument("--out", type=Path, required=True, help="output folder")
+        if out:
+            command.add_argument("--out", type=Path, required=True, help="output folder")
         command.add_argument("--master", default="local[*]",
                              help="Spark master URL (default: local[*], every core here)")
         command.add_argument("--driver-memory", default="2g",
@@ -66,6 +68,11 @@ def parser() -> argparse.ArgumentParser:
                              f"(default: {DEFAULT_WATERMARK_MINUTES})")
     stream.add_argument("--once", action="store_true",
                         help="process the files present now, then stop")
+    compact = commands.add_parser(
+        "compact", help="rewrite closed days (before today, UTC, no open part) as Parquet "
+                        "under LOGS/_parquet/, which later reports read instead of the JSON")
+    spark_options(compact, out=False)
+    compact.add_argument("--realm", help="only this realm")
     return root
 
 
@@ -114,6 +121,21 @@ def stream_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def compact_command(args: argparse.Namespace) -> int:
+    # no shuffle: each day is read and written by itself
+    spark = start_session(Sizing(shuffle_partitions=1), args.master, args.driver_memory)
+    try:
+        written = compact_logs(spark, args.logs, args.realm)
+    finally:
+        spark.stop()
+    for realm, day in written:
+        print(f"compacted realm={realm}/date={day}")
+    return 0
+
+
+COMMANDS = {"report": report_command, "stream": stream_command, "compact": compact_command}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return report_command(args) if args.command == "report" else stream_command(args)
+    return COMMANDS[args.command](args)

@@ -15,6 +15,9 @@ from pyspark.sql import functions as F
 from router.eventlog.schema import PARTITION_COLUMNS, spark_ddl
 
 PART_FILE_GLOB = "*.jsonl"
+COMPACTED = "_parquet"
+"""Where ``compact`` writes closed days as Parquet; Spark's listing skips ``_`` names."""
+COMPACTED_FILE_GLOB = "*.parquet"
 JSON_OPTIONS = {"mode": "PERMISSIVE", "pathGlobFilter": PART_FILE_GLOB}
 
 
@@ -25,23 +28,51 @@ def event_ddl() -> str:
     return f"{spark_ddl()}, {partitions}"
 
 
+def compacted_folder(logs: Path, realm: str, day: str) -> Path:
+    return logs / COMPACTED / f"realm={realm}" / f"date={day}"
+
+
+def compacted_days(logs: Path, realm: str | None = None,
+                   since: date | None = None) -> list[tuple[str, str]]:
+    """(realm, date) of each day ``compact`` finished writing (its ``_SUCCESS`` marker)."""
+    days = []
+    for marker in sorted((logs / COMPACTED).glob(f"realm={realm or '*'}/date=*/_SUCCESS")):
+        day = marker.parent.name.removeprefix("date=")
+        if since is None or day >= since.isoformat():
+            days.append((marker.parent.parent.name.removeprefix("realm="), day))
+    return days
+
+
 def input_files(logs: Path, realm: str | None = None, since: date | None = None) -> list[Path]:
-    """The part files a read with these filters will touch, to size the session before it
-    starts and to say clearly when there is nothing to read."""
+    """The part files a read with these filters will touch (Parquet for compacted days, JSON
+    for the others), to size the session before it starts and to say clearly when there is
+    nothing to read."""
+    compacted = set(compacted_days(logs, realm, since))
+    files = [path for day in sorted(compacted)
+             for path in sorted(compacted_folder(logs, *day).glob(COMPACTED_FILE_GLOB))]
     realm_dirs = [logs / f"realm={realm}"] if realm else sorted(logs.glob("realm=*"))
-    files = []
     for realm_dir in realm_dirs:
         for date_dir in sorted(realm_dir.glob("date=*")):
-            if since is None or date_dir.name.removeprefix("date=") >= since.isoformat():
+            day = (realm_dir.name.removeprefix("realm="), date_dir.name.removeprefix("date="))
+            if (since is None or day[1] >= since.isoformat()) and day not in compacted:
                 files.extend(sorted(date_dir.glob(PART_FILE_GLOB)))
     return files
 
 
 def read_events(spark: SparkSession, logs: Path, realm: str | None = None,
                 since: date | None = None) -> DataFrame:
-    """All valid records under ``logs``; the realm/date filters prune whole folders."""
+    """All valid records under ``logs``; the realm/date filters prune whole folders. A day
+    that ``compact`` wrote is read from its Parquet, and its JSON parts are skipped."""
     events = (spark.read.schema(event_ddl()).options(**JSON_OPTIONS)
               .option("basePath", str(logs)).json(str(logs)))
+    compacted = compacted_days(logs, realm, since)
+    if compacted:
+        day_key = F.concat_ws("/", "realm", "date")
+        # a filter on partition columns only: Spark prunes those folders, never opening them
+        events = events.where(~day_key.isin(*(f"{r}/{d}" for r, d in compacted)))
+        parquet = (spark.read.schema(event_ddl()).option("basePath", str(logs / COMPACTED))
+                   .parquet(*(str(compacted_folder(logs, *day)) for day in compacted)))
+        events = events.unionByName(parquet)
     return scoped(events, realm, since)
 
 

@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zlib
@@ -22,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from router.eventlog.schema import FIELD_NAMES
+from spark_analytics.compact import compact_logs
+from spark_analytics.reader import input_files
 from spark_analytics.report import build_report
 from spark_analytics.session import Sizing, start_session
 from spark_analytics.stream import run_stream
@@ -360,3 +363,24 @@ def test_stream_restart_counts_every_record_once(spark, tmp_path):
                        .replace(second=0, microsecond=0, tzinfo=None))
                       for record in first if record["kind"] == "publish")
     assert {(row["topic"], row["minute"]): row["events"] for row in minutes} == written
+
+
+def test_compacted_days_give_the_same_tables(spark, logged, report, tmp_path):
+    """``compact`` turns the closed days into Parquet (not a day with a part still open), and
+    a report over the mix of Parquet and JSON holds the same rows as over the JSON alone."""
+    logs = tmp_path / "logs"
+    shutil.copytree(logged[0], logs)
+    (logs / "realm=alpha" / f"date={DAY_2.isoformat()}" / ".part-1.jsonl").write_text("")
+    written = compact_logs(spark, logs, today=DAY_2 + timedelta(days=1))
+    assert sorted(written) == [("alpha", DAY_1.isoformat()), ("beta", DAY_1.isoformat()),
+                               ("beta", DAY_2.isoformat())]
+    assert compact_logs(spark, logs, today=DAY_2 + timedelta(days=1)) == []
+    assert all(path.suffix in (".parquet", ".jsonl") for path in input_files(logs))
+    assert len([path for path in input_files(logs) if path.suffix == ".parquet"]) == 3
+    out = tmp_path / "report"
+    build_report(spark, logs, out)
+
+    def rows(folder: Path, table: str) -> list[tuple]:
+        return sorted(tuple(sorted(row.items())) for row in read_table(folder / "tables" / table))
+    for table in sorted(path.name for path in (report / "tables").iterdir()):
+        assert rows(out, table) == rows(report, table), table

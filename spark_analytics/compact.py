@@ -1,0 +1,53 @@
+"""``compact``: rewrite closed days of JSON parts as Parquet, which later reports read instead.
+
+The writer leaves hundreds of small JSON parts per realm and day (a part every 300 s by
+default); parsing them is most of a report's cost. A closed day (before today, UTC, with no
+part still open) becomes one Parquet folder ``<logs>/_parquet/realm=<r>/date=<d>/``; Spark's
+file listing skips names starting with ``_``, so the JSON read of ``<logs>`` never sees it.
+The JSON parts stay where they are (the writer's retention removes them); the report reads
+the Parquet for a day once its ``_SUCCESS`` marker exists, and the JSON otherwise.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from router.eventlog.schema import PARTITION_COLUMNS
+from spark_analytics.reader import JSON_OPTIONS, compacted_days, compacted_folder, event_ddl
+
+OPEN_PART_GLOB = ".part-*.jsonl"
+
+
+def closed_days(logs: Path, realm: str | None, today: date) -> list[tuple[str, str]]:
+    """(realm, date) of each day folder before ``today`` whose parts are all closed."""
+    realm_dirs = [logs / f"realm={realm}"] if realm else sorted(logs.glob("realm=*"))
+    days = []
+    for realm_dir in realm_dirs:
+        for date_dir in sorted(realm_dir.glob("date=*")):
+            day = date_dir.name.removeprefix("date=")
+            if day < today.isoformat() and not any(date_dir.glob(OPEN_PART_GLOB)):
+                days.append((realm_dir.name.removeprefix("realm="), day))
+    return days
+
+
+def compact_logs(spark: SparkSession, logs: Path, realm: str | None = None,
+                 today: date | None = None) -> list[tuple[str, str]]:
+    """Compact every closed day not compacted yet; returns the (realm, date) pairs written."""
+    today = today or datetime.now(timezone.utc).date()
+    done = set(compacted_days(logs))
+    written = []
+    for day_realm, day in closed_days(logs, realm, today):
+        if (day_realm, day) in done:
+            continue
+        source = logs / f"realm={day_realm}" / f"date={day}"
+        records = (spark.read.schema(event_ddl()).options(**JSON_OPTIONS).json(str(source))
+                   .where(F.col("kind").isNotNull()).drop(*PARTITION_COLUMNS))
+        # one file per day: a day is a few hundred MiB of JSON at most, far less as Parquet
+        (records.coalesce(1).write.mode("overwrite")
+         .parquet(str(compacted_folder(logs, day_realm, day))))
+        written.append((day_realm, day))
+    return written
