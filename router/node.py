@@ -31,6 +31,7 @@ from router.mqtt.frontend import MqttFrontend
 from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
 from router.store.embedded import EmbeddedEngine, live_entries
+from router.store.redis_engine import RedisEngine
 from router.store.sqlite import SqliteStore
 from router.tls import server_options
 from router.verifier import SecretVerifier
@@ -83,6 +84,14 @@ def build_router(config: NodeConfig, reactor, engine: Engine,
     return router
 
 
+def make_engine(config: NodeConfig, store: SqliteStore, reactor) -> Engine:
+    """The engine ``config`` names; a Redis engine loads each realm's state from Redis."""
+    engine = config.engine
+    if engine.type == "redis":
+        return RedisEngine(engine.redis_address, engine.node, reactor)  # type: ignore[arg-type]
+    return EmbeddedEngine(store)
+
+
 class Node:
     """A running router: listeners on the reactor and a clean shutdown path."""
 
@@ -102,8 +111,9 @@ class Node:
                                        config.eventlog.max_file_bytes,
                                        config.eventlog.max_file_age,
                                        max_queued_records=config.eventlog.max_queued_records)
-        self.engine = EmbeddedEngine(self.store)
+        self.engine = make_engine(config, self.store, reactor)
         self.router = build_router(config, reactor, self.engine, self.eventlog)
+        self.engine.start(self.router.realms, self.router.incidents)
         self.store.incidents = self.router.incidents
         self.store.on_retained_lost = self._retained_lost
         self.eventlog.incidents = self.router.incidents

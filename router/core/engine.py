@@ -12,13 +12,16 @@ A clustered engine also needs to know which patterns this node's subscribers hol
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from router.core.history import EventHistory, HistoryRule
+from router.core.incidents import Incidents
 from router.core.model import Publication
-from router.core.persistence import RetainedPersistence
 from router.core.retention import RetainedStore, RetentionPolicy
 from router.core.topic import Topic
+
+if TYPE_CHECKING:
+    from router.core.realm import Realm
 
 Forward = Callable[[Publication], None]
 """Deliver a local publication to the other nodes whose interest matches its topic."""
@@ -29,12 +32,21 @@ an engine counts them."""
 
 
 @dataclass(slots=True)
+class Durability(Protocol):
+    """Tells when what a realm's publications changed is stored where the engine keeps it."""
+
+    def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(ok)`` on the event loop once everything changed so far is stored;
+        ``ok`` is False if storing failed."""
+
+
+@dataclass(slots=True)
 class RealmEngine:
     """What an engine provides to one realm."""
 
     retention: RetainedStore | None = None
     """Retained events (None: the realm retains nothing)."""
-    persistence: RetainedPersistence | None = None
+    persistence: Durability | None = None
     """Makes retained changes durable; an acknowledgement waits for it."""
     history: EventHistory | None = None
     forward: Forward | None = None
@@ -49,6 +61,10 @@ class Engine(Protocol):
     def open_realm(self, name: str, policy: RetentionPolicy,
                    history: list[HistoryRule]) -> RealmEngine:
         """The engine of realm ``name`` (retained events as they are now, history rules)."""
+
+    def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
+        """The realms are built: start receiving for them (incidents counted in
+        ``incidents``)."""
 
     def close(self) -> None:
         """Stop talking to whatever the engine shares state with (at shutdown)."""

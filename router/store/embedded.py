@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from router.core.engine import RealmEngine
 from router.core.history import EventHistory, HistoryRule
+from router.core.incidents import Incidents
 from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
 from router.store.codec import decode_retained, encode_retained
 from router.store.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from router.core.realm import Realm
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +39,9 @@ class EmbeddedEngine:
         retention.listeners.append(
             lambda topic, entries, action, publication: store.save_retained(name, topic, entries))
         return RealmEngine(retention, store, EventHistory(history))
+
+    def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
+        """Nothing arrives from elsewhere."""
 
     def close(self) -> None:
         """The SQLite store belongs to the node, which closes it after its last write."""
