@@ -225,7 +225,14 @@ class RedisRealm:
                      + command("ZREM", keys["retained-expiry"], key))
         note = command("PUBLISH", RETAINED_CHANNEL,
                        msgpack.packb([self.name, engine.node, key, blob], use_bin_type=True))
-        self._last_write = engine.transaction(write + note, 3)
+        self._last_write = engine.transaction(write + note, 3).addErrback(
+            self._write_failed, topic)
+
+    def _write_failed(self, failure: Any, topic: Topic) -> bool:
+        self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                    f"retained {topic_key(topic)}: not stored "
+                                    f"({failure.getErrorMessage()})")
+        return False
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         """Replies come in order: once the last write's EXEC is answered, all are stored."""
@@ -233,7 +240,7 @@ class RedisRealm:
         if last is None:
             callback(True)
             return
-        last.addCallbacks(lambda _: callback(True), lambda _: callback(False))
+        last.addCallback(lambda result: callback(result is not False))
 
     def apply_retained(self, key: bytes, blob: bytes | None) -> None:
         """A node (maybe this one) changed a topic in Redis: this copy follows. Entries kept
@@ -334,9 +341,8 @@ class RedisEngine:
 
     def transaction(self, data: bytes, commands: int):
         """``data`` (``commands`` commands) inside MULTI/EXEC; a Deferred of EXEC's reply
-        (failed, and counted, when Redis is not connected)."""
+        (failed when Redis is not connected)."""
         if self.commands is None:
-            self.incidents.count("", "engine", ENGINE_UNAVAILABLE, "Redis is not connected")
             return defer.fail(ConnectionError("Redis is not connected"))
         self.commands.send(command("MULTI") + data, 1 + commands)
         return self.commands.request(command("EXEC"))
