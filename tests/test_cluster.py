@@ -12,7 +12,6 @@ import asyncio
 import itertools
 import shutil
 import socket
-import subprocess
 import time
 
 import pytest
@@ -23,7 +22,7 @@ from tests.amqp_clients import Receive, amqp_listeners
 from tests.amqp_clients import connect as amqp_connect
 from tests.amqp_clients import received as amqp_received
 from tests.clients import connect, next_item, run
-from tests.harness import RouterProcess, realm_file
+from tests.harness import RedisServer, RouterProcess, realm_file
 from tests.mqtt_clients import MqttClient
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
@@ -31,36 +30,6 @@ pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
 
 PROBE = "probe"
 _names = itertools.count(1)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class RedisServer:
-    """A throw-away redis-server on a free port, nothing saved."""
-
-    def __init__(self, workdir) -> None:
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(workdir)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in self.proc.stdout:  # type: ignore[union-attr]
-            if "Ready to accept connections" in line:
-                break
-        else:
-            raise AssertionError("redis-server did not start")
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 class ChannelWatch:

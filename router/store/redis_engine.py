@@ -179,7 +179,10 @@ class RedisRealm:
 
     def forward(self, publication: Publication) -> None:
         """Send ``publication`` once to each node whose interest matches its topic."""
-        nodes = self.remote.nodes(publication.topic)
+        remote = self.remote
+        if not remote.index.by_id:
+            return  # no other node subscribes to anything in this realm
+        nodes = remote.nodes(publication.topic)
         if not nodes:
             return
         engine = self.engine
