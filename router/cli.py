@@ -41,10 +41,10 @@ def _run(args: argparse.Namespace) -> int:
 
     from router.node import Node
 
-    node = Node(config, reactor)
     try:
+        node = Node(config, reactor)
         node.start()
-    except Exception as exc:  # a port in use, a permission problem: say so and stop
+    except Exception as exc:  # a port in use, Redis unreachable: say so and stop
         logging.getLogger("router").error("cannot start: %s", exc)
         return 1
     reactor.run()

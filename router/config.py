@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from router.core.authorization import ACTIONS, PermissionRule
 from router.core.credentials import SCHEME, Principal, WampCra, normalize_pubkey
@@ -141,6 +143,22 @@ class NodeConfig:
     login_backoff: LoginBackoff = field(default_factory=lambda: LoginBackoff())
     store: StoreConfig = field(default_factory=StoreConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig())
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Where realms share state beyond this node (see router/core/engine.py)."""
+
+    type: str = "embedded"
+    """``embedded``: one node, SQLite. ``redis``: every node on the same Redis serves the
+    same realms."""
+    url: str | None = None
+    """redis://host:port/db (``redis`` only)."""
+    node: str | None = None
+    """This node's name, unique among the nodes on that Redis (``redis`` only)."""
+    redis_address: tuple[str, int, int] | None = None
+    """(host, port, db) of ``url``."""
 
 
 @dataclass(frozen=True)
@@ -559,7 +577,7 @@ def load_config(path: Path | str) -> NodeConfig:
     base = path.resolve().parent
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout",
-                           "eventlog", "login_backoff", "store", "memory"})
+                           "eventlog", "login_backoff", "store", "memory", "engine"})
     data_dir = base / reader.get("data_dir", str, "data")
     realms_dir = base / reader.get("realms_dir", str, "realms")
     names = reader.get("realms", list)
@@ -603,5 +621,35 @@ def load_config(path: Path | str) -> NodeConfig:
     trim_interval = memory_reader.get("trim_interval", (int, float), MemoryConfig().trim_interval)
     if trim_interval < 0:
         raise memory_reader.fail("trim_interval", f"must not be negative, got {trim_interval}")
+    engine = _engine(reader.child("engine", reader.get("engine", dict, {"type": "embedded"})))
     return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
-                      store, MemoryConfig(float(trim_interval)))
+                      store, MemoryConfig(float(trim_interval)), engine)
+
+
+NODE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+"""Node names become Redis key and channel names: kept to characters that need no quoting."""
+
+
+def _engine(reader: _Reader) -> EngineConfig:
+    """``{"type": "embedded"}`` or ``{"type": "redis", "url": ..., "node": ...}``, exactly."""
+    kind = reader.get("type", str)
+    if kind == "embedded":
+        reader.reject_unknown({"type"})
+        return EngineConfig()
+    if kind != "redis":
+        raise reader.fail("type", f'must be "embedded" or "redis", got {json.dumps(kind)}')
+    reader.reject_unknown({"type", "url", "node"})
+    url = reader.get("url", str)
+    try:
+        parsed = urlsplit(url)
+        port, db = parsed.port or 6379, parsed.path[1:] or "0"
+    except ValueError as exc:
+        raise reader.fail("url", f"is not a URL ({exc})") from None
+    if (parsed.scheme != "redis" or not parsed.hostname or parsed.query or parsed.fragment
+            or parsed.username or parsed.password or not db.isdigit()):
+        raise reader.fail("url", f"must be redis://host:port/db, got {json.dumps(url)}")
+    node = reader.get("node", str)
+    if not NODE_NAME.fullmatch(node):
+        raise reader.fail("node", "must be 1 to 64 letters, digits, '_', '.' or '-', "
+                                  f"got {json.dumps(node)}")
+    return EngineConfig("redis", url, node, (parsed.hostname, port, int(db)))

@@ -14,12 +14,11 @@ from router.amqp.persistence import AmqpStore
 from router.amqp.transports import AmqpTcpFactory
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
 from router.core.authorization import Authorizer, Role
-from router.core.history import EventHistory
+from router.core.engine import Engine
 from router.core.login_guard import LoginGuard
 from router.core.meta import (install_event_history, install_retention_admin,
                               install_session_meta, install_subscription_meta)
 from router.core.realm import Realm
-from router.core.retention import RetainedEvent, RetainedStore
 from router.core.router import Router
 from router.core.testament import Testaments
 from router.core.topic import Topic
@@ -31,7 +30,8 @@ from router.memory import MemoryReclaimer
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
-from router.store.codec import decode_retained, encode_retained
+from router.store.embedded import EmbeddedEngine, live_entries
+from router.store.redis_engine import RedisEngine
 from router.store.sqlite import SqliteStore
 from router.tls import server_options
 from router.verifier import SecretVerifier
@@ -50,9 +50,10 @@ INCIDENT_PROTOCOL = {"websocket": "wamp", "rawsocket": "wamp", "mqtt": "mqtt",
 """Listener type -> the protocol its refusals are counted under."""
 
 
-def build_router(config: NodeConfig, reactor, store: SqliteStore,
+def build_router(config: NodeConfig, reactor, engine: Engine,
                  eventlog: EventLogWriter) -> Router:
-    """Realms, authorizers, retained events (restored from ``store``), event logs, meta APIs."""
+    """Realms on ``engine`` (retained events, history, other nodes), authorizers, event logs,
+    meta APIs."""
     router = Router(reactor)
     logs: dict[str, RealmEventLog] = {}
     router.incidents.listener = partial(_log_incident, logs)
@@ -68,23 +69,16 @@ def build_router(config: NodeConfig, reactor, store: SqliteStore,
         if activity is not None:
             logs[realm_config.name] = activity
         roles = {name: Role(name, rules) for name, rules in realm_config.roles.items()}
-        retention = RetainedStore(realm_config.retention, encode_retained)
-        restored = restore_retained(retention, store, realm_config.name)
-        if restored:
-            log.info("realm %s: restored %d retained topic(s)", realm_config.name, restored)
-        retention.listeners.append(
-            lambda topic, entries, action, publication, name=realm_config.name:
-            store.save_retained(name, topic, entries))
-        if activity is not None:
-            retention.listeners.append(
+        realm_engine = engine.open_realm(realm_config.name, realm_config.retention,
+                                         list(realm_config.history))
+        if activity is not None and realm_engine.retention is not None:
+            realm_engine.retention.listeners.append(
                 lambda topic, entries, action, publication, activity=activity:
                 activity.retained(topic, action, publication))
         realm = Realm(realm_config.name, Authorizer(roles), reactor,
                       uri_check=realm_config.uri_check,
                       anonymous_role=realm_config.anonymous_role,
-                      retention=retention, persistence=store,
-                      history=EventHistory(list(realm_config.history)),
-                      activity=activity)
+                      engine=realm_engine, activity=activity)
         install_session_meta(realm)
         install_subscription_meta(realm)
         install_event_history(realm)
@@ -102,29 +96,12 @@ def _log_incident(logs: dict[str, RealmEventLog], realm: str, protocol: str, rea
         log_.incident(protocol, reason, n)
 
 
-def restore_retained(retention: RetainedStore, store: SqliteStore, realm: str) -> int:
-    """Load a realm's retained events as they should look after a restart.
-
-    Session ids of the old process mean nothing now, so entries whose eligibility
-    named sessions were never stored, and entries kept only for a publisher's own
-    session (older than the newest general event) are dropped.
-    """
-    now = time.time()
-    restored = 0
-    for topic, blobs in store.load_retained(realm):
-        live = live_entries(blobs, realm, now)
-        if live:
-            retention.restore(topic, live)
-            restored += 1
-    return restored
-
-
-def live_entries(blobs: list[bytes], realm: str, now: float) -> list[RetainedEvent]:
-    """A stored topic's entries that still apply: not expired, none older than the newest
-    general event (those served only its publisher's session, which is gone)."""
-    entries = [decode_retained(blob, realm) for blob in blobs]
-    newest_general = max((i for i, e in enumerate(entries) if e.general), default=0)
-    return [e for e in entries[newest_general:] if e.expires_at is None or e.expires_at > now]
+def make_engine(config: NodeConfig, store: SqliteStore, reactor) -> Engine:
+    """The engine ``config`` names; a Redis engine loads each realm's state from Redis."""
+    engine = config.engine
+    if engine.type == "redis":
+        return RedisEngine(engine.redis_address, engine.node, reactor)  # type: ignore[arg-type]
+    return EmbeddedEngine(store)
 
 
 class Node:
@@ -146,7 +123,9 @@ class Node:
                                        config.eventlog.max_file_bytes,
                                        config.eventlog.max_file_age,
                                        max_queued_records=config.eventlog.max_queued_records)
-        self.router = build_router(config, reactor, self.store, self.eventlog)
+        self.engine = make_engine(config, self.store, reactor)
+        self.router = build_router(config, reactor, self.engine, self.eventlog)
+        self.engine.start(self.router.realms, self.router.incidents)
         self.store.incidents = self.router.incidents
         self.store.on_retained_lost = self._retained_lost
         self.eventlog.incidents = self.router.incidents
@@ -277,6 +256,7 @@ class Node:
             if loop.running:
                 loop.stop()
         self.reclaimer.cancel()
+        self.engine.close()
         pool = self.reactor.getThreadPool()
         yield threads.deferToThreadPool(self.reactor, pool, self.store.close)
         self._flush_eventlog()

@@ -7,6 +7,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -133,3 +134,36 @@ class RouterProcess:
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait()
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (for servers that cannot report an ephemeral one)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class RedisServer:
+    """A throw-away redis-server on a free port, nothing saved (never a system one)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(workdir)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in self.proc.stdout:  # type: ignore[union-attr]
+            if "Ready to accept connections" in line:
+                break
+        else:
+            raise AssertionError("redis-server did not start")
+        # keep reading its log so that a full pipe never stalls it
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)

@@ -152,6 +152,18 @@ BAD_CONFIGS = [
      ["eventlog.max_queued_records", "positive"]),
     ("wamp.max_unacked zero", _set(["realm", "wamp"], {"max_unacked": 0}), "realm1.json",
      ["wamp.max_unacked", "positive"]),
+    ("engine.type unknown", _set(["config", "engine"], {"type": "memory"}), "config.json",
+     ["engine.type", '"embedded" or "redis"']),
+    ("engine.url not redis", _set(["config", "engine"],
+                                  {"type": "redis", "url": "http://h:1/0", "node": "a"}),
+     "config.json", ["engine.url", "redis://host:port/db"]),
+    ("engine.node missing", _set(["config", "engine"], {"type": "redis", "url": "redis://h/0"}),
+     "config.json", ["engine.node", "required"]),
+    ("engine.node with a space", _set(["config", "engine"],
+                                      {"type": "redis", "url": "redis://h/0", "node": "a b"}),
+     "config.json", ["engine.node", "letters"]),
+    ("engine url on embedded", _set(["config", "engine"], {"type": "embedded", "url": "x"}),
+     "config.json", ["engine.url", "unknown key"]),
 ]
 
 

@@ -19,6 +19,7 @@ from router.core import errors
 from router.core.authorization import Authorizer, PermissionRule, Role
 from router.core.broker import Subscription, SubscriptionIndex
 from router.core.dealer import Dealer
+from router.core.engine import RealmEngine
 from router.core.errors import ProtocolViolation, RouterError
 from router.core.meta import install_retention_admin
 from router.core.model import ELIGIBILITY_KEYS, Eligibility, Publication, SessionInfo
@@ -900,7 +901,7 @@ def test_a_prefix_rule_never_covers_a_filter_beyond_its_topics(rule_uri, levels,
 def test_retained_admin_lists_and_purges_topics_that_are_no_uri():
     rule = PermissionRule(L(""), PREFIX, frozenset({"publish"}))
     realm = Realm("r", Authorizer({"any": Role("any", [rule])}), Clock(),
-                  retention=RetainedStore(RetentionPolicy(), encode_retained))
+                  engine=RealmEngine(RetainedStore(RetentionPolicy(), encode_retained)))
     install_retention_admin(realm)
     publisher = _session(1, "pub", "any")
     for topic in (("a", "b"), ("", "a"), ("a.b", "c")):

@@ -21,6 +21,7 @@ from router.core.trie import TopicTrie
 from router.core.uri import EXACT, MQTT, PREFIX
 
 if TYPE_CHECKING:
+    from router.core.engine import Interest
     from router.core.shared import SharedGroups
 
 
@@ -122,7 +123,10 @@ class Broker:
     """Subscriptions and dispatch for one realm."""
 
     def __init__(self, shared: "SharedGroups", meta_publish: MetaPublisher | None = None,
-                 delivery_failed: DeliveryFailure | None = None) -> None:
+                 delivery_failed: DeliveryFailure | None = None,
+                 interest: "Interest | None" = None) -> None:
+        """``interest``: told when a subscription or shared group on a client pattern is
+        created or deleted (the engine tells other nodes what to send here)."""
         self.index = SubscriptionIndex()
         self.shared = shared
         """Shared groups (see :mod:`router.core.shared`): one member per publication."""
@@ -130,6 +134,7 @@ class Broker:
         self._by_session: dict[int, set[Subscription]] = {}
         self._meta_publish = meta_publish
         self._delivery_failed = delivery_failed
+        self._interest = interest
 
     def subscribe(self, peer: Peer, topic: Topic, match: str,
                   group: str | None = None) -> Subscription:
@@ -146,6 +151,8 @@ class Broker:
                 self.index.add(subscription)
             else:
                 subscription = self.shared.create(next(self._ids), topic, match, group)
+            if self._interest is not None and not subscription.is_meta:
+                self._interest(topic, match, True)
         session_id = peer.info.session_id
         already = session_id in subscription.subscribers
         subscription.subscribers[session_id] = peer
@@ -181,6 +188,8 @@ class Broker:
             else:
                 self.shared.remove(subscription)
             if not subscription.is_meta:
+                if self._interest is not None:
+                    self._interest(subscription.topic, subscription.match, False)
                 self._meta("wamp.subscription.on_delete", [session_id, subscription.id])
 
     def dispatch(self, publication: Publication, meta_only: bool = False) -> int:

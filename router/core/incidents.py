@@ -53,6 +53,10 @@ UNREPRESENTABLE = "unrepresentable"
 (a WAMP or dotted AMQP receiver and a topic that is no URI of the realm, an MQTT or "/"
 AMQP receiver and a topic with "/" or a wildcard character inside a level)."""
 
+ENGINE_UNAVAILABLE = "engine_unavailable"
+"""A publication not sent to the other nodes, or a retained change not stored, because the
+node's engine (Redis) could not be reached."""
+
 Key = tuple[str, str, str]
 
 

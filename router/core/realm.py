@@ -16,16 +16,14 @@ from router.core.activity import ActivityLog
 from router.core.authorization import Authorizer
 from router.core.broker import Broker, Subscription
 from router.core.dealer import Dealer, Registration, Scheduler
+from router.core.engine import RealmEngine
 from router.core.errors import RouterError, Unencodable
-from router.core.history import EventHistory
 from router.core.ids import random_id
 from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, UNENCODABLE,
                                    Incidents)
 from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer
-from router.core.persistence import RetainedPersistence
-from router.core.retention import RetainedStore
 from router.core.shared import SharedGroup, SharedGroups
 from router.core.topic import Topic, display, from_uri, is_reserved
 from router.core.uri import EXACT, is_valid_uri
@@ -49,15 +47,17 @@ class Realm:
 
     def __init__(self, name: str, authorizer: Authorizer, scheduler: Scheduler,
                  uri_check: str = "strict", anonymous_role: str | None = None,
-                 retention: RetainedStore | None = None,
-                 persistence: RetainedPersistence | None = None,
-                 history: EventHistory | None = None,
+                 engine: RealmEngine | None = None,
                  activity: ActivityLog | None = None) -> None:
+        """``engine``: retained events, history and other nodes (see
+        :mod:`router.core.engine`); none: one node that retains and records nothing."""
         self.name = name
         self.activity = activity
-        self.retention = retention
-        self.persistence = persistence
-        self.history = history
+        engine = engine if engine is not None else RealmEngine()
+        self.retention = engine.retention
+        self.persistence = engine.persistence
+        self.history = engine.history
+        self._forward = engine.forward
         self.uri_check = uri_check
         self.anonymous_role = anonymous_role
         self.authorizer = authorizer
@@ -65,7 +65,7 @@ class Realm:
         """Replaced by the router's own when the realm is added to a router."""
         self.sessions: dict[int, Peer] = {}
         self.broker = Broker(SharedGroups(), meta_publish=self.publish_meta,
-                             delivery_failed=self._delivery_failed)
+                             delivery_failed=self._delivery_failed, interest=engine.interest)
         self.dealer = Dealer(scheduler)
         self._leave_hooks: list[Callable[[Peer], None]] = []
 
@@ -161,6 +161,8 @@ class Realm:
                                  f"topic {publication.name}: expired on arrival")
         else:
             receivers = self.broker.dispatch(publication)
+            if self._forward is not None:
+                self._forward(publication)
         if self.activity is not None:
             self.activity.published(publication, receivers)
         if self.history:

@@ -1,0 +1,70 @@
+"""The engine boundary: everything a realm shares beyond its own node.
+
+A realm asks its engine for three things: where its retained events live (and how they
+are made durable), where its event history lives, and how a publication reaches the
+other nodes serving the realm. The embedded engine (:mod:`router.store.embedded`: one
+node, retained events in memory written behind to SQLite) answers "nowhere else" to the
+last question, so a single node pays one ``None`` check per publication for the boundary.
+A clustered engine also needs to know which patterns this node's subscribers hold
+(interest), so that other nodes send it only publications it has a receiver for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol
+
+from router.core.history import EventHistory, HistoryRule
+from router.core.incidents import Incidents
+from router.core.model import Publication
+from router.core.retention import RetainedStore, RetentionPolicy
+from router.core.topic import Topic
+
+if TYPE_CHECKING:
+    from router.core.realm import Realm
+
+Forward = Callable[[Publication], None]
+"""Deliver a local publication to the other nodes whose interest matches its topic."""
+Interest = Callable[[Topic, str, bool], None]
+"""Told ``(pattern, match, True)`` when this node gains a subscription or shared group on a
+pattern and ``(pattern, match, False)`` when one goes; several may share one pattern, so
+an engine counts them."""
+
+
+@dataclass(slots=True)
+class Durability(Protocol):
+    """Tells when what a realm's publications changed is stored where the engine keeps it."""
+
+    def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(ok)`` on the event loop once everything changed so far is stored;
+        ``ok`` is False if storing failed."""
+
+
+@dataclass(slots=True)
+class RealmEngine:
+    """What an engine provides to one realm."""
+
+    retention: RetainedStore | None = None
+    """Retained events (None: the realm retains nothing)."""
+    persistence: Durability | None = None
+    """Makes retained changes durable; an acknowledgement waits for it."""
+    history: EventHistory | None = None
+    forward: Forward | None = None
+    """None on a single node: a publication's local fan-out is all there is."""
+    interest: Interest | None = None
+    """None when no other node needs to know this node's patterns."""
+
+
+class Engine(Protocol):
+    """Builds each realm's :class:`RealmEngine`; one engine per node."""
+
+    def open_realm(self, name: str, policy: RetentionPolicy,
+                   history: list[HistoryRule]) -> RealmEngine:
+        """The engine of realm ``name`` (retained events as they are now, history rules)."""
+
+    def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
+        """The realms are built: start receiving for them (incidents counted in
+        ``incidents``)."""
+
+    def close(self) -> None:
+        """Stop talking to whatever the engine shares state with (at shutdown)."""

@@ -1,0 +1,72 @@
+"""The embedded engine: one node, retained events in memory written behind to SQLite.
+
+What the router always did, behind :class:`router.core.engine.Engine`: nothing is
+forwarded (there is no other node) and nobody needs this node's interest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from router.core.engine import RealmEngine
+from router.core.history import EventHistory, HistoryRule
+from router.core.incidents import Incidents
+from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
+from router.store.codec import decode_retained, encode_retained
+from router.store.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from router.core.realm import Realm
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedEngine:
+    """Retained events per realm restored from and saved to the node's SQLite store."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.store = store
+
+    def open_realm(self, name: str, policy: RetentionPolicy,
+                   history: list[HistoryRule]) -> RealmEngine:
+        store = self.store
+        retention = RetainedStore(policy, encode_retained)
+        restored = restore_retained(retention, store, name)
+        if restored:
+            log.info("realm %s: restored %d retained topic(s)", name, restored)
+        retention.listeners.append(
+            lambda topic, entries, action, publication: store.save_retained(name, topic, entries))
+        return RealmEngine(retention, store, EventHistory(history))
+
+    def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
+        """Nothing arrives from elsewhere."""
+
+    def close(self) -> None:
+        """The SQLite store belongs to the node, which closes it after its last write."""
+
+
+def restore_retained(retention: RetainedStore, store: SqliteStore, realm: str) -> int:
+    """Load a realm's retained events as they should look after a restart.
+
+    Session ids of the old process mean nothing now, so entries whose eligibility
+    named sessions were never stored, and entries kept only for a publisher's own
+    session (older than the newest general event) are dropped.
+    """
+    now = time.time()
+    restored = 0
+    for topic, blobs in store.load_retained(realm):
+        live = live_entries(blobs, realm, now)
+        if live:
+            retention.restore(topic, live)
+            restored += 1
+    return restored
+
+
+def live_entries(blobs: list[bytes], realm: str, now: float) -> list[RetainedEvent]:
+    """A stored topic's entries that still apply: not expired, none older than the newest
+    general event (those served only its publisher's session, which is gone)."""
+    entries = [decode_retained(blob, realm) for blob in blobs]
+    newest_general = max((i for i, e in enumerate(entries) if e.general), default=0)
+    return [e for e in entries[newest_general:] if e.expires_at is None or e.expires_at > now]

@@ -1,0 +1,383 @@
+"""The Redis engine: many nodes serve the same realms; Redis is the only shared part.
+
+Keys and channels (``<realm>`` and ``<node>`` as configured):
+
+* channel ``wr:node:<node>``: publications other nodes send this node, one MessagePack
+  array each (:func:`pack_publication`). A publishing node sends to a node only when that
+  node's interest matches the topic, so idle nodes cost a busy one nothing.
+* hash ``wr:interest:<realm>``: node -> the patterns its subscribers hold in the realm;
+  channel ``wr:interest`` announces each change to the other nodes.
+* hash ``wr:retained:<realm>``: topic -> its retained entries (the SQLite row format,
+  :mod:`router.store.codec`); sorted set ``wr:retained-expiry:<realm>``: topic -> when the
+  last of its entries expires, swept by every node; channel ``wr:retained`` announces each
+  change. Every node keeps the realm's retained events in memory (loaded at start, kept
+  current from the channel), so retained-on-subscribe and ``get_retained`` never wait for
+  Redis and see every node's events.
+
+Delivery between nodes is Redis PUB/SUB: at most once, whatever the QoS (a node that is
+disconnected from Redis misses what was published meanwhile).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from itertools import count
+from typing import TYPE_CHECKING, Any, Callable
+
+import msgpack
+from twisted.internet import defer, task
+
+from router.core.broker import Subscription, SubscriptionIndex
+from router.core.engine import RealmEngine
+from router.core.history import EventHistory, HistoryRule
+from router.core.incidents import ENGINE_UNAVAILABLE, Incidents
+from router.core.model import Eligibility, Publication, SessionInfo
+from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
+from router.core.topic import Topic
+from router.store.codec import decode_retained, encode_retained, pack_topic, unpack_topic
+from router.store.embedded import live_entries
+from router.store.resp import BlockingRedis, RespFactory, RespProtocol, command
+from router.store.sqlite import topic_key
+
+if TYPE_CHECKING:
+    from router.core.realm import Realm
+
+log = logging.getLogger(__name__)
+
+INTEREST_CHANNEL = b"wr:interest"
+RETAINED_CHANNEL = b"wr:retained"
+
+SWEEP = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
+for _, topic in ipairs(due) do
+  redis.call('HDEL', KEYS[1], topic)
+  redis.call('ZREM', KEYS[2], topic)
+  redis.call('PUBLISH', KEYS[3], cmsgpack.pack({ARGV[2], ARGV[3], topic, false}))
+end
+return #due
+"""
+"""Drops topics whose every entry has expired. A topic set again meanwhile has a later
+score, so a sweep never removes a fresher value."""
+
+
+def pack_publication(realm: str, publication: Publication) -> bytes:
+    """A publication as another node needs it to run its own fan-out."""
+    publisher = publication.publisher
+    eligibility = publication.eligibility
+    return msgpack.packb([
+        realm, publication.publication_id, publication.topic, publication.args,
+        publication.kwargs,
+        (publisher.session_id, publisher.authid, publisher.authrole, publisher.protocol)
+        if publisher is not None else None,
+        publication.disclose, eligibility.to_json() if eligibility is not None else None,
+        publication.qos, publication.payload, publication.properties, publication.expires_at,
+        publication.amqp, publication.timestamp, publication.payload_bytes,
+    ], use_bin_type=True)
+
+
+def unpack_publication(data: bytes) -> tuple[str, Publication]:
+    (realm, publication_id, topic, args, kwargs, publisher, disclose, eligibility, qos,
+     payload, properties, expires_at, amqp, timestamp,
+     payload_bytes) = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    info = SessionInfo(publisher[0], realm, publisher[1], publisher[2],
+                       protocol=publisher[3]) if publisher is not None else None
+    return realm, Publication(
+        publication_id, tuple(topic), args, kwargs, info, disclose,
+        Eligibility.from_json(eligibility) if eligibility is not None else None,
+        exclude_me=False,  # the publisher's session is on the sending node
+        payload_bytes=payload_bytes, qos=qos, payload=payload, properties=properties,
+        expires_at=expires_at, amqp=amqp, timestamp=timestamp)
+
+
+class RemoteInterest:
+    """Which other nodes want which topics of one realm: the broker's index, with node
+    names where the broker has sessions."""
+
+    def __init__(self) -> None:
+        self.index = SubscriptionIndex()
+        self._ids = count(1)
+        self._patterns: dict[str, set[tuple[Topic, str]]] = {}
+
+    def replace(self, node: str, patterns: set[tuple[Topic, str]]) -> None:
+        """Node ``node`` now holds exactly ``patterns``."""
+        index = self.index
+        old = self._patterns.pop(node, set())
+        for topic, match in old - patterns:
+            entry = index.lookup(topic, match)
+            if entry is not None:
+                entry.subscribers.pop(node, None)  # type: ignore[call-overload]
+                if not entry.subscribers:
+                    index.remove(entry)
+        for topic, match in patterns - old:
+            entry = index.lookup(topic, match)
+            if entry is None:
+                entry = Subscription(next(self._ids), topic, match)
+                index.add(entry)
+            entry.subscribers[node] = None  # type: ignore[index,assignment]
+        if patterns:
+            self._patterns[node] = patterns
+
+    def nodes(self, topic: Topic) -> set[str]:
+        """The nodes with a pattern matching ``topic``."""
+        found: set[str] = set()
+        for entry in self.index.matching(topic):
+            found.update(entry.subscribers)  # type: ignore[arg-type]
+        return found
+
+
+def _patterns(data: bytes | None) -> set[tuple[Topic, str]]:
+    if not data:
+        return set()
+    return {(tuple(topic), match) for topic, match in msgpack.unpackb(data, raw=False)}
+
+
+class RedisRealm:
+    """One realm's share of the engine: interest both ways, forwarding, retained writes."""
+
+    def __init__(self, engine: "RedisEngine", name: str, policy: RetentionPolicy) -> None:
+        self.engine = engine
+        self.name = name
+        self.realm: "Realm | None" = None
+        self.remote = RemoteInterest()
+        self.local: Counter[tuple[Topic, str]] = Counter()
+        self._interest_due = False
+        self.retention = RetainedStore(policy, encode_retained)
+        self.retention.listeners.append(self._retained_changed)
+        self.keys = {kind: f"wr:{kind}:{name}".encode()
+                     for kind in ("interest", "retained", "retained-expiry")}
+        self._last_write: defer.Deferred | None = None
+
+    # interest -------------------------------------------------------------
+
+    def interest(self, topic: Topic, match: str, present: bool) -> None:
+        """A local subscription or group came or went; peers hear of it in one message per
+        reactor turn, however many subscribes arrived in it."""
+        key = (topic, match)
+        if present:
+            self.local[key] += 1
+        else:
+            self.local[key] -= 1
+            if self.local[key] <= 0:
+                del self.local[key]
+        if not self._interest_due:
+            self._interest_due = True
+            self.engine.reactor.callLater(0, self.announce_interest)
+
+    def announce_interest(self) -> None:
+        self._interest_due = False
+        engine = self.engine
+        packed = msgpack.packb(sorted(self.local), use_bin_type=True)
+        engine.send(command("HSET", self.keys["interest"], engine.node, packed)
+                    + command("PUBLISH", INTEREST_CHANNEL,
+                              msgpack.packb([self.name, engine.node, packed],
+                                            use_bin_type=True)), 2)
+
+    # publications ---------------------------------------------------------
+
+    def forward(self, publication: Publication) -> None:
+        """Send ``publication`` once to each node whose interest matches its topic."""
+        remote = self.remote
+        if not remote.index.by_id:
+            return  # no other node subscribes to anything in this realm
+        nodes = remote.nodes(publication.topic)
+        if not nodes:
+            return
+        engine = self.engine
+        if engine.commands is None:
+            engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                   f"topic {publication.name}: not sent to {len(nodes)} node(s)")
+            return
+        try:
+            data = pack_publication(self.name, publication)
+        except (TypeError, ValueError) as exc:
+            engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                   f"topic {publication.name}: cannot be sent ({exc})")
+            return
+        engine.commands.send(b"".join(command("PUBLISH", b"wr:node:" + node.encode(), data)
+                                      for node in nodes), len(nodes))
+
+    def received(self, publication: Publication) -> None:
+        """A publication from another node: the local fan-out, nothing else."""
+        if self.realm is not None and not publication.expired():
+            self.realm.broker.dispatch(publication)
+
+    # retained events ------------------------------------------------------
+
+    def _retained_changed(self, topic: Topic, entries: list[RetainedEvent], action: str,
+                          publication: Publication | None) -> None:
+        """Write a local change to Redis and announce it (the announcement comes back here
+        too, so every node applies changes in Redis's order)."""
+        if action == "expire":
+            return  # each node expires its own copy; the sweep clears Redis
+        engine = self.engine
+        key = topic_key(topic).encode()
+        keys = self.keys
+        if entries:
+            blob = pack_topic(entries)
+            expiries = [entry.expires_at for entry in entries]
+            write = command("HSET", keys["retained"], key, blob)
+            write += (command("ZADD", keys["retained-expiry"], max(expiries), key)  # type: ignore[type-var]
+                      if None not in expiries
+                      else command("ZREM", keys["retained-expiry"], key))
+        else:
+            blob = False
+            write = (command("HDEL", keys["retained"], key)
+                     + command("ZREM", keys["retained-expiry"], key))
+        note = command("PUBLISH", RETAINED_CHANNEL,
+                       msgpack.packb([self.name, engine.node, key, blob], use_bin_type=True))
+        self._last_write = engine.transaction(write + note, 3).addErrback(
+            self._write_failed, topic)
+
+    def _write_failed(self, failure: Any, topic: Topic) -> bool:
+        self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                    f"retained {topic_key(topic)}: not stored "
+                                    f"({failure.getErrorMessage()})")
+        return False
+
+    def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """Replies come in order: once the last write's EXEC is answered, all are stored."""
+        last, self._last_write = self._last_write, None
+        if last is None:
+            callback(True)
+            return
+        last.addCallback(lambda result: callback(result is not False))
+
+    def apply_retained(self, key: bytes, blob: bytes | None) -> None:
+        """A node (maybe this one) changed a topic in Redis: this copy follows. Entries kept
+        for a publisher's own session stay: that session may be on this node."""
+        now = time.time()
+        entries = [entry for entry in (decode_retained(data, self.name)
+                                       for data in unpack_topic(blob))
+                   if entry.expires_at is None or entry.expires_at > now] if blob else []
+        self.retention.revert(_topic_from_key(key), entries)
+
+    def load(self, redis: BlockingRedis) -> None:
+        """Start-up: the interest of the other nodes and every retained event, from Redis."""
+        engine = self.engine
+        found = redis.call("HGETALL", self.keys["interest"])
+        for node, packed in zip(found[::2], found[1::2]):
+            if node.decode() != engine.node:
+                self.remote.replace(node.decode(), _patterns(packed))
+        redis.call("HDEL", self.keys["interest"], engine.node)  # a previous run's patterns
+        found = redis.call("HGETALL", self.keys["retained"])
+        now = time.time()
+        for key, blob in zip(found[::2], found[1::2]):
+            entries = live_entries(unpack_topic(blob), self.name, now)
+            if entries:
+                self.retention.restore(_topic_from_key(key), entries)
+
+    def sweep(self) -> None:
+        """Remove topics whose retained entries have all expired from Redis."""
+        engine = self.engine
+        if engine.commands is not None:
+            engine.commands.send(command("EVAL", SWEEP, 3, self.keys["retained"],
+                                         self.keys["retained-expiry"], RETAINED_CHANNEL,
+                                         time.time(), self.name, engine.node))
+
+
+def _topic_from_key(key: bytes) -> Topic:
+    """The inverse of :func:`router.store.sqlite.topic_key`."""
+    return tuple(json.loads(key))
+
+
+class RedisEngine:
+    """The engine of a node among several on one Redis (see the module docstring)."""
+
+    def __init__(self, address: tuple[str, int, int], node: str, reactor: Any) -> None:
+        self.address = address
+        self.node = node
+        self.reactor = reactor
+        self.incidents = Incidents()
+        """Replaced by the router's own in :meth:`start`."""
+        self.realms: dict[str, RedisRealm] = {}
+        self.commands: RespProtocol | None = None
+        self._connectors: list[Any] = []
+        self._sweeper = task.LoopingCall(self.sweep)
+        self._sweeper.clock = reactor
+
+    def open_realm(self, name: str, policy: RetentionPolicy,
+                   history: list[HistoryRule]) -> RealmEngine:
+        shared = self.realms[name] = RedisRealm(self, name, policy)
+        host, port, db = self.address
+        redis = BlockingRedis(host, port, db)
+        try:
+            shared.load(redis)
+        finally:
+            redis.close()
+        return RealmEngine(shared.retention, shared, EventHistory(history),
+                           shared.forward, shared.interest)
+
+    def start(self, realms: dict[str, "Realm"], incidents: Incidents) -> None:
+        """Receive from the other nodes for ``realms`` and send to them."""
+        self.incidents = incidents
+        for name, shared in self.realms.items():
+            shared.realm = realms[name]
+        host, port, db = self.address
+        for connected in (self._commands_up, self._subscriber_up):
+            self._connectors.append(
+                self.reactor.connectTCP(host, port, RespFactory(db, connected)))
+        self._sweeper.start(1.0, now=False)
+
+    def _commands_up(self, connection: RespProtocol) -> None:
+        self.commands = connection
+        connection.on_lost = self._commands_down
+        for shared in self.realms.values():
+            shared.announce_interest()
+
+    def _commands_down(self) -> None:
+        self.commands = None
+
+    def _subscriber_up(self, connection: RespProtocol) -> None:
+        connection.on_push = self._push
+        connection.send(command("SUBSCRIBE", b"wr:node:" + self.node.encode(),
+                                INTEREST_CHANNEL, RETAINED_CHANNEL), 0)
+
+    def send(self, data: bytes, replies: int) -> None:
+        """Fire and forget (counted when Redis is not reachable)."""
+        if self.commands is None:
+            self.incidents.count("", "engine", ENGINE_UNAVAILABLE, "Redis is not connected")
+            return
+        self.commands.send(data, replies)
+
+    def transaction(self, data: bytes, commands: int):
+        """``data`` (``commands`` commands) inside MULTI/EXEC; a Deferred of EXEC's reply
+        (failed when Redis is not connected)."""
+        if self.commands is None:
+            return defer.fail(ConnectionError("Redis is not connected"))
+        self.commands.send(command("MULTI") + data, 1 + commands)
+        return self.commands.request(command("EXEC"))
+
+    def _push(self, message: list) -> None:
+        if not isinstance(message, list) or message[0] != b"message":
+            return  # subscribe confirmations
+        channel, data = message[1], message[2]
+        if channel == RETAINED_CHANNEL:
+            realm, _node, key, blob = msgpack.unpackb(data, raw=False)
+            shared = self.realms.get(realm)
+            if shared is not None:
+                shared.apply_retained(key if isinstance(key, bytes) else key.encode(),
+                                      blob or None)
+        elif channel == INTEREST_CHANNEL:
+            realm, node, packed = msgpack.unpackb(data, raw=False)
+            shared = self.realms.get(realm)
+            if shared is not None and node != self.node:
+                shared.remote.replace(node, _patterns(packed))
+        else:
+            realm, publication = unpack_publication(data)
+            shared = self.realms.get(realm)
+            if shared is not None:
+                shared.received(publication)
+
+    def sweep(self) -> None:
+        for shared in self.realms.values():
+            shared.sweep()
+
+    def close(self) -> None:
+        if self._sweeper.running:
+            self._sweeper.stop()
+        for connector in self._connectors:
+            connector.factory.stopTrying()
+            connector.disconnect()

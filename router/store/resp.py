@@ -1,0 +1,181 @@
+"""A small Redis (RESP2) client: what the Redis engine needs and nothing more.
+
+Measured against the libraries before writing it (50,000 PUBLISH of 200 bytes, one
+core): ``txredisapi`` 62 us of client CPU per command (a Deferred, a callback chain and
+a string join each), ``redis`` asyncio 20 us when pipelined and an asyncio reactor for
+the whole router; this client writes a pre-encoded command and counts the reply.
+The codec is sans-I/O (:func:`command`, :func:`parse`); :class:`RespProtocol` puts it on
+a Twisted connection, :class:`BlockingRedis` on a plain socket for start-up only.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections import deque
+from typing import Any, Callable
+
+from twisted.internet import defer, protocol
+
+INCOMPLETE = object()
+"""What :func:`parse` returns while a reply has not fully arrived."""
+
+
+class RedisError(Exception):
+    """An error reply (``-ERR ...``)."""
+
+
+def command(*args: bytes | str | int | float) -> bytes:
+    """One command as RESP: an array of bulk strings."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def parse(buffer: bytearray, position: int) -> tuple[Any, int] | object:
+    """(reply, position after it) of the reply starting at ``position``, or INCOMPLETE."""
+    end = buffer.find(b"\r\n", position)
+    if end < 0:
+        return INCOMPLETE
+    kind = buffer[position]
+    line = bytes(buffer[position + 1:end])
+    after = end + 2
+    if kind == 0x24:  # $ bulk string
+        size = int(line)
+        if size < 0:
+            return None, after
+        if len(buffer) < after + size + 2:
+            return INCOMPLETE
+        return bytes(buffer[after:after + size]), after + size + 2
+    if kind == 0x2A:  # * array
+        size = int(line)
+        if size < 0:
+            return None, after
+        items = []
+        for _ in range(size):
+            parsed = parse(buffer, after)
+            if parsed is INCOMPLETE:
+                return INCOMPLETE
+            item, after = parsed  # type: ignore[misc]
+            items.append(item)
+        return items, after
+    if kind == 0x3A:  # : integer
+        return int(line), after
+    if kind == 0x2B:  # + simple string
+        return line.decode(), after
+    if kind == 0x2D:  # - error
+        return RedisError(line.decode()), after
+    raise ValueError(f"not a RESP reply: {bytes(buffer[position:end + 2])!r}")
+
+
+class RespProtocol(protocol.Protocol):
+    """Commands in order, replies matched in order; pushes (pub/sub messages) to ``on_push``.
+
+    :meth:`send` is for commands whose reply only matters as "it arrived" (PUBLISH on
+    the hot path): no Deferred is made for it.
+    """
+
+    factory: "RespFactory | None" = None
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._waiting: deque[defer.Deferred | None] = deque()
+        self.on_push: Callable[[list], None] | None = None
+        """Set on a subscribed connection: every reply is a push then."""
+        self.on_lost: Callable[[], None] | None = None
+
+    def connectionMade(self) -> None:
+        factory = self.factory
+        if factory is not None:
+            if factory.db:
+                self.send(command("SELECT", factory.db))
+            factory.connected(self)
+
+    def request(self, data: bytes) -> defer.Deferred:
+        """Send one encoded command; the Deferred fires with its reply (errback: RedisError)."""
+        waiter: defer.Deferred = defer.Deferred()
+        self._waiting.append(waiter)
+        self.transport.write(data)  # type: ignore[union-attr]
+        return waiter
+
+    def send(self, data: bytes, replies: int = 1) -> None:
+        """Send encoded commands whose ``replies`` are not waited for."""
+        self._waiting.extend([None] * replies)
+        self.transport.write(data)  # type: ignore[union-attr]
+
+    def dataReceived(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        position = 0
+        while position < len(buffer):
+            parsed = parse(buffer, position)
+            if parsed is INCOMPLETE:
+                break
+            reply, position = parsed  # type: ignore[misc]
+            self._reply(reply)
+        del buffer[:position]
+
+    def _reply(self, reply: Any) -> None:
+        if self.on_push is not None:
+            self.on_push(reply)
+            return
+        waiter = self._waiting.popleft()
+        if waiter is None:
+            return
+        if isinstance(reply, RedisError):
+            waiter.errback(reply)
+        else:
+            waiter.callback(reply)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        waiting, self._waiting = self._waiting, deque()
+        for waiter in waiting:
+            if waiter is not None:
+                waiter.errback(ConnectionError("the connection to Redis was lost"))
+        if self.on_lost is not None:
+            self.on_lost()
+
+
+class RespFactory(protocol.ReconnectingClientFactory):
+    """Keeps one connection to database ``db`` up; ``connected(protocol)`` runs after
+    every (re)connect, once SELECT is sent."""
+
+    protocol = RespProtocol
+    maxDelay = 2.0
+
+    def __init__(self, db: int, connected: Callable[[RespProtocol], None]) -> None:
+        self.db = db
+        self.connected = connected
+
+    def buildProtocol(self, addr: Any) -> RespProtocol:
+        self.resetDelay()
+        return super().buildProtocol(addr)  # type: ignore[return-value]
+
+
+class BlockingRedis:
+    """Blocking commands on a plain socket: only before the reactor runs (start-up)."""
+
+    def __init__(self, host: str, port: int, db: int, timeout: float = 5.0) -> None:
+        self._socket = socket.create_connection((host, port), timeout)
+        self._buffer = bytearray()
+        if db:
+            self.call("SELECT", db)
+
+    def call(self, *args: bytes | str | int | float) -> Any:
+        self._socket.sendall(command(*args))
+        while True:
+            parsed = parse(self._buffer, 0) if self._buffer else INCOMPLETE
+            if parsed is not INCOMPLETE:
+                reply, position = parsed  # type: ignore[misc]
+                del self._buffer[:position]
+                if isinstance(reply, RedisError):
+                    raise reply
+                return reply
+            chunk = self._socket.recv(65536)
+            if not chunk:
+                raise ConnectionError("Redis closed the connection")
+            self._buffer += chunk
+
+    def close(self) -> None:
+        self._socket.close()

@@ -1,0 +1,273 @@
+"""Three router nodes on one real redis-server: one realm across all of them.
+
+A node learns the other nodes' subscriptions (interest) through Redis a moment after they
+are made; :func:`reaches` waits for that by publishing probes until one arrives, then the
+check itself runs. "Nothing arrived" is proven by a later event that the same path orders
+behind anything that could have arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import shutil
+import socket
+import time
+
+import pytest
+from autobahn.wamp.types import PublishOptions
+
+from router.store.resp import INCOMPLETE, command, parse
+from tests.amqp_clients import Receive, amqp_listeners
+from tests.amqp_clients import connect as amqp_connect
+from tests.amqp_clients import received as amqp_received
+from tests.clients import connect, next_item, run
+from tests.harness import RedisServer, RouterProcess, realm_file
+from tests.mqtt_clients import MqttClient
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
+                                reason="redis-server is not installed (README command 2)")
+
+PROBE = "probe"
+_names = itertools.count(1)
+
+
+class ChannelWatch:
+    """PSUBSCRIBE to every node's channel: which nodes were sent publications."""
+
+    def __init__(self, port: int) -> None:
+        self.socket = socket.create_connection(("127.0.0.1", port), 5)
+        self.buffer = bytearray()
+        self.socket.sendall(command("PSUBSCRIBE", "wr:node:*"))
+        assert self.next()[0] == b"psubscribe"
+
+    def next(self) -> list:
+        while True:
+            parsed = parse(self.buffer, 0) if self.buffer else INCOMPLETE
+            if parsed is not INCOMPLETE:
+                reply, position = parsed  # type: ignore[misc]
+                del self.buffer[:position]
+                return reply
+            self.buffer += self.socket.recv(65536)
+
+    def channels_until_ping(self) -> list[bytes]:
+        """Channels of everything published so far (Redis answers PING behind them)."""
+        self.socket.sendall(command("PING"))
+        channels = []
+        while True:
+            reply = self.next()
+            if reply[0] == b"pong":
+                return channels
+            channels.append(reply[2])
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def start_node(base, redis: RedisServer, name: str) -> RouterProcess:
+    listeners = amqp_listeners() + [{"type": "rawsocket", "host": "127.0.0.1", "port": 0}]
+    return RouterProcess(base / name, [realm_file("realm1")], listeners=listeners,
+                         extra_config={"engine": {"type": "redis", "url": redis.url,
+                                                  "node": name}}).start()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cluster")
+    redis = RedisServer(base)
+    nodes = {name: start_node(base, redis, name) for name in ("a", "b", "c")}
+    yield redis, nodes
+    for node in nodes.values():
+        node.stop()
+    redis.stop()
+
+
+def topic(prefix: str = "cl") -> str:
+    return f"{prefix}.t{next(_names)}"
+
+
+async def reaches(publisher, probe_topic: str, received: asyncio.Queue) -> None:
+    """Publish probes on ``probe_topic`` until the subscriber behind ``received`` gets one:
+    its node's interest has then reached the publisher's node."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        publisher.publish(probe_topic, PROBE)
+        try:
+            await next_item(received, 0.05)
+            break
+        except asyncio.TimeoutError:
+            continue
+    else:
+        raise AssertionError(f"the interest in {probe_topic} never reached the publisher")
+
+
+async def next_event(received: asyncio.Queue) -> tuple:
+    """The next event that is not a probe (from a WAMP or an MQTT publisher)."""
+    while True:
+        item = await next_item(received)
+        if item[0] not in ([PROBE], [PROBE.encode()]):
+            return item
+
+
+def test_every_match_kind_reaches_subscribers_on_other_nodes(cluster):
+    _, nodes = cluster
+
+    async def scenario():
+        publisher = await connect(nodes["a"])
+        subscriber = await connect(nodes["b"], "rawsocket", "msgpack")
+        base = topic()
+        exact = await subscriber.events(f"{base}.x.z")
+        prefix = await subscriber.events(f"{base}.p", match="prefix")
+        wildcard = await subscriber.events(f"{base}..y", match="wildcard")
+        await reaches(publisher, f"{base}.x.z", exact)
+        await reaches(publisher, f"{base}.pq", prefix)
+        await reaches(publisher, f"{base}.w.y", wildcard)
+        publisher.publish(f"{base}.x.z", 1, key="v")
+        publisher.publish(f"{base}.pz.z", 2)
+        publisher.publish(f"{base}.q.y", 3)
+        args, kwargs, _ = await next_event(exact)
+        assert (args, kwargs) == ([1], {"key": "v"})
+        args, _, details = await next_event(prefix)
+        assert args == [2] and details.topic == f"{base}.pz.z"
+        args, _, details = await next_event(wildcard)
+        assert args == [3] and details.topic == f"{base}.q.y"
+        for session in (publisher, subscriber):
+            await session.close()
+
+    run(scenario())
+
+
+def test_eligibility_and_publisher_exclusion_hold_across_nodes(cluster):
+    _, nodes = cluster
+
+    async def scenario():
+        publisher = await connect(nodes["a"])
+        kept = await connect(nodes["b"])
+        excluded = await connect(nodes["b"])
+        name = topic()
+        own = await publisher.events(name)
+        kept_events = await kept.events(name)
+        excluded_events = await excluded.events(name)
+        await reaches(publisher, name, kept_events)
+        await next_item(excluded_events)  # the probe: b's interest is known to a
+        await publisher.publish(name, "secret", options=PublishOptions(
+            exclude=[excluded._session_id], acknowledge=True))
+        await publisher.publish(name, "all", options=PublishOptions(acknowledge=True))
+        assert (await next_event(kept_events))[0] == ["secret"]
+        assert (await next_event(kept_events))[0] == ["all"]
+        assert (await next_event(excluded_events))[0] == ["all"]  # "secret" never came
+        # the publisher's own session is excluded on its node; only probes reached it
+        while not own.empty():
+            assert own.get_nowait()[0] == [PROBE]
+        for session in (publisher, kept, excluded):
+            await session.close()
+
+    run(scenario())
+
+
+def mqtt_probe_until_received(publisher: MqttClient, subscriber: MqttClient,
+                              name: str) -> None:
+    """The MQTT form of :func:`reaches`."""
+    deadline = time.monotonic() + 10
+    while True:
+        publisher.publish(name, PROBE.encode())
+        try:
+            subscriber.next_message(timeout=0.05)
+            return
+        except AssertionError:
+            assert time.monotonic() < deadline, f"the interest in {name} never arrived"
+
+
+def test_mqtt_wamp_and_amqp_clients_on_different_nodes(cluster):
+    _, nodes = cluster
+    name = topic("mq")
+    mqtt_topic = name.replace(".", "/")
+    mqtt_subscriber = MqttClient(nodes["c"])
+    mqtt_subscriber.connect()
+    connection = amqp_connect(nodes["c"])
+    receiver = connection.create_receiver(mqtt_topic, credit=1000, options=Receive(qos=0))
+    mqtt_subscriber.subscribe((mqtt_topic, 0))
+    mqtt_publisher = MqttClient(nodes["a"])
+    mqtt_publisher.connect()
+    payload = b"\x00\xff"
+
+    async def scenario():
+        subscriber = await connect(nodes["b"], "rawsocket", "msgpack")
+        events = await subscriber.events(name)
+        publisher = await connect(nodes["a"])
+        await reaches(publisher, name, events)
+        await asyncio.to_thread(mqtt_probe_until_received, mqtt_publisher, mqtt_subscriber,
+                                mqtt_topic)
+        await asyncio.to_thread(mqtt_publisher.publish, mqtt_topic, payload, 1)
+        assert (await next_event(events))[0] == [payload]  # the README's payload table
+        await subscriber.close()
+        await publisher.close()
+
+    run(scenario())
+    probes = (PROBE.encode(), b'"probe"')  # from the MQTT and from the WAMP publisher
+    assert all(m.payload in probes for m in mqtt_subscriber.collect_until(payload))
+    while True:  # the AMQP receiver got the probes too, then the message
+        msg, delivery = amqp_received(receiver)
+        delivery.settle()
+        if msg.body == payload:
+            break
+        assert msg.body in probes + (PROBE,), msg  # the WAMP probe arrives as a string
+    for client in (mqtt_subscriber, mqtt_publisher):
+        client.close()
+    connection.close()
+
+
+def test_retained_set_on_one_node_is_read_on_others_also_after_kill_9(cluster, tmp_path):
+    redis, nodes = cluster
+    setter = start_node(tmp_path, redis, "setter")
+    name = topic()
+
+    async def set_and_read():
+        watcher = await connect(nodes["b"])
+        live = await watcher.events(name)
+        publisher = await connect(setter)
+        await reaches(publisher, name, live)
+        await publisher.publish(name, "kept", options=PublishOptions(retain=True,
+                                                                    acknowledge=True))
+        assert (await next_event(live))[0] == ["kept"]
+        # b applied the retained change before the event (same connection, in order)
+        late = await connect(nodes["b"])
+        retained = await late.events(name, get_retained=True)
+        assert (await next_item(retained))[0] == ["kept"]
+        for session in (watcher, publisher, late):
+            await session.close()
+
+    run(set_and_read())
+    setter.kill9()
+    fresh = start_node(tmp_path, redis, "fresh")  # loads every retained event from Redis
+
+    async def read_after_kill():
+        for node in (nodes["c"], fresh):
+            reader = await connect(node)
+            retained = await reader.events(name, get_retained=True)
+            assert (await next_item(retained))[0] == ["kept"]
+            await reader.close()
+
+    run(read_after_kill())
+    fresh.stop()
+
+
+def test_a_node_without_matching_subscribers_is_sent_nothing(cluster):
+    redis, nodes = cluster
+    watch = ChannelWatch(redis.port)
+    name = topic()
+
+    async def scenario():
+        publisher = await connect(nodes["a"])
+        subscriber = await connect(nodes["b"])
+        events = await subscriber.events(name)
+        await reaches(publisher, name, events)
+        watch.channels_until_ping()  # forget the probes
+        await publisher.publish(name, "only b", options=PublishOptions(acknowledge=True))
+        assert (await next_event(events))[0] == ["only b"]
+        assert watch.channels_until_ping() == [b"wr:node:b"]
+        for session in (publisher, subscriber):
+            await session.close()
+
+    run(scenario())
+    watch.close()
