@@ -27,6 +27,8 @@ from router.eventlog.writer import EventLogWriter
 from router.flow import ConnectionFlow, IntakeGate
 from router.limits import ConnectionLimits
 from router.memory import MemoryReclaimer
+from router.metrics.collector import registry_for, watch_retention
+from router.metrics.http import metrics_site
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
@@ -137,6 +139,13 @@ class Node:
         self.store.incidents = self.router.incidents
         self.store.on_retained_lost = self._retained_lost
         self.eventlog.incidents = self.router.incidents
+        for realm in self.router.realms.values():
+            if realm.retention is not None:
+                watch_retention(realm.retention, realm.stats)
+        self.listener_limits: list[ConnectionLimits] = []
+        """Every client listener's limits, with its connection and byte counts."""
+        self.metrics = registry_for(self)
+        """This node's metrics (not prometheus_client's process-global registry)."""
         self.mqtt = self._mqtt_frontends()
         self.amqp = self._amqp_frontends()
         self._expiry = task.LoopingCall(self._expire_retained)
@@ -166,7 +175,9 @@ class Node:
             address = port.getHost()
             secure = listener.tls is not None
             hostport = f"{address.host}:{address.port}"
-            if listener.type == "websocket":
+            if listener.type == "metrics":
+                urls.append(f"{'https' if secure else 'http'}://{hostport}{listener.path}")
+            elif listener.type == "websocket":
                 urls.append(f"{'wss' if secure else 'ws'}://{hostport}{listener.path}")
             elif listener.type == "rawsocket":
                 urls.append(f"rawsocket{'+tls' if secure else ''}://{hostport}")
@@ -219,9 +230,12 @@ class Node:
                                       interface=listener.host)
 
     def _factory(self, listener: ListenerConfig):
+        if listener.type == "metrics":
+            return metrics_site(self.metrics, listener.path, listener.auth)
         factory = self._protocol_factory(listener)
         factory.limits = ConnectionLimits(self.reactor, self.router.incidents, listener.limits,
                                           INCIDENT_PROTOCOL[listener.type], listener.realm)
+        self.listener_limits.append(factory.limits)
         return factory
 
     def _protocol_factory(self, listener: ListenerConfig):

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMES = {"ws": "websocket", "wss": "websocket", "rawsocket": "rawsocket",
            "rawsocket+tls": "rawsocket", "mqtt": "mqtt", "mqtts": "mqtt",
            "mqtt+ws": "mqtt-websocket", "mqtt+wss": "mqtt-websocket", "amqp": "amqp",
-           "amqps": "amqp"}
+           "amqps": "amqp", "http": "metrics", "https": "metrics"}
 """URL scheme in the router's ``ready:`` line -> listener type."""
 
 OPEN_ROLE = [

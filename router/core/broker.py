@@ -10,11 +10,13 @@ subscription and serializer and send the same bytes to all its receivers.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from time import time
 from typing import Callable, Iterator
 
 from router.core.ids import router_scope_ids
 from router.core.model import Publication
 from router.core.peer import Peer
+from router.core.stats import RealmStats
 from router.core.trie import TopicTrie
 from router.core.uri import EXACT, MQTT, PREFIX, is_reserved
 
@@ -108,8 +110,10 @@ class Broker:
     """Subscriptions and dispatch for one realm."""
 
     def __init__(self, meta_publish: MetaPublisher | None = None,
-                 delivery_failed: DeliveryFailure | None = None) -> None:
+                 delivery_failed: DeliveryFailure | None = None,
+                 stats: RealmStats | None = None) -> None:
         self.index = SubscriptionIndex()
+        self.stats = stats if stats is not None else RealmStats()
         self._ids = router_scope_ids()
         self._by_session: dict[int, set[Subscription]] = {}
         self._meta_publish = meta_publish
@@ -166,6 +170,8 @@ class Broker:
         publisher_id = (publication.publisher.session_id
                         if publication.exclude_me and publication.publisher is not None else None)
         eligibility = publication.eligibility
+        stats = self.stats
+        counts = stats.delivered[publication.qos]
         for subscription in self.index.matching(publication.topic):
             if meta_only and not subscription.is_meta:
                 continue
@@ -179,7 +185,10 @@ class Broker:
                 except Exception as exc:  # this receiver alone misses it
                     self.delivery_failed(peer, publication, exc)
                     continue
+                if not delivered:
+                    stats.delivery_latency.observe(time() - publication.timestamp)
                 delivered += 1
+                counts[peer.info.protocol] += 1
         publication.wire_cache = None  # retained/history copies must not pin encodings
         return delivered
 
@@ -191,6 +200,7 @@ class Broker:
         except Exception as exc:
             self.delivery_failed(peer, publication, exc)
             return False
+        self.stats.delivered[publication.qos][peer.info.protocol] += 1
         return True
 
     def delivery_failed(self, peer: Peer, publication: Publication, exc: Exception) -> None:

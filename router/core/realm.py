@@ -23,6 +23,7 @@ from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer
 from router.core.persistence import RetainedPersistence
 from router.core.retention import RetainedStore
+from router.core.stats import RealmStats
 from router.core.uri import EXACT, is_reserved, is_valid_uri
 
 log = logging.getLogger(__name__)
@@ -56,15 +57,18 @@ class Realm:
         self.incidents = Incidents()
         """Replaced by the router's own when the realm is added to a router."""
         self.sessions: dict[int, Peer] = {}
+        self.stats = RealmStats()
+        """Traffic counters for metrics and ``$SYS`` (plain increments, read at scrape)."""
         self.broker = Broker(meta_publish=self.publish_meta,
-                             delivery_failed=self._delivery_failed)
-        self.dealer = Dealer(scheduler)
+                             delivery_failed=self._delivery_failed, stats=self.stats)
+        self.dealer = Dealer(scheduler, self.stats)
         self._leave_hooks: list[Callable[[Peer], None]] = []
 
     # sessions -------------------------------------------------------------
 
     def attach(self, peer: Peer) -> None:
         self.sessions[peer.info.session_id] = peer
+        self.stats.sessions_opened[peer.info.protocol] += 1
         if self.activity is not None:
             self.activity.joined(peer.info)
         self.publish_meta("wamp.session.on_join", [peer.info.details()])
@@ -112,6 +116,7 @@ class Realm:
         if is_reserved(topic):
             raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
         self.authorize(info, "publish", topic)
+        self.stats.received[(info.protocol, options.qos)] += 1
         disclose = options.disclose_me or self.authorizer.discloses(info.authrole, "publish", topic)
         publication = Publication(random_id(), topic, args, kwargs, info, disclose,
                                   options.eligibility, options.exclude_me, options.retain,
