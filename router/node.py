@@ -34,6 +34,7 @@ from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
 from router.store.codec import decode_retained, encode_retained
 from router.store.sqlite import SqliteStore
+from router.sysinfo import SysFigures
 from router.tls import server_options
 from router.verifier import SecretVerifier
 from router.wamp.codec import make_serializers
@@ -148,6 +149,14 @@ class Node:
         """This node's metrics (not prometheus_client's process-global registry)."""
         self.mqtt = self._mqtt_frontends()
         self.amqp = self._amqp_frontends()
+        self.sys = SysFigures(self)
+        """``$SYS`` topics and ``wamp.router.stats``, published every ``sys_interval``."""
+        for realm in self.router.realms.values():
+            self.sys.install(realm)
+        for frontend in self.mqtt.values():
+            frontend.sys = self.sys
+        self._sys_loop = task.LoopingCall(self.sys.publish)
+        self._sys_loop.clock = reactor
         self._expiry = task.LoopingCall(self._expire_retained)
         self._expiry.clock = reactor
         self._log_flush = task.LoopingCall(self.eventlog.flush)
@@ -164,6 +173,8 @@ class Node:
         self._log_flush.start(self.config.eventlog.flush_interval, now=False)
         self._incident_flush.start(self.router.incidents.interval, now=False)
         self.reclaimer.start()
+        if self.config.sys_interval > 0:
+            self._sys_loop.start(self.config.sys_interval, now=False)
         for listener in self.config.listeners:
             self.ports.append((listener, self._listen(listener)))
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
@@ -274,7 +285,7 @@ class Node:
         deadline = self.reactor.seconds() + self.config.shutdown_timeout
         while self.router.connections and self.reactor.seconds() < deadline:
             yield task.deferLater(self.reactor, 0.05, lambda: None)
-        for loop in (self._expiry, self._log_flush, self._incident_flush):
+        for loop in (self._expiry, self._log_flush, self._incident_flush, self._sys_loop):
             if loop.running:
                 loop.stop()
         self.reclaimer.cancel()

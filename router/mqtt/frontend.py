@@ -30,6 +30,7 @@ from router.mqtt.topics import UnmappableTopic, filter_to_pattern, topic_to_uri
 
 if TYPE_CHECKING:
     from router.mqtt.connection import MqttConnection
+    from router.sysinfo import SysFigures
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ class MqttFrontend:
         self.settings = settings
         self.store = store
         self.scheduler = scheduler
+        self.sys: SysFigures | None = None
+        """Serves ``$SYS/`` filters (set by the node when ``sys_interval`` is on)."""
         self.sessions: dict[str, MqttSession] = {}
         self._principals: dict[str, Principal] = router.principals[realm.name]
 
@@ -275,6 +278,8 @@ class MqttFrontend:
         """(SUBACK reason code, a call that sends the retained messages, if any are due)."""
         if topic_filter.startswith("$share/"):
             return ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, None
+        if self.sys is not None and topic_filter.startswith("$SYS/"):
+            return self.sys.subscribe(self, session, topic_filter, options, identifier)
         try:
             uri, match = filter_to_pattern(topic_filter, self.realm.uri_check)
         except UnmappableTopic as exc:
@@ -303,6 +308,9 @@ class MqttFrontend:
         subscription = session.remove_subscription(topic_filter)
         if subscription is None:
             return ReasonCode.NO_SUBSCRIPTION_EXISTED
+        if self.sys is not None and topic_filter.startswith("$SYS/"):
+            self.sys.unsubscribe(self.realm, session, topic_filter)
+            return ReasonCode.SUCCESS
         try:
             self.realm.unsubscribe(session, subscription.core.id)
         except RouterError:
