@@ -40,8 +40,10 @@ class RouterProcess:
     """The router under test, started with ``python -m router run`` like a user would."""
 
     def __init__(self, workdir: Path, realms: list[dict], listeners: list[dict] | None = None,
-                 extra_config: dict | None = None) -> None:
+                 extra_config: dict | None = None, run_args: list[str] | None = None) -> None:
         self.workdir = workdir
+        self.run_args = run_args or []
+        """More arguments of ``python -m router run`` (e.g. ``--log-format json``)."""
         self.realms = realms
         self.listeners = listeners or [
             {"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws"},
@@ -75,7 +77,8 @@ class RouterProcess:
     def start(self, timeout: float = 20.0) -> "RouterProcess":
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "router", "run", "--config", str(self.config_path)],
+            [sys.executable, "-m", "router", "run", "--config", str(self.config_path),
+             *self.run_args],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self._lines = queue.Queue()
         threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()

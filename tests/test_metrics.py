@@ -7,6 +7,7 @@ import base64
 import json
 import shutil
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -20,7 +21,7 @@ from tests.amqp_clients import connect as amqp_connect
 from tests.clients import connect as wamp_connect
 from tests.clients import next_item, run
 from tests.harness import RouterProcess
-from tests.mqtt_clients import MqttClient, listeners, mqtt_realm, unique
+from tests.mqtt_clients import SECRETS, MqttClient, listeners, mqtt_realm, unique
 
 TOKEN = "scrape-secret"
 
@@ -243,3 +244,57 @@ def test_shipped_config_enables_metrics_and_sys():
     assert [(m.host, m.port, m.path) for m in metrics] == [("127.0.0.1", 9100, "/metrics")]
     assert config.sys_interval > 0
     assert json.loads(open("config.json").read())["sys_interval"] == config.sys_interval
+
+
+def test_status_command_summarizes_a_running_router(router):
+    client = MqttClient(router)
+    try:
+        client.connect()
+        result = subprocess.run(
+            [sys.executable, "-m", "router", "status", "--url", router.urls["metrics"],
+             "--interval", "0.2", "--config", "no-such-config.json"],
+            capture_output=True, text=True, timeout=30)
+    finally:
+        client.close()
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"router at {router.urls['metrics']}: up ")
+    assert "realm realm1:" in lines
+    sessions = next(line for line in lines if line.startswith("  sessions: "))
+    assert "mqtt 1" in sessions or "mqtt 2" in sessions  # this client (+ a lingering one)
+    assert any(line.startswith("  messages/s: in ") for line in lines)
+
+
+def test_status_command_uses_the_token_and_says_when_refused(guarded):
+    command = [sys.executable, "-m", "router", "status", "--url", guarded.urls["metrics"],
+               "--interval", "0", "--config", "no-such-config.json"]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 1 and "401" in refused.stdout
+    allowed = subprocess.run(command + ["--token", TOKEN], capture_output=True, text=True,
+                             timeout=30)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+
+
+def test_json_log_lines_carry_realm_protocol_and_peer(tmp_path):
+    process = RouterProcess(tmp_path, [mqtt_realm("realm1")], listeners=listeners("realm1"),
+                            extra_config={"login_backoff": {"after_failures": 0}},
+                            run_args=["--log-format", "json"]).start()
+    try:
+        intruder = MqttClient(process, username="alice", password="wrong")
+        assert intruder.connect().reason_code != 0
+        intruder.close()
+        login = json.loads(process.wait_for_log(r"login_failed"))
+        limited = MqttClient(process, username="limited", password=SECRETS["limited"])
+        limited.connect()
+        assert limited.subscribe(("forbidden/x", 0)) == [0x87]
+        limited.close()
+        refusal = json.loads(process.wait_for_log(r"not_authorized"))
+    finally:
+        process.stop()
+    entries = [json.loads(text) for text in process.log_lines]  # every line is JSON
+    assert all({"time", "level", "logger", "message"} <= set(entry) for entry in entries)
+    assert "realm" not in login  # a login has no realm yet
+    assert login["protocol"] == "mqtt" and login["logger"] == "router.incidents"
+    assert "from 127.0.0.1" in login["message"]
+    assert refusal["realm"] == "realm1" and refusal["protocol"] == "mqtt"
+    assert "forbidden/x" in refusal["message"]

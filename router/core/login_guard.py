@@ -71,7 +71,8 @@ class LoginGuard:
         if count <= self.free:
             log.warning("%s login failed from %s: authid %r, method %s: %s "
                         "(%d failure(s) in %ds)", protocol, peer or "unknown", authid, method,
-                        reason, count, int(self.window))
+                        reason, count, int(self.window),
+                        extra={"protocol": protocol.lower(), "peer": peer or "unknown"})
         else:  # a host that keeps failing: counted, and logged once per interval, not per try
             self.incidents.count("", protocol.lower(), LOGIN_FAILED,
                                  f"from {peer or 'unknown'}: authid {authid!r}, method "
