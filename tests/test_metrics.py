@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from autobahn.wamp.types import PublishOptions
@@ -298,3 +300,20 @@ def test_json_log_lines_carry_realm_protocol_and_peer(tmp_path):
     assert "from 127.0.0.1" in login["message"]
     assert refusal["realm"] == "realm1" and refusal["protocol"] == "mqtt"
     assert "forbidden/x" in refusal["message"]
+
+
+def base_name(sample: str) -> str:
+    """A sample's metric family as docs/metrics.md names it (counters with ``_total``)."""
+    return re.sub(r"_(bucket|sum|count)$", "", sample)
+
+
+def test_docs_and_dashboard_name_exactly_the_exposed_metrics(router):
+    status, text = fetch(router)
+    exposed = set(re.findall(r"^# TYPE (\S+) ", text, re.MULTILINE))
+    documented = set(re.findall(r"^\| `(router_\w+)`", Path("docs/metrics.md").read_text(),
+                                re.MULTILINE))
+    assert documented == exposed
+    dashboard = json.loads(Path("docs/grafana-dashboard.json").read_text())
+    plotted = {base_name(name) for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"router_\w+", target["expr"])}
+    assert plotted and plotted <= exposed
