@@ -9,6 +9,7 @@ subscription and serializer and send the same bytes to all its receivers.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timezone
 from time import time
 from typing import Callable, Iterator
@@ -24,7 +25,7 @@ from router.core.uri import EXACT, MQTT, PREFIX, is_reserved
 class Subscription:
     """One (topic, match) pair and the sessions subscribed to it."""
 
-    __slots__ = ("id", "uri", "match", "created", "subscribers", "is_meta")
+    __slots__ = ("id", "uri", "match", "created", "subscribers", "is_meta", "protocols")
 
     def __init__(self, subscription_id: int, uri: str, match: str) -> None:
         self.id = subscription_id
@@ -33,6 +34,9 @@ class Subscription:
         self.created = datetime.now(timezone.utc).isoformat()
         self.subscribers: dict[int, Peer] = {}
         self.is_meta = is_reserved(uri)
+        self.protocols: Counter[str] = Counter()
+        """Subscribers per protocol name: a dispatch counts its deliveries per subscription
+        from this, not per receiver (see :meth:`Broker.dispatch`)."""
 
     def details(self) -> dict:
         return {"id": self.id, "created": self.created, "uri": self.uri, "match": self.match}
@@ -129,6 +133,8 @@ class Broker:
         session_id = peer.info.session_id
         already = session_id in subscription.subscribers
         subscription.subscribers[session_id] = peer
+        if not already:
+            subscription.protocols[peer.info.protocol] += 1
         self._by_session.setdefault(session_id, set()).add(subscription)
         if not already and not subscription.is_meta:
             if created:
@@ -152,7 +158,8 @@ class Broker:
             self._drop(session_id, subscription)
 
     def _drop(self, session_id: int, subscription: Subscription) -> None:
-        del subscription.subscribers[session_id]
+        peer = subscription.subscribers.pop(session_id)
+        subscription.protocols[peer.info.protocol] -= 1
         if not subscription.is_meta:
             self._meta("wamp.subscription.on_unsubscribe", [session_id, subscription.id])
         if not subscription.subscribers:
@@ -175,20 +182,24 @@ class Broker:
         for subscription in self.index.matching(publication.topic):
             if meta_only and not subscription.is_meta:
                 continue
+            # counted per subscription, then each receiver skipped is taken back: no
+            # per-delivery work for the metrics on the common path
+            for protocol, n in subscription.protocols.items():
+                counts[protocol] += n
             for session_id, peer in list(subscription.subscribers.items()):
-                if session_id == publisher_id:
-                    continue
-                if eligibility is not None and not eligibility.admits(peer.info):
+                if session_id == publisher_id or (eligibility is not None
+                                                  and not eligibility.admits(peer.info)):
+                    counts[peer.info.protocol] -= 1
                     continue
                 try:
                     peer.send_event(subscription, publication)
                 except Exception as exc:  # this receiver alone misses it
+                    counts[peer.info.protocol] -= 1
                     self.delivery_failed(peer, publication, exc)
                     continue
                 if not delivered:
                     stats.delivery_latency.observe(time() - publication.timestamp)
                 delivered += 1
-                counts[peer.info.protocol] += 1
         publication.wire_cache = None  # retained/history copies must not pin encodings
         return delivered
 
