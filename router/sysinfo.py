@@ -81,7 +81,7 @@ class SysFigures:
     def figures(self, realm: Realm) -> dict[str, int | str]:
         """``$SYS/broker/`` suffix -> value, for one realm (bytes and version: the node's)."""
         stats = realm.stats
-        received = sum(stats.received.values())
+        received = sum(sum(counts.values()) for counts in stats.received)
         sent = sum(sum(counts.values()) for counts in stats.delivered)
         dropped = sum(n for (name, _, reason), n in self.node.router.incidents.totals.items()
                       if name == realm.name and reason in DROP_REASONS)

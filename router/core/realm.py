@@ -116,7 +116,7 @@ class Realm:
         if is_reserved(topic):
             raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
         self.authorize(info, "publish", topic)
-        self.stats.received[(info.protocol, options.qos)] += 1
+        self.stats.received[options.qos][info.protocol] += 1
         disclose = options.disclose_me or self.authorizer.discloses(info.authrole, "publish", topic)
         publication = Publication(random_id(), topic, args, kwargs, info, disclose,
                                   options.eligibility, options.exclude_me, options.retain,

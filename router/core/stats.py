@@ -61,8 +61,8 @@ class RealmStats:
                  "calls", "call_errors", "call_timeouts", "call_cancels")
 
     def __init__(self) -> None:
-        self.received: Counter[tuple[str, int]] = Counter()
-        """(protocol, QoS) -> publications accepted from clients."""
+        self.received: list[Counter[str]] = [Counter(), Counter(), Counter()]
+        """Per QoS: protocol -> publications accepted from clients."""
         self.delivered: list[Counter[str]] = [Counter(), Counter(), Counter()]
         """Per publication QoS: protocol -> publications handed to a receiving session."""
         self.sessions_opened: Counter[str] = Counter()

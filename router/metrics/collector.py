@@ -134,11 +134,8 @@ class RouterCollector(Collector):
             _add_by_protocol(sessions_opened, name, _fold(stats.sessions_opened))
             _add_by_protocol(queue, name, depth)
             _add_by_protocol(redelivered, name, stats.redelivered)
-            by_qos: list[Counter[str]] = [Counter() for _ in range(3)]
-            for (protocol, qos), n in stats.received.items():
-                by_qos[qos][family(protocol)] += n
             for qos in range(3):
-                _add_by_protocol(received, name, by_qos[qos], str(qos))
+                _add_by_protocol(received, name, _fold(stats.received[qos]), str(qos))
                 _add_by_protocol(delivered, name, _fold(stats.delivered[qos]), str(qos))
             _add_histogram(latency, [name], stats.delivery_latency)
         yield from (sessions, sessions_opened, received, delivered, queue, redelivered, latency)
