@@ -7,8 +7,11 @@ without the ``$SYS/broker/`` prefix. Who may read them: roles allowed to subscri
 ``wamp.router.on_stats`` (for ``$SYS`` too) or to call ``wamp.router.stats``.
 
 ``$SYS`` topics are not WAMP URIs (a ``$`` level, spaces), so they are served here, next to
-the core rather than through it: an MQTT filter starting with ``$SYS/`` subscribes to this
-module's topics, and, as MQTT requires, no filter starting with a wildcard matches them.
+the core rather than through it. An MQTT filter starting with ``$SYS/`` that the realm cannot
+map (a strict realm) subscribes to this module's topics only; one it can map (a loose realm,
+where clients may publish ``$SYS/...`` themselves) subscribes through the core as before and
+gets the router's figures on that same subscription as well. As MQTT requires, no filter
+starting with a wildcard matches them.
 """
 
 from __future__ import annotations
@@ -138,18 +141,43 @@ class SysFigures:
         session.add_subscription(MqttSubscription(topic_filter, subscription, SubscriptionOptions(
             granted, options.no_local, options.retain_as_published, options.retain_handling),
             identifier), persist=False)
+        self._watch(realm, session, subscription, topic_filter)
+        if options.retain_handling == 2 or (options.retain_handling == 1 and existed):
+            return granted, None
+        return granted, self._sender(realm, session, subscription, topic_filter)
+
+    def also(self, realm: Realm, session: MqttSession, core: Subscription, topic_filter: str,
+             deliver: Callable[[], None] | None) -> Callable[[], None] | None:
+        """A ``$SYS/`` filter the core took (a loose realm): the router's figures go on the
+        same subscription, for roles that may read them; returns the retained-message
+        sender to use instead of ``deliver`` (None: nothing is due)."""
+        if not realm.authorizer.allows(session.info.authrole, "subscribe", STATS_TOPIC, EXACT):
+            return deliver
+        self._watch(realm, session, core, topic_filter)
+        if deliver is None:
+            return None
+        figures = self._sender(realm, session, core, topic_filter)
+
+        def both() -> None:
+            deliver()
+            figures()
+        return both
+
+    def _watch(self, realm: Realm, session: MqttSession, subscription: Subscription,
+               topic_filter: str) -> None:
         subscribers = self._subscribers.setdefault(realm.name, {})
         subscribers[(session.info.session_id, topic_filter)] = (session, subscription,
                                                                 topic_filter)
-        if options.retain_handling == 2 or (options.retain_handling == 1 and existed):
-            return granted, None
 
+    def _sender(self, realm: Realm, session: MqttSession, subscription: Subscription,
+                topic_filter: str) -> Callable[[], None]:
+        """A call that sends the current figures matching ``topic_filter``, retained."""
         def send_retained() -> None:
             for topic, payload in self._payloads(self.figures(realm)).items():
                 if filter_matches(topic_filter, topic):
                     realm.broker.deliver(session, subscription, self._publication(topic, payload),
                                          retained=True)
-        return granted, send_retained
+        return send_retained
 
     def unsubscribe(self, realm: Realm, session: MqttSession, topic_filter: str) -> None:
         """Forget one ``$SYS`` filter of a session (the frontend drops its own record)."""

@@ -31,10 +31,10 @@ def router(tmp_path_factory):
 
 
 def until(client: MqttClient, topic: str, accept=lambda message: True):
-    """The next message on ``topic`` that ``accept`` takes (others on it or elsewhere skipped)."""
+    """The next message on ``topic`` ("": any) that ``accept`` takes (others skipped)."""
     while True:
         message = client.next_message()
-        if message.topic == topic and accept(message):
+        if topic in ("", message.topic) and accept(message):
             return message
 
 
@@ -122,3 +122,24 @@ def test_wamp_stats_procedure_and_meta_topic(router):
     assert set(stats) == set(published)
     assert {"messages/received", "messages/sent", "retained messages/count", "uptime",
             "subscriptions/count", "bytes/received", "bytes/sent"} <= set(stats)
+
+
+def test_loose_realm_sys_filter_gets_figures_and_client_topics(tmp_path):
+    """Where '$SYS' is a valid level (a loose realm) clients may publish under it: a '$SYS/#'
+    subscription gets those and the router's figures on the same subscription."""
+    realm = mqtt_realm("loose", uri_check="loose")
+    realm["roles"]["anonymous"] = realm["roles"]["anonymous"] + [STATS_READER]
+    process = RouterProcess(tmp_path, [realm], listeners=listeners("loose", wamp=False),
+                            extra_config={"sys_interval": 0.2}).start()
+    watcher, publisher = MqttClient(process), MqttClient(process)
+    try:
+        watcher.connect()
+        publisher.connect()
+        assert watcher.subscribe(("$SYS/#", 0)) == [0]
+        assert until(watcher, UPTIME).retain
+        publisher.publish(f"$SYS/{unique('c')}", b"from a client", 0)
+        assert until(watcher, "", lambda m: m.payload == b"from a client") is not None
+    finally:
+        watcher.close()
+        publisher.close()
+        process.stop()

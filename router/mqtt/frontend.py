@@ -278,11 +278,11 @@ class MqttFrontend:
         """(SUBACK reason code, a call that sends the retained messages, if any are due)."""
         if topic_filter.startswith("$share/"):
             return ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, None
-        if self.sys is not None and topic_filter.startswith("$SYS/"):
-            return self.sys.subscribe(self, session, topic_filter, options, identifier)
         try:
             uri, match = filter_to_pattern(topic_filter, self.realm.uri_check)
         except UnmappableTopic as exc:
+            if self.sys is not None and topic_filter.startswith("$SYS/"):
+                return self.sys.subscribe(self, session, topic_filter, options, identifier)
             self.count_refusal(session, f"subscribe {topic_filter}", exc)
             return ReasonCode.TOPIC_FILTER_INVALID, None
         existed = topic_filter in session.subscriptions
@@ -302,6 +302,8 @@ class MqttFrontend:
         wants_retained = options.retain_handling == 0 or (options.retain_handling == 1
                                                           and not existed)
         deliver = (lambda: self.realm.send_retained(session, core)) if wants_retained else None
+        if self.sys is not None and topic_filter.startswith("$SYS/"):
+            deliver = self.sys.also(self.realm, session, core, topic_filter, deliver)
         return granted, deliver
 
     def unsubscribe(self, session: MqttSession, topic_filter: str) -> int:
@@ -310,7 +312,6 @@ class MqttFrontend:
             return ReasonCode.NO_SUBSCRIPTION_EXISTED
         if self.sys is not None and topic_filter.startswith("$SYS/"):
             self.sys.unsubscribe(self.realm, session, topic_filter)
-            return ReasonCode.SUCCESS
         try:
             self.realm.unsubscribe(session, subscription.core.id)
         except RouterError:
