@@ -26,28 +26,31 @@ from router.core.realm import Realm  # noqa: E402
 from router.eventlog.realm_log import RealmEventLog, RealmLogSettings  # noqa: E402
 from router.eventlog.writer import EventLogWriter  # noqa: E402
 
+TOPIC = ("bench", "topic")
+"""The topic every publication goes to, as the core names it (levels)."""
+
 
 class SilentPeer:
     def __init__(self, session_id: int) -> None:
         self.info = SessionInfo(session_id, "bench", f"user{session_id}", "anonymous")
 
     def send_event(self, subscription, publication, retained=False) -> None:
-        publication.wire_cache.setdefault(subscription.id, None)
+        publication.encodings().setdefault(subscription.id, None)
 
 
 def run(events: int, subscribers: int, writer: EventLogWriter | None) -> float:
-    rules = [PermissionRule("", "prefix", frozenset({"publish", "subscribe"}))]
+    rules = [PermissionRule(("",), "prefix", frozenset({"publish", "subscribe"}))]
     activity = (RealmEventLog("bench", writer, RealmLogSettings())
                 if writer is not None else None)
     realm = Realm("bench", Authorizer({"anonymous": Role("anonymous", rules)}), Clock(),
                   activity=activity)
     peers = [SilentPeer(n + 1) for n in range(subscribers + 1)]
     for peer in peers[1:]:
-        realm.subscribe(peer, "bench.topic", SubscribeOptions())
+        realm.subscribe(peer, TOPIC, SubscribeOptions())
     publisher, options = peers[0].info, PublishOptions()
     started = time.perf_counter()
     for n in range(events):
-        realm.publish(publisher, "bench.topic", [n, "payload"], None, options, None, 32)
+        realm.publish(publisher, TOPIC, [n, "payload"], None, options, None, 32)
         if writer is not None and n % 10_000 == 0:
             writer.flush()  # the router flushes on a timer; do it as often here
     elapsed = time.perf_counter() - started

@@ -1,10 +1,12 @@
-"""Time the Spark event-log report on N synthetic records in the router's real layout.
+"""Time the Spark event-log report on N records written exactly as the router writes them.
 
-Writes JSON lines straight to ``realm=<r>/date=<d>/part-<n>.jsonl`` (rolled at the writer's
-64 MiB) with a realistic mix: mostly publishes to Zipf-popular topics, acks for QoS >= 1,
-retained set/clear/expire/evict, subscriptions and sessions joining and leaving. Then runs
-the report in-process and prints events, seconds, events/s per core and the Spark driver
-JVM's peak resident memory (VmHWM from /proc).
+The records come from the router's own :class:`RealmEventLog` (the schema's record builders)
+through its :class:`EventLogWriter` (its encoding, its default 300 s part rotation and UTC
+day folders), driven by a simulated clock: a realistic mix of publishes to Zipf-popular
+topics, acks naming their topic, retained set/clear/expire/evict, subscriptions (exact,
+prefix, MQTT filters), sessions joining and leaving, refusals and incident counts. Then, in
+one Spark session, it times a bare read (the writer's schema, group by realm and topic) and
+the report, and prints both, their ratio and the Spark driver JVM's peak resident memory.
 
     .venv/bin/python bench/eventlog_report.py --events 1000000
 """
@@ -22,100 +24,126 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from router.core.broker import Subscription  # noqa: E402
+from router.core.incidents import NOT_AUTHORIZED, QUEUE_FULL, SLOW_CONSUMER  # noqa: E402
+from router.core.model import Publication, SessionInfo  # noqa: E402
+from router.core.uri import EXACT, MQTT, PREFIX  # noqa: E402
+from router.eventlog.realm_log import RealmEventLog, RealmLogSettings  # noqa: E402
 from router.eventlog.schema import KINDS  # noqa: E402
+from router.eventlog.writer import EventLogWriter  # noqa: E402
 from spark_analytics.progress import Progress  # noqa: E402
-from spark_analytics.reader import input_files  # noqa: E402
+from spark_analytics.reader import event_ddl, input_files  # noqa: E402
 from spark_analytics.report import REPORT_STAGES, build_report  # noqa: E402
 from spark_analytics.session import Sizing, start_session  # noqa: E402
 
 DAY = 86_400
 FIRST_DAY = 1_767_225_600.0  # 2026-01-01 00:00 UTC
-MAX_FILE_BYTES = 64 * 1024 * 1024
 REALMS = {"realm1": 0.6, "telemetry": 0.3, "chat": 0.1}
 KIND_MIX = {"publish": 0.70, "ack": 0.18, "retained_set": 0.03, "retained_clear": 0.005,
             "retained_expire": 0.003, "retained_evict": 0.002, "subscribe": 0.03,
-            "unsubscribe": 0.02, "session_join": 0.015, "session_leave": 0.015}
+            "unsubscribe": 0.02, "session_join": 0.015, "session_leave": 0.015,
+            "refused": 0.002, "incident": 0.001}
 assert set(KIND_MIX) == set(KINDS), "the mix must cover the schema's kinds"
 PROTOCOLS = {"wamp.websocket": 0.55, "wamp.rawsocket": 0.25, "mqtt": 0.15, "amqp": 0.05}
 QOS = {0: 0.6, 1: 0.3, 2: 0.1}
 TOPICS_PER_REALM = 400
 TOPIC_GROUPS = ("sensors", "orders", "chat", "status")
 SESSIONS_PER_REALM = 2_000
-CHUNK = 50_000
+FLUSH_INTERVAL = 1.0
+"""Simulated seconds between hand-offs to the writer thread (eventlog.flush_interval's
+default): rotation by age is decided per hand-off, so this keeps the parts 300 s long."""
+
+
+class Clock:
+    """The simulated time the realm logs and the writer read."""
+
+    def __init__(self) -> None:
+        self.now = FIRST_DAY
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class Realm:
-    """A realm's topics (Zipf-popular) and sessions, and the part files being written."""
+    """A realm's topics (Zipf-popular), sessions and subscriptions, logging through the
+    router's own :class:`RealmEventLog`."""
 
-    def __init__(self, name: str, logs: Path, rng: random.Random) -> None:
-        self.name = name
-        self.logs = logs
+    def __init__(self, name: str, writer: EventLogWriter, clock: Clock,
+                 rng: random.Random) -> None:
         self.rng = rng
-        self.topics = [f"com.example.{name}.{TOPIC_GROUPS[n % len(TOPIC_GROUPS)]}.item{n}"
+        self.log = RealmEventLog(name, writer, RealmLogSettings(), clock)
+        self.topics = [("com", "example", name, TOPIC_GROUPS[n % len(TOPIC_GROUPS)], f"item{n}")
                        for n in range(TOPICS_PER_REALM)]
         self.topic_weights = [1 / (rank + 1) for rank in range(len(self.topics))]
-        self.sessions = [(rng.randint(1, 2**53), f"{name}-user{n % 300}",
-                          rng.choices(list(PROTOCOLS), list(PROTOCOLS.values()))[0])
+        self.sessions = [SessionInfo(rng.randint(1, 2**53), name, f"{name}-user{n % 300}", "user",
+                                     "ticket", protocol=rng.choices(
+                                         list(PROTOCOLS), list(PROTOCOLS.values()))[0])
                          for n in range(SESSIONS_PER_REALM)]
-        self.awaiting_ack = (1, 1)  # (publication, qos) of the latest QoS >= 1 publish
+        self.subscriptions = [Subscription(n, topic[:cut], match) for n, (topic, cut, match)
+                              in enumerate((topic, len(topic), EXACT) for topic in self.topics)]
+        self.subscriptions += [Subscription(len(self.subscriptions), ("com", "example", name),
+                                            PREFIX),
+                               Subscription(len(self.subscriptions) + 1,
+                                            ("com", "example", name, "+", "#"), MQTT)]
 
-    def line(self, kind: str, ts: float, topic: str, session: tuple[int, str, str]) -> str:
-        """One record as the writer encodes it (compact JSON, absent fields left out)."""
-        rng = self.rng
-        session_id, authid, protocol = session
-        who = (f'"session":{session_id},"authid":"{authid}","authrole":"user",'
-               f'"protocol":"{protocol}"')
+    def record(self, kind: str, ts: float, topic: tuple, session: SessionInfo) -> None:
+        """Log one record of ``kind`` as the router would."""
+        rng, log = self.rng, self.log
         if kind == "publish":
-            publication, qos = rng.randint(1, 2**53), rng.choices(list(QOS), list(QOS.values()))[0]
-            if qos:
-                self.awaiting_ack = (publication, qos)
-            retain = "true" if rng.random() < 0.1 else "false"
-            return (f'{{"ts":{ts:.6f},"kind":"publish","topic":"{topic}",'
-                    f'"publication":{publication},{who},"qos":{qos},"retain":{retain},'
-                    f'"payload_bytes":{int(rng.lognormvariate(5, 1))},'
-                    f'"receivers":{int(rng.paretovariate(1.5))}}}\n')
-        if kind == "ack":
-            publication, qos = self.awaiting_ack
-            return (f'{{"ts":{ts:.6f},"kind":"ack","publication":{publication},{who},'
-                    f'"qos":{qos},"latency_ms":{rng.lognormvariate(1.5, 0.8):.3f}}}\n')
-        if kind.startswith("retained_"):
-            return f'{{"ts":{ts:.6f},"kind":"{kind}","topic":"{topic}"}}\n'
-        if kind in ("subscribe", "unsubscribe"):
-            return (f'{{"ts":{ts:.6f},"kind":"{kind}",{who},"topic":"{topic}","match":"exact",'
-                    f'"subscription":{rng.randint(1, 2**53)},"get_retained":true}}\n')
-        duration = f',"duration":{rng.expovariate(1 / 600):.3f}' if kind == "session_leave" else ""
-        return f'{{"ts":{ts:.6f},"kind":"{kind}",{who},"authmethod":"ticket"{duration}}}\n'
-
-    def write(self, day: int, lines: list[str]) -> None:
-        """Append to the day's newest part, starting a new one past the writer's size limit."""
-        day_name = time.strftime("%Y-%m-%d", time.gmtime(FIRST_DAY + day * DAY))
-        folder = self.logs / f"realm={self.name}" / f"date={day_name}"
-        folder.mkdir(parents=True, exist_ok=True)
-        parts = sorted(folder.glob("part-*.jsonl"), key=lambda path: int(path.stem[5:]))
-        part = parts[-1] if parts and parts[-1].stat().st_size < MAX_FILE_BYTES else \
-            folder / f"part-{len(parts)}.jsonl"
-        with part.open("a") as file:
-            file.write("".join(lines))
+            log.published(Publication(
+                rng.randint(1, 2**53), topic, None, None, session,
+                retain=rng.random() < 0.1, payload_bytes=int(rng.lognormvariate(5, 1)),
+                qos=rng.choices(list(QOS), list(QOS.values()))[0], timestamp=ts),
+                int(rng.paretovariate(1.5)) - 1)
+        elif kind == "ack":
+            log.acknowledged(session, topic, rng.choice((1, 2)), rng.lognormvariate(1.5, 0.8))
+        elif kind.startswith("retained_"):
+            log.retained(topic, kind.removeprefix("retained_"), None)
+        elif kind == "subscribe":
+            log.subscribed(session, rng.choice(self.subscriptions), True)
+        elif kind == "unsubscribe":
+            log.unsubscribed(session, rng.choice(self.subscriptions))
+        elif kind == "session_join":
+            log.joined(session)
+        elif kind == "session_leave":
+            session.joined_at = ts - rng.expovariate(1 / 600)
+            log.left(session)
+        elif kind == "refused":
+            log.refused(session, "publish", topic, EXACT, NOT_AUTHORIZED)
+        else:
+            log.incident(session.protocol.split(".")[0], rng.choice((SLOW_CONSUMER, QUEUE_FULL)),
+                         rng.randint(1, 50))
+            log.flush_incidents()
 
 
 def generate(logs: Path, events: int, days: int, seed: int = 1) -> None:
-    """``events`` records spread over ``days`` UTC days and the realms, in time order per file."""
+    """About ``events`` records over ``days`` UTC days, the realms interleaved in time as on
+    a real node, written by the router's writer with its default rotation."""
     rng = random.Random(seed)
-    realms = {name: Realm(name, logs, rng) for name in REALMS}
+    clock = Clock()
+    writer = EventLogWriter(logs, clock=clock, max_queued_records=2**62)
+    realms = [Realm(name, writer, clock, rng) for name in REALMS]
     kinds, kind_weights = list(KIND_MIX), list(KIND_MIX.values())
-    for day in range(days):
-        for name, share in REALMS.items():
-            realm = realms[name]
-            count = round(events * share / days)
-            start, step = FIRST_DAY + day * DAY, DAY / max(count, 1)
-            for offset in range(0, count, CHUNK):
-                size = min(CHUNK, count - offset)
-                chosen_kinds = rng.choices(kinds, kind_weights, k=size)
-                topics = rng.choices(realm.topics, realm.topic_weights, k=size)
-                sessions = rng.choices(realm.sessions, k=size)
-                realm.write(day, [realm.line(kind, start + (offset + n) * step, topic, session)
-                                  for n, (kind, topic, session)
-                                  in enumerate(zip(chosen_kinds, topics, sessions))])
+    step = days * DAY / events
+    chosen_realms = rng.choices(realms, list(REALMS.values()), k=events)
+    chosen_kinds = rng.choices(kinds, kind_weights, k=events)
+    flushed = FIRST_DAY
+    for n, (realm, kind) in enumerate(zip(chosen_realms, chosen_kinds)):
+        clock.now = FIRST_DAY + n * step
+        realm.record(kind, clock.now, rng.choices(realm.topics, realm.topic_weights)[0],
+                     rng.choice(realm.sessions))
+        if clock.now - flushed >= FLUSH_INTERVAL:
+            writer.flush()
+            flushed = clock.now
+    writer.close()
+
+
+def bare_read_seconds(spark, logs: Path) -> float:
+    """The baseline: read every part with the writer's schema, count per realm and topic."""
+    started = time.perf_counter()
+    (spark.read.schema(event_ddl()).option("basePath", str(logs)).json(str(logs))
+     .groupBy("realm", "topic").count().collect())
+    return time.perf_counter() - started
 
 
 def spark_driver_pid() -> int | None:
@@ -140,7 +168,7 @@ def peak_memory_bytes(pid: int) -> int:
 def main() -> None:
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--events", type=int, default=1_000_000)
-    options.add_argument("--days", type=int, default=2)
+    options.add_argument("--days", type=int, default=7)
     options.add_argument("--master", default="local[*]")
     options.add_argument("--driver-memory", default="4g")
     options.add_argument("--keep", type=Path, help="write logs and report here and keep them")
@@ -162,6 +190,7 @@ def main() -> None:
         session_seconds = time.perf_counter() - started
         try:
             cores = spark.sparkContext.defaultParallelism
+            bare = bare_read_seconds(spark, logs)
             started = time.perf_counter()
             build_report(spark, logs, out, progress=progress)
             seconds = time.perf_counter() - started
@@ -171,7 +200,9 @@ def main() -> None:
             spark.stop()
         print(f"events:               {args.events:,}")
         print(f"spark start:          {session_seconds:.1f} s")
+        print(f"bare read:            {bare:.1f} s  (schema read + group by realm, topic; first)")
         print(f"report:               {seconds:.1f} s")
+        print(f"report / bare read:   {seconds / bare:.2f}")
         print(f"events/s:             {args.events / seconds:,.0f}")
         print(f"events/s per core:    {args.events / seconds / cores:,.0f}  ({cores} cores)")
         print(f"driver JVM peak RSS:  {peak}")

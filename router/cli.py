@@ -1,13 +1,17 @@
-"""Command line: ``python -m router run|check-config|hash-secret|principal|retained|status``."""
+"""Command line: ``python -m router run|check-config|hash-secret|principal|role|retained|status``."""
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import logging
 import sys
+from pathlib import Path
 
-from router.config import ConfigError, NodeConfig, load_config
+from router.config import ConfigError, NodeConfig, RealmConfig, load_config, parse_rule
+from router.core.topic import to_uri
+from router.core.uri import MATCH_POLICIES
 
 
 def _setup_logging(level: str, log_format: str = "text") -> None:
@@ -81,20 +85,39 @@ def _read_secret(prompt: str) -> str:
     return sys.stdin.readline().rstrip("\n")
 
 
-def _principal_add(args: argparse.Namespace) -> int:
-    """Write one principal's credential (hash, derived key or public key) to a realm file."""
-    import json
-    from pathlib import Path
-
-    from router.core.credentials import derive_wampcra, hash_secret, normalize_pubkey
-
+def _realm(args: argparse.Namespace) -> RealmConfig | None:
+    """The realm ``--realm`` names in ``--config``, or None after saying what is wrong."""
     config = _load(args)
     if config is None:
-        return 2
+        return None
     realm = config.realms.get(args.realm)
     if realm is None:
         print(f"no realm '{args.realm}' in {args.config} (realms: {', '.join(config.realms)})",
               file=sys.stderr)
+    return realm
+
+
+def _rewrite_realm(args: argparse.Namespace, path: Path, data: dict, done: str) -> int:
+    """Replace the realm file atomically, check that the configuration still loads and say
+    ``done``; the exit code."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    try:
+        load_config(args.config)
+    except ConfigError as exc:  # should not happen; say so rather than leave it silent
+        print(f"warning: the configuration does not load now: {exc}", file=sys.stderr)
+        return 1
+    print(f"{path}: {done}; restart the router to apply")
+    return 0
+
+
+def _principal_add(args: argparse.Namespace) -> int:
+    """Write one principal's credential (hash, derived key or public key) to a realm file."""
+    from router.core.credentials import derive_wampcra, hash_secret, normalize_pubkey
+
+    realm = _realm(args)
+    if realm is None:
         return 2
     if args.role not in realm.roles:
         print(f"{realm.source}: roles: there is no role '{args.role}' (roles: "
@@ -124,16 +147,56 @@ def _principal_add(args: argparse.Namespace) -> int:
         keys = entry.setdefault("cryptosign", {}).setdefault("pubkeys", [])
         if pubkey not in keys:
             keys.append(pubkey)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    return _rewrite_realm(args, path, data, f"principal '{args.authid}' (role {args.role}) "
+                          f"can now log in with {args.method}")
+
+
+def _role_add(args: argparse.Namespace) -> int:
+    """Add a permission rule to a role of a realm file, creating the role if it is new.
+    A rule for the same URI and match that the role has already is refused, not merged:
+    the operator says which one is meant by editing the file."""
+    realm = _realm(args)
+    if realm is None:
+        return 2
+    if not args.role.strip():
+        print("the role name must not be empty", file=sys.stderr)
+        return 2
+    path = Path(realm.source)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    rules = data.setdefault("roles", {}).setdefault(args.role, [])
+    rule = {"uri": args.uri, "match": args.match,
+            "allow": [action.strip() for action in args.allow.split(",") if action.strip()]}
+    if not rule["allow"]:
+        print("--allow must name at least one action (publish, subscribe, call, register)",
+              file=sys.stderr)
+        return 2
+    if args.disclose:
+        rule["disclose"] = True
     try:
-        load_config(args.config)
-    except ConfigError as exc:  # should not happen; say so rather than leave it silent
-        print(f"warning: the configuration does not load now: {exc}", file=sys.stderr)
-        return 1
-    print(f"{path}: principal '{args.authid}' (role {args.role}) can now log in with "
-          f"{args.method}; restart the router to apply")
+        parsed = parse_rule(path, f"roles.{args.role}[{len(rules)}]", rule, realm.uri_check)
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    for existing in realm.roles.get(args.role, ()):
+        if (existing.pattern, existing.match) == (parsed.pattern, parsed.match):
+            print(f"{path}: role '{args.role}' has a rule for uri '{args.uri}' match "
+                  f"'{args.match}' already (allow: {', '.join(sorted(existing.actions))}); "
+                  f"edit the file to change it", file=sys.stderr)
+            return 2
+    rules.append(rule)
+    return _rewrite_realm(args, path, data, f"role '{args.role}' may now "
+                          f"{', '.join(rule['allow'])} on '{args.uri}' ({args.match})")
+
+
+def _role_list(args: argparse.Namespace) -> int:
+    realm = _realm(args)
+    if realm is None:
+        return 2
+    for name in sorted(realm.roles):
+        print(name)
+        for rule in realm.roles[name]:
+            print(f"  {rule.match:8} {to_uri(rule.pattern)!r}: {', '.join(sorted(rule.actions))}"
+                  + (" (disclose)" if rule.disclose else ""))
     return 0
 
 
@@ -159,6 +222,15 @@ def _status(args: argparse.Namespace) -> int:
     return status_command(args, config)
 
 
+def _realm_file_command(commands, name: str, handler, help_text: str) -> argparse.ArgumentParser:
+    """A subcommand about one realm file: ``--realm`` and ``--config``."""
+    command = commands.add_parser(name, help=help_text)
+    command.add_argument("--realm", required=True)
+    command.add_argument("--config", default="config.json", help="node configuration file")
+    command.set_defaults(handler=handler)
+    return command
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m router",
                                      description="A WAMP router with event retention.")
@@ -178,14 +250,24 @@ def main(argv: list[str] | None = None) -> int:
     secret.set_defaults(handler=_hash_secret)
     principal = commands.add_parser("principal", help="manage the principals of a realm")
     principal_commands = principal.add_subparsers(dest="principal_command", required=True)
-    add = principal_commands.add_parser(
-        "add", help="add a principal, or a credential to one (secret or public key on stdin)")
-    add.add_argument("--realm", required=True)
+    add = _realm_file_command(
+        principal_commands, "add", _principal_add,
+        "add a principal, or a credential to one (secret or public key on stdin)")
     add.add_argument("--authid", required=True)
     add.add_argument("--role", required=True)
     add.add_argument("--method", required=True, choices=["ticket", "wampcra", "cryptosign"])
-    add.add_argument("--config", default="config.json", help="node configuration file")
-    add.set_defaults(handler=_principal_add)
+    role = commands.add_parser("role", help="manage the roles of a realm")
+    role_commands = role.add_subparsers(dest="role_command", required=True)
+    role_add = _realm_file_command(role_commands, "add", _role_add,
+                                   "add a permission rule to a role (the role is created if new)")
+    role_add.add_argument("--role", required=True)
+    role_add.add_argument("--allow", required=True,
+                          help="comma-separated: publish, subscribe, call, register")
+    role_add.add_argument("--uri", required=True, help="URI or pattern (\"\" with prefix: all)")
+    role_add.add_argument("--match", default="exact", choices=MATCH_POLICIES)
+    role_add.add_argument("--disclose", action="store_true",
+                          help="disclose the caller/publisher to callees/subscribers")
+    _realm_file_command(role_commands, "list", _role_list, "list a realm's roles and their rules")
     retained = commands.add_parser(
         "retained", help="list or purge retained events on a running router")
     retained.add_argument("action", choices=["list", "purge"])

@@ -18,13 +18,13 @@ from router.core.credentials import SCHEME, Principal, WampCra, normalize_pubkey
 from router.core.history import HistoryRule
 from router.core.payload import MAPPINGS
 from router.core.qos import POLICIES, QOS_LEVELS
+from router.core.realm import SERVER_OWNED
 from router.core.retention import RetentionPolicy
 from router.eventlog.realm_log import RealmLogSettings
 from router.eventlog.schema import KINDS
-from router.amqp.settings import AmqpSettings
 from router.flow import FlowLimits
-from router.mqtt.frontend import MqttSettings
-from router.wamp.settings import WampSettings
+from router.settings import AmqpSettings, MqttSettings, WampSettings
+from router.core.topic import Topic, from_uri
 from router.core.uri import MATCH_POLICIES, is_valid_uri
 from router.verifier import MAX_PENDING
 from router.limits import LimitSettings
@@ -367,6 +367,12 @@ def _rule(reader: _Reader, check: str) -> PermissionRule:
     return PermissionRule(uri, match, frozenset(allow), reader.get("disclose", bool, False))
 
 
+def parse_rule(source: Path, where: str, rule: Any, uri_check: str) -> PermissionRule:
+    """A permission rule as a realm file would hold it at ``where`` (for tools that write
+    realm files: the same checks, errors naming the file and key)."""
+    return _rule(_Reader(source, rule, where), uri_check)
+
+
 def _principal(reader: _Reader, authid: str, roles: dict) -> Principal:
     reader.reject_unknown({"role", "ticket", "wampcra", "cryptosign"})
     role = reader.get("role", str)
@@ -409,14 +415,21 @@ def _principal(reader: _Reader, authid: str, roles: dict) -> Principal:
     return Principal(authid, role, ticket, cra, pubkeys)
 
 
-def _pattern(reader: _Reader, check: str) -> tuple[str, str]:
+def _pattern(reader: _Reader, check: str) -> tuple[Topic, str]:
+    """(levels, match) of a ``uri`` + ``match`` entry: a URI of the realm split on ``.``;
+    it then applies to the topics of every protocol (:mod:`router.core.topic`)."""
     uri = reader.get("uri", str)
     match = reader.get("match", str, "exact")
     if match not in MATCH_POLICIES:
         raise reader.fail("match", f"must be one of {', '.join(MATCH_POLICIES)}, got '{match}'")
-    if not is_valid_uri(uri, check, match):
+    head, _, rest = uri.partition(".")
+    if head == SERVER_OWNED:  # the router's $SYS levels: any further levels, as MQTT names
+        check, uri_rest = "loose", rest
+    else:
+        uri_rest = uri
+    if not is_valid_uri(uri_rest, check, match):
         raise reader.fail("uri", f"'{uri}' is not a valid {check} URI for match '{match}'")
-    return uri, match
+    return from_uri(uri), match
 
 
 def _positive(reader: _Reader, key: str, kind: type | tuple, default: Any) -> Any:
@@ -445,7 +458,8 @@ def _retention(reader: _Reader, check: str) -> RetentionPolicy:
 
 def _mqtt(reader: _Reader) -> MqttSettings:
     reader.reject_unknown({"payload_mapping", "qos_policy", "max_qos", "max_packet_size",
-                           "max_queued", "max_session_expiry"})
+                           "max_queued", "max_session_expiry", "max_keepalive",
+                           "topic_alias_maximum"})
     defaults = MqttSettings()
     mapping = reader.get("payload_mapping", str, defaults.payload_mapping)
     if mapping not in MAPPINGS:
@@ -460,7 +474,17 @@ def _mqtt(reader: _Reader) -> MqttSettings:
     return MqttSettings(mapping, policy, max_qos,
                         _positive(reader, "max_packet_size", int, defaults.max_packet_size),
                         _positive(reader, "max_queued", int, defaults.max_queued),
-                        _expiry_cap(reader, "max_session_expiry", defaults.max_session_expiry))
+                        _expiry_cap(reader, "max_session_expiry", defaults.max_session_expiry),
+                        _two_byte(reader, "max_keepalive", defaults.max_keepalive),
+                        _two_byte(reader, "topic_alias_maximum", defaults.topic_alias_maximum))
+
+
+def _two_byte(reader: _Reader, key: str, default: int) -> int:
+    """0 to 65535, as MQTT carries it (a two-byte integer)."""
+    value = reader.get(key, int, default)
+    if not 0 <= value <= 0xFFFF:
+        raise reader.fail(key, f"must be 0 to 65535, got {value}")
+    return value
 
 
 def _expiry_cap(reader: _Reader, key: str, default: int) -> int:
@@ -472,13 +496,25 @@ def _expiry_cap(reader: _Reader, key: str, default: int) -> int:
 
 
 def _amqp(reader: _Reader, mqtt: MqttSettings) -> AmqpSettings:
-    reader.reject_unknown({"inbound_window", "max_link_expiry"})
+    reader.reject_unknown({"payload_mapping", "qos_policy", "max_queued", "inbound_window",
+                           "max_link_expiry"})
     defaults = AmqpSettings()
-    return AmqpSettings(payload_mapping=mqtt.payload_mapping,
+    return AmqpSettings(payload_mapping=_one_of(reader, "payload_mapping", MAPPINGS,
+                                                mqtt.payload_mapping),
+                        qos_policy=_one_of(reader, "qos_policy", POLICIES, defaults.qos_policy),
+                        max_queued=_positive(reader, "max_queued", int, defaults.max_queued),
                         inbound_window=_positive(reader, "inbound_window", int,
                                                  defaults.inbound_window),
                         max_link_expiry=_expiry_cap(reader, "max_link_expiry",
                                                     defaults.max_link_expiry))
+
+
+def _one_of(reader: _Reader, key: str, allowed: tuple[str, ...], default: str) -> str:
+    """A string that must be one of ``allowed`` (a policy, a mapping)."""
+    value = reader.get(key, str, default)
+    if value not in allowed:
+        raise reader.fail(key, f"must be one of {', '.join(allowed)}, got '{value}'")
+    return value
 
 
 def _wamp(reader: _Reader) -> WampSettings:

@@ -18,10 +18,11 @@ from router.core.history import EventHistory
 from router.core.login_guard import LoginGuard
 from router.core.meta import (install_event_history, install_retention_admin,
                               install_session_meta, install_subscription_meta)
-from router.core.realm import Realm
+from router.core.realm import SERVER_OWNED, Realm
 from router.core.retention import RetainedEvent, RetainedStore
 from router.core.router import Router
 from router.core.testament import Testaments
+from router.core.topic import Topic
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
 from router.flow import ConnectionFlow, IntakeGate
@@ -56,6 +57,8 @@ def build_router(config: NodeConfig, reactor, store: SqliteStore,
                  eventlog: EventLogWriter) -> Router:
     """Realms, authorizers, retained events (restored from ``store``), event logs, meta APIs."""
     router = Router(reactor)
+    logs: dict[str, RealmEventLog] = {}
+    router.incidents.listener = partial(_log_incident, logs)
     backoff = config.login_backoff
     router.login_guard = LoginGuard(reactor, backoff.window, backoff.after_failures,
                                     backoff.max_delay, router.incidents)
@@ -65,18 +68,21 @@ def build_router(config: NodeConfig, reactor, store: SqliteStore,
         log_settings = config.eventlog.for_realm(realm_config.name)
         activity = (RealmEventLog(realm_config.name, eventlog, log_settings)
                     if log_settings.enabled else None)
+        if activity is not None:
+            logs[realm_config.name] = activity
         roles = {name: Role(name, rules) for name, rules in realm_config.roles.items()}
         retention = RetainedStore(realm_config.retention, encode_retained)
         restored = restore_retained(retention, store, realm_config.name)
         if restored:
             log.info("realm %s: restored %d retained topic(s)", realm_config.name, restored)
+        # the router's own $SYS figures are republished at start: neither stored nor logged
         retention.listeners.append(
             lambda topic, entries, action, publication, name=realm_config.name:
-            store.save_retained(name, topic, entries))
+            topic[0] == SERVER_OWNED or store.save_retained(name, topic, entries))
         if activity is not None:
             retention.listeners.append(
                 lambda topic, entries, action, publication, activity=activity:
-                activity.retained(topic, action, publication))
+                topic[0] == SERVER_OWNED or activity.retained(topic, action, publication))
         realm = Realm(realm_config.name, Authorizer(roles), reactor,
                       uri_check=realm_config.uri_check,
                       anonymous_role=realm_config.anonymous_role,
@@ -90,6 +96,14 @@ def build_router(config: NodeConfig, reactor, store: SqliteStore,
         Testaments(realm, realm_config.wamp.max_testaments)
         router.add_realm(realm, realm_config.principals)
     return router
+
+
+def _log_incident(logs: dict[str, RealmEventLog], realm: str, protocol: str, reason: str,
+                  n: int) -> None:
+    """Incidents of a realm with an event log go to it (node-wide ones, realm "", do not)."""
+    log_ = logs.get(realm)
+    if log_ is not None:
+        log_.incident(protocol, reason, n)
 
 
 def restore_retained(retention: RetainedStore, store: SqliteStore, realm: str) -> int:
@@ -153,13 +167,11 @@ class Node:
         """``$SYS`` topics and ``wamp.router.stats``, published every ``sys_interval``."""
         for realm in self.router.realms.values():
             self.sys.install(realm)
-        for frontend in self.mqtt.values():
-            frontend.sys = self.sys
         self._sys_loop = task.LoopingCall(self.sys.publish)
         self._sys_loop.clock = reactor
         self._expiry = task.LoopingCall(self._expire_retained)
         self._expiry.clock = reactor
-        self._log_flush = task.LoopingCall(self.eventlog.flush)
+        self._log_flush = task.LoopingCall(self._flush_eventlog)
         self._log_flush.clock = reactor
         self._incident_flush = task.LoopingCall(self.router.incidents.flush)
         self._incident_flush.clock = reactor
@@ -174,7 +186,7 @@ class Node:
         self._incident_flush.start(self.router.incidents.interval, now=False)
         self.reclaimer.start()
         if self.config.sys_interval > 0:
-            self._sys_loop.start(self.config.sys_interval, now=False)
+            self._sys_loop.start(self.config.sys_interval, now=True)
         for listener in self.config.listeners:
             self.ports.append((listener, self._listen(listener)))
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
@@ -291,10 +303,18 @@ class Node:
         self.reclaimer.cancel()
         pool = self.reactor.getThreadPool()
         yield threads.deferToThreadPool(self.reactor, pool, self.store.close)
+        self._flush_eventlog()
         yield threads.deferToThreadPool(self.reactor, pool, self.eventlog.close)
         log.info("shutdown complete")
 
-    def _retained_lost(self, realm: str, topic: str, stored: list[bytes]) -> None:
+    def _flush_eventlog(self) -> None:
+        """Hand the writer thread what the realms logged, incidents counted so far included."""
+        for realm in self.router.realms.values():
+            if isinstance(realm.activity, RealmEventLog):
+                realm.activity.flush_incidents()
+        self.eventlog.flush()
+
+    def _retained_lost(self, realm: str, topic: Topic, stored: list[bytes]) -> None:
         """A retained write failed: the realm's memory goes back to what is stored."""
         retention = self.router.realms[realm].retention
         if retention is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from router.core import incidents
 from router.eventlog.schema import KINDS
 
 PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
@@ -16,8 +17,19 @@ QOS_LEVELS = (0, 1, 2)
 RETAINED_KINDS = tuple(kind for kind in KINDS if kind.startswith("retained_"))
 
 # Only these fields feed a table: the report caches them, not payloads or eligibility lists.
-USED_COLUMNS = ("realm", "ts", "kind", "topic", "publication", "authid", "protocol",
-                "qos", "retain", "payload_bytes", "receivers", "duration", "latency_ms")
+USED_COLUMNS = ("realm", "ts", "kind", "topic", "publication", "session", "authid", "protocol",
+                "qos", "retain", "payload_bytes", "receivers", "duration", "latency_ms",
+                "pattern", "match", "operation", "reason", "count")
+
+DROP_REASONS = (incidents.SLOW_CONSUMER, incidents.QUEUE_FULL, incidents.EXPIRED,
+                incidents.UNENCODABLE, incidents.UNREPRESENTABLE, incidents.TOO_LARGE,
+                incidents.UNACKNOWLEDGED, incidents.DELIVERY_FAILED)
+"""Incident reasons that mean a message did not reach a receiver."""
+REFUSAL_REASONS = (incidents.INVALID_TOPIC, incidents.UNSUPPORTED, incidents.REFUSED,
+                   incidents.DISCONNECTED, incidents.STORE_FAILED)
+"""Incident reasons that mean a client's operation or connection was refused or failed
+(not_authorized comes from the core's own ``refused`` records, once per operation)."""
+TOP_TOPICS_OVER_TIME = 10
 
 
 def is_kind(kind: str) -> Column:
@@ -101,7 +113,10 @@ def topics(events: DataFrame) -> DataFrame:
     publish = is_kind("publish")
     totals = (events.where(F.col("topic").isNotNull()).groupBy("realm", "topic")
               .agg(*topic_counters(),
-                   percentiles(F.when(publish, F.col("receivers")), "receivers")))
+                   percentiles(F.when(publish, F.col("receivers")), "receivers"),
+                   F.count_if(publish & (F.col("receivers") == 0)).alias("unreceived"),
+                   (F.max(F.when(publish, F.col("ts"))) - F.min(F.when(publish, F.col("ts"))))
+                   .alias("active_seconds")))
     per_minute = (publishes(events)
                   .groupBy("realm", "topic", epoch_minute(F.col("ts")).alias("minute"))
                   .agg(F.count("*").alias("minute_events")))
@@ -110,16 +125,17 @@ def topics(events: DataFrame) -> DataFrame:
         minute_time(F.min_by("minute", F.struct(-F.col("minute_events"), F.col("minute"))))
         .alias("peak_minute"),
         F.max("minute_events").alias("peak_minute_events"),
-        (F.max("minute") - F.min("minute") + 1).alias("active_minutes"),
     )
-    table = (totals.join(rates, ["realm", "topic"], "left")
-             .withColumn("events_per_minute", F.col("events") / F.col("active_minutes"))
+    table = (totals.where(F.col("events") > 0).join(rates, ["realm", "topic"], "left")
+             .withColumn("events_per_minute",
+                         F.col("events") * 60 / F.greatest(F.col("active_seconds"), F.lit(60.0)))
              .withColumn("retained_share",
                          F.when(F.col("events") > 0,
                                 F.col("retained_publishes") / F.col("events"))))
     table = split_percentiles(table, "receivers")
     return table.select(
-        "realm", "topic", "events", "bytes", "events_per_minute", "peak_minute",
+        "realm", "topic", "events", "bytes", "events_per_minute", "active_seconds",
+        "peak_minute", "unreceived",
         "peak_minute_events", *(f"qos{level}" for level in QOS_LEVELS), "retained_share",
         "retained_publishes", *RETAINED_KINDS, "subscribes",
         *(f"receivers_{suffix}" for suffix in PERCENTILES),
@@ -202,3 +218,120 @@ def ack_latency(events: DataFrame) -> DataFrame:
         F.count("*").alias("acks"), percentiles(F.col("latency_ms"), "latency_ms"),
         F.max("latency_ms").alias("latency_ms_max"))
     return split_percentiles(table, "latency_ms").orderBy(F.desc("acks"), "realm", "topic")
+
+
+def protocol_family(protocol: Column) -> Column:
+    """``wamp`` for ``wamp.websocket``/``wamp.rawsocket``: incidents name the family only."""
+    return F.split(protocol, r"\.")[0]
+
+
+def refused(events: DataFrame) -> DataFrame:
+    """Refused and failed operations per realm, protocol, operation and reason: the core's
+    ``refused`` records (not authorized, any protocol; MQTT/AMQP clients got a negative ack)
+    and refusal incidents (invalid topics, unsupported values, refused connections...)."""
+    rows = events.where(is_kind("refused") | (is_kind("incident")
+                                              & F.col("reason").isin(*REFUSAL_REASONS)))
+    return (rows.groupBy("realm", protocol_family(F.col("protocol")).alias("protocol"),
+                         F.coalesce("operation", F.lit("-")).alias("operation"), "reason")
+            .agg(F.sum(F.coalesce("count", F.lit(1))).alias("refused"))
+            .orderBy("realm", F.desc("refused"), "protocol", "operation", "reason"))
+
+
+def drops(events: DataFrame) -> DataFrame:
+    """Messages not delivered, per realm, protocol and reason (from incident records)."""
+    return (events.where(is_kind("incident") & F.col("reason").isin(*DROP_REASONS))
+            .groupBy("realm", "protocol", "reason").agg(F.sum("count").alias("dropped"))
+            .orderBy("realm", F.desc("dropped"), "protocol", "reason"))
+
+
+def hour(seconds: Column) -> Column:
+    return utc_time(F.floor(seconds / 3600) * 3600)
+
+
+def retained_per_hour(events: DataFrame) -> DataFrame:
+    """Retained-store changes per realm and UTC hour, with the running net of topics set
+    minus topics cleared, expired or evicted since the start of the range read."""
+    table = (events.where(F.col("kind").startswith("retained_"))
+             .groupBy("realm", hour(F.col("ts")).alias("hour"))
+             .agg(*(F.count_if(is_kind(kind)).alias(kind.removeprefix("retained_") + "s")
+                    for kind in RETAINED_KINDS)))
+    change = F.col("sets") - F.col("clears") - F.col("expires") - F.col("evicts")
+    running = Window.partitionBy("realm").orderBy("hour").rowsBetween(
+        Window.unboundedPreceding, Window.currentRow)
+    return table.withColumn("net_changes", F.sum(change).over(running)).orderBy("realm", "hour")
+
+
+def latency_columns() -> list[Column]:
+    return [F.count("*").alias("acks"), percentiles(F.col("latency_ms"), "latency_ms"),
+            F.max("latency_ms").alias("latency_ms_max")]
+
+
+def ack_latency_by_protocol(events: DataFrame) -> DataFrame:
+    """Acknowledgement latency per realm and the acknowledging client's protocol."""
+    table = events.where(is_kind("ack")).groupBy("realm", "protocol").agg(*latency_columns())
+    return split_percentiles(table, "latency_ms").orderBy("realm", "protocol")
+
+
+def slowest_consumers(events: DataFrame) -> DataFrame:
+    """Acknowledging sessions, slowest (by p99 latency) first."""
+    table = (events.where(is_kind("ack"))
+             .groupBy("realm", "session", "authid", "protocol").agg(*latency_columns()))
+    return split_percentiles(table, "latency_ms").orderBy(
+        F.desc("latency_ms_p99"), F.desc("acks"), "realm", "session")
+
+
+def subscriptions(events: DataFrame) -> DataFrame:
+    """Per realm and pattern: subscribe/unsubscribe counts and the sessions subscribing."""
+    return (events.where(is_kind("subscribe") | is_kind("unsubscribe"))
+            .groupBy("realm", "pattern", "match")
+            .agg(F.count_if(is_kind("subscribe")).alias("subscribes"),
+                 F.count_if(is_kind("unsubscribe")).alias("unsubscribes"),
+                 F.count_distinct(F.when(is_kind("subscribe"), F.col("session")))
+                 .alias("sessions"))
+            .orderBy(F.desc("subscribes"), "realm", "pattern"))
+
+
+def unreceived_topics(events: DataFrame) -> DataFrame:
+    """Topics with publishes that reached no receiver, most such publishes first."""
+    return (publishes(events).groupBy("realm", "topic")
+            .agg(F.count_if(F.col("receivers") == 0).alias("unreceived"),
+                 F.count("*").alias("events"))
+            .where(F.col("unreceived") > 0)
+            .withColumn("unreceived_share", F.col("unreceived") / F.col("events"))
+            .orderBy(F.desc("unreceived"), "realm", "topic"))
+
+
+def top_topics_per_minute(events: DataFrame) -> DataFrame:
+    """Publishes per minute of the busiest topics (``TOP_TOPICS_OVER_TIME`` of all realms)."""
+    per_minute = (publishes(events)
+                  .groupBy("realm", "topic", epoch_minute(F.col("ts")).alias("minute"))
+                  .agg(F.count("*").alias("events")))
+    top = (per_minute.groupBy("realm", "topic").agg(F.sum("events").alias("total"))
+           .orderBy(F.desc("total"), "realm", "topic").limit(TOP_TOPICS_OVER_TIME)
+           .select("realm", "topic"))
+    return (per_minute.join(F.broadcast(top), ["realm", "topic"])
+            .withColumn("minute", minute_time(F.col("minute")))
+            .orderBy("realm", "topic", "minute"))
+
+
+def session_churn(events: DataFrame) -> DataFrame:
+    """Sessions joining and leaving per realm and UTC minute."""
+    return (events.where(is_kind("session_join") | is_kind("session_leave"))
+            .groupBy("realm", epoch_minute(F.col("ts")).alias("minute"))
+            .agg(F.count_if(is_kind("session_join")).alias("joined"),
+                 F.count_if(is_kind("session_leave")).alias("left"))
+            .withColumn("minute", minute_time(F.col("minute")))
+            .orderBy("realm", "minute"))
+
+
+def payload_sizes(events: DataFrame) -> DataFrame:
+    """Publishes per realm, protocol and payload-size bucket: a bucket ``b`` holds sizes
+    from ``b`` up to twice ``b`` (0 holds empty payloads)."""
+    size = F.col("payload_bytes")
+    bucket = F.when(size <= 0, F.lit(0)).otherwise(
+        # the epsilon keeps an exact power of two (whose log2 may come out a hair below) in its bucket
+        F.pow(F.lit(2), F.floor(F.log2(size) + 1e-9)))
+    return (publishes(events).where(size.isNotNull())
+            .groupBy("realm", "protocol", bucket.cast("long").alias("size_from"))
+            .agg(F.count("*").alias("publishes"))
+            .orderBy("realm", "protocol", "size_from"))

@@ -73,6 +73,16 @@ def rate_series(rows: Rows) -> tuple[int, dict[str, tuple[list[datetime], list[f
                     for realm, counts in totals.items()}
 
 
+def time_axes(axes: Axes, ylabel: str) -> None:
+    locator = AutoDateLocator()
+    axes.xaxis.set_major_locator(locator)
+    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    axes.yaxis.set_major_formatter(FuncFormatter(thousands))
+    axes.set_ylabel(ylabel)
+    axes.set_xlabel("time (UTC)")
+    axes.set_ylim(bottom=0)
+
+
 def events_per_minute_chart(tables: Mapping[str, Rows], path: Path) -> Chart | None:
     if not tables["events_per_minute"]:
         return None
@@ -82,13 +92,7 @@ def events_per_minute_chart(tables: Mapping[str, Rows], path: Path) -> Chart | N
     for realm, (times, rates) in series.items():
         axes.plot(times, rates, label=realm, color=colors[realm], linewidth=1.4,
                   marker="o" if len(times) < 60 else None, markersize=3)
-    locator = AutoDateLocator()
-    axes.xaxis.set_major_locator(locator)
-    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))
-    axes.yaxis.set_major_formatter(FuncFormatter(thousands))
-    axes.set_ylabel("publishes per minute")
-    axes.set_xlabel("time (UTC)")
-    axes.set_ylim(bottom=0)
+    time_axes(axes, "publishes per minute")
     axes.legend(title="realm", frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
     figure.savefig(path)
     averaged = "" if bucket == 1 else f", averaged over {bucket}-minute buckets"
@@ -223,6 +227,100 @@ def ack_latency_chart(tables: Mapping[str, Rows], path: Path) -> Chart | None:
                  "Latency percentiles of QoS ≥ 1 acknowledgements.")
 
 
+def top_topics_over_time_chart(tables: Mapping[str, Rows], path: Path) -> Chart | None:
+    series: dict[str, tuple[list[datetime], list[int]]] = defaultdict(lambda: ([], []))
+    several_realms = len(tables["summary"]) > 1
+    for row in tables["top_topics_per_minute"]:
+        name = f"{row['topic']} ({row['realm']})" if several_realms else row["topic"]
+        series[name][0].append(row["minute"])
+        series[name][1].append(row["events"])
+    if not series:
+        return None
+    figure, axes = new_figure(width=11, height=3.6)
+    for n, (name, (times, counts)) in enumerate(series.items()):
+        axes.plot(times, counts, label=name, color=PALETTE[n % len(PALETTE)], linewidth=1.2,
+                  marker="o" if len(times) < 60 else None, markersize=3)
+    time_axes(axes, "publishes per minute")
+    axes.legend(title="topic", frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
+    figure.savefig(path)
+    return Chart("Top topics over time", path, "Publishes per UTC minute of the busiest "
+                 "topics: which topic drives a peak.", wide=True)
+
+
+def session_churn_chart(tables: Mapping[str, Rows], path: Path) -> Chart | None:
+    rows = tables["session_churn"]
+    if not rows:
+        return None
+    figure, axes = new_figure(width=11, height=3.2)
+    for n, (column, what) in enumerate((("joined", "joined"), ("left", "left"))):
+        totals: dict[datetime, int] = defaultdict(int)
+        for row in rows:
+            totals[row["minute"]] += row[column]
+        times = sorted(totals)
+        axes.plot(times, [totals[time] for time in times], label=what, color=PALETTE[n],
+                  linewidth=1.2, marker="o" if len(times) < 60 else None, markersize=3)
+    time_axes(axes, "sessions per minute")
+    axes.legend(frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
+    figure.savefig(path)
+    return Chart("Session churn", path, "Sessions joining and leaving per UTC minute, all "
+                 "realms: reconnect storms show as matching spikes.", wide=True)
+
+
+def payload_size_chart(tables: Mapping[str, Rows], path: Path) -> Chart | None:
+    counts: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for row in tables["payload_sizes"]:
+        counts[row["protocol"] or "unknown"][row["size_from"]] += row["publishes"]
+    if not counts:
+        return None
+    buckets = sorted({bucket for split in counts.values() for bucket in split})
+    figure, axes = new_figure()
+    width = 0.8 / len(counts)
+    for n, (protocol, split) in enumerate(sorted(counts.items())):
+        axes.bar([index + n * width for index in range(len(buckets))],
+                 [split.get(bucket, 0) for bucket in buckets], width=width, label=protocol,
+                 color=PALETTE[n % len(PALETTE)])
+    axes.set_xticks([index + 0.4 - width / 2 for index in range(len(buckets))],
+                    [size_label(bucket) for bucket in buckets], rotation=45)
+    axes.yaxis.set_major_formatter(FuncFormatter(thousands))
+    axes.set_xlabel("payload size from (up to twice that)")
+    axes.set_ylabel("publishes")
+    axes.grid(axis="x", visible=False)
+    axes.legend(frameon=False)
+    figure.savefig(path)
+    return Chart("Payload sizes", path, "Publishes per payload-size bucket and protocol.")
+
+
+def size_label(size: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{size} {unit}"
+        size //= 1024
+    return f"{size} GiB"
+
+
+def problems_chart(tables: Mapping[str, Rows], path: Path) -> Chart | None:
+    totals: dict[str, int] = defaultdict(int)
+    for row in tables["refused"]:
+        totals[f"refused {row['operation']}: {row['reason']} ({row['protocol']})"] += row["refused"]
+    for row in tables["drops"]:
+        totals[f"dropped: {row['reason']} ({row['protocol']})"] += row["dropped"]
+    if not totals:
+        return None
+    shown = sorted(totals.items(), key=lambda item: -item[1])[:TOP_TOPICS]
+    figure, axes = new_figure(width=11, height=0.7 + 0.3 * len(shown))
+    positions = range(len(shown))[::-1]
+    axes.barh(positions, [n for _, n in shown],
+              color=[PALETTE[2] if name.startswith("dropped") else PALETTE[1]
+                     for name, _ in shown])
+    axes.set_yticks(list(positions), [name for name, _ in shown])
+    axes.xaxis.set_major_formatter(FuncFormatter(thousands))
+    axes.set_xlabel("operations refused / messages dropped")
+    axes.grid(axis="y", visible=False)
+    figure.savefig(path)
+    return Chart("Refusals and drops", path, "What the router refused (yellow) and what it "
+                 "could not deliver (red), by reason and protocol.", wide=True)
+
+
 CHARTS = {
     "events_per_minute": events_per_minute_chart,
     "top_topics": top_topics_chart,
@@ -230,6 +328,10 @@ CHARTS = {
     "protocols": protocol_chart,
     "fanout": fanout_chart,
     "ack_latency": ack_latency_chart,
+    "top_topics_over_time": top_topics_over_time_chart,
+    "session_churn": session_churn_chart,
+    "payload_sizes": payload_size_chart,
+    "problems": problems_chart,
 }
 
 

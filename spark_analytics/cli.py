@@ -9,7 +9,7 @@ from datetime import date
 from pathlib import Path
 
 from spark_analytics.reader import input_files
-from spark_analytics.report import NoEvents, build_report
+from spark_analytics.report import NoEvents, build_report, describe_scope
 from spark_analytics.session import Sizing, start_session
 from spark_analytics.stream import DEFAULT_WATERMARK_MINUTES, STATE_PARTITIONS, run_stream
 
@@ -42,30 +42,45 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--driver-memory", default="2g",
                              help="JVM heap of the Spark driver (default: 2g)")
 
+    def scope_options(command: argparse.ArgumentParser) -> None:
+        command.add_argument("--realm", help="only this realm")
+        command.add_argument("--since", type=iso_date,
+                             help="only dates from this one on (YYYY-MM-DD)")
+
     report = commands.add_parser("report", help="tables, charts and report.html over the logs")
     spark_options(report)
-    report.add_argument("--realm", help="only this realm")
-    report.add_argument("--since", type=iso_date, help="only dates from this one on (YYYY-MM-DD)")
+    scope_options(report)
 
     stream = commands.add_parser("stream", help="keep per-topic totals and per-minute counts "
                                                 "current as new part files appear")
     spark_options(stream)
+    scope_options(stream)
     stream.add_argument("--checkpoint", type=Path, required=True,
                         help="checkpoint folder; a restart with the same one resumes")
     stream.add_argument("--trigger-seconds", type=float, default=30,
                         help="seconds between micro-batches (default: 30)")
     stream.add_argument("--watermark-minutes", type=int, default=DEFAULT_WATERMARK_MINUTES,
-                        help="how late a record may arrive and still count in its minute "
+                        help="how late a record may arrive and still count in its minute; a "
+                             "minute is written once records this much newer were read; keep it "
+                             "above the writer's eventlog.max_file_age "
                              f"(default: {DEFAULT_WATERMARK_MINUTES})")
     stream.add_argument("--once", action="store_true",
                         help="process the files present now, then stop")
     return root
 
 
+def no_files(args: argparse.Namespace, files: list[Path]) -> bool:
+    """Say so (on stderr) when no part file matches the command's realm and dates."""
+    if files:
+        return False
+    print(f"no event-log files under {args.logs} ({describe_scope(args.realm, args.since)})",
+          file=sys.stderr)
+    return True
+
+
 def report_command(args: argparse.Namespace) -> int:
     files = input_files(args.logs, args.realm, args.since)
-    if not files:
-        print(f"no event-log files under {args.logs} for that realm and dates", file=sys.stderr)
+    if no_files(args, files):
         return 1
     input_bytes = sum(path.stat().st_size for path in files)
     started = time.perf_counter()
@@ -85,10 +100,13 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def stream_command(args: argparse.Namespace) -> int:
+    if args.once and no_files(args, input_files(args.logs, args.realm, args.since)):
+        return 1
     spark = start_session(Sizing(STATE_PARTITIONS), args.master, args.driver_memory)
     try:
         run_stream(spark, args.logs, args.out.resolve(), args.checkpoint.resolve(),
-                   args.trigger_seconds, args.once, args.watermark_minutes)
+                   args.trigger_seconds, args.once, args.watermark_minutes,
+                   realm=args.realm, since=args.since)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     finally:

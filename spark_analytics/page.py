@@ -93,6 +93,11 @@ class TableView:
     columns: tuple[Column, ...]
 
 
+LATENCY_COLUMNS = (
+    Column("acks", "acks", count), Column("latency_ms_p50", "p50", milliseconds),
+    Column("latency_ms_p90", "p90", milliseconds), Column("latency_ms_p99", "p99", milliseconds),
+    Column("latency_ms_max", "max", milliseconds))
+
 TABLE_VIEWS = (
     TableView("summary", "Realms", "One row per realm.", (
         label("realm", "realm"), Column("events", "events", count), Column("bytes", "bytes", size),
@@ -103,13 +108,16 @@ TABLE_VIEWS = (
         Column("ack_latency_ms_p99", "ack p99", milliseconds),
         Column("first_seen", "first", minute, numeric=False),
         Column("last_seen", "last", minute, numeric=False))),
-    TableView("topics", "Topics", "Busiest topics first. Rate is over the minutes from the "
-              "topic's first to its last publish; peak is its busiest minute. The files also "
-              "hold each topic's QoS split.", (
+    TableView("topics", "Topics", "Topics that were published to, busiest first. \"per min\" "
+              "is the topic's publishes over its own active span (its first to its last "
+              "publish, at least one minute), not over the report's range; peak is its "
+              "busiest UTC minute; \"no receiver\" counts publishes nobody got. The files "
+              "also hold each topic's QoS split.", (
         label("realm", "realm"), label("topic", "topic"), Column("events", "events", count),
         Column("bytes", "bytes", size), Column("events_per_minute", "per min", decimal),
         Column("peak_minute_events", "peak", count),
         Column("peak_minute", "peak minute", day_minute, numeric=False),
+        Column("unreceived", "no receiver", count),
         Column("retained_share", "retained", share),
         Column("retained_set", "ret. set", count), Column("retained_clear", "ret. clear", count),
         Column("receivers_p50", "fan-out p50", count), Column("receivers_p99", "p99", count))),
@@ -128,11 +136,37 @@ TABLE_VIEWS = (
     TableView("ack_latency", "Acknowledgement latency", "Per topic of the acknowledged "
               "publication; an empty topic means the ack names only a publication whose "
               "publish is outside the range read.", (
-        label("realm", "realm"), label("topic", "topic"), Column("acks", "acks", count),
-        Column("latency_ms_p50", "p50", milliseconds),
-        Column("latency_ms_p90", "p90", milliseconds),
-        Column("latency_ms_p99", "p99", milliseconds),
-        Column("latency_ms_max", "max", milliseconds))),
+        label("realm", "realm"), label("topic", "topic"), *LATENCY_COLUMNS)),
+    TableView("ack_latency_by_protocol", "Acknowledgement latency per protocol",
+              "By the acknowledging client's protocol.", (
+        label("realm", "realm"), label("protocol", "protocol"), *LATENCY_COLUMNS)),
+    TableView("slowest_consumers", "Slowest consumers", "Acknowledging sessions, highest p99 "
+              "latency first.", (
+        label("realm", "realm"), Column("session", "session", text), label("authid", "authid"),
+        label("protocol", "protocol"), *LATENCY_COLUMNS)),
+    TableView("refused", "Refused and failed operations", "Publishes, subscribes, registers "
+              "and calls the router refused (the client got an error or a negative ack), and "
+              "refusal incidents (invalid topics, unsupported values, refused connections).", (
+        label("realm", "realm"), label("protocol", "protocol"), label("operation", "operation"),
+        label("reason", "reason"), Column("refused", "refused", count))),
+    TableView("drops", "Drops", "Messages not delivered to a receiver, by reason.", (
+        label("realm", "realm"), label("protocol", "protocol"), label("reason", "reason"),
+        Column("dropped", "dropped", count))),
+    TableView("retained_per_hour", "Retained store per hour", "Sets, clears, expiries and "
+              "evictions per UTC hour; net is the running sum of sets minus removals since the "
+              "start of the range read.", (
+        label("realm", "realm"), Column("hour", "hour", minute, numeric=False),
+        Column("sets", "sets", count), Column("clears", "clears", count),
+        Column("expires", "expiries", count), Column("evicts", "evictions", count),
+        Column("net_changes", "net", count))),
+    TableView("subscriptions", "Subscribers per pattern", "Most subscribed patterns first.", (
+        label("realm", "realm"), label("pattern", "pattern"), label("match", "match"),
+        Column("subscribes", "subscribes", count), Column("unsubscribes", "unsubscribes", count),
+        Column("sessions", "sessions", count))),
+    TableView("unreceived_topics", "Topics published with no receivers", "Publishes that "
+              "reached nobody (no subscriber, or none eligible).", (
+        label("realm", "realm"), label("topic", "topic"), Column("unreceived", "unreceived", count),
+        Column("events", "events", count), Column("unreceived_share", "share", share))),
 )
 
 STYLE = """

@@ -42,6 +42,11 @@ def read_events(spark: SparkSession, logs: Path, realm: str | None = None,
     """All valid records under ``logs``; the realm/date filters prune whole folders."""
     events = (spark.read.schema(event_ddl()).options(**JSON_OPTIONS)
               .option("basePath", str(logs)).json(str(logs)))
+    return scoped(events, realm, since)
+
+
+def scoped(events: DataFrame, realm: str | None, since: date | None) -> DataFrame:
+    """Whole records of one realm / from one date on (partition filters: whole folders)."""
     if realm is not None:
         events = events.where(F.col("realm") == realm)
     if since is not None:
@@ -49,8 +54,9 @@ def read_events(spark: SparkSession, logs: Path, realm: str | None = None,
     return events.where(F.col("kind").isNotNull())
 
 
-def read_event_stream(spark: SparkSession, logs: Path, max_files_per_trigger: int) -> DataFrame:
+def read_event_stream(spark: SparkSession, logs: Path, max_files_per_trigger: int,
+                      realm: str | None = None, since: date | None = None) -> DataFrame:
     """The same records as a stream of new part files under ``logs``."""
-    return (spark.readStream.schema(event_ddl()).options(**JSON_OPTIONS)
-            .option("maxFilesPerTrigger", max_files_per_trigger).json(str(logs))
-            .where(F.col("kind").isNotNull()))
+    events = (spark.readStream.schema(event_ddl()).options(**JSON_OPTIONS)
+              .option("maxFilesPerTrigger", max_files_per_trigger).json(str(logs)))
+    return scoped(events, realm, since)

@@ -44,6 +44,19 @@ TABLES = (
     TableSpec("sessions", "session counts and durations", aggregates.sessions),
     TableSpec("ack_latency", "acknowledgement latency percentiles", aggregates.ack_latency,
               TOP_ROWS),
+    TableSpec("ack_latency_by_protocol", "acknowledgement latency per protocol",
+              aggregates.ack_latency_by_protocol),
+    TableSpec("slowest_consumers", "slowest consumers", aggregates.slowest_consumers, TOP_ROWS),
+    TableSpec("refused", "refused and failed operations", aggregates.refused),
+    TableSpec("drops", "drops by reason", aggregates.drops),
+    TableSpec("retained_per_hour", "retained store per hour", aggregates.retained_per_hour),
+    TableSpec("subscriptions", "subscribers per pattern", aggregates.subscriptions, TOP_ROWS),
+    TableSpec("unreceived_topics", "topics published with no receivers",
+              aggregates.unreceived_topics, TOP_ROWS),
+    TableSpec("top_topics_per_minute", "traffic over time of the top topics",
+              aggregates.top_topics_per_minute),
+    TableSpec("session_churn", "session churn", aggregates.session_churn),
+    TableSpec("payload_sizes", "payload-size distribution", aggregates.payload_sizes),
 )
 REPORT_STAGES = 1 + len(TABLES) + 2  # read, tables, charts, page
 

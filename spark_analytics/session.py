@@ -14,6 +14,12 @@ from pyspark.sql import SparkSession
 SHUFFLE_BYTES_PER_PARTITION = 64 * 1024 * 1024
 MAX_SHUFFLE_PARTITIONS = 200
 QUICK_JIT_MAX_BYTES = 32 * 1024 * 1024
+# The writer closes a part every 300 s by default: 288 small files per realm and day. Spark
+# packs files into read partitions up to maxPartitionBytes, counting each file as at least
+# openCostInBytes; its 4 MiB default makes a small part cost as much as a big one, so a log of
+# many small parts became thousands of tasks. (Spark still spreads the input over every core.)
+FILE_OPTIONS = {"spark.sql.files.maxPartitionBytes": str(512 * 1024 * 1024),
+                "spark.sql.files.openCostInBytes": str(256 * 1024)}
 
 # Spark's default log4j2 profile prints INFO/WARN chatter and a banner; this one keeps errors
 # only, on stderr, so stdout carries nothing but what the command itself prints.
@@ -65,8 +71,13 @@ def _point_java_home() -> None:
 
 def start_session(sizing: Sizing, master: str = "local[*]", driver_memory: str = "2g",
                   app_name: str = "wamp-eventlog") -> SparkSession:
-    """Start (or reuse) the SparkSession; times are UTC so minutes and dates match the paths."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    """Start (or reuse) the SparkSession; times are UTC so minutes and dates match the paths.
+
+    A local master binds to the loopback address; with a cluster's master the driver binds
+    as Spark decides (``SPARK_LOCAL_IP`` / ``spark.driver.host`` choose otherwise), since the
+    executors must reach it."""
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     _point_java_home()
     handle, log_config = tempfile.mkstemp(prefix="spark-analytics-log4j2-", suffix=".properties")
     with os.fdopen(handle, "w") as config_file:
@@ -82,6 +93,7 @@ def start_session(sizing: Sizing, master: str = "local[*]", driver_memory: str =
                  .config("spark.ui.showConsoleProgress", "false")
                  .config("spark.sql.session.timeZone", "UTC")
                  .config("spark.sql.shuffle.partitions", sizing.shuffle_partitions)
+                 .config(map=FILE_OPTIONS)
                  .getOrCreate())
     finally:
         Path(log_config).unlink()

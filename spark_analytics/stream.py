@@ -2,14 +2,15 @@
 
 Two queries read the same file source, each with its own checkpoint folder:
 
-* ``topic_totals``: per realm and topic, events, bytes, QoS split and retained counts, as a
+* ``topic_totals``: per realm and topic published to, events, bytes, QoS split and retained counts, as a
   complete-mode aggregation. Spark keeps the running totals in the checkpoint's state store
   and each micro-batch rewrites the whole table (Parquet and CSV) from them. Writing absolute
   totals is idempotent: a batch replayed after a crash writes the same table again, and a
   restart resumes from the committed offsets and state, so no record is counted twice.
 * ``events_per_minute``: per realm and topic, one-minute windows of publishes and bytes,
-  appended to a Parquet file sink once the watermark has passed the window, so each row is
-  final. The sink's own log (``_spark_metadata``) makes the appends exactly-once; read it with
+  appended to a Parquet file sink once the watermark (``--watermark-minutes``, default 10)
+  has passed the window, so each row is final: a minute appears only once records at least
+  that much newer have been read, so a short log that stops leaves its last minutes out. The sink's own log (``_spark_metadata``) makes the appends exactly-once; read it with
   Spark (``spark.read.parquet``), which honours that log, not file by file.
 
 The file source reads each part file once, when it first sees it: a part must be complete
@@ -21,6 +22,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 from typing import TextIO
 
@@ -36,9 +38,10 @@ MAX_FILES_PER_TRIGGER = 50
 # The state store keeps as many partitions as the first run had; the state is small
 # (realms x topics, plus the open windows), so a few partitions keep batches fast.
 STATE_PARTITIONS = 4
-# The writer closes a part after at most an hour (max_file_age), so a minute's records can
-# show up that much later; a window is final once no part can still hold records for it.
-DEFAULT_WATERMARK_MINUTES = 70
+# The writer closes a part after at most eventlog.max_file_age (default 300 s), so a minute's
+# records can show up that much later; a window is final once no part can still hold records
+# for it. 10 minutes covers the default age with room; raise it with a longer max_file_age.
+DEFAULT_WATERMARK_MINUTES = 10
 PROGRESS_POLL_SECONDS = 0.5
 
 
@@ -75,16 +78,17 @@ def events_per_minute(events: DataFrame, watermark_minutes: int) -> DataFrame:
 def rewrite_totals(folder: Path) -> Callable[[DataFrame, int], None]:
     """foreachBatch writer: replace the table with the complete totals of this batch."""
     def write(batch: DataFrame, batch_id: int) -> None:
-        totals = batch.orderBy(F.desc("events"), "realm", "topic").persist()
+        # topics only subscribed to (exact subscribes carry a topic) are no rows of this table
+        totals = batch.where(F.col("events") > 0).orderBy(F.desc("events"), "realm", "topic").persist()
         write_table(totals, folder)
         totals.unpersist()
     return write
 
 
 def start_queries(spark: SparkSession, logs: Path, out: Path, checkpoint: Path,
-                  trigger_seconds: float, once: bool,
-                  watermark_minutes: int) -> list[StreamingQuery]:
-    events = read_event_stream(spark, logs, MAX_FILES_PER_TRIGGER)
+                  trigger_seconds: float, once: bool, watermark_minutes: int,
+                  realm: str | None, since: date | None) -> list[StreamingQuery]:
+    events = read_event_stream(spark, logs, MAX_FILES_PER_TRIGGER, realm, since)
     trigger = {"availableNow": True} if once else {"processingTime": f"{trigger_seconds} seconds"}
     totals = (topic_totals(events).writeStream.queryName("topic_totals")
               .outputMode("complete").foreachBatch(rewrite_totals(out / "topic_totals"))
@@ -101,10 +105,12 @@ def start_queries(spark: SparkSession, logs: Path, out: Path, checkpoint: Path,
 def run_stream(spark: SparkSession, logs: Path, out: Path, checkpoint: Path,
                trigger_seconds: float = 30, once: bool = False,
                watermark_minutes: int = DEFAULT_WATERMARK_MINUTES,
-               progress: TextIO = sys.stderr) -> None:
+               progress: TextIO = sys.stderr, realm: str | None = None,
+               since: date | None = None) -> None:
     """Run both queries until stopped (Ctrl-C), or with ``once`` until every file present at
     the start is processed; prints each micro-batch to ``progress``. A failed query raises."""
-    queries = start_queries(spark, logs, out, checkpoint, trigger_seconds, once, watermark_minutes)
+    queries = start_queries(spark, logs, out, checkpoint, trigger_seconds, once, watermark_minutes,
+                            realm, since)
     reported: dict[str, int] = {}
     try:
         while True:

@@ -190,3 +190,14 @@ def send(sender, msg: Message, timeout: float = TIMEOUT, tag: str | None = None,
         delivery.settle()
     sender.connection.container.process()
     return delivery
+
+
+def materialized(value):
+    """A decoded value with proton's memoryviews (binary) as bytes."""
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, list):
+        return [materialized(item) for item in value]
+    if isinstance(value, dict):
+        return {key: materialized(item) for key, item in value.items()}
+    return value

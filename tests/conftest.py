@@ -22,3 +22,9 @@ def mqtt(router):
     pool = ClientPool(router)
     yield pool
     pool.close()
+
+
+@pytest.fixture
+def clients(mqtt):
+    """The same pool, under the name the MQTT test modules use."""
+    return mqtt

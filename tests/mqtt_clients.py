@@ -99,7 +99,9 @@ class MqttClient:
                  client_id: str | None = None, clean: bool = True,
                  session_expiry: int | None = None, username: str | None = None,
                  password: str | None = None, keepalive: int = 30,
-                 will: dict | None = None) -> None:
+                 will: dict | None = None, connect_properties: dict | None = None) -> None:
+        """``connect_properties``: MQTT 5 CONNECT properties by paho name
+        (e.g. ``{"TopicAliasMaximum": 4}``)."""
         self.router = router
         self.version = version
         self.transport = transport
@@ -107,6 +109,9 @@ class MqttClient:
         self.clean = clean
         self.session_expiry = session_expiry
         self.keepalive = keepalive
+        self.connect_properties = dict(connect_properties or {})
+        if session_expiry is not None:
+            self.connect_properties["SessionExpiryInterval"] = session_expiry
         extra = {} if version == V5 else {"clean_session": clean}
         self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id,
                                   protocol=paho.MQTTv5 if version == V5 else paho.MQTTv311,
@@ -170,9 +175,10 @@ class MqttClient:
             self.client.ws_set_options(path=path)
         if self.version == V5:
             properties = None
-            if self.session_expiry is not None:
+            if self.connect_properties:
                 properties = Properties(PacketTypes.CONNECT)
-                properties.SessionExpiryInterval = self.session_expiry
+                for name, value in self.connect_properties.items():
+                    setattr(properties, name, value)
             self.client.connect(host, port, self.keepalive, clean_start=self.clean,
                                 properties=properties)
         else:

@@ -651,7 +651,7 @@ def test_one_publication_reaches_wamp_mqtt_and_amqp(router, amqp):
             got = mqtt.next_message()
             assert (json.loads(got.payload), got.qos) == ({"n": 1}, 1)  # min(2, granted 1)
             msg, delivery = received(receiver)
-            assert json.loads(body_bytes(msg)) == {"n": 1}
+            assert msg.body == {"n": 1}  # the amqp-value map, as it was sent
             assert annotation(msg, "x-opt-qos") == 2 and not delivery.settled
             settle(receiver, delivery)
 
@@ -677,9 +677,11 @@ def test_one_publication_reaches_wamp_mqtt_and_amqp(router, amqp):
             for _ in range(3):
                 msg, _delivery = received(retained_rx)
                 assert annotation(msg, "x-opt-retain") is True
-                bodies[msg.address] = json.loads(body_bytes(msg))
-            assert bodies == {f"{base}.from_wamp": "w", f"{base}.from_mqtt": "m",
-                              f"{base}.from_amqp": "a"}
+                bodies[msg.address] = (msg.body if isinstance(msg.body, str)
+                                       else bytes(msg.body))
+            # a WAMP string arg is an amqp-value string; bytes stay a data section
+            assert bodies == {f"{base}.from_wamp": "w", f"{base}.from_mqtt": b'"m"',
+                              f"{base}.from_amqp": b'"a"'}
         finally:
             await wamp.close()
             mqtt_pool.close()

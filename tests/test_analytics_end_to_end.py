@@ -1,4 +1,10 @@
-"""From WAMP, MQTT and AMQP traffic to report: the event logs, read by the Spark report job."""
+"""From WAMP, MQTT and AMQP traffic to report: the event logs, read by the Spark report job.
+
+Besides plain traffic the clients do what an operator wants to find in the report: publishes
+the realm denies (each protocol's client gets its error or negative acknowledgement),
+messages that expire on arrival, a topic a WAMP subscriber cannot be sent, and MQTT
+acknowledgements; every table is checked against the counts the test made itself.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +15,23 @@ import sys
 import threading
 
 import paho.mqtt.client as mqtt
+import pytest
+from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import PublishOptions
+from proton import LinkException
 
+from router.mqtt.packets import ReasonCode
 from tests.amqp_clients import Send, message, send
 from tests.amqp_clients import connect as amqp_connect
 from tests.clients import connect, next_item, run
 from tests.harness import ROOT, RouterProcess, realm_file
+from tests.mqtt_clients import V5, ClientPool, publish_properties
 
 WAMP_EVENTS, MQTT_EVENTS, AMQP_EVENTS, WAMP_SUBSCRIBERS = 12, 7, 5, 3
+WAMP_DENIED, MQTT_DENIED, MQTT_EXPIRED = 2, 3, 4
+# anonymous clients may do anything under com., nothing under org.
+COM_ONLY = [{"uri": "com.", "match": "prefix", "allow": ["publish", "subscribe", "call",
+                                                         "register"]}]
 
 
 def table(out, name: str) -> list[dict[str, str]]:
@@ -47,15 +62,34 @@ def amqp_publish_qos2(router, address: str, count: int) -> None:
         sender = connection.create_sender(address, options=Send(qos=2))
         for n in range(count):
             send(sender, message(f"[{n}]".encode(), qos=2))
+        with pytest.raises(LinkException):  # one refused attach to a denied address
+            connection.create_sender("org.e2e.denied", options=Send(qos=1))
     finally:
         connection.close()
+
+
+def mqtt_refused_and_expired(router) -> None:
+    """MQTT 5 publishes the realm denies (PUBACK 0x87) and ones expiring on arrival."""
+    pool = ClientPool(router)
+    try:
+        client = pool(V5)
+        for _ in range(MQTT_DENIED):
+            assert client.publish("org/e2e/denied", b"1", qos=1) == ReasonCode.NOT_AUTHORIZED
+        for _ in range(MQTT_EXPIRED):
+            assert client.publish("com/e2e/expired", b"1", qos=1, properties=publish_properties(
+                MessageExpiryInterval=0)) == 0
+        # a topic with a "." in a level: the WAMP prefix subscriber cannot be sent it
+        assert client.publish("com/e2e/x/a.b", b"1", qos=1) == 0
+    finally:
+        pool.close()
 
 
 def test_report_numbers_match_the_traffic_sent(tmp_path):
     listeners = [{"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws"},
                  {"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
                  {"type": "amqp", "host": "127.0.0.1", "port": 0, "realm": "realm1"}]
-    router = RouterProcess(tmp_path / "node", [realm_file("realm1")], listeners=listeners,
+    router = RouterProcess(tmp_path / "node", [realm_file("realm1", {"anonymous": COM_ONLY})],
+                           listeners=listeners,
                            extra_config={"eventlog": {"flush_interval": 0.1}}).start()
 
     async def wamp_traffic():
@@ -63,10 +97,15 @@ def test_report_numbers_match_the_traffic_sent(tmp_path):
         queues = [await s.events("com.e2e.wamp") for s in subscribers]
         mqtt_listener = await connect(router)
         mqtt_events = await mqtt_listener.events("com.e2e.mqtt")
+        await mqtt_listener.events("com.e2e.x", match="prefix")
         publisher = await connect(router)
         for n in range(WAMP_EVENTS):
             await publisher.publish("com.e2e.wamp", n, options=PublishOptions(
                 acknowledge=True, retain=n % 4 == 0))
+        for _ in range(WAMP_DENIED):
+            with pytest.raises(ApplicationError, match="not_authorized"):
+                await publisher.publish("org.e2e.denied", 1,
+                                        options=PublishOptions(acknowledge=True))
         for q in queues:
             for _ in range(WAMP_EVENTS):
                 await next_item(q)
@@ -82,10 +121,19 @@ def test_report_numbers_match_the_traffic_sent(tmp_path):
         async def scenario():
             listener, events, others = await wamp_traffic()
             await asyncio.to_thread(mqtt_publish_qos1, router, "com/e2e/mqtt", MQTT_EVENTS)
+            await asyncio.to_thread(acknowledging.subscribe, ("com/e2e/amqp", 1))
             await asyncio.to_thread(amqp_publish_qos2, router, "com.e2e.amqp", AMQP_EVENTS)
+            for _ in range(AMQP_EVENTS):  # paho acknowledges each before handing it over
+                await asyncio.to_thread(acknowledging.next_message)
+            await asyncio.to_thread(mqtt_refused_and_expired, router)
             await finish(listener, events, others)
 
-        run(scenario(), timeout=120)
+        mqtt_pool = ClientPool(router)
+        acknowledging = mqtt_pool(V5)
+        try:
+            run(scenario(), timeout=120)
+        finally:
+            mqtt_pool.close()
     finally:
         assert router.stop() == 0
 
@@ -112,3 +160,41 @@ def test_report_numbers_match_the_traffic_sent(tmp_path):
     protocols = {row["protocol"] for row in table(out, "protocols")}
     assert {"wamp.websocket", "mqtt", "amqp"} <= protocols
     assert (out / "report.html").exists()
+    check_new_tables(out, topics)
+
+
+def check_new_tables(out, topics: dict) -> None:
+    """The operator's questions, answered with the numbers this test made."""
+    # only concrete topics that were published to: no pattern, no "/" form, no denied topic
+    assert {topic for _, topic in topics} == {"com.e2e.wamp", "com.e2e.mqtt", "com.e2e.amqp",
+                                              "com.e2e.expired", "com/e2e/x/a.b"}
+    refused = {(row["protocol"], row["operation"], row["reason"]): int(row["refused"])
+               for row in table(out, "refused")}
+    assert refused == {("wamp", "publish", "not_authorized"): WAMP_DENIED,
+                       ("mqtt", "publish", "not_authorized"): MQTT_DENIED,
+                       ("amqp", "publish", "not_authorized"): 1}
+    drops = {(row["protocol"], row["reason"]): int(row["dropped"]) for row in table(out, "drops")}
+    assert drops == {("mqtt", "expired"): MQTT_EXPIRED, ("wamp", "unrepresentable"): 1}
+    unreceived = {row["topic"]: int(row["unreceived"]) for row in table(out, "unreceived_topics")}
+    assert unreceived == {"com.e2e.expired": MQTT_EXPIRED}
+    by_protocol = {row["protocol"]: row for row in table(out, "ack_latency_by_protocol")}
+    assert int(by_protocol["mqtt"]["acks"]) == AMQP_EVENTS
+    assert float(by_protocol["mqtt"]["latency_ms_max"]) >= 0
+    (slowest,) = [row for row in table(out, "slowest_consumers") if row["protocol"] == "mqtt"]
+    assert int(slowest["acks"]) == AMQP_EVENTS
+    subscriptions = {(row["pattern"], row["match"]): int(row["subscribes"])
+                     for row in table(out, "subscriptions")}
+    assert subscriptions[("com.e2e.wamp", "exact")] == WAMP_SUBSCRIBERS
+    assert subscriptions[("com.e2e.x", "prefix")] == 1
+    assert subscriptions[("com.e2e.amqp", "exact")] == 1
+    over_time = table(out, "top_topics_per_minute")
+    assert sum(int(row["events"]) for row in over_time if row["topic"] == "com.e2e.wamp") == \
+        WAMP_EVENTS
+    (summary,) = table(out, "summary")
+    churn = table(out, "session_churn")
+    assert sum(int(row["joined"]) for row in churn) == int(summary["sessions"])
+    assert sum(int(row["left"]) for row in churn) == int(summary["sessions"])
+    sizes = table(out, "payload_sizes")
+    assert sum(int(row["publishes"]) for row in sizes) == int(summary["events"])
+    retained = table(out, "retained_per_hour")
+    assert sum(int(row["sets"]) for row in retained) == len(range(0, WAMP_EVENTS, 4))

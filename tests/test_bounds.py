@@ -2,12 +2,14 @@
 
 One router with short limits: 3 testaments per session, persistent MQTT sessions and
 durable AMQP links live at most 2 s after their connection, an AMQP sender link has a
-window of 10 unsettled deliveries. Where time itself is the condition under test (a
+window of 10 unsettled deliveries, an AMQP receiver link queues at most 5 messages (and
+its QoS policy is the realm's ``amqp.qos_policy``, ``maximum``). Where time itself is the condition under test (a
 message expiry), the test waits for the clock, not for a guess of how long work takes.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 
@@ -16,7 +18,7 @@ from autobahn.wamp.exception import ApplicationError
 from proton import Delivery, Terminus
 
 from tests.amqp_clients import (Receive, Send, amqp_listeners, body_bytes, connect,
-                                expect_body, message, received, send)
+                                expect_body, message, received, send, settle)
 from tests.clients import Sessions, next_item, raw_connect, run
 from tests.harness import OPEN_ROLE, RouterProcess
 from tests.mqtt_clients import V5, V311, ClientPool, mqtt_realm, publish_properties, unique
@@ -24,6 +26,7 @@ from tests.retention_helpers import EVENT, call, joined, subscribe
 
 MAX_EXPIRY = 2
 WINDOW = 10
+MAX_QUEUED = 5
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +34,8 @@ def router(tmp_path_factory):
     realm = mqtt_realm("realm1", wamp={"max_testaments": 3, "ack_timeout": 0.3,
                                        "max_redeliveries": 1000},
                        mqtt={"max_session_expiry": MAX_EXPIRY},
-                       amqp={"max_link_expiry": MAX_EXPIRY, "inbound_window": WINDOW})
+                       amqp={"max_link_expiry": MAX_EXPIRY, "inbound_window": WINDOW,
+                             "max_queued": MAX_QUEUED, "qos_policy": "maximum"})
     # anonymous may also list retained events, to see that expired ones are gone
     realm["roles"]["anonymous"] = OPEN_ROLE + [
         {"uri": "wamp.retained.", "match": "prefix", "allow": ["call"]}]
@@ -300,6 +304,44 @@ def test_expired_message_queued_for_an_amqp_link_is_not_sent(router, mqtt):
     assert amqp_before_sentinel(receiver) == [b'"kept"']
     router.wait_for_log(r"realm realm1, amqp: expired: link com\.bounds\.queued_")
     connection.close()
+
+
+def test_amqp_link_queue_stops_at_the_realm_maximum(router):
+    """``amqp.max_queued``: a receiver link without credit keeps that many messages; the
+    next ones are dropped and counted (``queue_full``), and the kept ones arrive in order."""
+    address = f"com.bounds.{unique('full')}"
+    connection = connect(router)
+    receiver = connection.create_receiver(address, credit=0, options=Receive(1))
+    publisher = connect(router)
+    sender = publisher.create_sender(address, options=Send(1))
+    bodies = [b'"m%d"' % index for index in range(MAX_QUEUED + 2)]
+    for body in bodies:
+        assert send(sender, message(body, qos=1)).remote_state == Delivery.ACCEPTED
+    router.wait_for_log(rf"realm realm1, amqp: queue_full: {re.escape(address)}, QoS 1")
+    receiver.flow(len(bodies) + 1)
+    for body in bodies[:MAX_QUEUED]:
+        expect_body(receiver, body)
+    send(sender, message(SENTINEL, qos=1))  # the queue has room again: it goes through
+    assert amqp_before_sentinel(receiver) == []  # and the dropped ones never came
+    connection.close()
+    publisher.close()
+
+
+def test_amqp_receiver_gets_the_realm_qos_policy(router):
+    """``amqp.qos_policy: maximum``: a QoS 1 link that names no policy gets a QoS 0 message
+    as QoS 1 (unsettled); under the built-in default (``minimum``) it would come settled."""
+    address = f"com.bounds.{unique('policy')}"
+    connection = connect(router)
+    receiver = connection.create_receiver(address, credit=10, options=Receive(1))
+    publisher = connect(router)
+    sender = publisher.create_sender(address, options=Send(1))
+    send(sender, message(b'"zero"', qos=0))  # published as QoS 0 (x-opt-qos), answered
+    msg, delivery = received(receiver)
+    assert body_bytes(msg) == b'"zero"'
+    assert not delivery.settled
+    settle(receiver, delivery)
+    connection.close()
+    publisher.close()
 
 
 def test_expired_message_is_not_delivered_again_to_a_wamp_subscriber(router, mqtt):

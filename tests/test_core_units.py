@@ -1,8 +1,9 @@
 """Unit tests of router.core without sockets or a reactor.
 
-Property tests compare the indexes (TopicTrie, SubscriptionIndex) with a brute-force
-reference built on router.core.uri.uri_matches, and check that authorization's
-``covers`` never grants more than the rule matches.
+Property tests compare the indexes (TopicTrie, SubscriptionIndex), which work on level
+tuples, with a brute-force reference on dotted strings (:func:`uri_matches`, WAMP's
+own wording of matching), and check that authorization's ``covers`` never grants more
+than the rule matches.
 """
 
 from __future__ import annotations
@@ -15,16 +16,37 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
 from router.core import errors
-from router.core.authorization import PermissionRule
+from router.core.authorization import Authorizer, PermissionRule, Role
 from router.core.broker import Subscription, SubscriptionIndex
 from router.core.dealer import Dealer
 from router.core.errors import ProtocolViolation, RouterError
+from router.core.meta import install_retention_admin
 from router.core.model import ELIGIBILITY_KEYS, Eligibility, Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
+from router.core.realm import Realm
+from router.core.retention import RetainedStore, RetentionPolicy
+from router.core.topic import from_uri as L
+from router.core.topic import filter_matches, prefix_matches, to_uri, wildcard_matches
 from router.core.trie import TopicTrie
-from router.core.uri import (EXACT, PREFIX, WILDCARD, is_reserved, is_valid_uri,
-                             uri_matches, wildcard_matches)
+from router.core.uri import EXACT, MQTT, PREFIX, WILDCARD, is_reserved, is_valid_uri
+from router.store.codec import encode_retained
+
+
+def uri_matches(pattern: str, match: str, uri: str) -> bool:
+    """Reference WAMP matching on dotted strings: exact, string prefix, or wildcard
+    (an empty component is any one component)."""
+    if match == EXACT:
+        return uri == pattern
+    if match == PREFIX:
+        return uri.startswith(pattern)
+    parts, wanted = uri.split("."), pattern.split(".")
+    return len(parts) == len(wanted) and all(w in ("", p) for w, p in zip(wanted, parts))
+
+
+def dotted(pairs) -> list:
+    """Trie (levels, value) pairs with their keys as dotted strings."""
+    return [(to_uri(key), value) for key, value in pairs]
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -44,18 +66,18 @@ WILDCARD_PATTERN = PATTERN_PARTS.map(".".join)
 
 def test_trie_set_get_pop_basics():
     trie: TopicTrie[int] = TopicTrie()
-    trie.set("a.b.c", 1)
-    trie.set("a.b", 2)
-    trie.set("a.b", 3)  # overwrite does not grow the trie
+    trie.set(L("a.b.c"), 1)
+    trie.set(L("a.b"), 2)
+    trie.set(L("a.b"), 3)  # overwrite does not grow the trie
     assert len(trie) == 2
-    assert trie.get("a.b") == 3 and trie.get("a.b.c") == 1
-    assert trie.get("a") is None and trie.get("a", "dflt") == "dflt"
-    assert trie.get("a.b.c.d") is None
-    assert trie.pop("a") is None  # an inner node without a value is not a key
-    assert trie.pop("a.b.c") == 1
-    assert trie.pop("a.b.c", "gone") == "gone"
-    assert len(trie) == 1 and trie.get("a.b") == 3
-    assert trie.pop("a.b") == 3
+    assert trie.get(L("a.b")) == 3 and trie.get(L("a.b.c")) == 1
+    assert trie.get(L("a")) is None and trie.get(L("a"), "dflt") == "dflt"
+    assert trie.get(L("a.b.c.d")) is None
+    assert trie.pop(L("a")) is None  # an inner node without a value is not a key
+    assert trie.pop(L("a.b.c")) == 1
+    assert trie.pop(L("a.b.c"), "gone") == "gone"
+    assert len(trie) == 1 and trie.get(L("a.b")) == 3
+    assert trie.pop(L("a.b")) == 3
     assert len(trie) == 0
     assert trie._root.children == {}, "pop must prune empty branches"
 
@@ -63,13 +85,13 @@ def test_trie_set_get_pop_basics():
 def test_trie_pop_keeps_branches_still_in_use():
     trie: TopicTrie[str] = TopicTrie()
     for key in ("a.b.c", "a.b.d", "a"):
-        trie.set(key, key)
-    trie.pop("a.b.c")
-    assert dict(trie.items()) == {"a.b.d": "a.b.d", "a": "a"}
-    trie.pop("a.b.d")
+        trie.set(L(key), key)
+    trie.pop(L("a.b.c"))
+    assert dict(dotted(trie.items())) == {"a.b.d": "a.b.d", "a": "a"}
+    trie.pop(L("a.b.d"))
     assert list(trie._root.children) == ["a"]
     assert trie._root.children["a"].children == {}, "the emptied 'a.b' branch must be pruned"
-    assert dict(trie.items()) == {"a": "a"}
+    assert dict(dotted(trie.items())) == {"a": "a"}
 
 
 @SETTINGS
@@ -79,16 +101,16 @@ def test_trie_behaves_like_a_dict_and_prunes(ops):
     model: dict[str, str] = {}
     for is_set, key in ops:
         if is_set:
-            trie.set(key, key + "!")
+            trie.set(L(key), key + "!")
             model[key] = key + "!"
         else:
-            assert trie.pop(key) == model.pop(key, None)
+            assert trie.pop(L(key)) == model.pop(key, None)
         assert len(trie) == len(model)
-    assert dict(trie.items()) == model
+    assert dict(dotted(trie.items())) == model
     for _, key in ops:
-        assert trie.get(key) == model.get(key)
+        assert trie.get(L(key)) == model.get(key)
     for key in list(model):
-        trie.pop(key)
+        trie.pop(L(key))
     assert len(trie) == 0 and trie._root.children == {}
 
 
@@ -97,9 +119,9 @@ def test_trie_behaves_like_a_dict_and_prunes(ops):
 def test_trie_match_patterns_equals_brute_force(patterns, topic_parts):
     trie: TopicTrie[str] = TopicTrie()
     for pattern in patterns:
-        trie.set(pattern, pattern)
+        trie.set(L(pattern), pattern)
     topic = ".".join(topic_parts)
-    found = list(trie.match_patterns(topic_parts))
+    found = list(trie.match_patterns(tuple(topic_parts)))
     assert len(found) == len(set(found)), "a pattern was yielded twice"
     assert set(found) == {p for p in patterns if uri_matches(p, WILDCARD, topic)}
 
@@ -116,8 +138,8 @@ PREFIX_QUERY = st.one_of(
 def test_trie_under_prefix_uses_string_prefix_semantics(topics, prefix):
     trie: TopicTrie[str] = TopicTrie()
     for topic in topics:
-        trie.set(topic, topic)
-    found = list(trie.under_prefix(prefix))
+        trie.set(L(topic), topic)
+    found = dotted(trie.under_prefix(L(prefix)))
     assert len(found) == len(set(found))
     assert all(key == value for key, value in found)
     assert {key for key, _ in found} == {t for t in topics if uri_matches(prefix, PREFIX, t)}
@@ -126,15 +148,16 @@ def test_trie_under_prefix_uses_string_prefix_semantics(topics, prefix):
 def test_trie_under_prefix_partial_last_component():
     trie: TopicTrie[int] = TopicTrie()
     for index, key in enumerate(["a.b", "a.b.c", "a.bc", "a.bc.d", "a.cb", "a", "ab.b"]):
-        trie.set(key, index)
-    assert sorted(k for k, _ in trie.under_prefix("a.b")) == ["a.b", "a.b.c", "a.bc", "a.bc.d"]
-    assert sorted(k for k, _ in trie.under_prefix("a.b.")) == ["a.b.c"]
-    assert sorted(k for k, _ in trie.under_prefix("a")) == [
-        "a", "a.b", "a.b.c", "a.bc", "a.bc.d", "a.cb", "ab.b"]
-    assert sorted(k for k, _ in trie.under_prefix("a.")) == [
-        "a.b", "a.b.c", "a.bc", "a.bc.d", "a.cb"]
-    assert list(trie.under_prefix("x")) == []
-    assert len(list(trie.under_prefix(""))) == 7
+        trie.set(L(key), index)
+
+    def under(prefix: str) -> list[str]:
+        return sorted(k for k, _ in dotted(trie.under_prefix(L(prefix))))
+    assert under("a.b") == ["a.b", "a.b.c", "a.bc", "a.bc.d"]
+    assert under("a.b.") == ["a.b.c"]
+    assert under("a") == ["a", "a.b", "a.b.c", "a.bc", "a.bc.d", "a.cb", "ab.b"]
+    assert under("a.") == ["a.b", "a.b.c", "a.bc", "a.bc.d", "a.cb"]
+    assert under("x") == []
+    assert len(under("")) == 7
 
 
 @SETTINGS
@@ -142,9 +165,9 @@ def test_trie_under_prefix_partial_last_component():
 def test_trie_matching_wildcard_equals_brute_force(topics, pattern_parts):
     trie: TopicTrie[str] = TopicTrie()
     for topic in topics:
-        trie.set(topic, topic)
+        trie.set(L(topic), topic)
     pattern = ".".join(pattern_parts)
-    found = [key for key, _ in trie.matching_wildcard(pattern_parts)]
+    found = [to_uri(key) for key, _ in trie.matching_wildcard(tuple(pattern_parts))]
     assert len(found) == len(set(found))
     assert set(found) == {t for t in topics if uri_matches(pattern, WILDCARD, t)}
 
@@ -215,9 +238,10 @@ def test_reserved_namespace():
 
 
 def test_wildcard_matches_counts_components():
-    assert wildcard_matches(["com", "myapp", "", "userevent"], "com.myapp.foo.userevent")
-    assert not wildcard_matches(["com", "myapp", "", "userevent"], "com.myapp.foo.userevent.bar")
-    assert not wildcard_matches(["com", "myapp", "", "userevent"], "com.myapp.userevent")
+    pattern = ("com", "myapp", "", "userevent")
+    assert wildcard_matches(pattern, L("com.myapp.foo.userevent"))
+    assert not wildcard_matches(pattern, L("com.myapp.foo.userevent.bar"))
+    assert not wildcard_matches(pattern, L("com.myapp.userevent"))
 
 
 # --------------------------------------------------------------------------------------
@@ -275,9 +299,9 @@ def rule_near(draw, uri: str):
 def test_permission_rule_covers_is_sound(data):
     uri, match = data.draw(pattern_and_match(), label="request")
     rule_uri, rule_match = data.draw(rule_near(uri), label="rule")
-    rule = PermissionRule(rule_uri, rule_match, frozenset({"subscribe"}))
+    rule = PermissionRule(L(rule_uri), rule_match, frozenset({"subscribe"}))
     topics = data.draw(topics_matched_by(uri, match), label="topics")
-    if rule.covers(uri, match):
+    if rule.covers(L(uri), match):
         for topic in topics:
             if uri_matches(uri, match, topic):
                 assert uri_matches(rule_uri, rule_match, topic), (
@@ -303,9 +327,9 @@ def test_permission_rule_covers_is_sound_exhaustively_on_a_small_universe():
                for pm in patterns}
     unsound = []
     for rule_uri, rule_match in patterns:
-        rule = PermissionRule(rule_uri, rule_match, frozenset({"call"}))
+        rule = PermissionRule(L(rule_uri), rule_match, frozenset({"call"}))
         for uri, match in patterns:
-            if rule.covers(uri, match) and not matched[(uri, match)] <= matched[(rule_uri,
+            if rule.covers(L(uri), match) and not matched[(uri, match)] <= matched[(rule_uri,
                                                                                   rule_match)]:
                 unsound.append(((rule_uri, rule_match), (uri, match)))
     assert unsound == []
@@ -325,7 +349,8 @@ def test_permission_rule_covers_is_sound_exhaustively_on_a_small_universe():
     (("com..b", WILDCARD), ("com.x", PREFIX), False),
 ])
 def test_permission_rule_covers_examples(rule, request_, covered):
-    assert PermissionRule(rule[0], rule[1], frozenset({"call"})).covers(*request_) is covered
+    assert PermissionRule(L(rule[0]), rule[1], frozenset({"call"})).covers(
+        L(request_[0]), request_[1]) is covered
 
 
 @pytest.mark.parametrize("rule,uri,covered", [
@@ -336,7 +361,7 @@ def test_permission_rule_covers_examples(rule, request_, covered):
     (("", PREFIX), "com.wamp.x", True),
 ])
 def test_reserved_namespace_needs_a_rule_that_names_it(rule, uri, covered):
-    assert PermissionRule(rule[0], rule[1], frozenset({"call"})).covers(uri) is covered
+    assert PermissionRule(L(rule[0]), rule[1], frozenset({"call"})).covers(L(uri)) is covered
 
 
 # --------------------------------------------------------------------------------------
@@ -412,22 +437,22 @@ def test_eligibility_is_the_and_of_all_present_lists(lists, sid, authid, authrol
 
 def test_publication_admits_with_exclude_me():
     publisher, other = _session(1), _session(2)
-    default = Publication(10, "com.t", None, None, publisher)
+    default = Publication(10, L("com.t"), None, None, publisher)
     assert not default.admits(publisher)
     assert default.admits(other)
-    included = Publication(11, "com.t", None, None, publisher, exclude_me=False)
+    included = Publication(11, L("com.t"), None, None, publisher, exclude_me=False)
     assert included.admits(publisher)
-    restricted = Publication(12, "com.t", None, None, publisher, exclude_me=False,
+    restricted = Publication(12, L("com.t"), None, None, publisher, exclude_me=False,
                              eligibility=Eligibility(eligible=frozenset({2})))
     assert not restricted.admits(publisher) and restricted.admits(other)
-    meta = Publication(13, "wamp.session.on_join", None, None, None)
+    meta = Publication(13, L("wamp.session.on_join"), None, None, None)
     assert meta.admits(publisher) and meta.admits(other)
 
 
 def test_publication_discloses_only_when_asked():
     publisher = _session(7, "pub", "role")
-    assert Publication(1, "com.t", None, None, publisher).publisher_details() == {}
-    assert Publication(1, "com.t", None, None, publisher, disclose=True).publisher_details() == {
+    assert Publication(1, L("com.t"), None, None, publisher).publisher_details() == {}
+    assert Publication(1, L("com.t"), None, None, publisher, disclose=True).publisher_details() == {
         "publisher": 7, "publisher_authid": "pub", "publisher_authrole": "role"}
 
 
@@ -521,18 +546,18 @@ def test_subscription_index_matching_equals_brute_force(specs, removals, topics)
     index = SubscriptionIndex()
     live: dict[int, Subscription] = {}
     for number, (uri, match) in enumerate(specs, start=1):
-        subscription = Subscription(number, uri, match)
+        subscription = Subscription(number, L(uri), match)
         index.add(subscription)
         live[number] = subscription
     for position in removals:
         if position < len(specs) and position + 1 in live:
             index.remove(live.pop(position + 1))
     for uri, match in specs:
-        found = index.lookup(uri, match)
+        found = index.lookup(L(uri), match)
         expected = [s for s in live.values() if (s.uri, s.match) == (uri, match)]
         assert found is (expected[0] if expected else None)
     for topic in topics:
-        found = [s.id for s in index.matching(topic)]
+        found = [s.id for s in index.matching(L(topic))]
         assert len(found) == len(set(found)), "a subscription was matched twice"
         assert set(found) == {s.id for s in live.values() if uri_matches(s.uri, s.match, topic)}
 
@@ -795,3 +820,98 @@ def test_dealer_builtin_procedures_are_checked_first(dealer):
     dealer.call(caller, 1, "com.builtin", [1], {"a": 2})
     assert caller.results == [(1, [[2, [1], {"a": 2}]], None, False)]
     assert callee.invocations == []
+
+
+# --------------------------------------------------------------------------------------
+# Topics as levels: views, levelwise prefixes, rules on topics that are no URI
+
+
+@pytest.mark.parametrize("topic,uri,mqtt_name", [
+    (("a", "b"), "a.b", "a/b"),
+    (("TopicA",), "TopicA", "TopicA"),
+    (("", "TopicA"), None, "/TopicA"),
+    (("p", "", "x"), None, "p//x"),
+    (("home", "Living Room"), None, "home/Living Room"),
+    (("a.b", "c"), None, "a.b/c"),
+    (("a/b", "c"), "a/b.c", None),          # a loose URI with '/' inside a level
+    (("a", "+"), "a.+", None),              # a loose URI level MQTT cannot name
+])
+def test_publication_views_of_a_topic(topic, uri, mqtt_name):
+    publication = Publication(1, topic, None, None, None)
+    assert publication.uri("loose") == uri
+    assert publication.mqtt_topic() == mqtt_name
+    assert Publication(1, topic, None, None, None).uri("strict") == (
+        uri if uri is not None and is_valid_uri(uri, "strict") else None)
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(["a", "b", "ab", "a.b", "", "B"]), min_size=1, max_size=4),
+       st.lists(st.sampled_from(["a", "b", "ab", "a.b", "", "B"]), min_size=1, max_size=4))
+def test_prefix_matching_is_a_string_prefix_on_uris_and_levelwise_beyond(prefix, topic):
+    prefix, topic = tuple(prefix), tuple(topic)
+    levelwise = prefix_matches(prefix, topic)
+    if not any("." in level for level in prefix + topic):
+        assert levelwise == to_uri(topic).startswith(to_uri(prefix))
+    elif levelwise:  # never more than the string prefix allows
+        assert to_uri(topic).startswith(to_uri(prefix))
+    index = SubscriptionIndex()
+    index.add(Subscription(1, prefix, PREFIX))
+    assert [s.id for s in index.matching(topic)] == ([1] if levelwise else [])
+
+
+@pytest.mark.parametrize("rule,topic,match,covered", [
+    (("com.example.", PREFIX), ("com", "example", "x"), EXACT, True),
+    (("com.example.", PREFIX), ("com.example.x",), EXACT, False),   # one MQTT level
+    (("com.example.", PREFIX), ("com.example", "x"), EXACT, False),
+    (("com.example.", PREFIX), ("com", "example", "#"), MQTT, False),  # matches com/example
+    (("com.example", PREFIX), ("com", "example", "#"), MQTT, True),
+    (("com.example.", PREFIX), ("com", "example", "+"), MQTT, True),
+    (("com.example", PREFIX), ("com", "#"), MQTT, False),
+    (("com.example.", PREFIX), ("com", "+", "x"), MQTT, False),
+    (("", PREFIX), ("#",), MQTT, True),
+    (("", PREFIX), ("", "TopicA"), EXACT, True),
+    (("", PREFIX), ("wamp", "#"), MQTT, False),
+    (("com..x", WILDCARD), ("com", "", "x"), EXACT, True),         # an empty MQTT level
+    (("com..x", WILDCARD), ("com", "+", "x"), MQTT, True),
+    (("com.+.x", WILDCARD), ("com", "+", "x"), MQTT, False),       # a literal '+' is no '+'
+    (("com..x", WILDCARD), ("com", "+", "#"), MQTT, False),
+    (("home.Living Room", EXACT), ("home", "Living Room"), EXACT, True),
+])
+def test_rules_cover_mqtt_topics_and_filters_levelwise(rule, topic, match, covered):
+    assert PermissionRule(L(rule[0]), rule[1], frozenset({"subscribe"})).covers(
+        topic, match) is covered
+
+
+@SETTINGS
+@given(st.sampled_from(["", "a", "a.", "a.b", "a.b.", "a.ab", "ab"]),
+       st.lists(st.sampled_from(["a", "b", "ab", "a.b", "", "+"]), min_size=1, max_size=3),
+       st.booleans(),
+       st.lists(st.lists(st.sampled_from(["a", "b", "ab", "a.b", ""]), min_size=1,
+                         max_size=4), max_size=12))
+def test_a_prefix_rule_never_covers_a_filter_beyond_its_topics(rule_uri, levels, rest, topics):
+    topic_filter = tuple(levels) + (("#",) if rest else ())
+    rule = PermissionRule(L(rule_uri), PREFIX, frozenset({"subscribe"}))
+    if rule.covers(topic_filter, MQTT if "+" in topic_filter or rest else EXACT):
+        for topic in map(tuple, topics):
+            if filter_matches(topic_filter, topic):
+                assert prefix_matches(L(rule_uri), topic), (rule_uri, topic_filter, topic)
+
+
+def test_retained_admin_lists_and_purges_topics_that_are_no_uri():
+    rule = PermissionRule(L(""), PREFIX, frozenset({"publish"}))
+    realm = Realm("r", Authorizer({"any": Role("any", [rule])}), Clock(),
+                  retention=RetainedStore(RetentionPolicy(), encode_retained))
+    install_retention_admin(realm)
+    publisher = _session(1, "pub", "any")
+    for topic in (("a", "b"), ("", "a"), ("a.b", "c")):
+        realm.publish(publisher, topic, ["x"], None, parse_publish_options({"retain": True}))
+    procedures = realm.dealer.procedures
+    listed = procedures["wamp.retained.list"](publisher, [], {})
+    assert [(item["topic"], item.get("levels")) for item in listed] == [
+        ("/a", ["", "a"]), ("a.b", None), ("a.b/c", ["a.b", "c"])]
+    assert procedures["wamp.retained.purge"](publisher, [], {"levels": ["a.b", "c"]}) == 1
+    assert procedures["wamp.retained.purge"](publisher, [], {"topic": "a.b"}) == 1
+    assert [item["topic"] for item in procedures["wamp.retained.list"](publisher, [], {})] == [
+        "/a"]
+    with pytest.raises(RouterError):
+        procedures["wamp.retained.purge"](publisher, [], {"levels": []})

@@ -9,7 +9,8 @@ from pathlib import Path
 from autobahn.wamp.types import PublishOptions
 
 from router.core.incidents import EVENTLOG_DROPPED, Incidents
-from router.eventlog.schema import FIELD_NAMES, KINDS
+from router.core.uri import EXACT, MQTT, PREFIX, WILDCARD
+from router.eventlog.schema import FIELD_NAMES, KINDS, MATCH_KINDS
 from router.eventlog.writer import EventLogWriter
 from tests.clients import connect, next_item, run
 from tests.harness import RouterProcess, realm_file
@@ -133,6 +134,7 @@ def test_schema_lists_every_kind_the_router_writes():
     assert set(KINDS) >= {"publish", "retained_set", "retained_clear", "subscribe",
                           "unsubscribe", "session_join", "session_leave"}
     assert len(FIELD_NAMES) == len(set(FIELD_NAMES))
+    assert set(MATCH_KINDS) == {EXACT, PREFIX, WILDCARD, MQTT}  # every match the core has
 
 
 def test_router_logs_what_clients_did(tmp_path):
@@ -170,6 +172,7 @@ def test_router_logs_what_clients_did(tmp_path):
     assert [r["publication"] for r in records if r["kind"] == "retained_set"] == [kept["publication"]]
     subscribes = [r for r in records if r["kind"] == "subscribe"]
     assert len(subscribes) == 3 and all(r["get_retained"] and r["match"] == "exact"
+                                        and r["pattern"] == r["topic"] == "com.log.fanout"
                                         for r in subscribes)
     joins = [r for r in records if r["kind"] == "session_join"]
     leaves = [r for r in records if r["kind"] == "session_leave"]

@@ -83,13 +83,6 @@ def aux(tmp_path_factory):
 
 
 @pytest.fixture
-def clients(router):
-    pool = ClientPool(router)
-    yield pool
-    pool.close()
-
-
-@pytest.fixture
 def raw(router):
     opened: list[RawMqtt] = []
 
@@ -462,61 +455,82 @@ def test_dollar_topics_are_not_matched_by_leading_wildcards(aux):
         assert hash_all.subscribe(("#", 0)) == [0]
         assert plus.subscribe((f"+/{name}", 0)) == [0]
         assert plus_hash.subscribe(("+/#", 0)) == [0]
-        assert system.subscribe(("$SYS/#", 0)) == [0]
+        assert system.subscribe(("$app/#", 0)) == [0]
         publisher = pool(V311)
-        publisher.publish(f"$SYS/{name}", b"system", 0)
+        publisher.publish(f"$app/{name}", b"system", 0)
         publisher.publish(f"n/{name}", SENTINEL, 0)
         for client in (hash_all, plus, plus_hash):
             client.expect(f"n/{name}", SENTINEL)
-        system.expect(f"$SYS/{name}", b"system")
-        # retained: a new '#' subscriber does not get a retained '$SYS' message either
-        publisher.publish(f"$SYS/{name}/r", b"kept", 1, retain=True)
+        system.expect(f"$app/{name}", b"system")
+        # retained: a new '#' subscriber does not get a retained '$' message either
+        publisher.publish(f"$app/{name}/r", b"kept", 1, retain=True)
         late = pool(V5)
         assert late.subscribe(("#", 0)) == [0]
         publisher.publish(f"n/{name}/late", SENTINEL, 0)
         late.expect(f"n/{name}/late", SENTINEL)
         late_system = pool(V311)
-        assert late_system.subscribe(("$SYS/+/r", 0)) == [0]
+        assert late_system.subscribe(("$app/+/r", 0)) == [0]
         message = late_system.next_message()
         assert (message.topic, message.payload, message.retain) == \
-            (f"$SYS/{name}/r", b"kept", True)
-        publisher.publish(f"$SYS/{name}/r", b"", 1, retain=True)
-    finally:
-        pool.close()
-
-
-def test_loose_realm_keeps_topic_levels_distinct(aux):
-    """A level with a '.' would change the level structure as a URI: refused, not mangled."""
-    pool = ClientPool(aux("loose"))
-    try:
-        name = unique("dots")
-        subscriber = pool(V5)
-        assert subscriber.subscribe((f"{name}/#", 0)) == [0]
-        assert subscriber.subscribe((f"{name}/x.y/#", 0)) == [0x8F]
-        publisher = pool(V5)
-        assert publisher.publish(f"{name}/x.y/z", b"dotted", 1) == 0x90
-        assert publisher.publish(f"{name}/Upper-Case/z", b"loose", 1) == 0
-        subscriber.expect(f"{name}/Upper-Case/z", b"loose")
+            (f"$app/{name}/r", b"kept", True)
+        publisher.publish(f"$app/{name}/r", b"", 1, retain=True)
     finally:
         pool.close()
 
 
 @version_param
-def test_unmappable_topics_are_refused_not_mangled(clients, version):
+def test_clients_may_not_publish_on_sys_topics(clients, version):
+    """'$SYS' belongs to the broker (as on Mosquitto): a client's publish there is refused
+    (MQTT 5: PUBACK 0x87) and reaches nobody."""
+    name = unique("sys")
+    watcher = clients(V5)
+    assert watcher.subscribe((f"$SYS/{name}/#", 1), (f"$other/{name}", 1)) == [1, 1]
+    client = clients(version)
+    assert client.publish(f"$SYS/{name}/x", b"forged", 1) == (0 if version == V311 else 0x87)
+    client.publish(f"$other/{name}", SENTINEL, 1)
+    watcher.expect(f"$other/{name}", SENTINEL)
+
+
+def test_loose_realm_keeps_topic_levels_distinct(aux):
+    """A level with a '.' stays one level: 'x.y/#' is not 'x/y/#'."""
+    pool = ClientPool(aux("loose"))
+    try:
+        name = unique("dots")
+        everything, dotted, split = pool(V5), pool(V5), pool(V5)
+        assert everything.subscribe((f"{name}/#", 0)) == [0]
+        assert dotted.subscribe((f"{name}/x.y/#", 0)) == [0]
+        assert split.subscribe((f"{name}/x/y/#", 0)) == [0]
+        publisher = pool(V5)
+        assert publisher.publish(f"{name}/x.y/z", b"dotted", 1) == 0
+        assert publisher.publish(f"{name}/x/y/z", b"split", 1) == 0
+        everything.expect(f"{name}/x.y/z", b"dotted")
+        everything.expect(f"{name}/x/y/z", b"split")
+        dotted.expect(f"{name}/x.y/z", b"dotted")
+        split.expect(f"{name}/x/y/z", b"split")
+        publisher.publish(f"{name}/x.y/end", SENTINEL, 1)
+        assert dotted.next_message().payload == SENTINEL
+        publisher.publish(f"{name}/x/y/end", SENTINEL, 1)
+        assert split.next_message().payload == SENTINEL
+    finally:
+        pool.close()
+
+
+@version_param
+def test_topics_that_are_no_uri_work_on_the_strict_realm(clients, version):
+    """Upper case, empty levels and '.' inside a level are plain MQTT topics, whatever the
+    realm's uri_check (it applies to WAMP URIs only): accepted, routed, never mangled."""
     root = unique("map")
     client = clients(version)
-    fail = 0x80 if version == V311 else 0x8F
     assert client.subscribe((f"{root}/A/#", 1), (f"{root}//b", 1), (f"{root}/+/b", 1)) == \
-        [fail, fail, 1]
+        [1, 1, 1]
     observer = clients(V5)
     assert observer.subscribe((f"{root}/#", 1)) == [1]
-    expected_ack = 0 if version == V311 else 0x90  # 3.1.1 has no PUBACK reason
-    assert client.publish(f"{root}/A/b", b"upper", 1) == expected_ack
-    assert client.publish(f"{root}//b", b"empty level", 1) == expected_ack
-    assert client.publish(f"{root}/a/", b"empty last level", 1) == expected_ack
-    client.publish(f"{root}/a/b", SENTINEL, 1)
-    observer.expect(f"{root}/a/b", SENTINEL)
-    assert client.next_message().payload == SENTINEL  # via '+/b'; nothing before it
+    for topic in (f"{root}/A/b", f"{root}//b", f"{root}/a/", f"{root}/a.b/c"):
+        assert client.publish(topic, topic.encode(), 1) == 0
+        observer.expect(topic, topic.encode())
+    client.publish(f"{root}/z/b", SENTINEL, 1)
+    received = {message.topic for message in client.collect_until(SENTINEL)}
+    assert received == {f"{root}/A/b", f"{root}//b"}  # 'a/' and 'a.b/c' match none of its filters
 
 
 # --- retained messages ---------------------------------------------------------------------
@@ -901,13 +915,6 @@ def test_will_outside_the_role_is_not_published(clients, raw):
                        will=Will(f"com/{name}", SENTINEL, 1))
     allowed.drop()
     observer.expect(f"com/{name}", SENTINEL)
-
-
-@version_param
-def test_shared_subscriptions_are_refused(clients, version):
-    client = clients(version)
-    assert client.subscribe((f"$share/g/{unique('sh')}", 1)) == \
-        [0x80 if version == V311 else 0x9E]
 
 
 # --- malformed and forbidden input ---------------------------------------------------------

@@ -29,7 +29,8 @@ from tests.harness import ROOT
 
 DAY_1 = date(2026, 3, 1)
 DAY_2 = date(2026, 3, 2)
-CHARTS = ("events_per_minute", "top_topics", "qos", "protocols", "fanout", "ack_latency")
+CHARTS = ("events_per_minute", "top_topics", "qos", "protocols", "fanout", "ack_latency",
+          "top_topics_over_time", "session_churn", "payload_sizes")
 
 
 def at(day: date, hour: int, minute: int, second: float = 0.0) -> float:
@@ -81,8 +82,17 @@ def alpha_day_1() -> list[dict]:
                 + [{"ts": at(DAY_1, 10, 3), "kind": "retained_clear", "topic": "sensor.temp"}] * 2
                 + [{"ts": at(DAY_1, 10, 4), "kind": "retained_expire", "topic": "sensor.hum"}])
     subscribes = [{"ts": at(DAY_1, 9, 30), "kind": "subscribe", "topic": "sensor.temp",
-                   "session": n, "authid": "viewer", "match": "exact", "subscription": 7,
-                   "get_retained": True} for n in range(3)]
+                   "pattern": "sensor.temp", "session": n, "authid": "viewer", "match": "exact",
+                   "subscription": 7, "get_retained": True} for n in range(3)]
+    # patterns and a topic only subscribed to: none of them is a row of the topics table
+    subscribes += [{"ts": at(DAY_1, 9, 31), "kind": "subscribe", "pattern": pattern,
+                    "session": 5, "authid": "viewer", "match": match, "subscription": 8 + n}
+                   for n, (pattern, match) in enumerate((("sensor.", "prefix"),
+                                                         ("sensor..x", "wildcard"),
+                                                         ("sensor/#", "mqtt")))]
+    subscribes.append({"ts": at(DAY_1, 9, 32), "kind": "subscribe", "topic": "sensor.idle",
+                       "pattern": "sensor.idle", "session": 5, "authid": "viewer",
+                       "match": "exact", "subscription": 11})
     acks = [{"ts": at(DAY_1, 10, 2), "kind": "ack", "publication": 1060 + n, "session": 1,
              "qos": 1, "latency_ms": float(n + 1)} for n in range(40)]
     sessions = (session_records(DAY_1, 1, "thermo", "wamp.websocket", 60)
@@ -199,7 +209,20 @@ def test_peak_minute_and_rate(report):
     temp = topic_row(report, "alpha", "sensor.temp")
     assert temp["peak_minute"].startswith("2026-03-01T10:01")
     assert int(temp["peak_minute_events"]) == 60
-    assert float(temp["events_per_minute"]) == pytest.approx(50.0)  # 100 publishes in 2 minutes
+    # 100 publishes from 10:00:00 to 10:01:29.5: over the topic's own span, not 2 calendar minutes
+    assert float(temp["events_per_minute"]) == pytest.approx(100 * 60 / 89.5)
+    wind = topic_row(report, "alpha", "sensor.wind")  # 10 publishes in 9 s: at least a minute
+    assert float(wind["events_per_minute"]) == pytest.approx(10.0)
+
+
+def test_topics_are_only_topics_published_to(report):
+    topics = {row["topic"] for row in read_table(report / "tables" / "topics")}
+    assert topics == {"sensor.temp", "sensor.hum", "sensor.wind", "chat.room"}
+    patterns = by_key(read_table(report / "tables" / "subscriptions"), "pattern", "match")
+    assert {key: int(row["subscribes"]) for key, row in patterns.items()} == {
+        ("sensor.temp", "exact"): 3, ("sensor.", "prefix"): 1, ("sensor..x", "wildcard"): 1,
+        ("sensor/#", "mqtt"): 1, ("sensor.idle", "exact"): 1}
+    assert int(patterns[("sensor.temp", "exact")]["sessions"]) == 3
 
 
 def test_fanout_percentiles_of_a_known_distribution(report, logged):
@@ -257,7 +280,7 @@ def test_cli_report_keeps_only_the_chosen_realm_and_dates(filtered_cli_report):
     stdout, stderr = process.communicate(timeout=110)
     assert process.returncode == 0, stderr
     assert stdout.strip() == str(out / "report.html")
-    assert "[1/12] reading event logs" in stderr and "[12/12] HTML page" in stderr
+    assert "[1/22] reading event logs" in stderr and "[22/22] HTML page" in stderr
     topics = read_table(out / "tables" / "topics")
     assert [(row["realm"], row["topic"], row["events"]) for row in topics] == \
         [("alpha", "sensor.wind", str(len(alpha_day_2())))]
@@ -272,6 +295,24 @@ def test_cli_report_says_when_nothing_matches(logged, tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert run.returncode == 1
     assert "no event-log files" in run.stderr
+
+
+def test_cli_stream_once_says_when_there_is_nothing_to_read(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "spark_analytics", "stream", "--once", "--logs", str(tmp_path),
+         "--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "checkpoint")],
+        cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 1
+    assert f"no event-log files under {tmp_path}" in run.stderr
+
+
+def test_stream_keeps_to_its_realm_and_dates(spark, logged, tmp_path):
+    out = tmp_path / "out"
+    run_stream(spark, logged[0], out, tmp_path / "checkpoint", once=True, progress=io.StringIO(),
+               realm="alpha", since=DAY_2)
+    totals = by_key(read_table(out / "topic_totals"), "realm", "topic")
+    assert {key: int(row["events"]) for key, row in totals.items()} == {
+        ("alpha", "sensor.wind"): len(alpha_day_2())}
 
 
 def test_stream_restart_counts_every_record_once(spark, tmp_path):

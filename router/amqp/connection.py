@@ -39,8 +39,9 @@ and the attach answer's source carries the timeout the router uses.
 ``x-opt-retain: true`` sets the topic's retained event; with an empty body (no
 body, an empty data section or an amqp-value null) it clears it. A data-section
 body is mapped to WAMP with the realm's payload mapping (and its bytes reach
-byte-oriented receivers unchanged); an amqp-value body becomes ``args=[value]``,
-or ``kwargs`` when it is a map with string keys.
+byte-oriented receivers unchanged); see :mod:`router.amqp.body` for every body
+kind and property. A message with a value the router cannot carry (a decimal or a
+described value) is rejected with ``amqp:not-implemented``, counted as ``unsupported``.
 """
 
 from __future__ import annotations
@@ -49,16 +50,20 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
-from proton import (Collector, Condition, Connection, Data, Delivery, Described, Endpoint,
-                    Event, Link, Message, Terminus, Transport, symbol)
+from proton import (Collector, Condition, Connection, Data, Delivery, Endpoint, Event, Link,
+                    Message, Terminus, Transport, symbol)
 
-from router.amqp.addresses import InvalidAddress, address_to_topic
+from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_topic
+from router.amqp.body import Inbound, UnsupportedBody, plain
+from router.amqp.conditions import (INTERNAL_ERROR, INVALID_FIELD, LINK_STOLEN,
+                                    RESOURCE_LIMIT_EXCEEDED, SHARED_GROUP, AttachRefused,
+                                    refusal_condition, router_error_condition)
 from router.amqp.sasl import Identity, SaslServer
 from router.amqp.subscriber import AmqpSubscriber
-from router.core import errors
 from router.core.errors import RouterError
-from router.core.incidents import DISCONNECTED
+from router.core.incidents import DISCONNECTED, UNSUPPORTED
 from router.core.model import SessionInfo
+from router.core.options import valid_group_name
 from router.core.qos import POLICIES
 
 if TYPE_CHECKING:
@@ -69,35 +74,6 @@ log = logging.getLogger(__name__)
 
 IDLE_TIMEOUT = 60.0
 MAX_FRAME_SIZE = 64 * 1024
-
-UNAUTHORIZED = "amqp:unauthorized-access"
-INVALID_FIELD = "amqp:invalid-field"
-NOT_FOUND = "amqp:not-found"
-NOT_IMPLEMENTED = "amqp:not-implemented"
-INTERNAL_ERROR = "amqp:internal-error"
-LINK_STOLEN = "amqp:link:stolen"
-RESOURCE_LIMIT_EXCEEDED = "amqp:resource-limit-exceeded"
-
-
-class AttachRefused(Exception):
-    def __init__(self, condition: str, description: str) -> None:
-        super().__init__(description)
-        self.condition = condition
-        self.description = description
-
-
-def router_error_condition(exc: RouterError) -> str:
-    return UNAUTHORIZED if exc.uri == errors.NOT_AUTHORIZED else INVALID_FIELD
-
-
-def refusal_condition(exc: Exception) -> Condition:
-    """The rejected outcome's error for an inbound message the router refused."""
-    if isinstance(exc, AttachRefused):
-        return Condition(exc.condition, exc.description)
-    if isinstance(exc, RouterError):
-        return Condition(router_error_condition(exc), exc.message or exc.uri)
-    return Condition(INVALID_FIELD, str(exc))
-
 
 def terminus_capabilities(terminus) -> list[str]:
     data = terminus.capabilities
@@ -123,36 +99,13 @@ def set_capabilities(terminus, names: list[str]) -> None:
         data.exit()
 
 
-def plain(value):
-    """An AMQP-decoded value as plain Python (JSON-friendly where it can be)."""
-    if isinstance(value, dict):
-        return {str(key) if isinstance(key, str) else key: plain(item)
-                for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(item) for item in value]
-    if hasattr(value, "elements"):  # proton Array
-        return [plain(item) for item in value.elements]
-    if isinstance(value, Described):
-        return plain(value.value)
-    if isinstance(value, memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    return value
-
-
 class _Publisher:
     """A client's sender link: where its messages go."""
 
-    def __init__(self, link, uri: str | None, key: tuple[str, str] | None = None) -> None:
+    def __init__(self, link, target: AddressTopic | None,
+                 key: tuple[str, str] | None = None) -> None:
         self.link = link
-        self.uri = uri
+        self.target = target
         self.key = key
         """(container id, link name) of a durable QoS 2 link: its tags are remembered."""
         self.unsettled: set[bytes] = set()
@@ -410,7 +363,10 @@ class AmqpConnection:
 
     def _attach_subscriber(self, link, key) -> None:
         source = link.remote_source
-        properties = {str(k): plain(v) for k, v in (link.remote_properties or {}).items()}
+        try:
+            properties = {str(k): plain(v) for k, v in (link.remote_properties or {}).items()}
+        except UnsupportedBody as exc:
+            raise AttachRefused(INVALID_FIELD, f"link properties: {exc}") from None
         capabilities = terminus_capabilities(source)
         if link.remote_snd_settle_mode == Link.SND_SETTLED:
             granted = 0
@@ -429,8 +385,12 @@ class AmqpConnection:
         never = source.expiry_policy == Terminus.EXPIRE_NEVER
         timeout = source.timeout or 0
         durable = source.durability == Terminus.DELIVERIES and (never or timeout > 0)
+        group = properties.get(SHARED_GROUP)
+        if group is not None and not valid_group_name(group):
+            raise AttachRefused(INVALID_FIELD, f"{SHARED_GROUP} must be a non-empty string "
+                                "without '/', '+' or '#'")
         subscriber = self.frontend.subscribe(self, link, source.address, granted, policy,
-                                             durable)
+                                             durable, group)
         if durable:
             cap = self.frontend.settings.max_link_expiry
             if never or timeout > cap:
@@ -441,8 +401,13 @@ class AmqpConnection:
         offered = (["qos-policy"] if asked_policy else []) + (
             ["retained"] if "retained" in capabilities else [])
         set_capabilities(link.source, offered)
+        answered = {}
         if asked_policy:
-            link.properties = {symbol("qos-policy"): policy}
+            answered[symbol("qos-policy")] = policy
+        if group is not None:
+            answered[symbol(SHARED_GROUP)] = group
+        if answered:
+            link.properties = answered
         self.links[key] = subscriber
         subscriber.attach(link, self)
         link.open()
@@ -452,30 +417,27 @@ class AmqpConnection:
 
     def _attach_publisher(self, link, key) -> None:
         address = link.remote_target.address
-        uri = self._publish_uri(address) if address else None
+        named = self._publish_target(address) if address else None
         target = link.remote_target
         durable = (target.durability != Terminus.NONDURABLE
                    and link.remote_rcv_settle_mode == Link.RCV_SECOND
                    and link.remote_snd_settle_mode != Link.SND_SETTLED)
         self.links[key] = _Publisher(
-            link, uri, (self.connection.remote_container or "", link.name) if durable else None)
+            link, named, (self.connection.remote_container or "", link.name) if durable else None)
         link.max_message_size = self.frontend.settings.max_message_size
         link.open()
         link.flow(self.frontend.settings.inbound_window)
 
-    def _publish_uri(self, address: str) -> str:
+    def _publish_target(self, address: str) -> AddressTopic:
         realm = self.frontend.realm
         try:
-            uri = address_to_topic(address, realm.uri_check)
-            realm.check_uri(uri)
-            if uri.startswith("wamp.") or uri == "wamp":
-                raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
-            realm.authorize(self.info, "publish", uri)
+            named = address_to_topic(address, realm.uri_check)
+            realm.check_publish(self.info, named.levels)
         except InvalidAddress as exc:
             raise AttachRefused(INVALID_FIELD, str(exc)) from None
         except RouterError as exc:
             raise AttachRefused(router_error_condition(exc), exc.message or exc.uri) from None
-        return uri
+        return named
 
     def _link_gone(self, link, closed: bool) -> None:
         handler = self.links.pop(self._key(link), None)
@@ -551,14 +513,15 @@ class AmqpConnection:
             store.add_inbound(publisher.key, tag)
         acknowledged = not presettled and qos > 0
         try:
-            uri = publisher.uri or self._publish_uri(message.address)
-            body = message.body
-            if isinstance(body, memoryview):
-                body = bytes(body)  # a view into the message's memory: copy it first
-            self.frontend.publish(self.info, uri, body, message.inferred, qos, retain,
+            named = publisher.target or self._publish_target(message.address)
+            inbound = Inbound(message, data, self.frontend.settings.payload_mapping)
+            self.frontend.publish(self.info, named, inbound, qos, retain,
                                   (lambda ok: self._durable(publisher, delivery, ok))
                                   if acknowledged else None)
         except (AttachRefused, RouterError, TypeError, ValueError) as exc:
+            if isinstance(exc, UnsupportedBody):
+                realm = self.frontend.realm
+                realm.incidents.count(realm.name, "amqp", UNSUPPORTED, f"{self.peer}: {exc}")
             if remember:
                 store.delete_inbound(publisher.key, tag)
             self._outcome(publisher, delivery, presettled, Delivery.REJECTED,
@@ -617,6 +580,9 @@ class AmqpConnection:
 
     def send_event(self, subscription, publication, retained: bool = False) -> None:
         pass  # a connection never subscribes; its receiver links do
+
+    def ready(self) -> bool:
+        return False  # never a group member: its receiver links are
 
     def supports(self, role: str, feature: str) -> bool:
         return False

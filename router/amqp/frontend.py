@@ -12,20 +12,20 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from router.amqp.connection import (INVALID_FIELD, AmqpConnection, AttachRefused,
-                                    plain, router_error_condition)
-from router.amqp.addresses import InvalidAddress, address_to_pattern
+from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_pattern
+from router.amqp.body import Inbound
+from router.amqp.conditions import INVALID_FIELD, AttachRefused, router_error_condition
+from router.amqp.outlet import Outlet
 from router.amqp.persistence import AmqpStore, StoredDurable
 from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
-from router.amqp.settings import AmqpSettings
 from router.amqp.subscriber import AmqpSubscriber
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
 from router.core.model import SessionInfo
-from router.core.options import PublishOptions, SubscribeOptions
-from router.core.payload import from_bytes
+from router.core.options import PublishOptions
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
+from router.settings import AmqpSettings
 
 
 log = logging.getLogger(__name__)
@@ -117,22 +117,23 @@ class AmqpFrontend:
 
     # connections -------------------------------------------------------------------------
 
-    def connected(self, connection: AmqpConnection) -> None:
+    def connected(self, connection: Outlet) -> None:
         self.router.connections.add(connection)
         self.router.track(connection)
         self.realm.attach(connection)
 
-    def disconnected(self, connection: AmqpConnection) -> None:
+    def disconnected(self, connection: Outlet) -> None:
         self.router.connections.discard(connection)
         self.realm.detach(connection)
         self.router.forget(connection)
 
     # subscriptions -----------------------------------------------------------------------
 
-    def subscribe(self, connection: AmqpConnection, link, address: str | None, qos: int,
-                  policy: str, durable: bool) -> AmqpSubscriber:
+    def subscribe(self, connection: Outlet, link, address: str | None, qos: int,
+                  policy: str, durable: bool, group: str | None = None) -> AmqpSubscriber:
+        """The subscriber behind a receiver link (``group``: a member of that shared group)."""
         try:
-            uri, match = address_to_pattern(address, self.realm.uri_check)
+            named = address_to_pattern(address, self.realm.uri_check)
         except InvalidAddress as exc:
             raise AttachRefused(INVALID_FIELD, str(exc)) from None
         info = connection.info
@@ -142,17 +143,18 @@ class AmqpFrontend:
             if existing.connection is not None and existing.link is not None:
                 existing.connection.steal(existing)
             if (existing.address == address and existing.qos == qos
-                    and existing.policy == policy and existing.info.authid == info.authid):
+                    and existing.policy == policy and existing.group == group
+                    and existing.info.authid == info.authid):
                 return existing
             self.destroy(existing)
         subscriber = AmqpSubscriber(
             self, SessionInfo(self.router.new_session_id(), self.realm.name, info.authid,
                               info.authrole, info.authmethod, protocol="amqp",
-                              transport=info.transport), address, qos, policy, key)
+                              transport=info.transport), address, qos, policy, key, group)
         self.router.track(subscriber)
         self.realm.attach(subscriber)
         try:
-            subscriber.core = self.realm.subscribe(subscriber, uri, SubscribeOptions(match))
+            subscriber.subscribe(named)
         except RouterError as exc:
             self.realm.detach(subscriber)
             self.router.forget(subscriber)
@@ -160,7 +162,7 @@ class AmqpFrontend:
         if key is not None:
             self.durable[key] = subscriber
             self.store.save(key[0], key[1], address, qos, policy, info.authid, info.authrole,
-                            info.authmethod)
+                            info.authmethod, group)
         return subscriber
 
     def unlinked(self, subscriber: AmqpSubscriber, closed: bool) -> None:
@@ -173,6 +175,7 @@ class AmqpFrontend:
         """Forget a subscriber and its queue (an armed expiry timer would keep them alive)."""
         subscriber.cancel_expiry()
         self.realm.detach(subscriber)
+        subscriber.hand_over()
         self.router.forget(subscriber)
         if subscriber.key is not None and self.durable.get(subscriber.key) is subscriber:
             del self.durable[subscriber.key]
@@ -180,29 +183,18 @@ class AmqpFrontend:
 
     # publishing --------------------------------------------------------------------------
 
-    def publish(self, info: SessionInfo, uri: str, body, data_section: bool, qos: int,
+    def publish(self, info: SessionInfo, target: AddressTopic, message: Inbound, qos: int,
                 retain: bool, on_durable: Callable[[bool], None] | None = None) -> None:
         """Route one inbound message through the core (raises RouterError when refused);
         ``on_durable(ok)`` once what it made durable is stored (or failed to be)."""
-        payload = None
-        args = kwargs = None
-        if body is None:
-            empty = True
-        elif data_section and isinstance(body, (bytes, bytearray, memoryview)):
-            payload = bytes(body)
-            empty = not payload
-            args, kwargs = from_bytes(payload, self.settings.payload_mapping)
-        else:
-            value = plain(body)
-            empty = False
-            if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-                kwargs = value
-            else:
-                args = [value]
-        options = PublishOptions(qos=qos, retain=retain and not empty,
-                                 retain_clear=retain and empty, exclude_me=False)
-        self.realm.publish(info, uri, args, kwargs, options, durable_callback(on_durable),
-                           len(payload) if payload is not None else 0, payload=payload)
+        options = PublishOptions(qos=qos, retain=retain and not message.empty,
+                                 retain_clear=retain and message.empty, exclude_me=False)
+        self.realm.publish(info, target.levels, message.args, message.kwargs, options,
+                           durable_callback(on_durable), len(message.bare),
+                           payload=message.payload, properties=message.properties,
+                           expires_at=message.expires_at, amqp=message.bare,
+                           **({"mqtt_topic": target.text} if target.mqtt
+                              else {"uri": target.text}))
 
     # restart -----------------------------------------------------------------------------
 
@@ -217,12 +209,13 @@ class AmqpFrontend:
         key = (stored.container, stored.link)
         info = SessionInfo(self.router.new_session_id(), self.realm.name, stored.authid,
                            stored.authrole, stored.authmethod, protocol="amqp")
-        subscriber = AmqpSubscriber(self, info, stored.address, stored.qos, stored.policy, key)
+        subscriber = AmqpSubscriber(self, info, stored.address, stored.qos, stored.policy, key,
+                                    stored.group)
         try:
-            uri, match = address_to_pattern(stored.address, self.realm.uri_check)
+            named = address_to_pattern(stored.address, self.realm.uri_check)
             self.router.track(subscriber)
             self.realm.attach(subscriber)
-            subscriber.core = self.realm.subscribe(subscriber, uri, SubscribeOptions(match))
+            subscriber.subscribe(named)
         except (InvalidAddress, RouterError) as exc:
             log.warning("AMQP durable subscription %s/%s dropped on restore: %s",
                         stored.container, stored.link, exc)

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import logging
 
 import msgpack
 
+from router.amqp.body import bytes_message
 from router.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,9 @@ CREATE TABLE IF NOT EXISTS amqp_expiry (
     realm TEXT NOT NULL, container TEXT NOT NULL, link TEXT NOT NULL,
     timeout REAL NOT NULL, detached_at REAL,
     PRIMARY KEY (realm, container, link)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS amqp_shared (
+    realm TEXT NOT NULL, container TEXT NOT NULL, link TEXT NOT NULL, share_group TEXT NOT NULL,
+    PRIMARY KEY (realm, container, link)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS amqp_inbound (
     realm TEXT NOT NULL, container TEXT NOT NULL, link TEXT NOT NULL, tag BLOB NOT NULL,
     PRIMARY KEY (realm, container, link, tag)) WITHOUT ROWID;
@@ -62,7 +67,9 @@ class Outgoing:
 
     seq: int
     topic: str
-    payload: bytes
+    bare: bytes
+    """The encoded bare message (shared by the receivers of one publication); the header
+    and annotations are added as it is sent."""
     published_qos: int
     qos: int
     retained: bool
@@ -71,16 +78,25 @@ class Outgoing:
     """Message expiry: not sent after this time."""
     sent_at: float = field(default=0.0, compare=False)
     """When it was last sent (not stored): for the acknowledgement latency."""
+    publication: Any = field(default=None, compare=False, repr=False)
+    """The publication, kept (not stored) when it came through a shared group: another
+    member takes it if this one goes away first."""
 
     def pack(self) -> bytes:
-        return msgpack.packb([self.topic, self.payload, self.published_qos, self.qos,
-                              self.retained, self.expires_at], use_bin_type=True)
+        return msgpack.packb([self.topic, self.bare, self.published_qos, self.qos,
+                              self.retained, self.expires_at, BARE_MESSAGE], use_bin_type=True)
 
     @classmethod
     def unpack(cls, seq: int, blob: bytes, delivery_count: int) -> "Outgoing":
-        topic, payload, published_qos, qos, retained, *rest = msgpack.unpackb(blob, raw=False)
+        topic, body, published_qos, qos, retained, *rest = msgpack.unpackb(blob, raw=False)
         expires_at = rest[0] if rest else None  # stored before messages had an expiry
-        return cls(seq, topic, payload, published_qos, qos, retained, delivery_count, expires_at)
+        if rest[1:] != [BARE_MESSAGE]:  # stored as the payload of a data section
+            body = bytes_message(topic, body)
+        return cls(seq, topic, body, published_qos, qos, retained, delivery_count, expires_at)
+
+
+BARE_MESSAGE = 1
+"""The format mark of a queued message stored as its encoded bare message."""
 
 
 @dataclass
@@ -94,6 +110,8 @@ class StoredDurable:
     authrole: str
     authmethod: str
     queued: list[Outgoing] = field(default_factory=list)
+    group: str | None = None
+    """The shared group the link is a member of (``amqp_shared``), if any."""
 
 
 class AmqpStore:
@@ -121,6 +139,11 @@ class AmqpStore:
         durable = {(row[0], row[1]): StoredDurable(*row) for row in self._store.query(
             "SELECT container, link, address, qos, policy, authid, authrole, authmethod "
             "FROM amqp_durable WHERE realm = ?", realm)}
+        for container, link, group in self._store.query(
+                "SELECT container, link, share_group FROM amqp_shared WHERE realm = ?", realm):
+            entry = durable.get((container, link))
+            if entry is not None:
+                entry.group = group
         for container, link, seq, message, count in self._store.query(
                 "SELECT container, link, seq, message, delivery_count FROM amqp_queued "
                 "WHERE realm = ? ORDER BY container, link, seq", realm):
@@ -178,15 +201,22 @@ class AmqpStore:
                                 "AND link = ?", (self._realm, key[0], key[1]))
 
     def save(self, container: str, link: str, address: str, qos: int, policy: str,
-             authid: str, authrole: str, authmethod: str) -> None:
+             authid: str, authrole: str, authmethod: str, group: str | None = None) -> None:
         self._store.execute(
             "INSERT OR REPLACE INTO amqp_durable (realm, container, link, address, qos, policy, "
             "authid, authrole, authmethod) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (self._realm, container, link, address, qos, policy, authid, authrole, authmethod))
+        if group is None:
+            self._store.execute("DELETE FROM amqp_shared WHERE realm = ? AND container = ? "
+                                "AND link = ?", (self._realm, container, link))
+        else:
+            self._store.execute("INSERT OR REPLACE INTO amqp_shared (realm, container, link, "
+                                "share_group) VALUES (?, ?, ?, ?)",
+                                (self._realm, container, link, group))
 
     def delete(self, container: str, link: str) -> None:
         self._expiry.pop((container, link), None)
-        for table in ("amqp_durable", "amqp_queued", "amqp_expiry"):
+        for table in ("amqp_durable", "amqp_queued", "amqp_expiry", "amqp_shared"):
             self._store.execute(f"DELETE FROM {table} WHERE realm = ? AND container = ? "
                                 "AND link = ?", (self._realm, container, link))
 

@@ -33,39 +33,21 @@ import itertools
 import logging
 import time
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING
 
-from proton import Delivery, Message, symbol
+from proton import Delivery
 
+from router.amqp.addresses import AddressTopic, address_levels, outgoing_address
+from router.amqp.body import bare_message, delivery_prefix
+from router.amqp.outlet import Outlet, SubscriberOwner
 from router.amqp.persistence import Outgoing
 from router.core.broker import Subscription
-from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER
+from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
 from router.core.model import Publication, SessionInfo
-from router.core.payload import to_bytes
+from router.core.options import SubscribeOptions
 from router.core.qos import delivered_qos
-
-if TYPE_CHECKING:
-    from router.amqp.connection import AmqpConnection
-    from router.amqp.frontend import AmqpFrontend
+from router.core.shared import SharedGroup
 
 log = logging.getLogger(__name__)
-
-X_OPT_QOS = symbol("x-opt-qos")
-X_OPT_RETAIN = symbol("x-opt-retain")
-
-
-def encode_message(item: Outgoing) -> bytes:
-    """An outgoing message: the payload bytes as one data section, annotated."""
-    message = Message(body=item.payload, inferred=True)
-    message.address = item.topic
-    message.durable = item.qos > 0
-    message.delivery_count = item.delivery_count
-    annotations = {X_OPT_QOS: item.published_qos}
-    if item.retained:
-        annotations[X_OPT_RETAIN] = True
-    message.annotations = annotations
-    return bytes(message.encode())
-
 
 PUMP_BATCH = 64
 """Messages one pump sends before it lets the reactor serve other connections: a receiver
@@ -76,17 +58,22 @@ up while they are encoded (measured: 70 ms per such pump under load)."""
 class AmqpSubscriber:
     """Implements the core's Peer for one (possibly durable) receiver link."""
 
-    def __init__(self, frontend: "AmqpFrontend", info: SessionInfo, address: str,
-                 qos: int, policy: str, key: tuple[str, str] | None = None) -> None:
+    def __init__(self, frontend: SubscriberOwner, info: SessionInfo, address: str,
+                 qos: int, policy: str, key: tuple[str, str] | None = None,
+                 group: str | None = None) -> None:
         self.frontend = frontend
         self.info = info
         self.address = address
+        self.group = group
+        """The shared group it is a member of (link property ``x-shared-group``), if any."""
         self.qos = qos
         self.policy = policy
         self.key = key
         self.core: Subscription | None = None
+        self.mqtt_form = False
+        """Subscribed with an MQTT-style address: ``to`` is the MQTT name, not the URI."""
         self.link = None
-        self.connection: AmqpConnection | None = None
+        self.connection: Outlet | None = None
         self.queue: deque[Outgoing] = deque()
         self.in_flight: OrderedDict[str, Outgoing] = OrderedDict()
         self._seq = itertools.count(1)
@@ -98,25 +85,39 @@ class AmqpSubscriber:
     def durable(self) -> bool:
         return self.key is not None
 
+    def subscribe(self, named: AddressTopic) -> None:
+        """Subscribe in the core to what the link's address names (raises RouterError)."""
+        self.mqtt_form = named.mqtt
+        self.core = self.frontend.realm.subscribe(
+            self, named.levels, SubscribeOptions(named.match, shared_group=self.group))
+
     # core Peer ---------------------------------------------------------------------
 
     def send_event(self, subscription: Subscription, publication: Publication,
                    retained: bool = False) -> None:
         if self.core is None or subscription.id != self.core.id:
             return
+        realm = self.frontend.realm
+        to = outgoing_address(publication, self.mqtt_form, realm.uri_check)
+        if to is None:
+            realm.incidents.count(realm.name, "amqp", UNREPRESENTABLE,
+                                  f"{self.address}: {publication.name}")
+            return
         # a link whose sender settle mode is "settled" carries nothing but QoS 0
         qos = delivered_qos(publication.qos, self.qos, self.policy) if self.qos else 0
         if qos == 0 and (self.link is None or self.connection.flow.over):
             if self.link is not None:
-                self._count(SLOW_CONSUMER, qos, publication.topic)
+                self._count(SLOW_CONSUMER, qos, publication.name)
             return
         if len(self.queue) >= self.frontend.settings.max_queued:
-            self._count(QUEUE_FULL, qos, publication.topic)
+            self._count(QUEUE_FULL, qos, publication.name)
             if self.connection is not None and self.connection.flow.paused:
                 self.connection.flow.overflow()
             return
-        item = Outgoing(next(self._seq), publication.topic, to_bytes(publication),
+        item = Outgoing(next(self._seq), to, bare_message(publication, to),
                         publication.qos, qos, retained, expires_at=publication.expires_at)
+        if qos and type(subscription) is SharedGroup:
+            item.publication = publication
         self.queue.append(item)
         if qos and self.durable:
             self.frontend.store.enqueue(*self.key, item)
@@ -125,6 +126,29 @@ class AmqpSubscriber:
     def _count(self, reason: str, qos: int, topic: str) -> None:
         realm = self.frontend.realm
         realm.incidents.count(realm.name, "amqp", reason, f"{self.address}, QoS {qos} on {topic}")
+
+    def ready(self) -> bool:
+        """Attached, with credit, nothing waiting and not over the flow bound."""
+        link = self.link
+        return (link is not None and link.credit > 0 and not self.queue
+                and not self.connection.flow.over)
+
+    def hand_over(self) -> None:
+        """The subscriber is gone: other members of its shared group take its QoS >= 1
+        messages not accepted yet, except QoS 2 ones already sent (the receiver may
+        have them; AMQP's exactly-once, like MQTT-4.8.2-5, forbids a second copy)."""
+        group = self.core
+        if type(group) is not SharedGroup:
+            return
+        # (item, sent at least once): in flight, or back in the queue after a detach
+        items = ([(item, True) for item in self.in_flight.values()]
+                 + [(item, item.delivery_count > 0) for item in self.queue])
+        self.in_flight.clear()
+        self.queue.clear()
+        broker = self.frontend.realm.broker
+        for item, sent in items:
+            if item.publication is not None and (item.qos == 1 or not sent):
+                broker.hand_over(group, item.publication, self.info.session_id)
 
     def supports(self, role: str, feature: str) -> bool:
         return False
@@ -135,7 +159,7 @@ class AmqpSubscriber:
 
     # the link ------------------------------------------------------------------------
 
-    def attach(self, link, connection: "AmqpConnection") -> None:
+    def attach(self, link, connection: Outlet) -> None:
         self.link = link
         self.connection = connection
         self.cancel_expiry()
@@ -216,7 +240,11 @@ class AmqpSubscriber:
                 continue
             tag = f"{item.seq}.{item.delivery_count}"
             delivery = link.delivery(tag)
-            link.send(encode_message(item))
+            ttl = (None if item.expires_at is None
+                   else max(1, int((item.expires_at - time.time()) * 1000)))
+            link.send(delivery_prefix(item.qos > 0, item.delivery_count, item.published_qos,
+                                      item.retained, ttl))
+            link.send(item.bare)  # the same bytes for every receiver of the publication
             link.advance()
             if item.qos == 0:
                 delivery.settle()
@@ -273,7 +301,7 @@ class AmqpSubscriber:
     def _acknowledged(self, item: Outgoing) -> None:
         activity = self.frontend.realm.activity
         if activity is not None and item.sent_at:
-            activity.acknowledged(self.info, item.topic, item.qos,
+            activity.acknowledged(self.info, address_levels(item.topic), item.qos,
                                   (time.time() - item.sent_at) * 1000.0)
 
     def _done(self, tag: str, item: Outgoing) -> None:

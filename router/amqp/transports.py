@@ -10,8 +10,8 @@ from twisted.internet.protocol import Factory, Protocol, connectionDone
 from router.amqp.connection import AmqpConnection
 from router.amqp.frontend import AmqpFrontend
 from router.amqp.sasl import Answer, SaslServer
-from router.core.login_guard import HeldTransport
 from router.flow import ConnectionFlow, FlowingProtocol
+from router.held import HeldTransport
 from router.limits import GatedProtocol
 from router.tls import peer_common_name
 

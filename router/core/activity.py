@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from router.core.model import Publication, SessionInfo
+from router.core.topic import Topic
 
 if TYPE_CHECKING:
     from router.core.broker import Subscription
@@ -17,15 +18,20 @@ class ActivityLog(Protocol):
 
     def published(self, publication: Publication, receivers: int) -> None: ...
 
-    def retained(self, topic: str, action: str, publication: Publication | None) -> None: ...
+    def retained(self, topic: Topic, action: str, publication: Publication | None) -> None: ...
 
     def subscribed(self, session: SessionInfo, subscription: "Subscription",
                    get_retained: bool) -> None: ...
 
     def unsubscribed(self, session: SessionInfo, subscription: "Subscription") -> None: ...
 
-    def acknowledged(self, session: SessionInfo, topic: str, qos: int,
+    def acknowledged(self, session: SessionInfo, topic: Topic, qos: int,
                      latency_ms: float) -> None: ...
+
+    def refused(self, session: SessionInfo, operation: str, topic: Topic, match: str,
+                reason: str) -> None: ...
+
+    def incident(self, protocol: str, reason: str, n: int) -> None: ...
 
     def joined(self, session: SessionInfo) -> None: ...
 

@@ -1,8 +1,9 @@
 """The broker: subscriptions, topic matching and event dispatch.
 
-Matching never scans all subscriptions: exact topics are a dict lookup, prefix
-subscriptions are probed once per distinct prefix length, and wildcard
-subscriptions are walked in a component trie. A subscription is shared by every
+Topics and patterns are level tuples (:mod:`router.core.topic`). Matching never
+scans all subscriptions: exact topics are a dict lookup, prefix subscriptions are
+probed once per distinct shape (number of levels, length of the last level), and
+wildcard and MQTT filter subscriptions are walked in a level trie. A subscription is shared by every
 session on the same (topic, match), so a frontend can encode an event once per
 subscription and serializer and send the same bytes to all its receivers.
 """
@@ -12,31 +13,40 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timezone
 from time import time
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from router.core.ids import router_scope_ids
 from router.core.model import Publication
 from router.core.peer import Peer
 from router.core.stats import RealmStats
+from router.core.topic import Topic, is_reserved, pattern_text
 from router.core.trie import TopicTrie
-from router.core.uri import EXACT, MQTT, PREFIX, is_reserved
+from router.core.uri import EXACT, MQTT, PREFIX
+
+if TYPE_CHECKING:
+    from router.core.shared import SharedGroups
 
 
 class Subscription:
-    """One (topic, match) pair and the sessions subscribed to it."""
+    """One (topic pattern, match) pair and the sessions subscribed to it."""
 
-    __slots__ = ("id", "uri", "match", "created", "subscribers", "is_meta", "protocols")
+    __slots__ = ("id", "topic", "match", "created", "subscribers", "is_meta", "protocols")
 
-    def __init__(self, subscription_id: int, uri: str, match: str) -> None:
+    def __init__(self, subscription_id: int, topic: Topic, match: str) -> None:
         self.id = subscription_id
-        self.uri = uri
+        self.topic = topic
         self.match = match
         self.created = datetime.now(timezone.utc).isoformat()
         self.subscribers: dict[int, Peer] = {}
-        self.is_meta = is_reserved(uri)
+        self.is_meta = is_reserved(topic)
         self.protocols: Counter[str] = Counter()
         """Subscribers per protocol name: a dispatch counts its deliveries per subscription
         from this, not per receiver (see :meth:`Broker.dispatch`)."""
+
+    @property
+    def uri(self) -> str:
+        """The pattern as the meta API shows it: MQTT filters in ``/`` form, the rest dotted."""
+        return pattern_text(self.topic, self.match)
 
     def details(self) -> dict:
         return {"id": self.id, "created": self.created, "uri": self.uri, "match": self.match}
@@ -46,9 +56,9 @@ class SubscriptionIndex:
     """Finds the subscriptions matching a concrete topic without scanning them all."""
 
     def __init__(self) -> None:
-        self.exact: dict[str, Subscription] = {}
-        self.prefix: dict[str, Subscription] = {}
-        self._prefix_lengths: list[int] = []
+        self.exact: dict[Topic, Subscription] = {}
+        self.prefix: dict[Topic, Subscription] = {}
+        self._prefix_shapes: list[tuple[int, int]] = []
         self.wildcard: TopicTrie[Subscription] = TopicTrie()
         self.filters: TopicTrie[Subscription] = TopicTrie()
         self.by_id: dict[int, Subscription] = {}
@@ -56,56 +66,60 @@ class SubscriptionIndex:
     def _trie(self, match: str) -> TopicTrie[Subscription]:
         return self.filters if match == MQTT else self.wildcard
 
-    def lookup(self, uri: str, match: str) -> Subscription | None:
+    def lookup(self, topic: Topic, match: str) -> Subscription | None:
         if match == EXACT:
-            return self.exact.get(uri)
+            return self.exact.get(topic)
         if match == PREFIX:
-            return self.prefix.get(uri)
-        return self._trie(match).get(uri)
+            return self.prefix.get(topic)
+        return self._trie(match).get(topic)
 
     def add(self, subscription: Subscription) -> None:
         self.by_id[subscription.id] = subscription
         if subscription.match == EXACT:
-            self.exact[subscription.uri] = subscription
+            self.exact[subscription.topic] = subscription
         elif subscription.match == PREFIX:
-            self.prefix[subscription.uri] = subscription
-            self._refresh_prefix_lengths()
+            self.prefix[subscription.topic] = subscription
+            self._refresh_prefix_shapes()
         else:
-            self._trie(subscription.match).set(subscription.uri, subscription)
+            self._trie(subscription.match).set(subscription.topic, subscription)
 
     def remove(self, subscription: Subscription) -> None:
         del self.by_id[subscription.id]
         if subscription.match == EXACT:
-            del self.exact[subscription.uri]
+            del self.exact[subscription.topic]
         elif subscription.match == PREFIX:
-            del self.prefix[subscription.uri]
-            self._refresh_prefix_lengths()
+            del self.prefix[subscription.topic]
+            self._refresh_prefix_shapes()
         else:
-            self._trie(subscription.match).pop(subscription.uri)
+            self._trie(subscription.match).pop(subscription.topic)
 
-    def _refresh_prefix_lengths(self) -> None:
-        self._prefix_lengths = sorted({len(uri) for uri in self.prefix})
+    def _refresh_prefix_shapes(self) -> None:
+        self._prefix_shapes = sorted({(len(prefix), len(prefix[-1])) for prefix in self.prefix})
 
-    def matching(self, topic: str) -> Iterator[Subscription]:
-        """Every subscription whose (uri, match) matches ``topic``."""
+    def matching(self, topic: Topic) -> Iterator[Subscription]:
+        """Every subscription whose (pattern, match) matches ``topic``."""
         subscription = self.exact.get(topic)
         if subscription is not None:
             yield subscription
-        if self._prefix_lengths:
+        if self._prefix_shapes:
             prefixes = self.prefix
-            for length in self._prefix_lengths:
-                if length > len(topic):
+            depth = len(topic)
+            for levels, length in self._prefix_shapes:
+                if levels > depth:
                     break
-                subscription = prefixes.get(topic[:length])
-                if subscription is not None:
-                    yield subscription
+                last = topic[levels - 1]
+                if length <= len(last):
+                    subscription = prefixes.get(topic[:levels - 1] + (last[:length],))
+                    if subscription is not None:
+                        yield subscription
         if len(self.wildcard):
-            yield from self.wildcard.match_patterns(topic.split("."))
+            yield from self.wildcard.match_patterns(topic)
         if len(self.filters):
-            yield from self.filters.match_filters(topic.split("."))
+            yield from self.filters.match_filters(topic)
 
 
 MetaPublisher = Callable[[str, list], None]
+"""Publishes a router meta event on a ``wamp.`` URI."""
 DeliveryFailure = Callable[[Peer, Publication, Exception], None]
 """Told about a receiver that could not take a publication (the others still get it)."""
 
@@ -113,23 +127,33 @@ DeliveryFailure = Callable[[Peer, Publication, Exception], None]
 class Broker:
     """Subscriptions and dispatch for one realm."""
 
-    def __init__(self, meta_publish: MetaPublisher | None = None,
+    def __init__(self, shared: "SharedGroups", meta_publish: MetaPublisher | None = None,
                  delivery_failed: DeliveryFailure | None = None,
                  stats: RealmStats | None = None) -> None:
         self.index = SubscriptionIndex()
         self.stats = stats if stats is not None else RealmStats()
+        self.shared = shared
+        """Shared groups (see :mod:`router.core.shared`): one member per publication."""
         self._ids = router_scope_ids()
         self._by_session: dict[int, set[Subscription]] = {}
         self._meta_publish = meta_publish
         self._delivery_failed = delivery_failed
 
-    def subscribe(self, peer: Peer, uri: str, match: str) -> Subscription:
-        """Add ``peer`` to the shared subscription for (uri, match); idempotent per session."""
-        subscription = self.index.lookup(uri, match)
+    def subscribe(self, peer: Peer, topic: Topic, match: str,
+                  group: str | None = None) -> Subscription:
+        """Add ``peer`` to the subscription for (topic, match), or to the shared ``group`` on
+        it (each publication to one member); idempotent per session."""
+        if group is None:
+            subscription = self.index.lookup(topic, match)
+        else:
+            subscription = self.shared.lookup(topic, match, group)
         created = subscription is None
         if subscription is None:
-            subscription = Subscription(next(self._ids), uri, match)
-            self.index.add(subscription)
+            if group is None:
+                subscription = Subscription(next(self._ids), topic, match)
+                self.index.add(subscription)
+            else:
+                subscription = self.shared.create(next(self._ids), topic, match, group)
         session_id = peer.info.session_id
         already = session_id in subscription.subscribers
         subscription.subscribers[session_id] = peer
@@ -144,7 +168,7 @@ class Broker:
 
     def unsubscribe(self, peer: Peer, subscription_id: int) -> Subscription | None:
         """Remove ``peer`` from a subscription; ``None`` if it was not subscribed."""
-        subscription = self.index.by_id.get(subscription_id)
+        subscription = self.find(subscription_id)
         session_id = peer.info.session_id
         if subscription is None or session_id not in subscription.subscribers:
             return None
@@ -163,7 +187,10 @@ class Broker:
         if not subscription.is_meta:
             self._meta("wamp.subscription.on_unsubscribe", [session_id, subscription.id])
         if not subscription.subscribers:
-            self.index.remove(subscription)
+            if subscription.id in self.index.by_id:
+                self.index.remove(subscription)
+            else:
+                self.shared.remove(subscription)
             if not subscription.is_meta:
                 self._meta("wamp.subscription.on_delete", [session_id, subscription.id])
 
@@ -200,7 +227,21 @@ class Broker:
                 if not delivered:
                     stats.delivery_latency.observe(time() - publication.timestamp)
                 delivered += 1
+        if self.shared.by_id:  # one dict check for publications when no group exists
+            delivered += self.shared.dispatch(publication, meta_only, self.delivery_failed)
         publication.wire_cache = None  # retained/history copies must not pin encodings
+        return delivered
+
+    def find(self, subscription_id: int) -> Subscription | None:
+        """A subscription or shared group by id."""
+        found = self.index.by_id.get(subscription_id)
+        return found if found is not None else self.shared.by_id.get(subscription_id)
+
+    def hand_over(self, group: Subscription, publication: Publication, leaving: int) -> bool:
+        """Give a publication that member ``leaving`` will not complete to another member
+        of its shared group; False if the group has no other member that took it."""
+        delivered = self.shared.hand_over(group, publication, leaving, self.delivery_failed)
+        publication.wire_cache = None
         return delivered
 
     def deliver(self, peer: Peer, subscription: Subscription, publication: Publication,

@@ -20,6 +20,7 @@ from router.core.ids import router_scope_ids
 from router.core.model import SessionInfo
 from router.core.peer import Peer
 from router.core.stats import RealmStats
+from router.core.topic import from_uri
 from router.core.trie import TopicTrie
 from router.core.uri import EXACT, PREFIX, is_reserved
 
@@ -103,13 +104,14 @@ class Dealer:
         if policy not in INVOKE_POLICIES:
             raise RouterError(errors.INVALID_ARGUMENT, f"unknown invocation policy '{policy}'")
         table = self._table(match)
-        registration = table.get(uri)
+        key = _key(uri, match)
+        registration = table.get(key)
         if registration is None:
             registration = Registration(next(self._ids), uri, match, policy)
             if match == EXACT or match == PREFIX:
-                table[uri] = registration  # type: ignore[index]
+                table[key] = registration
             else:
-                self.wildcard.set(uri, registration)
+                self.wildcard.set(key, registration)
             self.by_id[registration.id] = registration
         elif registration.policy != policy:
             raise RouterError(errors.PROCEDURE_EXISTS_WITH_DIFFERENT_POLICY,
@@ -143,7 +145,7 @@ class Dealer:
         if registration.match == EXACT or registration.match == PREFIX:
             del self._table(registration.match)[registration.uri]
         else:
-            self.wildcard.pop(registration.uri)
+            self.wildcard.pop(from_uri(registration.uri))
 
     def lookup(self, procedure: str) -> Registration | None:
         """The registration a call to ``procedure`` goes to, by the spec's precedence."""
@@ -156,7 +158,7 @@ class Dealer:
                 best = candidate
         if best is not None:
             return best
-        matches = list(self.wildcard.match_patterns(procedure.split(".")))
+        matches = list(self.wildcard.match_patterns(from_uri(procedure)))
         if not matches:
             return None
         return max(matches, key=lambda r: (r.uri.split(".") + [""]).index(""))
@@ -292,3 +294,9 @@ class Dealer:
     def was_issued(self, callee: Peer, request_id: int) -> bool:
         """Did this callee ever get an invocation with ``request_id``? (Late replies are fine.)"""
         return 0 < request_id <= self._invocation_ids.get(callee.info.session_id, 0)
+
+
+def _key(uri: str, match: str) -> Any:
+    """The key of a registration in its table: procedures are URIs, wildcard ones walk the
+    trie by level."""
+    return uri if match == EXACT or match == PREFIX else from_uri(uri)

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from router.core.model import Publication, SessionInfo
-from router.core.uri import uri_matches
+from router.core.topic import Topic, topic_matches
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class TimeWindow:
 
 @dataclass(frozen=True)
 class HistoryRule:
-    uri: str
+    pattern: Topic
     match: str
     limit: int
     max_age: float | None = None
@@ -63,14 +63,14 @@ class EventHistory:
             return
         entry = None
         for rule, log in self._logs:
-            if uri_matches(rule.uri, rule.match, publication.topic):
+            if topic_matches(rule.pattern, rule.match, publication.topic):
                 if entry is None:
                     entry = (next(self._sequence), publication)
                 log.append(entry)
 
-    def events(self, uri: str, match: str, session: SessionInfo, limit: int | None = None,
+    def events(self, pattern: Topic, match: str, session: SessionInfo, limit: int | None = None,
                reverse: bool = False, window: "TimeWindow | None" = None) -> list[Publication]:
-        """Stored events a subscription (uri, match) covers, that ``session`` may see, oldest first."""
+        """Stored events a subscription (pattern, match) covers, that ``session`` may see, oldest first."""
         now = self._clock()
         found: dict[int, Publication] = {}
         for rule, log in self._logs:
@@ -80,7 +80,7 @@ class EventHistory:
                     log.popleft()
             for sequence, publication in log:
                 expires_at = publication.expires_at
-                if (uri_matches(uri, match, publication.topic) and publication.admits(session)
+                if (topic_matches(pattern, match, publication.topic) and publication.admits(session)
                         and (expires_at is None or expires_at > now)
                         and (window is None or window.contains(publication.timestamp))):
                     found[sequence] = publication

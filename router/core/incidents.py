@@ -25,6 +25,9 @@ EXPIRED = "expired"
 """A message whose expiry passed before it could be delivered."""
 UNENCODABLE = "unencodable"
 """A payload that cannot be represented in the receiver's wire format."""
+UNSUPPORTED = "unsupported"
+"""A published message refused for a value the router cannot carry (an AMQP decimal or
+described value)."""
 TOO_LARGE = "too_large"
 """A message over the receiver's maximum message or packet size."""
 DELIVERY_FAILED = "delivery_failed"
@@ -45,6 +48,10 @@ REFUSED = "refused"
 """A connection refused by a limit, or closed for not completing its handshake in time."""
 EVENTLOG_DROPPED = "eventlog_dropped"
 """An event log record dropped because the log's writer thread was too far behind."""
+UNREPRESENTABLE = "unrepresentable"
+"""A message not delivered to a pattern subscriber whose protocol cannot name its topic
+(a WAMP or dotted AMQP receiver and a topic that is no URI of the realm, an MQTT or "/"
+AMQP receiver and a topic with "/" or a wildcard character inside a level)."""
 
 Key = tuple[str, str, str]
 
@@ -60,6 +67,9 @@ class Incidents:
         self._last_logged: dict[Key, float] = {}
         self._unlogged: Counter[Key] = Counter()
         self._example: dict[Key, str] = {}
+        self.listener: Callable[[str, str, str, int], None] | None = None
+        """Told every count (realm, protocol, reason, n): the event log keeps them for the
+        analytics. Called on the caller's thread; must only add to a counter."""
 
     def count(self, realm: str, protocol: str, reason: str, detail: str = "",
               n: int = 1, level: int = logging.WARNING,
@@ -69,6 +79,8 @@ class Incidents:
         ``exc_info`` (a router bug) is logged with its traceback when the line is logged."""
         key = (realm, protocol, reason)
         self.totals[key] += n
+        if self.listener is not None:
+            self.listener(realm, protocol, reason, n)
         now = self._clock()
         last = self._last_logged.get(key)
         if last is not None and now - last < self.interval:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime
 
 from router.core import errors
@@ -9,6 +10,7 @@ from router.core.errors import RouterError
 from router.core.model import SessionInfo
 from router.core.history import TimeWindow, rfc3339
 from router.core.realm import Realm
+from router.core.topic import Topic, display, dotted_form, from_uri
 from router.core.uri import EXACT, MATCH_POLICIES, PREFIX
 
 
@@ -55,17 +57,18 @@ def install_session_meta(realm: Realm) -> None:
 
 def install_subscription_meta(realm: Realm) -> None:
     """wamp.subscription.list / lookup / match / get / list_subscribers / count_subscribers."""
-    index = realm.broker.index
+    broker = realm.broker
+    index = broker.index
 
     def subscription(args: list):
-        found = index.by_id.get(_int_arg(args, "subscription"))
+        found = broker.find(_int_arg(args, "subscription"))
         if found is None:
             raise RouterError(errors.NO_SUCH_SUBSCRIPTION, "no such subscription")
         return found
 
     def list_(caller: SessionInfo, args: list, kwargs: dict) -> dict:
         listed: dict[str, list[int]] = {policy: [] for policy in MATCH_POLICIES}
-        for sub in index.by_id.values():
+        for sub in itertools.chain(index.by_id.values(), broker.shared.by_id.values()):
             if not sub.is_meta:
                 listed.setdefault(sub.match, []).append(sub.id)
         return listed
@@ -77,13 +80,16 @@ def install_subscription_meta(realm: Realm) -> None:
         match = options.get("match", EXACT)
         if match not in MATCH_POLICIES:
             raise RouterError(errors.INVALID_ARGUMENT, f"unknown match policy '{match}'")
-        found = index.lookup(args[0], match)
+        found = index.lookup(from_uri(args[0]), match)
         return found.id if found is not None else None
 
     def match(caller: SessionInfo, args: list, kwargs: dict) -> list[int] | None:
         if not args or type(args[0]) is not str:
             raise RouterError(errors.INVALID_ARGUMENT, "'topic' (a string) is required")
-        ids = [sub.id for sub in index.matching(args[0]) if not sub.is_meta]
+        topic = from_uri(args[0])
+        ids = [sub.id for sub in itertools.chain(index.matching(topic),
+                                                 broker.shared.matching(topic))
+               if not sub.is_meta]
         return ids or None
 
     def get(caller: SessionInfo, args: list, kwargs: dict) -> dict:
@@ -120,10 +126,10 @@ def install_event_history(realm: Realm) -> None:
     history = realm.history
 
     def get_events(caller: SessionInfo, args: list, kwargs: dict) -> list[dict]:
-        subscription = realm.broker.index.by_id.get(_int_arg(args, "subscription"))
+        subscription = realm.broker.find(_int_arg(args, "subscription"))
         if subscription is None:
             raise RouterError(errors.NO_SUCH_SUBSCRIPTION, "no such subscription")
-        realm.authorize(caller, "subscribe", subscription.uri, subscription.match)
+        realm.authorize(caller, "subscribe", subscription.topic, subscription.match)
         limit = kwargs.get("limit")
         if limit is not None and (type(limit) is not int or limit < 0):
             raise RouterError(errors.INVALID_ARGUMENT, "'limit' must be a non-negative integer")
@@ -132,12 +138,12 @@ def install_event_history(realm: Realm) -> None:
             raise RouterError(errors.INVALID_ARGUMENT, "'reverse' must be a bool")
         window = TimeWindow(*(_timestamp_kwarg(kwargs, key) for key in
                               ("from_time", "after_time", "before_time", "until_time")))
-        events = history.events(subscription.uri, subscription.match, caller, limit, reverse,
+        events = history.events(subscription.topic, subscription.match, caller, limit, reverse,
                                 window)
         records = []
         for publication in events:
             details = publication.publisher_details()
-            details["topic"] = publication.topic
+            details["topic"] = publication.name
             record = {"timestamp": rfc3339(publication.timestamp),
                       "subscription": subscription.id,
                       "publication": publication.publication_id, "details": details}
@@ -152,14 +158,33 @@ def install_event_history(realm: Realm) -> None:
 
 
 def install_retention_admin(realm: Realm) -> None:
-    """wamp.retained.list(prefix="", limit=1000) and wamp.retained.purge(topic= | prefix=)."""
+    """wamp.retained.list(prefix="", limit=1000) and
+    wamp.retained.purge(topic= | levels= | prefix=).
+
+    Topics are listed by :func:`router.core.topic.display` name, with their ``levels``
+    when that name is not the dotted form (an MQTT topic such as ``/a`` or ``a.b/c``).
+    """
     retention = realm.retention
 
-    def _prefix(kwargs: dict, args: list) -> str:
+    def _prefix(kwargs: dict, args: list) -> Topic:
         prefix = kwargs.get("prefix", args[0] if args else "")
         if type(prefix) is not str:
             raise RouterError(errors.INVALID_ARGUMENT, "'prefix' must be a string")
-        return prefix
+        return from_uri(prefix)
+
+    def _topic(kwargs: dict) -> Topic | None:
+        topic, levels = kwargs.get("topic"), kwargs.get("levels")
+        if topic is not None:
+            if type(topic) is not str:
+                raise RouterError(errors.INVALID_ARGUMENT, "'topic' must be a string")
+            return from_uri(topic)
+        if levels is not None:
+            if (type(levels) is not list or not levels
+                    or any(type(level) is not str for level in levels)):
+                raise RouterError(errors.INVALID_ARGUMENT,
+                                  "'levels' must be a non-empty list of strings")
+            return tuple(levels)
+        return None
 
     def list_(caller: SessionInfo, args: list, kwargs: dict) -> list[dict]:
         limit = kwargs.get("limit", 1000)
@@ -170,7 +195,8 @@ def install_retention_admin(realm: Realm) -> None:
             if len(listed) >= limit:
                 break
             listed.append({
-                "topic": topic,
+                "topic": display(topic),
+                **({} if dotted_form(topic) else {"levels": list(topic)}),
                 "events": [{"publication": e.publication.publication_id,
                             "timestamp": rfc3339(e.publication.timestamp),
                             "expires": rfc3339(e.expires_at) if e.expires_at else None,
@@ -179,13 +205,12 @@ def install_retention_admin(realm: Realm) -> None:
         return sorted(listed, key=lambda item: item["topic"])
 
     def purge(caller: SessionInfo, args: list, kwargs: dict) -> int:
-        topic = kwargs.get("topic")
+        topic = _topic(kwargs)
         if topic is not None:
-            if type(topic) is not str:
-                raise RouterError(errors.INVALID_ARGUMENT, "'topic' must be a string")
             return 1 if retention.clear(topic) else 0
         if "prefix" not in kwargs:
-            raise RouterError(errors.INVALID_ARGUMENT, "give 'topic' or 'prefix' (\"\" = all)")
+            raise RouterError(errors.INVALID_ARGUMENT,
+                              "give 'topic', 'levels' or 'prefix' (\"\" = all)")
         topics = [topic for topic, _ in retention.topics(_prefix(kwargs, args), PREFIX)]
         for topic in topics:
             retention.clear(topic)

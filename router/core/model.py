@@ -6,6 +6,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from router.core.topic import Topic, display, mqtt_name, wamp_uri
+
+_UNKNOWN = object()
+
 
 @dataclass(slots=True)
 class SessionInfo:
@@ -85,7 +89,8 @@ class Publication:
     """One published event, routed once to every matching subscription."""
 
     publication_id: int
-    topic: str
+    topic: Topic
+    """The levels of the topic (see :mod:`router.core.topic`)."""
     args: list | None
     kwargs: dict | None
     publisher: SessionInfo | None
@@ -103,10 +108,17 @@ class Publication:
     """MQTT 5 properties passed through to MQTT receivers (user properties, content type...)."""
     expires_at: float | None = None
     """Message expiry: the event is not delivered after this time."""
+    amqp: bytes | None = None
+    """The bare message (properties, application-properties, body) of an AMQP publisher,
+    encoded as it arrived: AMQP receivers get it unchanged."""
     timestamp: float = field(default_factory=time.time)
     wire_cache: dict | None = None
     """Per-frontend encodings shared by all receivers (e.g. one WAMP EVENT per subscription)
     during one dispatch; see :meth:`encodings`."""
+    uri_view: str | None | object = field(default=_UNKNOWN, repr=False)
+    """The topic as a WAMP URI of its realm (``None``: it is not one), once asked for."""
+    mqtt_view: str | None | object = field(default=_UNKNOWN, repr=False)
+    """The topic as an MQTT topic name (``None``: it is not one), once asked for."""
 
     def encodings(self) -> dict:
         """The wire-encodings cache, created on first use: retained and historic events
@@ -115,6 +127,27 @@ class Publication:
         if cache is None:
             cache = self.wire_cache = {}
         return cache
+
+    def uri(self, uri_check: str) -> str | None:
+        """The topic as a WAMP URI of the realm (whose ``uri_check`` is given), built once
+        per publication whatever the number of receivers; ``None`` if it is not one."""
+        view = self.uri_view
+        if view is _UNKNOWN:
+            view = self.uri_view = wamp_uri(self.topic, uri_check)
+        return view  # type: ignore[return-value]
+
+    def mqtt_topic(self) -> str | None:
+        """The topic as an MQTT topic name, built once per publication; ``None`` if it
+        cannot be one."""
+        view = self.mqtt_view
+        if view is _UNKNOWN:
+            view = self.mqtt_view = mqtt_name(self.topic)
+        return view  # type: ignore[return-value]
+
+    @property
+    def name(self) -> str:
+        """The topic as logs and incident details show it."""
+        return display(self.topic)
 
     def expired(self) -> bool:
         """Has its message expiry passed? Then no queue may deliver it any more."""

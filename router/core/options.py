@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from router.core.errors import ProtocolViolation
 from router.core.model import ELIGIBILITY_KEYS, Eligibility
 from router.core.qos import POLICIES, QOS_LEVELS
+from router.core.topic import valid_group_name
 from router.core.uri import EXACT, MATCH_POLICIES
 
 
@@ -35,6 +36,9 @@ class SubscribeOptions:
     """Requested QoS (WAMP ``_qos``); None = the realm's default for the frontend."""
     qos_policy: str | None = None
     """Requested QoS policy (WAMP ``_qos_policy``); None = the realm's default."""
+    shared_group: str | None = None
+    """Join this shared group (each publication to one member) instead of subscribing
+    alone (WAMP ``x_shared_group``, MQTT ``$share/{group}/``, AMQP ``x-shared-group``)."""
 
 
 def _bool(options: dict, key: str, default: bool) -> bool:
@@ -94,8 +98,12 @@ def parse_subscribe_options(options: dict) -> SubscribeOptions:
     policy = options.get("_qos_policy")
     if policy is not None and policy not in POLICIES:
         raise ProtocolViolation(f"option '_qos_policy' must be one of {', '.join(POLICIES)}")
+    group = options.get("x_shared_group")
+    if group is not None and not valid_group_name(group):
+        raise ProtocolViolation("option 'x_shared_group' must be a non-empty string "
+                                "without '/', '+' or '#'")
     return SubscribeOptions(match=match, get_retained=_bool(options, "get_retained", False),
-                            qos=qos, qos_policy=policy)
+                            qos=qos, qos_policy=policy, shared_group=group)
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,14 +73,15 @@ def _encode(publication: Publication) -> bytes:
         if len(args) == 1:
             if isinstance(args[0], (bytes, bytearray)):
                 return bytes(args[0])
-            return _json(args[0])
-        return _json(args)
+            return json_bytes(args[0])
+        return json_bytes(args)
     if not args:
-        return _json(kwargs)
-    return _json({"args": args, "kwargs": kwargs})
+        return json_bytes(kwargs)
+    return json_bytes({"args": args, "kwargs": kwargs})
 
 
-def _json(value: object) -> bytes:
+def json_bytes(value: object) -> bytes:
+    """Compact UTF-8 JSON, binary values as WAMP's ``"\\u0000" + base64`` strings."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False,
                       default=_binary_as_text).encode("utf-8")
 

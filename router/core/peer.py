@@ -20,6 +20,10 @@ class Peer(Protocol):
                    retained: bool = False) -> None:
         """Deliver one event on one subscription."""
 
+    def ready(self) -> bool:
+        """Can it take an event now (connected, not over its flow bound, room in its
+        in-flight window)? Shared groups prefer members that are."""
+
     def send_invocation(self, invocation: "Invocation") -> None:
         """Ask this callee to run a procedure."""
 

@@ -1,6 +1,8 @@
 """A realm: the sessions, broker, dealer and authorizer behind one realm name.
 
-Every frontend calls these methods; they validate URIs, authorize, and route.
+Every frontend calls these methods; they authorize and route. Topics are level
+tuples (:mod:`router.core.topic`); each frontend validates its own names (the WAMP
+frontend checks URIs with :meth:`Realm.check_uri`) before converting them.
 Errors come back as :class:`RouterError` for the frontend to translate.
 """
 
@@ -17,14 +19,20 @@ from router.core.dealer import Dealer, Registration, Scheduler
 from router.core.errors import RouterError, Unencodable
 from router.core.history import EventHistory
 from router.core.ids import random_id
-from router.core.incidents import DELIVERY_FAILED, EXPIRED, UNENCODABLE, Incidents
+from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, UNENCODABLE,
+                                   Incidents)
 from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer
 from router.core.persistence import RetainedPersistence
 from router.core.retention import RetainedStore
+from router.core.shared import SharedGroup, SharedGroups
 from router.core.stats import RealmStats
-from router.core.uri import EXACT, is_reserved, is_valid_uri
+from router.core.topic import Topic, display, from_uri, is_reserved
+from router.core.uri import EXACT, is_valid_uri
+
+SERVER_OWNED = "$SYS"
+"""First level of the topics only the router publishes on (MQTT's convention)."""
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +67,7 @@ class Realm:
         self.sessions: dict[int, Peer] = {}
         self.stats = RealmStats()
         """Traffic counters for metrics and ``$SYS`` (plain increments, read at scrape)."""
-        self.broker = Broker(meta_publish=self.publish_meta,
+        self.broker = Broker(SharedGroups(), meta_publish=self.publish_meta,
                              delivery_failed=self._delivery_failed, stats=self.stats)
         self.dealer = Dealer(scheduler, self.stats)
         self._leave_hooks: list[Callable[[Peer], None]] = []
@@ -95,33 +103,56 @@ class Realm:
         if not is_valid_uri(uri, self.uri_check, match):
             raise RouterError(errors.INVALID_URI, f"invalid URI '{uri}' for match '{match}'")
 
-    def authorize(self, info: SessionInfo, action: str, uri: str, match: str = EXACT) -> None:
-        if not self.authorizer.allows(info.authrole, action, uri, match):
-            raise RouterError(errors.NOT_AUTHORIZED,
-                              f"role '{info.authrole}' may not {action} '{uri}'")
+    def authorize(self, info: SessionInfo, action: str, topic: Topic,
+                  match: str = EXACT) -> None:
+        if not self.authorizer.allows(info.authrole, action, topic, match):
+            raise self.refuse(info, action, topic, match,
+                              f"role '{info.authrole}' may not {action} '{display(topic)}'")
 
-    def publish(self, info: SessionInfo, topic: str, args: list | None, kwargs: dict | None,
+    def refuse(self, info: SessionInfo, action: str, topic: Topic, match: str,
+               message: str) -> RouterError:
+        """The not-authorized error to raise, logged for the analytics on the way."""
+        if self.activity is not None:
+            self.activity.refused(info, action, topic, match, NOT_AUTHORIZED)
+        return RouterError(errors.NOT_AUTHORIZED, message)
+
+    def check_publish(self, info: SessionInfo, topic: Topic) -> None:
+        """May ``info`` publish on ``topic``? The router's own namespaces (``wamp``, and
+        ``$SYS`` as on MQTT brokers) are closed to every client."""
+        if is_reserved(topic):
+            raise self.refuse(info, "publish", topic, EXACT, "the 'wamp.' namespace is reserved")
+        if topic[0] == SERVER_OWNED:
+            raise self.refuse(info, "publish", topic, EXACT,
+                              "the '$SYS' topics belong to the router")
+        self.authorize(info, "publish", topic)
+
+    def publish(self, info: SessionInfo, topic: Topic, args: list | None, kwargs: dict | None,
                 options: PublishOptions,
                 on_durable: Callable[[Publication, bool], None] | None = None,
                 payload_bytes: int = 0, *, payload: bytes | None = None,
                 properties: dict | None = None,
-                expires_at: float | None = None) -> Publication:
-        """Validate, authorize and dispatch a publication from a client session.
+                expires_at: float | None = None, uri: str | None = None,
+                mqtt_topic: str | None = None, amqp: bytes | None = None) -> Publication:
+        """Authorize and dispatch a publication from a client session.
 
+        ``topic`` was validated by the frontend; ``uri`` / ``mqtt_topic`` are its WAMP
+        URI / MQTT topic name when the frontend already has them (a WAMP / MQTT
+        publisher), so they are not built again.
         ``on_durable(publication, ok)`` runs once everything the publication made
         durable (retained state, QoS >= 1 copies queued for persistent sessions)
         is stored, at once when there is nothing to store: acknowledge then.
         """
-        self.check_uri(topic)
-        if is_reserved(topic):
-            raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
-        self.authorize(info, "publish", topic)
+        self.check_publish(info, topic)
         self.stats.received[options.qos][info.protocol] += 1
         disclose = options.disclose_me or self.authorizer.discloses(info.authrole, "publish", topic)
         publication = Publication(random_id(), topic, args, kwargs, info, disclose,
                                   options.eligibility, options.exclude_me, options.retain,
                                   options.retain_ttl, payload_bytes, options.qos, payload,
-                                  properties, expires_at)
+                                  properties, expires_at, amqp)
+        if uri is not None:
+            publication.uri_view = uri
+        if mqtt_topic is not None:
+            publication.mqtt_view = mqtt_topic
         changed = False
         if self.retention is not None:
             if options.retain_clear:
@@ -132,7 +163,7 @@ class Realm:
         if expires_at is not None and publication.expired():
             receivers = 0  # an expiry interval of 0: it is over before anyone can get it
             self.incidents.count(self.name, info.protocol.split(".", 1)[0], EXPIRED,
-                                 f"topic {topic}: expired on arrival")
+                                 f"topic {publication.name}: expired on arrival")
         else:
             receivers = self.broker.dispatch(publication)
         if self.activity is not None:
@@ -160,7 +191,7 @@ class Realm:
         """One receiver could not take a publication: count it; every other receiver got it."""
         info = peer.info
         protocol = info.protocol.split(".", 1)[0]
-        detail = f"session {info.session_id}, topic {publication.topic}: {exc}"
+        detail = f"session {info.session_id}, topic {publication.name}: {exc}"
         if isinstance(exc, Unencodable):
             self.incidents.count(self.name, protocol, UNENCODABLE, detail)
         else:
@@ -168,12 +199,15 @@ class Realm:
                                  level=logging.ERROR, exc_info=exc)
 
     def send_retained(self, peer: Peer, subscription: Subscription) -> int:
-        """Send ``peer`` the retained events its new subscription covers (call after SUBSCRIBED)."""
-        if self.retention is None:
+        """Send ``peer`` the retained events its new subscription covers (call after SUBSCRIBED).
+
+        A shared group gets none (MQTT 5, 4.8.2: retained messages are not sent to a
+        session when it establishes a shared subscription), whatever the protocol."""
+        if self.retention is None or isinstance(subscription, SharedGroup):
             return 0
         self.retention.expire()  # what expired since the last sweep goes now, counted as expiry
         sent = 0
-        for publication in self.retention.for_subscriber(subscription.uri, subscription.match,
+        for publication in self.retention.for_subscriber(subscription.topic, subscription.match,
                                                          peer.info):
             if self.broker.deliver(peer, subscription, publication, retained=True):
                 sent += 1
@@ -182,12 +216,24 @@ class Realm:
 
     def publish_meta(self, topic: str, args: list) -> None:
         """Publish a router-originated meta event (nobody to exclude, nothing to authorize)."""
-        self.broker.dispatch(Publication(random_id(), topic, args, None, None), meta_only=True)
+        publication = Publication(random_id(), from_uri(topic), args, None, None)
+        publication.uri_view = topic
+        self.broker.dispatch(publication, meta_only=True)
 
-    def subscribe(self, peer: Peer, topic: str, options: SubscribeOptions) -> Subscription:
-        self.check_uri(topic, options.match)
+    def publish_retained_figure(self, topic: Topic, payload: bytes) -> None:
+        """Publish a router-originated retained message (``$SYS`` figures): retained like a
+        client's, so a later subscriber gets the last value, and delivered to whoever the
+        realm's rules let subscribe. Never fails for lack of a publisher's permission."""
+        publication = Publication(random_id(), topic, None, None, None, retain=True,
+                                  payload=payload)
+        if self.retention is not None and not self.retention.declines(topic):
+            self._retain(publication)
+        self.broker.dispatch(publication)
+
+    def subscribe(self, peer: Peer, topic: Topic, options: SubscribeOptions) -> Subscription:
+        """Subscribe ``peer`` to a pattern its frontend validated and converted to levels."""
         self.authorize(peer.info, "subscribe", topic, options.match)
-        subscription = self.broker.subscribe(peer, topic, options.match)
+        subscription = self.broker.subscribe(peer, topic, options.match, options.shared_group)
         if self.activity is not None:
             self.activity.subscribed(peer.info, subscription, options.get_retained)
         return subscription
@@ -205,16 +251,18 @@ class Realm:
 
     def register(self, peer: Peer, procedure: str, match: str, policy: str) -> Registration:
         self.check_uri(procedure, match)
-        if is_reserved(procedure):
+        levels = from_uri(procedure)
+        if is_reserved(levels):
             raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
-        self.authorize(peer.info, "register", procedure, match)
+        self.authorize(peer.info, "register", levels, match)
         return self.dealer.register(peer, procedure, match, policy)
 
     def call(self, peer: Peer, request: int, procedure: str, args: list | None,
              kwargs: dict | None, options: CallOptions) -> None:
         self.check_uri(procedure)
-        self.authorize(peer.info, "call", procedure)
+        levels = from_uri(procedure)
+        self.authorize(peer.info, "call", levels)
         disclose = (options.disclose_me
-                    or self.authorizer.discloses(peer.info.authrole, "call", procedure))
+                    or self.authorizer.discloses(peer.info.authrole, "call", levels))
         self.dealer.call(peer, request, procedure, args, kwargs, options.receive_progress,
                          options.timeout_ms, disclose)

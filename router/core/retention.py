@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from router.core.model import Publication, SessionInfo
+from router.core.topic import Topic, topic_matches
 from router.core.trie import TopicTrie
-from router.core.uri import EXACT, MQTT, PREFIX, uri_matches
+from router.core.uri import EXACT, MQTT, PREFIX
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,8 @@ class RetentionPolicy:
     max_topics: int = 100_000
     max_bytes: int = 256 * 1024 * 1024
     max_restricted: int = 8
-    declined: tuple[tuple[str, str], ...] = ()
-    """(uri, match) patterns on which ``retain`` is silently ignored."""
+    declined: tuple[tuple[Topic, str], ...] = ()
+    """(pattern levels, match) on which ``retain`` is silently ignored."""
 
 
 @dataclass(slots=True, eq=False)
@@ -74,7 +75,7 @@ def earliest(first: float | None, second: float | None) -> float | None:
 Encoder = Callable[[Publication, "float | None"], bytes]
 """Encodes a retained entry for persistence; raises TypeError/ValueError if it cannot."""
 
-ChangeListener = Callable[[str, list[RetainedEvent], str, "Publication | None"], None]
+ChangeListener = Callable[[Topic, list[RetainedEvent], str, "Publication | None"], None]
 """Called with (topic, entries, action, publication) after every change: action is one of
 set, clear, expire, evict; ``publication`` is the one set or expired. An empty list
 means the topic is gone."""
@@ -89,11 +90,11 @@ class RetainedStore:
         self._encoder = encoder
         self._clock = clock
         self._topics: TopicTrie[list[RetainedEvent]] = TopicTrie()
-        self._recency: OrderedDict[str, None] = OrderedDict()
-        self._expiry: list[tuple[float, int, str, RetainedEvent]] = []
+        self._recency: OrderedDict[Topic, None] = OrderedDict()
+        self._expiry: list[tuple[float, int, Topic, RetainedEvent]] = []
         """Heap of (expires_at, tie-breaker, topic, entry); items of entries no longer
         in ``_timed`` are stale and skipped."""
-        self._timed: dict[RetainedEvent, str] = {}
+        self._timed: dict[RetainedEvent, Topic] = {}
         """Live entries that expire, with their topic."""
         self._pushes = itertools.count()
         self.bytes = 0
@@ -104,8 +105,8 @@ class RetainedStore:
 
     # writing --------------------------------------------------------------
 
-    def declines(self, topic: str) -> bool:
-        return any(uri_matches(uri, match, topic) for uri, match in self.policy.declined)
+    def declines(self, topic: Topic) -> bool:
+        return any(topic_matches(pattern, match, topic) for pattern, match in self.policy.declined)
 
     def retain(self, publication: Publication) -> RetainedEvent:
         """Make ``publication`` the topic's retained event (for its audience).
@@ -141,7 +142,7 @@ class RetainedStore:
                     return [older, event]
         return [event]
 
-    def clear(self, topic: str) -> int:
+    def clear(self, topic: Topic) -> int:
         """Remove every retained event of ``topic``; returns how many there were."""
         entries = self._topics.get(topic)
         if not entries:
@@ -149,21 +150,21 @@ class RetainedStore:
         self._set(topic, [], "clear", None)
         return len(entries)
 
-    def restore(self, topic: str, entries: list[RetainedEvent]) -> None:
+    def restore(self, topic: Topic, entries: list[RetainedEvent]) -> None:
         """Load persisted entries at start-up (no change notification)."""
         self._topics.set(topic, entries)
         self._recency[topic] = None
         self.bytes += sum(e.size for e in entries)
         self._track(topic, (), entries)
 
-    def revert(self, topic: str, entries: list[RetainedEvent]) -> None:
+    def revert(self, topic: Topic, entries: list[RetainedEvent]) -> None:
         """Go back to what the store holds after a write of ``topic`` failed: memory never
         claims a retained event that a restart would not bring back (no notification)."""
         self._replace(topic, entries)
         if entries:
             self._recency.setdefault(topic, None)
 
-    def _set(self, topic: str, entries: list[RetainedEvent], action: str,
+    def _set(self, topic: Topic, entries: list[RetainedEvent], action: str,
              publication: Publication | None) -> None:
         self._replace(topic, entries)
         for listener in self.listeners:
@@ -171,7 +172,7 @@ class RetainedStore:
         for entry in entries:
             entry.blob = None
 
-    def _replace(self, topic: str, entries: list[RetainedEvent]) -> None:
+    def _replace(self, topic: Topic, entries: list[RetainedEvent]) -> None:
         """A topic's entries become ``entries``: bytes, expiry heap and trie follow."""
         old = self._topics.get(topic) or []
         self.bytes += sum(e.size for e in entries) - sum(e.size for e in old)
@@ -182,7 +183,7 @@ class RetainedStore:
             self._topics.pop(topic)
             self._recency.pop(topic, None)
 
-    def _track(self, topic: str, old: Iterable[RetainedEvent],
+    def _track(self, topic: Topic, old: Iterable[RetainedEvent],
                new: list[RetainedEvent]) -> None:
         """Keep the expiry heap in step with a topic's entries going from ``old`` to ``new``."""
         timed = self._timed
@@ -222,24 +223,24 @@ class RetainedStore:
 
     # reading --------------------------------------------------------------
 
-    def topics(self, uri: str, match: str) -> Iterator[tuple[str, list[RetainedEvent]]]:
-        """(topic, entries) for every retained topic matched by (uri, match)."""
+    def topics(self, pattern: Topic, match: str) -> Iterator[tuple[Topic, list[RetainedEvent]]]:
+        """(topic, entries) for every retained topic matched by (pattern, match)."""
         if match == EXACT:
-            entries = self._topics.get(uri)
+            entries = self._topics.get(pattern)
             if entries:
-                yield uri, entries
+                yield pattern, entries
         elif match == PREFIX:
-            yield from self._topics.under_prefix(uri)
+            yield from self._topics.under_prefix(pattern)
         elif match == MQTT:
-            yield from self._topics.matching_filter(uri.split("."))
+            yield from self._topics.matching_filter(pattern)
         else:
-            yield from self._topics.matching_wildcard(uri.split("."))
+            yield from self._topics.matching_wildcard(pattern)
 
-    def for_subscriber(self, uri: str, match: str,
+    def for_subscriber(self, pattern: Topic, match: str,
                        session: SessionInfo) -> Iterator[Publication]:
         """Per matching topic, the newest live retained event ``session`` is eligible for."""
         now = self._clock()
-        for _, entries in self.topics(uri, match):
+        for _, entries in self.topics(pattern, match):
             for entry in reversed(entries):
                 if entry.expires_at is not None and entry.expires_at <= now:
                     continue

@@ -17,6 +17,7 @@ from router.core.model import SessionInfo
 from router.core.options import PublishOptions, parse_publish_options
 from router.core.peer import Peer
 from router.core.realm import Realm
+from router.core.topic import from_uri
 from router.core.uri import is_reserved
 
 SCOPES = ("detached", "destroyed")
@@ -64,7 +65,7 @@ class Testaments:
         self._realm.check_uri(topic)
         if is_reserved(topic):
             raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
-        self._realm.authorize(caller, "publish", topic)
+        self._realm.authorize(caller, "publish", from_uri(topic))
         buckets = self._by_session.setdefault(caller.session_id, {s: [] for s in SCOPES})
         if sum(len(bucket) for bucket in buckets.values()) >= self._max:
             realm = self._realm
@@ -91,8 +92,9 @@ class Testaments:
         for scope in SCOPES:
             for testament in buckets[scope]:
                 try:
-                    self._realm.publish(peer.info, testament.topic, testament.args,
-                                        testament.kwargs, testament.options)
+                    self._realm.publish(peer.info, from_uri(testament.topic), testament.args,
+                                        testament.kwargs, testament.options,
+                                        uri=testament.topic)
                 except RouterError as exc:
                     log.warning("testament of session %s on '%s' not published: %s",
                                 peer.info.session_id, testament.topic, exc.message or exc.uri)

@@ -1,4 +1,4 @@
-"""A topic trie keyed by URI components.
+"""A topic trie keyed by level tuples (see :mod:`router.core.topic`).
 
 One structure serves both directions of matching:
 
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Generic, Iterator, TypeVar
 
+from router.core.topic import ONE, REST, Topic
+
 V = TypeVar("V")
 
 _MISSING = object()
@@ -25,11 +27,11 @@ class _Node:
     def __init__(self) -> None:
         self.children: dict[str, _Node] = {}
         self.value: object = _MISSING
-        self.key: str | None = None
+        self.key: Topic | None = None
 
 
 class TopicTrie(Generic[V]):
-    """Maps dotted keys to values, with pattern walks over components."""
+    """Maps level tuples to values, with pattern walks over levels."""
 
     def __init__(self) -> None:
         self._root = _Node()
@@ -38,17 +40,17 @@ class TopicTrie(Generic[V]):
     def __len__(self) -> int:
         return self._size
 
-    def get(self, key: str, default: V | None = None) -> V | None:
+    def get(self, key: Topic, default: V | None = None) -> V | None:
         node = self._root
-        for part in key.split("."):
+        for part in key:
             node = node.children.get(part)
             if node is None:
                 return default
         return default if node.value is _MISSING else node.value  # type: ignore[return-value]
 
-    def set(self, key: str, value: V) -> None:
+    def set(self, key: Topic, value: V) -> None:
         node = self._root
-        for part in key.split("."):
+        for part in key:
             child = node.children.get(part)
             if child is None:
                 child = node.children[part] = _Node()
@@ -58,9 +60,9 @@ class TopicTrie(Generic[V]):
         node.value = value
         node.key = key
 
-    def pop(self, key: str, default: V | None = None) -> V | None:
+    def pop(self, key: Topic, default: V | None = None) -> V | None:
         path = [self._root]
-        parts = key.split(".")
+        parts = key
         for part in parts:
             child = path[-1].children.get(part)
             if child is None:
@@ -80,11 +82,11 @@ class TopicTrie(Generic[V]):
             del path[depth - 1].children[parts[depth - 1]]
         return value  # type: ignore[return-value]
 
-    def items(self) -> Iterator[tuple[str, V]]:
+    def items(self) -> Iterator[tuple[Topic, V]]:
         yield from self._subtree(self._root)
 
-    def match_patterns(self, topic_parts: list[str]) -> Iterator[V]:
-        """Values stored under wildcard patterns ('' = any one component) that match the topic."""
+    def match_patterns(self, topic_parts: Topic) -> Iterator[V]:
+        """Values stored under WAMP wildcard patterns ('' = any one level) matching the topic."""
         last = len(topic_parts)
         stack = [(self._root, 0)]
         while stack:
@@ -102,13 +104,15 @@ class TopicTrie(Generic[V]):
                 if wild is not None:
                     stack.append((wild, depth + 1))
 
-    def match_filters(self, topic_parts: list[str]) -> Iterator[V]:
-        """Values stored under MQTT-style filters that match the topic.
+    def match_filters(self, topic_parts: Topic) -> Iterator[V]:
+        """Values stored under MQTT filters that match the topic.
 
-        In stored filters ``''`` is one level (MQTT ``+``) and a last component
-        ``'#'`` is this level and everything below, including nothing more
-        (``a.#`` matches ``a``). A topic whose first level starts with ``$`` is not
-        matched by a filter that starts with a wildcard (MQTT's rule).
+        In stored filters ``+`` is one level and a last ``#`` is this level and
+        everything below, including nothing more (``a/#`` matches ``a``). A topic
+        whose first level starts with ``$`` is not matched by a filter that starts
+        with a wildcard (MQTT's rule). A filter level is never a literal ``+``, so
+        a topic level ``+`` (possible in a loose WAMP URI) is reached through the
+        wildcard child only once.
         """
         last = len(topic_parts)
         system = last > 0 and topic_parts[0].startswith("$")
@@ -117,62 +121,55 @@ class TopicTrie(Generic[V]):
             node, depth = stack.pop()
             wild_allowed = depth > 0 or not system
             if wild_allowed:
-                rest = node.children.get("#")
+                rest = node.children.get(REST)
                 if rest is not None and rest.value is not _MISSING:
                     yield rest.value  # type: ignore[misc]
             if depth == last:
                 if node.value is not _MISSING:
                     yield node.value  # type: ignore[misc]
                 continue
-            exact = node.children.get(topic_parts[depth])
-            if exact is not None:
+            level = topic_parts[depth]
+            exact = node.children.get(level)
+            if exact is not None and (level != ONE or wild_allowed):
                 stack.append((exact, depth + 1))
-            if wild_allowed:
-                one = node.children.get("")
+            if wild_allowed and level != ONE:
+                one = node.children.get(ONE)
                 if one is not None:
                     stack.append((one, depth + 1))
 
-    def matching_filter(self, filter_parts: list[str]) -> Iterator[tuple[str, V]]:
-        """Stored (key, value) pairs whose key matches an MQTT-style filter (see match_filters)."""
+    def matching_filter(self, filter_parts: Topic) -> Iterator[tuple[Topic, V]]:
+        """Stored (key, value) pairs whose key matches an MQTT filter (see match_filters)."""
         return self._walk(filter_parts, mqtt=True)
 
-    def _subtree_public(self, node: _Node) -> Iterator[tuple[str, V]]:
+    def _subtree_public(self, node: _Node) -> Iterator[tuple[Topic, V]]:
         """The whole trie except topics whose first level starts with ``$``."""
         for name, child in node.children.items():
             if not name.startswith("$"):
                 yield from self._subtree(child)
 
-    def under_prefix(self, prefix: str) -> Iterator[tuple[str, V]]:
-        """Stored (key, value) pairs whose key starts with the string ``prefix``.
-
-        The prefix is a plain string prefix (WAMP prefix matching), so its last
-        component may be partial: ``a.b`` yields ``a.b``, ``a.b.c`` and ``a.bc``.
-        """
-        parts = prefix.split(".")
+    def under_prefix(self, prefix: Topic) -> Iterator[tuple[Topic, V]]:
+        """Stored (key, value) pairs matched by a WAMP prefix pattern (levelwise: every level
+        but the last equal, the last a string prefix: ``a.b`` yields ``a.b``, ``a.b.c``
+        and ``a.bc``; see :func:`router.core.topic.prefix_matches`)."""
         node = self._root
-        for part in parts[:-1]:
+        for part in prefix[:-1]:
             node = node.children.get(part)
             if node is None:
                 return
-        partial = parts[-1]
-        if partial == "":
-            if prefix == "":
-                yield from self._subtree(self._root)
-            else:
-                for child in node.children.values():
-                    yield from self._subtree(child)
-            return
+        partial = prefix[-1]
         for name, child in node.children.items():
             if name.startswith(partial):
                 yield from self._subtree(child)
 
-    def matching_wildcard(self, pattern_parts: list[str]) -> Iterator[tuple[str, V]]:
+    def matching_wildcard(self, pattern_parts: Topic) -> Iterator[tuple[Topic, V]]:
         """Stored (key, value) pairs whose key matches the WAMP wildcard pattern."""
         return self._walk(pattern_parts, mqtt=False)
 
-    def _walk(self, parts: list[str], mqtt: bool) -> Iterator[tuple[str, V]]:
-        """Stored keys matching a pattern: '' is one component; with ``mqtt``, a last '#'
-        is the rest (including nothing) and wildcards in first place skip ``$`` topics."""
+    def _walk(self, parts: Topic, mqtt: bool) -> Iterator[tuple[Topic, V]]:
+        """Stored keys matching a pattern: a wildcard level ('' for WAMP, '+' with ``mqtt``)
+        is any one level; with ``mqtt``, a last '#' is the rest (including nothing) and
+        wildcards in first place skip ``$`` topics."""
+        one = ONE if mqtt else ""
         last = len(parts)
         stack = [(self._root, 0)]
         while stack:
@@ -182,9 +179,9 @@ class TopicTrie(Generic[V]):
                     yield node.key, node.value  # type: ignore[misc]
                 continue
             part = parts[depth]
-            if mqtt and part == "#":
+            if mqtt and part == REST:
                 yield from self._subtree(node) if depth > 0 else self._subtree_public(node)
-            elif part == "":
+            elif part == one:
                 stack.extend((child, depth + 1) for name, child in node.children.items()
                              if not (mqtt and depth == 0 and name.startswith("$")))
             else:
@@ -193,7 +190,7 @@ class TopicTrie(Generic[V]):
                     stack.append((child, depth + 1))
 
     @staticmethod
-    def _subtree(node: _Node) -> Iterator[tuple[str, V]]:
+    def _subtree(node: _Node) -> Iterator[tuple[Topic, V]]:
         stack = [node]
         while stack:
             current = stack.pop()

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 
 from router.core.broker import Subscription
 from router.core.model import ELIGIBILITY_KEYS, Publication, SessionInfo
+from router.core.incidents import EVENTLOG_DROPPED
+from router.core.topic import Topic, display, dotted_form, pattern_text
+from router.core.uri import EXACT
 from router.eventlog.schema import KINDS
 from router.eventlog.writer import EventLogWriter
 
@@ -25,11 +30,17 @@ class RealmLogSettings:
 class RealmEventLog:
     """Implements :class:`router.core.activity.ActivityLog` for one realm."""
 
-    def __init__(self, realm: str, writer: EventLogWriter, settings: RealmLogSettings) -> None:
+    def __init__(self, realm: str, writer: EventLogWriter, settings: RealmLogSettings,
+                 clock: Callable[[], float] = time.time) -> None:
         self._realm = realm
+        self._clock = clock
+        """Stamps records other than publishes (a bench replays simulated time with it)."""
         self._writer = writer
         self._kinds = settings.kinds
         self._payloads = settings.payloads
+        self._incidents: Counter[tuple[str, str]] = Counter()
+        """Incidents per (protocol, reason) since the last :meth:`flush_incidents`: a flood
+        of drops becomes one record per cause and flush interval, not one per message."""
 
     def _append(self, record: dict) -> None:
         self._writer.append(self._realm, record)
@@ -39,7 +50,7 @@ class RealmEventLog:
         if "publish" not in self._kinds:
             return
         publisher = publication.publisher
-        record = {"ts": publication.timestamp, "kind": "publish", "topic": publication.topic,
+        record = {"ts": publication.timestamp, "kind": "publish", **_topic(publication.topic),
                   "publication": publication.publication_id, "session": publisher.session_id,
                   "authid": publisher.authid, "authrole": publisher.authrole,
                   "protocol": publisher.protocol, "qos": publication.qos,
@@ -52,11 +63,11 @@ class RealmEventLog:
             record["payload"] = json.dumps([publication.args, publication.kwargs], default=repr)
         self._append(record)
 
-    def retained(self, topic: str, action: str, publication: Publication | None) -> None:
+    def retained(self, topic: Topic, action: str, publication: Publication | None) -> None:
         kind = f"retained_{action}"
         if kind not in self._kinds:
             return
-        record = {"ts": time.time(), "kind": kind, "topic": topic}
+        record = {"ts": self._clock(), "kind": kind, **_topic(topic)}
         if publication is not None:
             record["publication"] = publication.publication_id
         self._append(record)
@@ -65,20 +76,40 @@ class RealmEventLog:
                    get_retained: bool) -> None:
         if "subscribe" in self._kinds:
             self._append(dict(self._session_fields(session), kind="subscribe",
-                              topic=subscription.uri, match=subscription.match,
+                              **_pattern(subscription.topic, subscription.match),
                               subscription=subscription.id, get_retained=get_retained))
 
     def unsubscribed(self, session: SessionInfo, subscription: Subscription) -> None:
         if "unsubscribe" in self._kinds:
             self._append(dict(self._session_fields(session), kind="unsubscribe",
-                              topic=subscription.uri, match=subscription.match,
+                              **_pattern(subscription.topic, subscription.match),
                               subscription=subscription.id))
 
-    def acknowledged(self, session: SessionInfo, topic: str, qos: int,
+    def refused(self, session: SessionInfo, operation: str, topic: Topic, match: str,
+                reason: str) -> None:
+        if "refused" in self._kinds:
+            self._append(dict(self._session_fields(session), kind="refused",
+                              **_pattern(topic, match), operation=operation, reason=reason))
+
+    def incident(self, protocol: str, reason: str, n: int) -> None:
+        """Count an incident of this realm (written by :meth:`flush_incidents`)."""
+        if reason != EVENTLOG_DROPPED and "incident" in self._kinds:
+            self._incidents[protocol, reason] += n
+
+    def flush_incidents(self) -> None:
+        """One ``incident`` record per (protocol, reason) counted since the last call."""
+        if self._incidents:
+            now = self._clock()
+            for (protocol, reason), n in self._incidents.items():
+                self._append({"ts": now, "kind": "incident", "protocol": protocol,
+                              "reason": reason, "count": n})
+            self._incidents.clear()
+
+    def acknowledged(self, session: SessionInfo, topic: Topic, qos: int,
                      latency_ms: float) -> None:
         if "ack" in self._kinds:
-            self._append(dict(self._session_fields(session), kind="ack", topic=topic, qos=qos,
-                              latency_ms=latency_ms))
+            self._append(dict(self._session_fields(session), kind="ack", **_topic(topic),
+                              qos=qos, latency_ms=latency_ms))
 
     def joined(self, session: SessionInfo) -> None:
         if "session_join" in self._kinds:
@@ -87,12 +118,26 @@ class RealmEventLog:
 
     def left(self, session: SessionInfo) -> None:
         if "session_leave" in self._kinds:
-            now = time.time()
+            now = self._clock()
             self._append(dict(self._session_fields(session, now), kind="session_leave",
                               authmethod=session.authmethod, duration=now - session.joined_at))
 
-    @staticmethod
-    def _session_fields(session: SessionInfo, now: float | None = None) -> dict:
-        return {"ts": now if now is not None else time.time(), "session": session.session_id,
+    def _session_fields(self, session: SessionInfo, now: float | None = None) -> dict:
+        return {"ts": now if now is not None else self._clock(), "session": session.session_id,
                 "authid": session.authid, "authrole": session.authrole,
                 "protocol": session.protocol}
+
+
+def _pattern(pattern: Topic, match: str) -> dict:
+    """A pattern's fields: ``pattern`` and ``match``, and ``topic`` when it names one topic."""
+    fields = {"pattern": pattern_text(pattern, match), "match": match}
+    if match == EXACT:
+        fields.update(_topic(pattern))
+    return fields
+
+
+def _topic(topic: Topic) -> dict:
+    """The ``topic`` field (and ``levels`` where the name is not the dotted form)."""
+    if dotted_form(topic):
+        return {"topic": ".".join(topic)}
+    return {"topic": display(topic), "levels": list(topic)}

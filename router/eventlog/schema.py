@@ -20,12 +20,22 @@ KINDS = (
     "session_join",
     "session_leave",
     "ack",              # a receiver acknowledged a QoS >= 1 delivery
+    "refused",          # the core refused a client's publish/subscribe/register/call
+    "incident",         # incidents of one (protocol, reason) in the last flush interval
 )
 
 FIELDS: tuple[tuple[str, str], ...] = (
     ("ts", "double"),            # seconds since the epoch (UTC), when the router saw it
     ("kind", "string"),          # one of KINDS
-    ("topic", "string"),         # canonical WAMP URI (every kind but session_join/leave)
+    ("topic", "string"),         # publish, retained_*, ack, and subscribe/unsubscribe/refused
+                                 # with match exact: the canonical core topic
+                                 # (router.core.topic.display): the dotted URI of a topic
+                                 # that has one (WAMP topics exactly as WAMP names them); a
+                                 # topic that has none (an MQTT topic with an empty level or
+                                 # a "." inside a level: /a, a//b, a.b/c) in MQTT "/" form,
+                                 # with `levels`; never a pattern
+    ("levels", "array<string>"),  # the topic's levels, present only where `topic` is not the
+                                 # dotted form (so split(topic, ".") is the levels otherwise)
     ("publication", "long"),     # publication id (publish, retained_set, retained_expire)
     ("session", "long"),         # acting session: publisher, subscriber, joining/leaving session
     ("authid", "string"),
@@ -36,7 +46,9 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("payload_bytes", "long"),   # publish: encoded size of the payload as received
     ("receivers", "integer"),    # publish: number of deliveries (fan-out)
     ("eligibility", "string"),   # publish: comma-separated names of black/white lists used
-    ("match", "string"),         # subscribe/unsubscribe: exact | prefix | wildcard
+    ("pattern", "string"),       # subscribe/unsubscribe/refused: the pattern as the meta API
+                                 # shows it (MQTT filters in "/" form, the rest dotted)
+    ("match", "string"),         # subscribe/unsubscribe/refused: one of MATCH_KINDS
     ("subscription", "long"),    # subscribe/unsubscribe
     ("get_retained", "boolean"),  # subscribe
     ("granted_qos", "integer"),  # subscribe
@@ -45,6 +57,16 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("latency_ms", "double"),    # ack: milliseconds from delivery to acknowledgement (the
                                  # ack also has session fields, topic and the delivered qos)
     ("payload", "string"),       # publish: JSON of [args, kwargs], only where the realm opts in
+    ("operation", "string"),     # refused: publish | subscribe | register | call
+    ("reason", "string"),        # refused, incident: a reason of router.core.incidents
+    ("count", "long"),           # incident: how many in the interval
+)
+
+MATCH_KINDS = (
+    "exact",     # the pattern is one topic
+    "prefix",    # WAMP prefix match
+    "wildcard",  # WAMP wildcard match (empty levels match any one level)
+    "mqtt",      # an MQTT filter with + or # (levels in the core's level tuples)
 )
 
 FIELD_NAMES = tuple(name for name, _ in FIELDS)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable
 
+from router.core.topic import valid_topic_filter, valid_topic_name
 from router.mqtt.packets import (Auth, Connack, Connect, Disconnect, Packet, Pingreq, Pingresp,
                                  Properties, Puback, Pubcomp, Publish, Pubrec, Pubrel,
                                  ReasonCode, Suback, Subscribe, SubscriptionOptions, Unsuback,
@@ -62,25 +63,6 @@ def _protocol_error(message: str) -> MqttProtocolError:
 
 
 # --- topics -------------------------------------------------------------------------------
-
-
-def valid_topic_name(topic_name: str) -> bool:
-    """A topic a message is published to: non-empty, no wildcards, no U+0000."""
-    return bool(topic_name) and not any(char in topic_name for char in "+#\x00")
-
-
-def valid_topic_filter(topic_filter: str) -> bool:
-    """A subscription pattern: ``+`` fills a whole level, ``#`` a whole and last level."""
-    if not topic_filter or "\x00" in topic_filter:
-        return False
-    levels = topic_filter.split("/")
-    for index, level in enumerate(levels):
-        if level == "#":
-            if index != len(levels) - 1:
-                return False
-        elif level != "+" and ("+" in level or "#" in level):
-            return False
-    return True
 
 
 def topic_matches(topic_filter: str, topic_name: str) -> bool:

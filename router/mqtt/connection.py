@@ -20,7 +20,6 @@ from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp
                                  Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
                                  Subscribe, Unsuback, Unsubscribe)
 from router.mqtt.persistence import StoredMessage
-from router.mqtt.topics import UnmappableTopic, topic_to_uri
 
 if TYPE_CHECKING:
     from router.flow import ConnectionFlow
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVER_RECEIVE_MAXIMUM = 100
-TOPIC_ALIAS_MAXIMUM = 16
 
 
 class MqttConnection:
@@ -53,6 +51,10 @@ class MqttConnection:
         self.send_quota = 65535
         self._client_max_packet = None
         self._topic_aliases: dict[int, str] = {}
+        self._outbound_aliases: dict[str, int] = {}
+        self.outbound_alias_limit = 0
+        """Topic aliases this connection may send (MQTT 5); then its PUBLISH bytes are its
+        own, not shared with other receivers."""
         self._keep_alive = None
         self._keep_alive_call = None
         self._will = None
@@ -122,6 +124,13 @@ class MqttConnection:
             self._send(Connack(False, self.refusal))
             self._close_now()
             return
+        if self.version != 5 and self._granted_keep_alive(packet.keep_alive) < packet.keep_alive:
+            # MQTT 3.1.1 cannot be told another keep alive: refused (0x02), as by Mosquitto
+            log.info("MQTT client %s: keep alive %d s is over the maximum of %d s", self.peer,
+                     packet.keep_alive, self.frontend.settings.max_keepalive)
+            self._send(Connack(False, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID))
+            self._close_now()
+            return
         self._connect_state = "checking"
         self.frontend.authenticate(self, packet, partial(self._authenticated, packet))
         if self._connect_state == "checking":
@@ -137,31 +146,46 @@ class MqttConnection:
             self._send(Connack(False, identity))
             self._close_now()
             return
+        settings = self.frontend.settings
+        keep_alive = self._granted_keep_alive(packet.keep_alive)
         session, session_present, assigned_id = self.frontend.connect(self, packet, identity)
         self.session = session
         properties = {}
         if self.version == 5:
             self.send_quota = packet.properties.get("receive_maximum", 65535)
             self._client_max_packet = packet.properties.get("maximum_packet_size")
+            self.outbound_alias_limit = min(packet.properties.get("topic_alias_maximum", 0),
+                                             settings.topic_alias_maximum)
             properties = {"receive_maximum": SERVER_RECEIVE_MAXIMUM,
-                          "topic_alias_maximum": TOPIC_ALIAS_MAXIMUM,
-                          "shared_subscription_available": 0,
-                          "maximum_packet_size": self.frontend.settings.max_packet_size}
+                          "topic_alias_maximum": settings.topic_alias_maximum,
+                          "shared_subscription_available": 1,
+                          "maximum_packet_size": settings.max_packet_size}
             if assigned_id is not None:
                 properties["assigned_client_identifier"] = assigned_id
             if session.expiry != packet.properties.get("session_expiry_interval", 0):
                 # the server's choice differs from the request (a cap): say so (3.2.2.3.2)
                 properties["session_expiry_interval"] = int(session.expiry)
+            if keep_alive != packet.keep_alive:
+                properties["server_keep_alive"] = keep_alive
         else:
             self.send_quota = SERVER_RECEIVE_MAXIMUM
         self._will = packet.will
-        if packet.keep_alive:
-            self._keep_alive = packet.keep_alive * 1.5
+        if keep_alive:
+            self._keep_alive = keep_alive * 1.5
             self._touch()
         self._send(Connack(session_present, ReasonCode.SUCCESS, properties))
         session.resume()
         if resume:
             self._process()
+
+    def _granted_keep_alive(self, requested: int) -> int:
+        """The keep alive the server uses: the request, or ``mqtt.max_keepalive`` for one
+        that is 0 (none) or above it (0 = no maximum). An MQTT 5 client hears of it in
+        CONNACK; an MQTT 3.1.1 client asking for no keep alive is silently held to it."""
+        maximum = self.frontend.settings.max_keepalive
+        if maximum and (requested == 0 or requested > maximum):
+            return maximum
+        return requested
 
     # publish in -------------------------------------------------------------------------
 
@@ -219,12 +243,7 @@ class MqttConnection:
                  on_durable: Callable[[bool], None] | None) -> int:
         """Route an inbound PUBLISH; returns the MQTT 5 reason code for its acknowledgement."""
         try:
-            uri = topic_to_uri(topic, self.frontend.realm.uri_check)
-        except UnmappableTopic as exc:
-            self.frontend.count_refusal(self.session, f"publish to {topic}", exc)
-            return ReasonCode.TOPIC_NAME_INVALID
-        try:
-            self.frontend.publish(self.session, uri, packet.payload, packet.qos, packet.retain,
+            self.frontend.publish(self.session, topic, packet.payload, packet.qos, packet.retain,
                                   packet.properties, on_durable)
         except RouterError as exc:
             self.frontend.count_refusal(self.session, f"publish to {topic}", exc)
@@ -239,7 +258,7 @@ class MqttConnection:
         alias = packet.properties.get("topic_alias")
         if alias is None:
             return packet.topic
-        if alias > TOPIC_ALIAS_MAXIMUM:
+        if alias > self.frontend.settings.topic_alias_maximum:
             raise MqttProtocolError(ReasonCode.TOPIC_ALIAS_INVALID,
                                     f"topic alias {alias} is over the maximum")
         if packet.topic:
@@ -303,6 +322,8 @@ class MqttConnection:
 
     def send_publish(self, message: StoredMessage, packet_id: int | None, dup: bool) -> bool:
         """False if the client's maximum packet size rules the message out (MQTT 5)."""
+        if self.outbound_alias_limit:
+            return self._send_aliased(message, packet_id, dup)
         return self.write_publish(self.encode_publish(message, packet_id, dup), message.topic)
 
     def encode_publish(self, message: StoredMessage, packet_id: int | None = None,
@@ -317,12 +338,36 @@ class MqttConnection:
                             packet_id, message.properties))
             head, tail = template
             return head + packet_id.to_bytes(2, "big") + tail
-        properties = dict(message.properties)
+        return self.codec.encode(self._publish_packet(message, message.topic, packet_id, dup,
+                                                      message.properties))
+
+    @staticmethod
+    def _publish_packet(message: StoredMessage, topic: str, packet_id: int | None, dup: bool,
+                        properties: dict) -> Publish:
         if message.expires_at is not None:
+            properties = dict(properties)
             properties["message_expiry_interval"] = max(0, int(message.expires_at - time.time()))
-        return self.codec.encode(Publish(message.topic, message.payload,
-                                         message.qos if packet_id else 0, message.retain, dup,
-                                         packet_id, properties))
+        return Publish(topic, message.payload, message.qos if packet_id else 0, message.retain,
+                       dup, packet_id, properties)
+
+    def _send_aliased(self, message: StoredMessage, packet_id: int | None, dup: bool) -> bool:
+        """A PUBLISH under a topic alias: the topic name goes with the alias once, then the
+        alias alone. Aliases go to topics first come, first served; once the client's
+        maximum is used up, further topics are sent by name."""
+        topic = message.topic
+        aliases = self._outbound_aliases
+        alias = aliases.get(topic)
+        if alias is None and len(aliases) >= self.outbound_alias_limit:
+            return self.write_publish(self.encode_publish(message, packet_id, dup), topic)
+        properties = dict(message.properties)
+        properties["topic_alias"] = alias or len(aliases) + 1
+        data = self.codec.encode(self._publish_packet(message, "" if alias else topic,
+                                                      packet_id, dup, properties))
+        if not self.write_publish(data, topic):
+            return False
+        if alias is None:  # only once the client has the name can the alias stand alone
+            aliases[topic] = properties["topic_alias"]
+        return True
 
     def write_publish(self, data: bytes, topic: str) -> bool:
         if self._client_max_packet is not None and len(data) > self._client_max_packet:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from router.core import errors
+from router.core.broker import Subscription
 from router.core.credentials import Principal
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
@@ -20,17 +20,15 @@ from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.payload import from_bytes
-from router.core.qos import ENFORCE_MINIMUM
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
+from router.core.shared import SharedGroup
+from router.core.topic import InvalidSharedFilter, from_mqtt, mqtt_pattern, split_shared
+from router.mqtt.outlet import Outlet
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will
 from router.mqtt.persistence import MqttSessionStore, StoredSession
 from router.mqtt.session import MqttSession, MqttSubscription, Outbound
-from router.mqtt.topics import UnmappableTopic, filter_to_pattern, topic_to_uri
-
-if TYPE_CHECKING:
-    from router.mqtt.connection import MqttConnection
-    from router.sysinfo import SysFigures
+from router.settings import MqttSettings
 
 log = logging.getLogger(__name__)
 
@@ -38,20 +36,6 @@ NEVER_EXPIRES = 0xFFFFFFFF
 
 Identity = tuple[str | None, str, str]
 """(authid, or None for anonymous; authrole; authmethod) of an authenticated CONNECT."""
-
-
-@dataclass(frozen=True)
-class MqttSettings:
-    """Per-realm MQTT settings (the ``mqtt`` block of a realm file)."""
-
-    payload_mapping: str = "json"
-    qos_policy: str = ENFORCE_MINIMUM
-    max_qos: int = 2
-    max_packet_size: int = 1024 * 1024
-    max_queued: int = 10_000
-    max_session_expiry: int = 86_400
-    """Seconds a persistent session outlives its connection at most, whatever the client
-    asks (MQTT 3.1.1 clean session 0, MQTT 5 session expiry 0xFFFFFFFF = never included)."""
 
 
 class MqttFrontend:
@@ -64,8 +48,6 @@ class MqttFrontend:
         self.settings = settings
         self.store = store
         self.scheduler = scheduler
-        self.sys: SysFigures | None = None
-        """Serves ``$SYS/`` filters (set by the node when ``sys_interval`` is on)."""
         self.sessions: dict[str, MqttSession] = {}
         self._principals: dict[str, Principal] = router.principals[realm.name]
 
@@ -83,7 +65,7 @@ class MqttFrontend:
 
     # connect / disconnect ---------------------------------------------------------------
 
-    def authenticate(self, connection: "MqttConnection", packet: Connect,
+    def authenticate(self, connection: Outlet, packet: Connect,
                      answer: Callable[[int | Identity], None]) -> None:
         """``answer`` a CONNACK failure reason or (authid or None for anonymous, authrole,
         method): at once, or on the reactor once the password is checked in a thread."""
@@ -112,7 +94,7 @@ class MqttFrontend:
                                            self.realm.name, "mqtt", connection.peer):
             answer(ReasonCode.SERVER_BUSY)
 
-    def _without_password(self, connection: "MqttConnection") -> int | Identity:
+    def _without_password(self, connection: Outlet) -> int | Identity:
         """TLS client certificate or anonymous: decided at once."""
         client_cn = getattr(connection, "client_cn", lambda: None)()
         if client_cn is not None:
@@ -125,7 +107,7 @@ class MqttFrontend:
             return self._refused(connection, None, "anonymous", "anonymous access is off")
         return None, self.realm.anonymous_role, "anonymous"
 
-    def connect(self, connection: "MqttConnection", packet: Connect,
+    def connect(self, connection: Outlet, packet: Connect,
                 identity: Identity) -> tuple[MqttSession, bool, str | None]:
         """(session, session present, assigned client id) of an authenticated CONNECT."""
         client_id, assigned = packet.client_id, None
@@ -159,7 +141,7 @@ class MqttFrontend:
             self._save(session, None)
         return session, session_present, assigned
 
-    def _refused(self, connection: "MqttConnection", authid: str | None, method: str,
+    def _refused(self, connection: Outlet, authid: str | None, method: str,
                  reason: str, code: int = ReasonCode.NOT_AUTHORIZED) -> int:
         """Log and count a failed login; hold the CONNACK back by the guard's delay."""
         delay = self.router.login_guard.failed("MQTT", connection.peer, authid, method, reason)
@@ -168,7 +150,7 @@ class MqttFrontend:
             held.hold = delay
         return code
 
-    def _requested_expiry(self, connection: "MqttConnection", packet: Connect) -> float:
+    def _requested_expiry(self, connection: Outlet, packet: Connect) -> float:
         """Seconds the session outlives its connection (0 = not at all), capped."""
         if connection.version == 5:
             return self.capped_expiry(packet.properties.get("session_expiry_interval", 0))
@@ -209,7 +191,7 @@ class MqttFrontend:
         if session.persistent or seconds == 0:
             self._set_persistence(session, self.capped_expiry(seconds))
 
-    def disconnected(self, connection: "MqttConnection", session: MqttSession,
+    def disconnected(self, connection: Outlet, session: MqttSession,
                      will: Will | None) -> None:
         self.router.connections.discard(connection)
         if session.connection is not connection:
@@ -234,6 +216,7 @@ class MqttFrontend:
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
         self.realm.detach(session)
+        session.hand_over(None, leaving=True)
         self.router.forget(session)
         if session.persistent:
             self.store.delete_session(session.client_id)
@@ -252,15 +235,15 @@ class MqttFrontend:
 
     def _send_will(self, session: MqttSession, will: Will) -> None:
         try:
-            uri = topic_to_uri(will.topic, self.realm.uri_check)
-            self.publish(session, uri, will.payload, will.qos, will.retain, will.properties)
-        except (UnmappableTopic, RouterError) as exc:
+            self.publish(session, will.topic, will.payload, will.qos, will.retain,
+                         will.properties)
+        except RouterError as exc:
             log.info("MQTT will of %s on %s not published: %s", session.client_id, will.topic,
                      exc)
 
     # publish / subscribe ------------------------------------------------------------------
 
-    def publish(self, session: MqttSession, uri: str, payload: bytes, qos: int, retain: bool,
+    def publish(self, session: MqttSession, topic: str, payload: bytes, qos: int, retain: bool,
                 properties: dict, on_durable: Callable[[bool], None] | None = None) -> None:
         """Route an MQTT publication through the core (raises RouterError when refused);
         ``on_durable(ok)`` once what it made durable is stored (or failed to be)."""
@@ -268,28 +251,22 @@ class MqttFrontend:
         expiry = properties.get("message_expiry_interval")
         options = PublishOptions(qos=qos, retain=retain and bool(payload),
                                  retain_clear=retain and not payload, exclude_me=False)
-        self.realm.publish(session.info, uri, args, kwargs, options,
+        self.realm.publish(session.info, from_mqtt(topic), args, kwargs, options,
                            durable_callback(on_durable), len(payload),
                            payload=payload, properties=properties or None,
-                           expires_at=time.time() + expiry if expiry is not None else None)
+                           expires_at=time.time() + expiry if expiry is not None else None,
+                           mqtt_topic=topic)
 
     def subscribe(self, session: MqttSession, topic_filter: str, options: SubscriptionOptions,
                   identifier: int | None) -> tuple[int, Callable[[], None] | None]:
         """(SUBACK reason code, a call that sends the retained messages, if any are due)."""
-        if topic_filter.startswith("$share/"):
-            return ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, None
-        try:
-            uri, match = filter_to_pattern(topic_filter, self.realm.uri_check)
-        except UnmappableTopic as exc:
-            if self.sys is not None and topic_filter.startswith("$SYS/"):
-                return self.sys.subscribe(self, session, topic_filter, options, identifier)
-            self.count_refusal(session, f"subscribe {topic_filter}", exc)
-            return ReasonCode.TOPIC_FILTER_INVALID, None
         existed = topic_filter in session.subscriptions
         granted = min(options.qos, self.settings.max_qos)
         try:
-            core = self.realm.subscribe(session, uri, SubscribeOptions(
-                match, get_retained=options.retain_handling != 2))
+            core = self._core_subscribe(session, topic_filter, options.retain_handling != 2)
+        except InvalidSharedFilter as exc:
+            self.count_refusal(session, f"subscribe {topic_filter}", exc)
+            return ReasonCode.TOPIC_FILTER_INVALID, None
         except RouterError as exc:
             self.count_refusal(session, f"subscribe {topic_filter}", exc)
             return (ReasonCode.NOT_AUTHORIZED if exc.uri == errors.NOT_AUTHORIZED
@@ -302,25 +279,32 @@ class MqttFrontend:
         wants_retained = options.retain_handling == 0 or (options.retain_handling == 1
                                                           and not existed)
         deliver = (lambda: self.realm.send_retained(session, core)) if wants_retained else None
-        if self.sys is not None and topic_filter.startswith("$SYS/"):
-            deliver = self.sys.also(self.realm, session, core, topic_filter, deliver)
         return granted, deliver
+
+    def _core_subscribe(self, session: MqttSession, topic_filter: str,
+                        get_retained: bool = False) -> Subscription:
+        """The core subscription (or shared group, for ``$share/...``) of a filter; raises
+        InvalidSharedFilter or RouterError."""
+        group, plain_filter = split_shared(topic_filter)
+        levels, match = mqtt_pattern(plain_filter)
+        return self.realm.subscribe(session, levels, SubscribeOptions(
+            match, get_retained=get_retained, shared_group=group))
 
     def unsubscribe(self, session: MqttSession, topic_filter: str) -> int:
         subscription = session.remove_subscription(topic_filter)
         if subscription is None:
             return ReasonCode.NO_SUBSCRIPTION_EXISTED
-        if self.sys is not None and topic_filter.startswith("$SYS/"):
-            self.sys.unsubscribe(self.realm, session, topic_filter)
         try:
             self.realm.unsubscribe(session, subscription.core.id)
         except RouterError:
             pass  # the core subscription was already gone; the client's view is what counts
+        if isinstance(subscription.core, SharedGroup):
+            session.hand_over(subscription.core, leaving=False)
         return ReasonCode.SUCCESS
 
     def delivery_acknowledged(self, session: MqttSession, entry: Outbound) -> None:
         if self.realm.activity is not None and entry.sent_at:
-            self.realm.activity.acknowledged(session.info, entry.message.topic,
+            self.realm.activity.acknowledged(session.info, from_mqtt(entry.message.topic),
                                              entry.message.qos,
                                              (time.time() - entry.sent_at) * 1000.0)
 
@@ -347,12 +331,11 @@ class MqttFrontend:
         session = self._open(stored.client_id, info, stored.expiry)
         for topic_filter, packed in stored.subscriptions.items():
             qos, no_local, retain_as_published, retain_handling, identifier = packed
-            uri, match = filter_to_pattern(topic_filter, self.realm.uri_check)
             try:
-                core = self.realm.subscribe(session, uri, SubscribeOptions(match))
-            except RouterError as exc:
+                core = self._core_subscribe(session, topic_filter)
+            except (InvalidSharedFilter, RouterError) as exc:
                 log.warning("MQTT session %s: subscription %s dropped on restore: %s",
-                            stored.client_id, topic_filter, exc.message or exc.uri)
+                            stored.client_id, topic_filter, exc)
                 self.store.delete_subscription(stored.client_id, topic_filter)
                 continue
             session.add_subscription(MqttSubscription(

@@ -15,20 +15,17 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from router.core.broker import Subscription
-from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER
+from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
 from router.core.qos import delivered_qos
+from router.core.shared import SharedGroup
+from router.core.uri import EXACT
+from router.mqtt.outlet import Outlet, SessionOwner
 from router.mqtt.packets import SubscriptionOptions
 from router.mqtt.persistence import StoredMessage, StoredOutbound
-from router.mqtt.topics import uri_to_topic
-
-if TYPE_CHECKING:
-    from router.mqtt.connection import MqttConnection
-    from router.mqtt.frontend import MqttFrontend
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +35,14 @@ _FORWARDED_PROPERTIES = ("payload_format_indicator", "content_type", "response_t
                          "correlation_data", "user_property")
 
 
-def _message(publication: Publication, qos: int, retain: bool,
+def _message(publication: Publication, topic: str, qos: int, retain: bool,
              properties: dict) -> StoredMessage:
     """The MQTT form of a publication, with the properties MQTT 5 forwards added."""
     if publication.properties:
         properties.update((key, publication.properties[key]) for key in _FORWARDED_PROPERTIES
                           if key in publication.properties)
-    return StoredMessage(uri_to_topic(publication.topic), to_bytes(publication), qos, retain,
-                         properties, publication.expires_at)
+    return StoredMessage(topic, to_bytes(publication), qos, retain, properties,
+                         publication.expires_at)
 
 
 @dataclass
@@ -54,6 +51,10 @@ class MqttSubscription:
     core: Subscription
     options: SubscriptionOptions
     identifier: int | None = None
+
+    def __post_init__(self) -> None:
+        # hoisted out of every delivery
+        self.identifiers = None if self.identifier is None else (self.identifier,)
 
     def packed(self) -> list:
         o = self.options
@@ -67,21 +68,28 @@ class Outbound:
     state: str
     message: StoredMessage
     sent_at: float = 0.0
+    group: SharedGroup | None = None
+    """The shared group it came through (in memory only), with the publication, so that
+    another member can take it over (:meth:`MqttSession.hand_over`)."""
+    publication: Publication | None = None
 
 
 class MqttSession:
     """Implements the core's Peer for an MQTT client id."""
 
-    def __init__(self, frontend: "MqttFrontend", client_id: str, info: SessionInfo,
+    def __init__(self, frontend: SessionOwner, client_id: str, info: SessionInfo,
                  persistent: bool, expiry: float) -> None:
         self.frontend = frontend
         self.client_id = client_id
         self.info = info
         self.persistent = persistent
         self.expiry = expiry
-        self.connection: MqttConnection | None = None
+        self.connection: Outlet | None = None
         self.subscriptions: dict[str, MqttSubscription] = {}
         self._by_core_id: dict[int, MqttSubscription] = {}
+        self._may_overlap = False
+        """Two of its filters can match one topic (one has a wildcard)."""
+        self._last_publication: int | None = None
         self.outbound: dict[int, Outbound] = {}  # by seq, in queue order
         self._queued: deque[int] = deque()
         self._by_packet_id: dict[int, Outbound] = {}
@@ -104,6 +112,7 @@ class MqttSession:
             self._by_core_id.pop(previous.core.id, None)
         self.subscriptions[subscription.topic_filter] = subscription
         self._by_core_id[subscription.core.id] = subscription
+        self._subscriptions_changed()
         if self.persistent and persist:
             self.frontend.store.save_subscription(self.client_id, subscription.topic_filter,
                                                   subscription.packed())
@@ -112,9 +121,14 @@ class MqttSession:
         subscription = self.subscriptions.pop(topic_filter, None)
         if subscription is not None:
             self._by_core_id.pop(subscription.core.id, None)
+            self._subscriptions_changed()
             if self.persistent:
                 self.frontend.store.delete_subscription(self.client_id, topic_filter)
         return subscription
+
+    def _subscriptions_changed(self) -> None:
+        self._may_overlap = len(self._by_core_id) > 1 and any(
+            each.core.match != EXACT for each in self._by_core_id.values())
 
     # delivery (core Peer) ---------------------------------------------------------
 
@@ -123,49 +137,123 @@ class MqttSession:
         mine = self._by_core_id.get(subscription.id)
         if mine is None:
             return
-        options = mine.options
-        publisher = publication.publisher
-        if (options.no_local and publisher is not None
-                and publisher.session_id == self.info.session_id):
+        topic = publication.mqtt_topic()
+        if topic is None:  # a WAMP/AMQP topic with "/" or a wildcard inside a level
+            realm = self.frontend.realm
+            realm.incidents.count(realm.name, "mqtt", UNREPRESENTABLE,
+                                  f"client {self.client_id}: {publication.name}")
             return
-        qos = delivered_qos(publication.qos, options.qos, self.frontend.settings.qos_policy)
-        retain = retained or (options.retain_as_published and publication.retain)
-        if mine.identifier is None:  # receivers with the same QoS and retain flag share one
-            key = ("mqtt-message", qos, retain)
-            cache = publication.encodings()
-            message = cache.get(key)
-            if message is None:
-                message = cache[key] = _message(publication, qos, retain, {})
+        if retained or not self._may_overlap or type(subscription) is SharedGroup:
+            # a shared group's copy is its own, besides the client's other subscriptions
+            options = mine.options
+            publisher = publication.publisher
+            if (options.no_local and publisher is not None
+                    and publisher.session_id == self.info.session_id):
+                return
+            qos = delivered_qos(publication.qos, options.qos, self.frontend.settings.qos_policy)
+            retain = retained or (options.retain_as_published and publication.retain)
+            identifiers = mine.identifiers
         else:
-            message = _message(publication, qos, retain,
-                               {"subscription_identifier": [mine.identifier]})
-        if qos == 0:
-            connection = self.connection
-            if connection is None:
+            # one copy for all this client's matching subscriptions (MQTT-3.3.4-2, -4): the
+            # core calls once per matching subscription; the first call delivers for all
+            if publication.publication_id == self._last_publication:
                 return
-            if connection.flow.over:
-                self._count(SLOW_CONSUMER, message)
+            self._last_publication = publication.publication_id
+            combined = self._combined(publication)
+            if combined is None:
                 return
-            if mine.identifier is None and message.expires_at is None:
-                key = ("mqtt", connection.version, message.retain)
-                cache = publication.encodings()
-                data = cache.get(key)
-                if data is None:
-                    data = cache[key] = connection.encode_publish(message)
-                connection.write_publish(data, message.topic)
+            qos, retain, identifiers = combined
+        # receivers with the same QoS, retain flag and identifiers share one message
+        key = ("mqtt-message", qos, retain, identifiers)
+        cache = publication.encodings()
+        message = cache.get(key)
+        if message is None:
+            message = cache[key] = _message(
+                publication, topic, qos, retain,
+                {} if identifiers is None else {"subscription_identifier": list(identifiers)})
+        if qos:
+            if type(subscription) is SharedGroup:
+                self._enqueue(message, subscription, publication)
             else:
-                connection.send_publish(message, None, False)
+                self._enqueue(message)
             return
-        self._enqueue(message)
+        connection = self.connection
+        if connection is None:
+            return
+        if connection.flow.over:
+            self._count(SLOW_CONSUMER, message)
+        elif message.expires_at is not None or connection.outbound_alias_limit:
+            connection.send_publish(message, None, False)  # bytes of its own
+        else:
+            key = ("mqtt", connection.version, retain, identifiers)
+            data = cache.get(key)
+            if data is None:
+                data = cache[key] = connection.encode_publish(message)
+            connection.write_publish(data, message.topic)
 
-    def _enqueue(self, message: StoredMessage) -> None:
+    def _combined(self, publication: Publication) -> tuple[int, bool, tuple | None] | None:
+        """(QoS, retain, subscription identifiers) of the one copy for all this client's
+        subscriptions matching ``publication``; None if no-local rules out every one.
+        The realm's index says which match: that scales with the topic, not with the
+        client's subscriptions."""
+        by_core_id = self._by_core_id
+        publisher = publication.publisher
+        own = publisher is not None and publisher.session_id == self.info.session_id
+        policy = self.frontend.settings.qos_policy
+        qos, retain, identifiers = -1, False, []
+        for core in self.frontend.realm.broker.index.matching(publication.topic):
+            mine = by_core_id.get(core.id)
+            if mine is None or (own and mine.options.no_local):
+                continue
+            options = mine.options
+            qos = max(qos, delivered_qos(publication.qos, options.qos, policy))
+            retain = retain or (options.retain_as_published and publication.retain)
+            if mine.identifier is not None:
+                identifiers.append(mine.identifier)
+        if qos < 0:
+            return None
+        return qos, retain, tuple(sorted(identifiers)) or None
+
+    def ready(self) -> bool:
+        """Connected, not over the flow bound, nothing waiting and room in the client's
+        receive window: a shared group's preferred kind of member."""
+        connection = self.connection
+        return (connection is not None and not connection.flow.over and not self._queued
+                and len(self._by_packet_id) < connection.send_quota)
+
+    def hand_over(self, group: SharedGroup | None, leaving: bool) -> None:
+        """Give messages that came through shared groups to other members of their group.
+
+        On an UNSUBSCRIBE (``group``, not ``leaving``) only what was not sent yet moves:
+        the client still completes what it has (MQTT 3.10.4). When the session ends
+        (``leaving``, every group) unacknowledged QoS 1 moves too (it may then arrive
+        twice, as QoS 1 allows); a QoS 2 message already sent never moves (MQTT-4.8.2-5).
+        What no other member takes stays here (and goes with the session when it ends)."""
+        broker = self.frontend.realm.broker
+        moved = set()
+        for entry in list(self.outbound.values()):
+            if entry.group is None or (group is not None and entry.group is not group):
+                continue
+            if entry.state != QUEUED and not (leaving and entry.message.qos == 1):
+                continue
+            if broker.hand_over(entry.group, entry.publication, self.info.session_id):
+                if self._by_packet_id.get(entry.packet_id) is entry:
+                    del self._by_packet_id[entry.packet_id]
+                moved.add(entry.seq)
+                self._drop(entry)
+        if moved:
+            self._queued = deque(seq for seq in self._queued if seq not in moved)
+            self.pump()
+
+    def _enqueue(self, message: StoredMessage, group: SharedGroup | None = None,
+                 publication: Publication | None = None) -> None:
         if len(self.outbound) >= self.frontend.settings.max_queued:
             self._count(QUEUE_FULL, message)
             connection = self.connection
             if connection is not None and connection.flow.paused:
                 connection.flow.overflow()
             return
-        entry = Outbound(next(self._seq), None, QUEUED, message)
+        entry = Outbound(next(self._seq), None, QUEUED, message, 0.0, group, publication)
         self.outbound[entry.seq] = entry
         self._queued.append(entry.seq)
         if self.persistent:

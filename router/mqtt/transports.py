@@ -8,8 +8,8 @@ from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerPr
 from autobahn.websocket.types import ConnectionDeny
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 
-from router.core.login_guard import HeldTransport
 from router.flow import ConnectionFlow, FlowingProtocol
+from router.held import HeldTransport
 from router.limits import GatedProtocol
 from router.mqtt.connection import MqttConnection
 from router.mqtt.frontend import MqttFrontend

@@ -6,6 +6,7 @@ import msgpack
 
 from router.core.model import Eligibility, Publication, SessionInfo
 from router.core.retention import RetainedEvent, earliest
+from router.core.topic import from_uri
 
 
 def encode_retained(publication: Publication, expires_at: float | None) -> bytes:
@@ -26,6 +27,7 @@ def encode_retained(publication: Publication, expires_at: float | None) -> bytes
         "qos": publication.qos,
         "payload": publication.payload,
         "properties": publication.properties,
+        "amqp": publication.amqp,
         "message_expires": publication.expires_at,
     }, use_bin_type=True)
 
@@ -37,10 +39,12 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
         session_id, authid, authrole = data["publisher"]
         publisher = SessionInfo(session_id, realm, authid, authrole)
     eligibility = Eligibility.from_json(data["eligibility"]) if data["eligibility"] else None
-    publication = Publication(data["id"], data["topic"], data["args"], data["kwargs"], publisher,
+    topic = data["topic"]  # a dotted URI in entries stored before topics were levels
+    publication = Publication(data["id"], from_uri(topic) if type(topic) is str else tuple(topic),
+                              data["args"], data["kwargs"], publisher,
                               data["disclose"], eligibility, data["exclude_me"], retain=True,
                               timestamp=data["ts"], qos=data.get("qos", 0),
-                              payload=data.get("payload"), properties=data.get("properties"),
+                              payload=data.get("payload"), properties=data.get("properties"), amqp=data.get("amqp"),
                               expires_at=data.get("message_expires"))
     # entries stored before the retained expiry took the message expiry into account
     return RetainedEvent(publication, earliest(data["expires"], publication.expires_at), len(blob))

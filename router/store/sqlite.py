@@ -6,10 +6,17 @@ in one transaction (coalescing repeated writes of the same key), commits with
 With ``max_queued_writes`` writes waiting, ``on_pressure(True)`` asks the node to
 stop reading from publishers; ``on_pressure(False)`` follows once half have been
 written. Nothing is ever dropped: the intake pausing is what bounds the queue.
+
+A retained row's ``topic`` is the JSON array of the topic's levels (``["a","b"]``),
+so every topic (empty levels, ``.`` or ``/`` inside a level) has one key. Databases
+written before topics were level tuples (``PRAGMA user_version`` 0) keyed rows by
+the dotted URI; every such topic was a URI, so splitting on ``.`` is exact: they are
+rewritten once, when the store is opened.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import time
@@ -20,6 +27,7 @@ from router.background import BatchWorker
 from router.core.incidents import STORE_FAILED, Incidents
 from router.core.retention import RetainedEvent
 from router.core.stats import LATENCY_BOUNDS, Histogram
+from router.core.topic import Topic, from_uri
 from router.store.codec import pack_topic, unpack_topic
 
 log = logging.getLogger(__name__)
@@ -33,7 +41,10 @@ CREATE TABLE IF NOT EXISTS retained (
 ) WITHOUT ROWID;
 """
 
-RetainedLost = Callable[[str, str, list[bytes]], None]
+SCHEMA_VERSION = 1
+"""``PRAGMA user_version`` of a database whose retained rows are keyed by level arrays."""
+
+RetainedLost = Callable[[str, Topic, list[bytes]], None]
 """(realm, topic, the entries the database still holds): a retained write failed, so
 memory must go back to what is stored."""
 
@@ -46,7 +57,28 @@ def _connect(path: Path, max_bytes: int | None) -> sqlite3.Connection:
         page_size = connection.execute("PRAGMA page_size").fetchone()[0]
         connection.execute(f"PRAGMA max_page_count={max(1, max_bytes // page_size)}")
     connection.executescript(SCHEMA)
+    _migrate(connection)
     return connection
+
+
+def _migrate(connection: sqlite3.Connection) -> None:
+    """Rewrite the dotted keys of a database from before level tuples (one transaction)."""
+    if connection.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        return
+    with connection:
+        connection.execute("BEGIN")
+        rows = connection.execute("SELECT realm, topic FROM retained").fetchall()
+        connection.executemany("UPDATE retained SET topic = ? WHERE realm = ? AND topic = ?",
+                               [(topic_key(from_uri(topic)), realm, topic)
+                                for realm, topic in rows])
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    if rows:
+        log.info("%d retained topic(s) rekeyed by level", len(rows))
+
+
+def topic_key(topic: Topic) -> str:
+    """A topic's key in the ``retained`` table."""
+    return json.dumps(topic, ensure_ascii=False, separators=(",", ":"))
 
 
 class SqliteStore:
@@ -64,7 +96,7 @@ class SqliteStore:
         """Writes (retained topics and statements) per committed batch."""
         """Failed commits are counted here (the node hands in the router's)."""
         self.on_retained_lost: RetainedLost | None = None
-        self._retained_writes: dict[tuple[str, str], int] = {}
+        self._retained_writes: dict[tuple[str, Topic], int] = {}
         """(realm, topic) -> number of its newest queued write, while one is queued: a
         failed write is undone in memory only if no newer write of the topic follows."""
         self._write_numbers = 0
@@ -80,13 +112,13 @@ class SqliteStore:
 
     # reactor side -------------------------------------------------------------
 
-    def load_retained(self, realm: str) -> list[tuple[str, list[bytes]]]:
+    def load_retained(self, realm: str) -> list[tuple[Topic, list[bytes]]]:
         """Every stored topic of ``realm`` (call before the writer has work: at start-up)."""
         rows = self._connection.execute(
             "SELECT topic, entries FROM retained WHERE realm = ?", (realm,)).fetchall()
-        return [(topic, unpack_topic(entries)) for topic, entries in rows]
+        return [(tuple(json.loads(key)), unpack_topic(entries)) for key, entries in rows]
 
-    def save_retained(self, realm: str, topic: str, entries: list[RetainedEvent]) -> None:
+    def save_retained(self, realm: str, topic: Topic, entries: list[RetainedEvent]) -> None:
         durable = [entry for entry in entries if not _names_sessions(entry)]
         self._queue_write()
         self._write_numbers += 1
@@ -132,7 +164,7 @@ class SqliteStore:
     # writer thread --------------------------------------------------------------
 
     def _write_batch(self, batch: list) -> None:
-        writes: dict[tuple[str, str], _RetainedWrite] = {}
+        writes: dict[tuple[str, Topic], _RetainedWrite] = {}
         statements: list[_Statement] = []
         callbacks = []
         for item in batch:
@@ -183,7 +215,7 @@ class SqliteStore:
             except Exception as exc:  # a bug in one acknowledgement must not cost the others
                 log.exception("a durability callback failed: %s", exc)
 
-    def _write(self, writes: dict[tuple[str, str], "_RetainedWrite"],
+    def _write(self, writes: dict[tuple[str, Topic], "_RetainedWrite"],
                statements: list["_Statement"]) -> str | None:
         """Commit one batch; the error message if it failed (nothing of it is stored)."""
         try:
@@ -194,17 +226,18 @@ class SqliteStore:
                 self._connection.executemany(
                     "INSERT INTO retained (realm, topic, entries) VALUES (?, ?, ?) "
                     "ON CONFLICT (realm, topic) DO UPDATE SET entries = excluded.entries",
-                    [(w.realm, w.topic, w.blob) for w in writes.values() if w.blob is not None])
+                    [(w.realm, topic_key(w.topic), w.blob) for w in writes.values()
+                     if w.blob is not None])
                 self._connection.executemany(
                     "DELETE FROM retained WHERE realm = ? AND topic = ?",
-                    [key for key, w in writes.items() if w.blob is None])
+                    [(w.realm, topic_key(w.topic)) for w in writes.values() if w.blob is None])
         except sqlite3.Error as exc:
             log.debug("writing a batch (%d retained topic(s), %d statement(s)) failed",
                       len(writes), len(statements), exc_info=True)
             return f"{type(exc).__name__}: {exc}"
         return None
 
-    def _committed(self, writes: dict[tuple[str, str], "_RetainedWrite"]
+    def _committed(self, writes: dict[tuple[str, Topic], "_RetainedWrite"]
                    ) -> list[tuple["_RetainedWrite", list[bytes]]]:
         """What the database holds for the topics of a failed batch (writer thread)."""
         lost = []
@@ -212,7 +245,7 @@ class SqliteStore:
             for write in writes.values():
                 row = self._connection.execute(
                     "SELECT entries FROM retained WHERE realm = ? AND topic = ?",
-                    (write.realm, write.topic)).fetchone()
+                    (write.realm, topic_key(write.topic))).fetchone()
                 lost.append((write, unpack_topic(row[0]) if row is not None else []))
         except sqlite3.Error:
             log.exception("reading back retained topics after a failed write")
@@ -225,7 +258,7 @@ BATCH_BOUNDS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 
 class _RetainedWrite(NamedTuple):
     realm: str
-    topic: str
+    topic: Topic
     blob: bytes | None
     number: int
 

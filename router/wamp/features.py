@@ -10,6 +10,7 @@ BROKER_FEATURES = {
     "event_retention": True,
     "event_history": True,
     "x_acknowledged_event_delivery": True,
+    "x_shared_group": True,
 }
 
 DEALER_FEATURES = {

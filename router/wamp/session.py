@@ -17,7 +17,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -32,17 +32,19 @@ from router.core.credentials import (Principal, normalize_pubkey, verify_cryptos
 from router.core.dealer import Invocation
 from router.core.errors import ProtocolViolation, RouterError, Unencodable
 from router.core.incidents import (DISCONNECTED, EXPIRED, SLOW_CONSUMER, TOO_LARGE,
-                                  UNACKNOWLEDGED)
+                                  UNACKNOWLEDGED, UNREPRESENTABLE)
 from router.core.model import Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
 from router.core.qos import ENFORCE_MINIMUM, delivered_qos
 from router.core.realm import Realm
 from router.core.router import Router
+from router.core.shared import SharedGroup
+from router.core.topic import from_uri
 from router.core.uri import EXACT
 from router.wamp.codec import InvalidUriRequest, WireMessage, decode
 from router.wamp.features import ROUTER_ROLES
-from router.wamp.settings import WampSettings
+from router.settings import WampSettings
 
 log = logging.getLogger(__name__)
 
@@ -317,13 +319,19 @@ class WampSession:
         options = parse_publish_options(raw[2])
         if msg.payload is not None:
             raise ProtocolViolation("payload passthru mode is not supported by this router")
+        if options.retain and not msg.args and not msg.kwargs:
+            # an empty retained event would reach MQTT subscribers as a zero-byte retained
+            # message, which MQTT forbids (MQTT-3.3.1-10/11): empty + retain clears, as there
+            options = replace(options, retain=False, retain_clear=True)
         request = msg.request
         if not self._flow.publisher:
             self._flow.became_publisher()
         on_durable = partial(self._acknowledge_publish, request) if options.acknowledge else None
+        topic = msg.topic
         try:
-            self._realm.publish(self.info, msg.topic, msg.args, msg.kwargs, options, on_durable,
-                                self._last_payload_size)
+            self._realm.check_uri(topic)
+            self._realm.publish(self.info, from_uri(topic), msg.args, msg.kwargs, options,
+                                on_durable, self._last_payload_size, uri=topic)
         except RouterError as exc:
             if options.acknowledge:
                 self._send_error(m.Publish.MESSAGE_TYPE, request, exc)
@@ -348,7 +356,8 @@ class WampSession:
     def _on_subscribe(self, msg: m.Subscribe, raw: list) -> None:
         options = parse_subscribe_options(raw[2])
         try:
-            subscription = self._realm.subscribe(self, msg.topic, options)
+            self._realm.check_uri(msg.topic, options.match)
+            subscription = self._realm.subscribe(self, from_uri(msg.topic), options)
         except RouterError as exc:
             self._send_error(m.Subscribe.MESSAGE_TYPE, msg.request, exc)
             return
@@ -373,6 +382,9 @@ class WampSession:
 
     def send_event(self, subscription: Subscription, publication: Publication,
                    retained: bool = False) -> None:
+        if subscription.match != EXACT and publication.uri(self._realm.uri_check) is None:
+            self._count(UNREPRESENTABLE, publication)  # only a pattern can reach such a topic
+            return
         grant = self._grants.get(subscription.id)
         if grant is not None and delivered_qos(publication.qos, *grant) > 0:
             self._send_acknowledged(subscription, publication, retained)
@@ -388,6 +400,11 @@ class WampSession:
         if event is None:
             event = cache[subscription.id] = _event(subscription, publication)
         self._send(event)
+
+    def ready(self) -> bool:
+        """Joined, not over the flow bound and room for unacknowledged events."""
+        return (self._state == ESTABLISHED and not self._flow.over
+                and len(self._unacked) < self._settings.max_unacked)
 
     def _send_acknowledged(self, subscription: Subscription, publication: Publication,
                            retained: bool) -> None:
@@ -418,11 +435,13 @@ class WampSession:
             if self._redelivery is None or not self._redelivery.active():
                 self._redelivery = self._router.scheduler.callLater(
                     self._settings.ack_timeout, self._redeliver)
+        if type(subscription) is SharedGroup:
+            pending.group = subscription
         pending.events.append(event)
 
     def _count(self, reason: str, publication: Publication) -> None:
         self._realm.incidents.count(self._realm.name, "wamp", reason,
-                                    f"session {self.info.session_id}, {publication.topic}")
+                                    f"session {self.info.session_id}, {publication.name}")
 
     def resume_output(self) -> None:
         """The transport drained: write the acknowledged events held back, in order."""
@@ -481,7 +500,7 @@ class WampSession:
     def _expired(self, publication: Publication) -> None:
         realm = self._realm
         realm.incidents.count(realm.name, "wamp", EXPIRED,
-                              f"session {self.info.session_id}: {publication.topic}")
+                              f"session {self.info.session_id}: {publication.name}")
 
     # established: rpc -----------------------------------------------------------
 
@@ -602,13 +621,17 @@ class WampSession:
             pass
 
     def _leave_realm(self) -> None:
+        """Leave the realm; events of shared groups not acknowledged go to other members."""
         if self._redelivery is not None and self._redelivery.active():
             self._redelivery.cancel()
+        shared = [pending for pending in self._unacked.values() if pending.group is not None]
         self._unacked.clear()
         self._unwritten.clear()
         realm, self._realm = self._realm, None
         if realm is not None:
             realm.detach(self)
+            for pending in shared:
+                realm.broker.hand_over(pending.group, pending.publication, self.info.session_id)
             self._router.forget(self)
 
     def _close_transport(self) -> None:
@@ -640,6 +663,8 @@ class _Unacked:
     sent_at: float
     attempts: int = 0
     events: list[WireMessage] = field(default_factory=list)
+    group: SharedGroup | None = None
+    """Came through this shared group: another member takes it if this session leaves."""
 
 
 def _event(subscription: Subscription, publication: Publication, retained: bool = False,
@@ -647,7 +672,7 @@ def _event(subscription: Subscription, publication: Publication, retained: bool 
     """The EVENT for one subscription; shared by every receiver of a live publication."""
     details = publication.publisher_details()
     if subscription.match != EXACT:
-        details["topic"] = publication.topic
+        details["topic"] = publication.uri_view
     if retained:
         details["retained"] = True
     if acknowledged:

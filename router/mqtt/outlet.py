@@ -1,0 +1,56 @@
+"""What an MQTT session sees of its connection and of its frontend, as protocols.
+
+The session is below both in the import graph (frontend -> session, connection ->
+frontend -> session): it gets the objects, but knows them only by these shapes, so
+neither module is imported by it and the package has no import cycle.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from router.core.realm import Realm
+from router.flow import ConnectionFlow
+from router.mqtt.persistence import MqttSessionStore, StoredMessage
+from router.settings import MqttSettings
+
+
+class Outlet(Protocol):
+    """The connection a client is attached by: where its session writes, and what the
+    frontend asks of it (an ``MqttConnection``)."""
+
+    flow: ConnectionFlow
+    peer: str
+    transport_name: str
+    send_quota: int
+    """In-flight QoS >= 1 messages the client accepts (its receive maximum)."""
+    outbound_alias_limit: int
+
+    @property
+    def version(self) -> int: ...
+
+    def send_publish(self, message: StoredMessage, packet_id: int | None, dup: bool) -> bool: ...
+
+    def encode_publish(self, message: StoredMessage, packet_id: int | None = None,
+                       dup: bool = False) -> bytes: ...
+
+    def write_publish(self, data: bytes, topic: str) -> bool: ...
+
+    def send_pubrel(self, packet_id: int, reason: int = ...) -> None: ...
+
+    def store_failed(self, what: str) -> None: ...
+
+    def kill(self, reason: str, message: str | None) -> None: ...
+
+
+class SessionOwner(Protocol):
+    """The realm's MQTT frontend, as its sessions use it (an ``MqttFrontend``)."""
+
+    settings: MqttSettings
+    store: MqttSessionStore
+    realm: Realm
+
+    def when_durable(self, callback: Callable[[bool], None]) -> None: ...
+
+    def delivery_acknowledged(self, session: Any, entry: Any) -> None:
+        """A QoS >= 1 delivery (an ``Outbound`` of ``session``) was acknowledged."""

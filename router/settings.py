@@ -1,0 +1,63 @@
+"""Per-realm protocol settings: the ``wamp``, ``mqtt`` and ``amqp`` blocks of a realm file.
+
+Here, outside the frontend packages, so that reading the configuration loads no frontend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from router.core.qos import ENFORCE_MINIMUM
+
+
+@dataclass(frozen=True)
+class WampSettings:
+    granted_qos: int = 0
+    """QoS granted to WAMP subscriptions that do not ask (SUBSCRIBE option ``_qos``)."""
+    qos_policy: str = ENFORCE_MINIMUM
+    """Default receiver policy; a SUBSCRIBE may ask for another with ``_qos_policy``."""
+    ack_timeout: float = 10.0
+    """Seconds to wait for EVENT_RECEIVED before delivering an acknowledged event again."""
+    max_redeliveries: int = 3
+    max_testaments: int = 100
+    """Testaments one session may hold (both scopes together); more are refused."""
+    max_unacked: int = 1000
+    """Acknowledged events a session may have unanswered; more are dropped (counted)."""
+
+
+@dataclass(frozen=True)
+class MqttSettings:
+    """Per-realm MQTT settings (the ``mqtt`` block of a realm file)."""
+
+    payload_mapping: str = "json"
+    qos_policy: str = ENFORCE_MINIMUM
+    max_qos: int = 2
+    max_packet_size: int = 1024 * 1024
+    max_queued: int = 10_000
+    max_session_expiry: int = 86_400
+    """Seconds a persistent session outlives its connection at most, whatever the client
+    asks (MQTT 3.1.1 clean session 0, MQTT 5 session expiry 0xFFFFFFFF = never included)."""
+    max_keepalive: int = 65_535
+    """Seconds of keep alive at most (0: no maximum); see ``MqttConnection``."""
+    topic_alias_maximum: int = 16
+    """Topic aliases per connection, inbound (announced in CONNACK) and outbound (at most
+    the client's own maximum)."""
+
+
+@dataclass(frozen=True)
+class AmqpSettings:
+    """Per-realm AMQP settings (the ``amqp`` block of a realm file)."""
+
+    payload_mapping: str = "json"
+    """By default the realm's ``mqtt.payload_mapping``: MQTT and AMQP bytes map alike."""
+    qos_policy: str = ENFORCE_MINIMUM
+    """Default receiver policy; a receiver link may ask for another (``qos-policy``)."""
+    max_queued: int = 10_000
+    """Messages waiting to be sent on one receiver link (for credit, or while its connection
+    is paused); more are dropped (counted as ``queue_full``)."""
+    max_message_size: int = 1024 * 1024
+    inbound_window: int = 100
+    """Unsettled deliveries a client's sender link may have: credit is given back only as
+    deliveries are answered, so a slow store holds the sender instead of queueing."""
+    max_link_expiry: int = 86_400
+    """Seconds a durable receiver link outlives its detach at most (expiry policy ``never``
+    and longer timeouts included)."""
