@@ -1,4 +1,4 @@
-"""Command line: ``python -m router run|check-config|hash-secret|principal|role|retained``."""
+"""Command line: ``python -m router run|check-config|hash-secret|principal|role|retained|status``."""
 
 from __future__ import annotations
 
@@ -14,9 +14,14 @@ from router.core.topic import to_uri
 from router.core.uri import MATCH_POLICIES
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper()), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _setup_logging(level: str, log_format: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        from router.logging_json import JsonFormatter
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
     from twisted.logger import STDLibLogObserver, globalLogBeginner
     globalLogBeginner.beginLoggingTo([STDLibLogObserver()], redirectStandardIO=False)
 
@@ -34,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return 2
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, args.log_format)
     import txaio
     txaio.use_twisted()
     from twisted.internet import reactor
@@ -204,6 +209,19 @@ def _retained(args: argparse.Namespace) -> int:
     return retained_command(args, config)
 
 
+def _status(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from router.status import status_command
+
+    config = None
+    if args.url is None or Path(args.config).exists():
+        config = _load(args)
+        if config is None:
+            return 2
+    return status_command(args, config)
+
+
 def _realm_file_command(commands, name: str, handler, help_text: str) -> argparse.ArgumentParser:
     """A subcommand about one realm file: ``--realm`` and ``--config``."""
     command = commands.add_parser(name, help=help_text)
@@ -221,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--config", default="config.json", help="node configuration file")
     run.add_argument("--log-level", default="info",
                      choices=["debug", "info", "warning", "error"])
+    run.add_argument("--log-format", default="text", choices=["text", "json"],
+                     help="json: one JSON object per line (time, level, logger, realm...)")
     run.set_defaults(handler=_run)
     check = commands.add_parser("check-config", help="validate the configuration and exit")
     check.add_argument("--config", default="config.json", help="node configuration file")
@@ -261,5 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     retained.add_argument("--authid", help="principal to authenticate as (ticket from "
                           "$ROUTER_TICKET or a prompt)")
     retained.set_defaults(handler=_retained)
+    status = commands.add_parser(
+        "status", help="summary of a running router, from its metrics listener")
+    status.add_argument("--config", default="config.json",
+                        help="node configuration (to find the metrics listener)")
+    status.add_argument("--url", help="metrics URL (default: from --config)")
+    status.add_argument("--token", help="bearer token (default: from --config)")
+    status.add_argument("--interval", type=float, default=2.0,
+                        help="seconds between the two scrapes the rates come from")
+    status.set_defaults(handler=_status)
     args = parser.parse_args(argv)
     return args.handler(args)

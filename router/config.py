@@ -20,6 +20,7 @@ from router.core.credentials import SCHEME, Principal, WampCra, normalize_pubkey
 from router.core.history import HistoryRule
 from router.core.payload import MAPPINGS
 from router.core.qos import POLICIES, QOS_LEVELS
+from router.core.topic import SERVER_OWNED
 from router.core.retention import RetentionPolicy
 from router.eventlog.realm_log import RealmLogSettings
 from router.eventlog.schema import KINDS
@@ -31,7 +32,7 @@ from router.verifier import MAX_PENDING
 from router.limits import LimitSettings
 
 SERIALIZERS = ("json", "msgpack", "cbor")
-LISTENER_TYPES = ("websocket", "rawsocket", "mqtt", "mqtt-websocket", "amqp")
+LISTENER_TYPES = ("websocket", "rawsocket", "mqtt", "mqtt-websocket", "amqp", "metrics")
 MQTT_LISTENERS = ("mqtt", "mqtt-websocket")
 REALM_LISTENERS = MQTT_LISTENERS + ("amqp",)
 AMQP_DEFAULT_PORT = 5672
@@ -66,6 +67,16 @@ class TlsConfig:
 
 
 @dataclass(frozen=True)
+class MetricsAuth:
+    """What a scrape of the metrics listener must show: a bearer token or a user and password
+    (HTTP basic); compared in constant time."""
+
+    bearer_token: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+
+@dataclass(frozen=True)
 class ListenerConfig:
     type: str
     host: str
@@ -81,6 +92,8 @@ class ListenerConfig:
     ``max_connections``, ``max_connections_per_host``)."""
     flow: FlowLimits = field(default_factory=FlowLimits)
     """What may be written to a client that does not read, and for how long."""
+    auth: MetricsAuth | None = None
+    """A metrics listener's required credentials (None: open, for a loopback listener)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +157,8 @@ class NodeConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     engine: EngineConfig = field(default_factory=lambda: EngineConfig())
+    sys_interval: float = 10.0
+    """Seconds between ``$SYS`` / ``wamp.router.on_stats`` publications (0: none)."""
 
 
 @dataclass(frozen=True)
@@ -265,10 +280,49 @@ def _tls(reader: _Reader, base: Path) -> TlsConfig:
     return TlsConfig(paths["cert"], paths["key"], paths["ca"], mode)
 
 
+def _metrics_auth(reader: _Reader) -> MetricsAuth:
+    reader.reject_unknown({"bearer_token", "basic"})
+    token = reader.get("bearer_token", (str, type(None)), None)
+    basic_data = reader.get("basic", (dict, type(None)), None)
+    if (token is None) == (basic_data is None):
+        raise reader.fail("bearer_token", "give exactly one of 'bearer_token' and 'basic'")
+    if token is not None:
+        if not token:
+            raise reader.fail("bearer_token", "must not be empty")
+        return MetricsAuth(bearer_token=token)
+    basic = reader.child("basic", basic_data)
+    basic.reject_unknown({"username", "password"})
+    username, password = basic.get("username", str), basic.get("password", str)
+    if not username or ":" in username:
+        raise basic.fail("username", "must be a non-empty name without ':'")
+    if not password:
+        raise basic.fail("password", "must not be empty")
+    return MetricsAuth(username=username, password=password)
+
+
+def _metrics_listener(reader: _Reader, base: Path) -> ListenerConfig:
+    """A ``metrics`` listener: HTTP(S) serving the Prometheus text format at ``path``."""
+    reader.reject_unknown({"type", "host", "port", "path", "tls", "auth"})
+    host = reader.get("host", str, "127.0.0.1")
+    port = reader.get("port", int)
+    if not 0 <= port <= 65535:
+        raise reader.fail("port", f"must be between 0 and 65535, got {port}")
+    path = reader.get("path", str, "/metrics")
+    if not path.startswith("/"):
+        raise reader.fail("path", f"must start with '/', got '{path}'")
+    tls_data = reader.get("tls", (dict, type(None)), None)
+    tls = _tls(reader.child("tls", tls_data), base) if tls_data is not None else None
+    auth_data = reader.get("auth", (dict, type(None)), None)
+    auth = _metrics_auth(reader.child("auth", auth_data)) if auth_data is not None else None
+    return ListenerConfig("metrics", host, port, path, tls=tls, auth=auth)
+
+
 def _listener(reader: _Reader, realm_names: list[str], base: Path) -> ListenerConfig:
     kind = reader.get("type", str)
     if kind not in LISTENER_TYPES:
         raise reader.fail("type", f"must be one of {', '.join(LISTENER_TYPES)}, got '{kind}'")
+    if kind == "metrics":
+        return _metrics_listener(reader, base)
     if kind in REALM_LISTENERS:
         reader.reject_unknown({"type", "host", "port", "path", "max_message_size", "realm",
                                "tls"} | LIMIT_KEYS | FLOW_KEYS)
@@ -386,7 +440,12 @@ def _pattern(reader: _Reader, check: str) -> tuple[Topic, str]:
     match = reader.get("match", str, "exact")
     if match not in MATCH_POLICIES:
         raise reader.fail("match", f"must be one of {', '.join(MATCH_POLICIES)}, got '{match}'")
-    if not is_valid_uri(uri, check, match):
+    head, _, rest = uri.partition(".")
+    if head == SERVER_OWNED:  # the router's $SYS levels: any further levels, as MQTT names
+        check, uri_rest = "loose", rest
+    else:
+        uri_rest = uri
+    if not is_valid_uri(uri_rest, check, match):
         raise reader.fail("uri", f"'{uri}' is not a valid {check} URI for match '{match}'")
     return from_uri(uri), match
 
@@ -577,7 +636,8 @@ def load_config(path: Path | str) -> NodeConfig:
     base = path.resolve().parent
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout",
-                           "eventlog", "login_backoff", "store", "memory", "engine"})
+                           "eventlog", "login_backoff", "store", "memory", "engine",
+                           "sys_interval"})
     data_dir = base / reader.get("data_dir", str, "data")
     realms_dir = base / reader.get("realms_dir", str, "realms")
     names = reader.get("realms", list)
@@ -622,8 +682,11 @@ def load_config(path: Path | str) -> NodeConfig:
     if trim_interval < 0:
         raise memory_reader.fail("trim_interval", f"must not be negative, got {trim_interval}")
     engine = _engine(reader.child("engine", reader.get("engine", dict, {"type": "embedded"})))
+    sys_interval = reader.get("sys_interval", (int, float), NodeConfig.sys_interval)
+    if sys_interval < 0:
+        raise reader.fail("sys_interval", f"must not be negative, got {sys_interval}")
     return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
-                      store, MemoryConfig(float(trim_interval)), engine)
+                      store, MemoryConfig(float(trim_interval)), engine, float(sys_interval))
 
 
 NODE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")

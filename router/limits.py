@@ -13,7 +13,7 @@ AMQP: OPEN after SASL, or the SASL refusal); each frontend says when it is done.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from autobahn.websocket.types import ConnectionDeny
 from twisted.internet.protocol import connectionDone
@@ -41,6 +41,10 @@ class ConnectionLimits:
         self.protocol = protocol
         self.realm = realm or ""
         self.open = 0
+        self.opened = 0
+        """Connections admitted since start (for metrics, like ``bytes_in``/``bytes_out``)."""
+        self.bytes_in = 0
+        self.bytes_out = 0
         self._per_host: dict[str, int] = {}
 
     def admit(self, host: str, close: Callable[[], None]) -> "Gate":
@@ -53,10 +57,30 @@ class ConnectionLimits:
         else:
             refused = None
             self.open += 1
+            self.opened += 1
             self._per_host[host] = self._per_host.get(host, 0) + 1
         if refused is not None:
             self.count(f"{host}: {refused}")
         return Gate(self, host, close, refused)
+
+    def count_bytes(self, protocol: Any) -> None:
+        """Add what ``protocol``'s connection reads and writes to this listener's byte
+        totals: its transport's ``write`` and its ``dataReceived`` are wrapped in place, so
+        every frontend's read and write path is counted without a hook of its own."""
+        transport = protocol.transport
+        write = transport.write
+        receive = protocol.dataReceived
+
+        def counted_write(data: bytes) -> None:
+            self.bytes_out += len(data)
+            write(data)
+
+        def counted_receive(data: bytes) -> None:
+            self.bytes_in += len(data)
+            receive(data)
+
+        transport.write = counted_write
+        protocol.dataReceived = counted_receive
 
     def count(self, detail: str) -> None:
         """One refused or timed-out connection of this listener."""
@@ -140,8 +164,10 @@ class GatedProtocol:
         super().connectionMade()  # type: ignore[misc]
         transport = self.transport  # type: ignore[attr-defined]
         transport.bufferSize = READ_CHUNK
-        self.gate = self.factory.limits.admit(  # type: ignore[attr-defined]
-            getattr(transport.getPeer(), "host", "unknown"), transport.abortConnection)
+        limits = self.factory.limits  # type: ignore[attr-defined]
+        self.gate = limits.admit(getattr(transport.getPeer(), "host", "unknown"),
+                                 transport.abortConnection)
+        limits.count_bytes(self)
 
     def connectionLost(self, reason=connectionDone) -> None:
         self.release()

@@ -21,18 +21,21 @@ from router.core.meta import (install_event_history, install_retention_admin,
 from router.core.realm import Realm
 from router.core.router import Router
 from router.core.testament import Testaments
-from router.core.topic import Topic
+from router.core.topic import SERVER_OWNED, Topic
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
 from router.flow import ConnectionFlow, IntakeGate
 from router.limits import ConnectionLimits
 from router.memory import MemoryReclaimer
+from router.metrics.collector import registry_for, watch_retention
+from router.metrics.http import metrics_site
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
 from router.store.embedded import EmbeddedEngine, live_entries
 from router.store.redis_engine import RedisEngine
 from router.store.sqlite import SqliteStore
+from router.sysinfo import SysFigures
 from router.tls import server_options
 from router.verifier import SecretVerifier
 from router.wamp.codec import make_serializers
@@ -74,7 +77,7 @@ def build_router(config: NodeConfig, reactor, engine: Engine,
         if activity is not None and realm_engine.retention is not None:
             realm_engine.retention.listeners.append(
                 lambda topic, entries, action, publication, activity=activity:
-                activity.retained(topic, action, publication))
+                topic[0] == SERVER_OWNED or activity.retained(topic, action, publication))
         realm = Realm(realm_config.name, Authorizer(roles), reactor,
                       uri_check=realm_config.uri_check,
                       anonymous_role=realm_config.anonymous_role,
@@ -129,8 +132,21 @@ class Node:
         self.store.incidents = self.router.incidents
         self.store.on_retained_lost = self._retained_lost
         self.eventlog.incidents = self.router.incidents
+        for realm in self.router.realms.values():
+            if realm.retention is not None:
+                watch_retention(realm.retention, realm.stats)
+        self.listener_limits: list[ConnectionLimits] = []
+        """Every client listener's limits, with its connection and byte counts."""
+        self.metrics = registry_for(self)
+        """This node's metrics (not prometheus_client's process-global registry)."""
         self.mqtt = self._mqtt_frontends()
         self.amqp = self._amqp_frontends()
+        self.sys = SysFigures(self)
+        """``$SYS`` topics and ``wamp.router.stats``, published every ``sys_interval``."""
+        for realm in self.router.realms.values():
+            self.sys.install(realm)
+        self._sys_loop = task.LoopingCall(self.sys.publish)
+        self._sys_loop.clock = reactor
         self._expiry = task.LoopingCall(self._expire_retained)
         self._expiry.clock = reactor
         self._log_flush = task.LoopingCall(self._flush_eventlog)
@@ -147,6 +163,8 @@ class Node:
         self._log_flush.start(self.config.eventlog.flush_interval, now=False)
         self._incident_flush.start(self.router.incidents.interval, now=False)
         self.reclaimer.start()
+        if self.config.sys_interval > 0:
+            self._sys_loop.start(self.config.sys_interval, now=True)
         for listener in self.config.listeners:
             self.ports.append((listener, self._listen(listener)))
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
@@ -158,7 +176,9 @@ class Node:
             address = port.getHost()
             secure = listener.tls is not None
             hostport = f"{address.host}:{address.port}"
-            if listener.type == "websocket":
+            if listener.type == "metrics":
+                urls.append(f"{'https' if secure else 'http'}://{hostport}{listener.path}")
+            elif listener.type == "websocket":
                 urls.append(f"{'wss' if secure else 'ws'}://{hostport}{listener.path}")
             elif listener.type == "rawsocket":
                 urls.append(f"rawsocket{'+tls' if secure else ''}://{hostport}")
@@ -211,9 +231,12 @@ class Node:
                                       interface=listener.host)
 
     def _factory(self, listener: ListenerConfig):
+        if listener.type == "metrics":
+            return metrics_site(self.metrics, listener.path, listener.auth)
         factory = self._protocol_factory(listener)
         factory.limits = ConnectionLimits(self.reactor, self.router.incidents, listener.limits,
                                           INCIDENT_PROTOCOL[listener.type], listener.realm)
+        self.listener_limits.append(factory.limits)
         return factory
 
     def _protocol_factory(self, listener: ListenerConfig):
@@ -252,7 +275,7 @@ class Node:
         deadline = self.reactor.seconds() + self.config.shutdown_timeout
         while self.router.connections and self.reactor.seconds() < deadline:
             yield task.deferLater(self.reactor, 0.05, lambda: None)
-        for loop in (self._expiry, self._log_flush, self._incident_flush):
+        for loop in (self._expiry, self._log_flush, self._incident_flush, self._sys_loop):
             if loop.running:
                 loop.stop()
         self.reclaimer.cancel()

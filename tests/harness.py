@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMES = {"ws": "websocket", "wss": "websocket", "rawsocket": "rawsocket",
            "rawsocket+tls": "rawsocket", "mqtt": "mqtt", "mqtts": "mqtt",
            "mqtt+ws": "mqtt-websocket", "mqtt+wss": "mqtt-websocket", "amqp": "amqp",
-           "amqps": "amqp"}
+           "amqps": "amqp", "http": "metrics", "https": "metrics"}
 """URL scheme in the router's ``ready:`` line -> listener type."""
 
 OPEN_ROLE = [
@@ -41,8 +41,10 @@ class RouterProcess:
     """The router under test, started with ``python -m router run`` like a user would."""
 
     def __init__(self, workdir: Path, realms: list[dict], listeners: list[dict] | None = None,
-                 extra_config: dict | None = None) -> None:
+                 extra_config: dict | None = None, run_args: list[str] | None = None) -> None:
         self.workdir = workdir
+        self.run_args = run_args or []
+        """More arguments of ``python -m router run`` (e.g. ``--log-format json``)."""
         self.realms = realms
         self.listeners = listeners or [
             {"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws"},
@@ -76,7 +78,8 @@ class RouterProcess:
     def start(self, timeout: float = 20.0) -> "RouterProcess":
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "router", "run", "--config", str(self.config_path)],
+            [sys.executable, "-m", "router", "run", "--config", str(self.config_path),
+             *self.run_args],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self._lines = queue.Queue()
         threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()

@@ -193,6 +193,7 @@ class AmqpSubscriber:
         self.connection = None
         returned = list(self.in_flight.values())
         self.in_flight.clear()
+        self.frontend.realm.stats.redelivered["amqp"] += len(returned)
         for item in returned:
             item.delivery_count += 1
             if self.durable:

@@ -10,12 +10,15 @@ subscription and serializer and send the same bytes to all its receivers.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timezone
+from time import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from router.core.ids import router_scope_ids
 from router.core.model import Publication
 from router.core.peer import Peer
+from router.core.stats import RealmStats
 from router.core.topic import Topic, is_reserved, pattern_text
 from router.core.trie import TopicTrie
 from router.core.uri import EXACT, MQTT, PREFIX
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
 class Subscription:
     """One (topic pattern, match) pair and the sessions subscribed to it."""
 
-    __slots__ = ("id", "topic", "match", "created", "subscribers", "is_meta")
+    __slots__ = ("id", "topic", "match", "created", "subscribers", "is_meta", "protocols")
 
     def __init__(self, subscription_id: int, topic: Topic, match: str) -> None:
         self.id = subscription_id
@@ -37,6 +40,9 @@ class Subscription:
         self.created = datetime.now(timezone.utc).isoformat()
         self.subscribers: dict[int, Peer] = {}
         self.is_meta = is_reserved(topic)
+        self.protocols: Counter[str] = Counter()
+        """Subscribers per protocol name: a dispatch counts its deliveries per subscription
+        from this, not per receiver (see :meth:`Broker.dispatch`)."""
 
     @property
     def uri(self) -> str:
@@ -124,10 +130,12 @@ class Broker:
 
     def __init__(self, shared: "SharedGroups", meta_publish: MetaPublisher | None = None,
                  delivery_failed: DeliveryFailure | None = None,
-                 interest: "Interest | None" = None) -> None:
+                 interest: "Interest | None" = None,
+                 stats: RealmStats | None = None) -> None:
         """``interest``: told when a subscription or shared group on a client pattern is
         created or deleted (the engine tells other nodes what to send here)."""
         self.index = SubscriptionIndex()
+        self.stats = stats if stats is not None else RealmStats()
         self.shared = shared
         """Shared groups (see :mod:`router.core.shared`): one member per publication."""
         self._ids = router_scope_ids()
@@ -156,6 +164,8 @@ class Broker:
         session_id = peer.info.session_id
         already = session_id in subscription.subscribers
         subscription.subscribers[session_id] = peer
+        if not already:
+            subscription.protocols[peer.info.protocol] += 1
         self._by_session.setdefault(session_id, set()).add(subscription)
         if not already and not subscription.is_meta:
             if created:
@@ -179,7 +189,8 @@ class Broker:
             self._drop(session_id, subscription)
 
     def _drop(self, session_id: int, subscription: Subscription) -> None:
-        del subscription.subscribers[session_id]
+        peer = subscription.subscribers.pop(session_id)
+        subscription.protocols[peer.info.protocol] -= 1
         if not subscription.is_meta:
             self._meta("wamp.subscription.on_unsubscribe", [session_id, subscription.id])
         if not subscription.subscribers:
@@ -202,19 +213,28 @@ class Broker:
         publisher_id = (publication.publisher.session_id
                         if publication.exclude_me and publication.publisher is not None else None)
         eligibility = publication.eligibility
+        stats = self.stats
+        counts = stats.delivered[publication.qos]
         for subscription in self.index.matching(publication.topic):
             if meta_only and not subscription.is_meta:
                 continue
+            # counted per subscription, then each receiver skipped is taken back: no
+            # per-delivery work for the metrics on the common path
+            for protocol, n in subscription.protocols.items():
+                counts[protocol] += n
             for session_id, peer in list(subscription.subscribers.items()):
-                if session_id == publisher_id:
-                    continue
-                if eligibility is not None and not eligibility.admits(peer.info):
+                if session_id == publisher_id or (eligibility is not None
+                                                  and not eligibility.admits(peer.info)):
+                    counts[peer.info.protocol] -= 1
                     continue
                 try:
                     peer.send_event(subscription, publication)
                 except Exception as exc:  # this receiver alone misses it
+                    counts[peer.info.protocol] -= 1
                     self.delivery_failed(peer, publication, exc)
                     continue
+                if not delivered:
+                    stats.delivery_latency.observe(time() - publication.timestamp)
                 delivered += 1
         if self.shared.by_id:  # one dict check for publications when no group exists
             delivered += self.shared.dispatch(publication, meta_only, self.delivery_failed)
@@ -241,6 +261,7 @@ class Broker:
         except Exception as exc:
             self.delivery_failed(peer, publication, exc)
             return False
+        self.stats.delivered[publication.qos][peer.info.protocol] += 1
         return True
 
     def delivery_failed(self, peer: Peer, publication: Publication, exc: Exception) -> None:

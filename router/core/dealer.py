@@ -19,6 +19,7 @@ from router.core.errors import RouterError, Unencodable
 from router.core.ids import router_scope_ids
 from router.core.model import SessionInfo
 from router.core.peer import Peer
+from router.core.stats import RealmStats
 from router.core.topic import from_uri
 from router.core.trie import TopicTrie
 from router.core.uri import EXACT, PREFIX, is_reserved
@@ -86,8 +87,9 @@ class Invocation:
 class Dealer:
     """Registrations and in-flight calls for one realm."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Scheduler, stats: RealmStats | None = None) -> None:
         self._scheduler = scheduler
+        self.stats = stats if stats is not None else RealmStats()
         self._ids = router_scope_ids()
         self.exact: dict[str, Registration] = {}
         self.prefix: dict[str, Registration] = {}
@@ -165,12 +167,14 @@ class Dealer:
              kwargs: dict | None, receive_progress: bool = False, timeout_ms: int = 0,
              disclose_caller: bool = False) -> None:
         """Route a call; the outcome reaches ``caller`` through its Peer callbacks."""
+        self.stats.calls += 1
         builtin = self.procedures.get(procedure)
         if builtin is not None:
             self._call_builtin(caller, call_request, builtin, args, kwargs)
             return
         registration = None if is_reserved(procedure) else self.lookup(procedure)
         if registration is None:
+            self.stats.call_errors += 1
             raise RouterError(errors.NO_SUCH_PROCEDURE, f"no callee registered for '{procedure}'")
         callee = registration.pick()
         callee_id = callee.info.session_id
@@ -229,6 +233,7 @@ class Dealer:
         invocation = self._by_invocation.get((callee.info.session_id, request_id))
         if invocation is None:
             return
+        self.stats.call_errors += 1
         self._finish(invocation)
         if invocation.cancel_mode == "kill":
             invocation.caller.send_call_error(invocation.call_request, errors.CANCELED, args, kwargs)
@@ -244,6 +249,7 @@ class Dealer:
         if mode != "skip" and not invocation.callee.supports("callee", "call_canceling"):
             mode = "skip"
         invocation.cancel_mode = mode
+        self.stats.call_cancels += 1
         if mode != "skip":
             invocation.callee.send_interrupt(invocation, mode, errors.CANCELED)
         if mode != "kill":
@@ -252,6 +258,7 @@ class Dealer:
 
     def _timed_out(self, invocation: Invocation) -> None:
         invocation.timeout_call = None
+        self.stats.call_timeouts += 1
         if invocation.callee.supports("callee", "call_canceling"):
             invocation.callee.send_interrupt(invocation, "killnowait", errors.TIMEOUT)
         invocation.cancel_mode = "timeout"

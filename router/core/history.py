@@ -54,6 +54,10 @@ class EventHistory:
     def __bool__(self) -> bool:
         return bool(self._logs)
 
+    def size(self) -> int:
+        """Events kept over all rules (an event two rules keep counts twice)."""
+        return sum(len(log) for _, log in self._logs)
+
     def record(self, publication: Publication) -> None:
         if publication.eligibility is not None and publication.eligibility.names_sessions:
             return

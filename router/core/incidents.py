@@ -94,11 +94,13 @@ class Incidents:
         self._last_logged[key] = now
         earlier = self._unlogged.pop(key, 0)
         self._example.pop(key, None)
+        context = {"realm": realm, "protocol": protocol}
         log.log(level, "realm %s, %s: %s%s%s", realm or "-", protocol, reason,
-                f" x{n}" if n > 1 else "", f": {detail}" if detail else "", exc_info=exc_info)
+                f" x{n}" if n > 1 else "", f": {detail}" if detail else "", exc_info=exc_info,
+                extra=context)
         if earlier:
             log.log(level, "realm %s, %s: %s x%d more in the last %gs", realm or "-", protocol,
-                    reason, earlier, self.interval)
+                    reason, earlier, self.interval, extra=context)
 
     def flush(self) -> None:
         """Log the counts held back since each cause's last line (run every ``interval``)."""
@@ -111,7 +113,8 @@ class Incidents:
             del self._unlogged[key]
             self._last_logged[key] = now
             log.warning("realm %s, %s: %s x%d in the last %gs%s", realm or "-", protocol,
-                        reason, n, self.interval, f" (latest: {example})" if example else "")
+                        reason, n, self.interval, f" (latest: {example})" if example else "",
+                        extra={"realm": realm, "protocol": protocol})
 
     def total(self, reason: str, protocol: str | None = None, realm: str | None = None) -> int:
         """All incidents of ``reason`` so far, optionally of one protocol or realm."""

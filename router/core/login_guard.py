@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from typing import Callable
 
 from router.core.incidents import LOGIN_FAILED, Incidents
@@ -46,6 +46,10 @@ class LoginGuard:
         self.max_delay = max_delay
         self.incidents = incidents if incidents is not None else Incidents()
         self._failures: dict[str, deque[float]] = {}
+        self.failures: Counter[str] = Counter()
+        """protocol -> failed logins since start (for metrics)."""
+        self.holds: Counter[str] = Counter()
+        """protocol -> refusals held back by the back-off since start."""
 
     def failed(self, protocol: str, peer: str | None, authid: str | None, method: str,
                reason: str) -> float:
@@ -61,10 +65,14 @@ class LoginGuard:
                 del self._failures[key]
         count = len(times)
         delay = min(2.0 ** (count - self.free), self.max_delay) if count > self.free else 0.0
+        self.failures[protocol.lower()] += 1
+        if delay:
+            self.holds[protocol.lower()] += 1
         if count <= self.free:
             log.warning("%s login failed from %s: authid %r, method %s: %s "
                         "(%d failure(s) in %ds)", protocol, peer or "unknown", authid, method,
-                        reason, count, int(self.window))
+                        reason, count, int(self.window),
+                        extra={"protocol": protocol.lower(), "peer": peer or "unknown"})
         else:  # a host that keeps failing: counted, and logged once per interval, not per try
             self.incidents.count("", protocol.lower(), LOGIN_FAILED,
                                  f"from {peer or 'unknown'}: authid {authid!r}, method "

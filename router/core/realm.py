@@ -25,11 +25,10 @@ from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer
 from router.core.shared import SharedGroup, SharedGroups
-from router.core.topic import Topic, display, from_uri, is_reserved
+from router.core.stats import RealmStats
+from router.core.topic import SERVER_OWNED, Topic, display, from_uri, is_reserved
 from router.core.uri import EXACT, is_valid_uri
 
-SERVER_OWNED = "$SYS"
-"""First level of the topics only the router publishes on (MQTT's convention)."""
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +63,19 @@ class Realm:
         self.incidents = Incidents()
         """Replaced by the router's own when the realm is added to a router."""
         self.sessions: dict[int, Peer] = {}
+        self.stats = RealmStats()
+        """Traffic counters for metrics and ``$SYS`` (plain increments, read at scrape)."""
         self.broker = Broker(SharedGroups(), meta_publish=self.publish_meta,
-                             delivery_failed=self._delivery_failed, interest=engine.interest)
-        self.dealer = Dealer(scheduler)
+                             delivery_failed=self._delivery_failed, interest=engine.interest,
+                             stats=self.stats)
+        self.dealer = Dealer(scheduler, self.stats)
         self._leave_hooks: list[Callable[[Peer], None]] = []
 
     # sessions -------------------------------------------------------------
 
     def attach(self, peer: Peer) -> None:
         self.sessions[peer.info.session_id] = peer
+        self.stats.sessions_opened[peer.info.protocol] += 1
         if self.activity is not None:
             self.activity.joined(peer.info)
         self.publish_meta("wamp.session.on_join", [peer.info.details()])
@@ -139,6 +142,7 @@ class Realm:
         is stored, at once when there is nothing to store: acknowledge then.
         """
         self.check_publish(info, topic)
+        self.stats.received[options.qos][info.protocol] += 1
         disclose = options.disclose_me or self.authorizer.discloses(info.authrole, "publish", topic)
         publication = Publication(random_id(), topic, args, kwargs, info, disclose,
                                   options.eligibility, options.exclude_me, options.retain,
@@ -216,6 +220,16 @@ class Realm:
         publication = Publication(random_id(), from_uri(topic), args, None, None)
         publication.uri_view = topic
         self.broker.dispatch(publication, meta_only=True)
+
+    def publish_retained_figure(self, topic: Topic, payload: bytes) -> None:
+        """Publish a router-originated retained message (``$SYS`` figures): retained like a
+        client's, so a later subscriber gets the last value, and delivered to whoever the
+        realm's rules let subscribe. Never fails for lack of a publisher's permission."""
+        publication = Publication(random_id(), topic, None, None, None, retain=True,
+                                  payload=payload)
+        if self.retention is not None and not self.retention.declines(topic):
+            self._retain(publication)
+        self.broker.dispatch(publication)
 
     def subscribe(self, peer: Peer, topic: Topic, options: SubscribeOptions) -> Subscription:
         """Subscribe ``peer`` to a pattern its frontend validated and converted to levels."""

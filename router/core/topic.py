@@ -27,6 +27,10 @@ from router.core.uri import EXACT, MQTT, PREFIX, is_valid_uri
 
 Topic = tuple[str, ...]
 
+SERVER_OWNED = "$SYS"
+"""First level of the topics only the router publishes on (MQTT's convention); the
+figures there are this node's own, so no engine stores or shares them."""
+
 ONE, REST = "+", "#"
 """The MQTT wildcards of an ``mqtt`` pattern's levels."""
 

@@ -83,6 +83,11 @@ class EventLogWriter:
             return
         self._buffer.append((realm, record))
 
+    @property
+    def backlog(self) -> int:
+        """Records appended but not yet written: how far the writer thread is behind."""
+        return len(self._buffer) + self._handed - self._written
+
     def flush(self) -> None:
         """Hand everything buffered to the writer thread."""
         if self._buffer:

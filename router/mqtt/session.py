@@ -332,6 +332,7 @@ class MqttSession:
             return
         for entry in list(self._by_packet_id.values()):
             if entry.state == SENT:
+                self.frontend.realm.stats.redelivered["mqtt"] += 1
                 connection.send_publish(entry.message, entry.packet_id, True)
             else:
                 connection.send_pubrel(entry.packet_id)

@@ -14,6 +14,7 @@ from router.core.engine import RealmEngine
 from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import Incidents
 from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
+from router.core.topic import SERVER_OWNED
 from router.store.codec import decode_retained, encode_retained
 from router.store.sqlite import SqliteStore
 
@@ -36,8 +37,10 @@ class EmbeddedEngine:
         restored = restore_retained(retention, store, name)
         if restored:
             log.info("realm %s: restored %d retained topic(s)", name, restored)
+        # the router's own $SYS figures are republished at start: never stored
         retention.listeners.append(
-            lambda topic, entries, action, publication: store.save_retained(name, topic, entries))
+            lambda topic, entries, action, publication:
+            topic[0] == SERVER_OWNED or store.save_retained(name, topic, entries))
         return RealmEngine(retention, store, EventHistory(history))
 
     def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:

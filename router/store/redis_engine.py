@@ -36,7 +36,7 @@ from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import ENGINE_UNAVAILABLE, Incidents
 from router.core.model import Eligibility, Publication, SessionInfo
 from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
-from router.core.topic import Topic
+from router.core.topic import SERVER_OWNED, Topic
 from router.store.codec import decode_retained, encode_retained, pack_topic, unpack_topic
 from router.store.embedded import live_entries
 from router.store.resp import BlockingRedis, RespFactory, RespProtocol, command
@@ -210,8 +210,8 @@ class RedisRealm:
                           publication: Publication | None) -> None:
         """Write a local change to Redis and announce it (the announcement comes back here
         too, so every node applies changes in Redis's order)."""
-        if action == "expire":
-            return  # each node expires its own copy; the sweep clears Redis
+        if action == "expire" or topic[0] == SERVER_OWNED:
+            return  # each node expires its own copy (the sweep clears Redis), has its own $SYS
         engine = self.engine
         key = topic_key(topic).encode()
         keys = self.keys

@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import time
 from pathlib import Path
 from typing import Callable, NamedTuple
 
 from router.background import BatchWorker
 from router.core.incidents import STORE_FAILED, Incidents
 from router.core.retention import RetainedEvent
+from router.core.stats import LATENCY_BOUNDS, Histogram
 from router.core.topic import Topic, from_uri
 from router.store.codec import pack_topic, unpack_topic
 
@@ -88,6 +90,10 @@ class SqliteStore:
         self._call_in_loop = call_in_loop
         self._connection = _connect(path, max_bytes)
         self.incidents = Incidents()
+        self.commit_seconds = Histogram(LATENCY_BOUNDS)
+        """How long each batch's commit took (written by the writer thread only)."""
+        self.batch_writes = Histogram(BATCH_BOUNDS)
+        """Writes (retained topics and statements) per committed batch."""
         """Failed commits are counted here (the node hands in the router's)."""
         self.on_retained_lost: RetainedLost | None = None
         self._retained_writes: dict[tuple[str, Topic], int] = {}
@@ -168,7 +174,12 @@ class SqliteStore:
                 writes[(item.realm, item.topic)] = item
             else:
                 callbacks.append(item)
-        error = self._write(writes, statements) if writes or statements else None
+        error = None
+        if writes or statements:
+            started = time.monotonic()
+            error = self._write(writes, statements)
+            self.commit_seconds.observe(time.monotonic() - started)
+            self.batch_writes.observe(len(writes) + len(statements))
         lost = self._committed(writes) if error is not None else []
         self._call_in_loop(self._batch_done, len(batch) - len(callbacks), callbacks, error,
                            list(writes.values()), lost)
@@ -239,6 +250,10 @@ class SqliteStore:
         except sqlite3.Error:
             log.exception("reading back retained topics after a failed write")
         return lost
+
+
+BATCH_BOUNDS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+"""Writes per batch: one publisher gives batches of 1, a burst of thousands."""
 
 
 class _RetainedWrite(NamedTuple):

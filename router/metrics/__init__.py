@@ -1,0 +1,1 @@
+"""Prometheus metrics, ``$SYS`` topics and router stats (see docs/metrics.md)."""

@@ -1,0 +1,126 @@
+"""``python -m router status``: a terminal summary of a running router, from its metrics listener.
+
+Two scrapes ``--interval`` seconds apart give the rates; everything else is the second
+scrape's values. The listener is found in the configuration (its token or basic credentials
+too), or named with ``--url``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from router.config import ListenerConfig, NodeConfig
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def metrics_url(listener: ListenerConfig) -> str:
+    """Where a metrics listener answers (a wildcard bind is reached on loopback)."""
+    host = "127.0.0.1" if listener.host in ("", "0.0.0.0", "::") else listener.host
+    scheme = "https" if listener.tls is not None else "http"
+    return f"{scheme}://{host}:{listener.port}{listener.path}"
+
+
+def auth_header(listener: ListenerConfig | None) -> dict[str, str]:
+    if listener is None or listener.auth is None:
+        return {}
+    auth = listener.auth
+    if auth.bearer_token is not None:
+        return {"Authorization": f"Bearer {auth.bearer_token}"}
+    pair = base64.b64encode(f"{auth.username}:{auth.password}".encode()).decode()
+    return {"Authorization": f"Basic {pair}"}
+
+
+def scrape(url: str, headers: dict[str, str], timeout: float = 5.0) -> Samples:
+    """Every sample of one scrape, keyed by (name, sorted labels)."""
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def _by(samples: Samples, name: str, *keys: str) -> dict[tuple[str, ...], float]:
+    """Sum of ``name``'s samples grouped by the values of labels ``keys``."""
+    sums: dict[tuple[str, ...], float] = defaultdict(float)
+    for (sample, labels), value in samples.items():
+        if sample == name:
+            as_dict = dict(labels)
+            sums[tuple(as_dict.get(key, "") for key in keys)] += value
+    return sums
+
+
+def _per_protocol(values: dict[tuple[str, ...], float], realm: str) -> str:
+    return ", ".join(f"{protocol} {values.get((realm, protocol), 0):g}"
+                     for protocol in ("wamp", "mqtt", "amqp"))
+
+
+def summary(before: Samples, after: Samples, seconds: float, url: str,
+            listeners: list[str]) -> str:
+    """The status text for two scrapes ``seconds`` apart."""
+    lines = [f"router at {url}: up {int(_by(after, 'router_uptime_seconds')[()])} s"]
+    if listeners:
+        lines.append("listeners: " + ", ".join(listeners))
+    connections = _by(after, "router_connections", "protocol")
+    lines.append("connections: " + ", ".join(f"{protocol} {connections.get((protocol,), 0):g}"
+                                             for protocol in ("wamp", "mqtt", "amqp")))
+    sessions = _by(after, "router_sessions", "realm", "protocol")
+    received = [_by(s, "router_messages_received_total", "realm") for s in (before, after)]
+    delivered = [_by(s, "router_messages_delivered_total", "realm") for s in (before, after)]
+    queued = _by(after, "router_queued_messages", "realm", "protocol")
+    retained = _by(after, "router_retained_topics", "realm")
+    for (realm,) in sorted(retained):
+        rate_in = (received[1].get((realm,), 0) - received[0].get((realm,), 0)) / seconds
+        rate_out = (delivered[1].get((realm,), 0) - delivered[0].get((realm,), 0)) / seconds
+        lines.append(f"realm {realm}:")
+        lines.append(f"  sessions: {_per_protocol(sessions, realm)}")
+        lines.append(f"  messages/s: in {rate_in:.1f}, out {rate_out:.1f} "
+                     f"(over the last {seconds:g} s)")
+        lines.append(f"  queued: {_per_protocol(queued, realm)}")
+        lines.append(f"  retained topics: {retained[(realm,)]:g}")
+    drops = _by(after, "router_messages_dropped_total", "realm", "protocol", "reason")
+    lines.append("drops since start:" + ("" if any(drops.values()) else " none"))
+    for (realm, protocol, reason), n in sorted(drops.items()):
+        if n:
+            lines.append(f"  {realm or '-'} {protocol} {reason}: {n:g}")
+    return "\n".join(lines)
+
+
+def _listener_names(config: NodeConfig | None) -> list[str]:
+    if config is None:
+        return []
+    return [f"{listener.type} {listener.host}:{listener.port}"
+            + (f" realm {listener.realm}" if listener.realm else "")
+            for listener in config.listeners]
+
+
+def status_command(args: argparse.Namespace, config: NodeConfig | None) -> int:
+    """Print the summary; 1 (with the reason) when the router cannot be reached."""
+    listener = next((item for item in config.listeners if item.type == "metrics"),
+                    None) if config is not None else None
+    if args.url is None and listener is None:
+        print(f"{args.config}: no metrics listener (add one, see docs/configuration.md), "
+              "or name it with --url")
+        return 2
+    url = args.url or metrics_url(listener)  # type: ignore[arg-type]
+    headers = auth_header(listener)
+    if args.token:
+        headers = {"Authorization": f"Bearer {args.token}"}
+    try:
+        before = scrape(url, headers)
+        started = time.monotonic()
+        time.sleep(args.interval)  # the rate's interval, not a wait for an event
+        after = scrape(url, headers)
+        seconds = time.monotonic() - started
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"cannot read {url}: {exc}")
+        return 1
+    print(summary(before, after, seconds, url, _listener_names(config)))
+    return 0
