@@ -125,7 +125,8 @@ class Node:
         self.eventlog = EventLogWriter(config.data_dir / "eventlog",
                                        config.eventlog.max_file_bytes,
                                        config.eventlog.max_file_age,
-                                       max_queued_records=config.eventlog.max_queued_records)
+                                       max_queued_records=config.eventlog.max_queued_records,
+                                       node=config.engine.node)
         self.engine = make_engine(config, self.store, reactor)
         self.router = build_router(config, reactor, self.engine, self.eventlog)
         self.engine.start(self.router.realms, self.router.incidents)

@@ -36,7 +36,8 @@ def parser() -> argparse.ArgumentParser:
 
     def spark_options(command: argparse.ArgumentParser, out: bool = True) -> None:
         command.add_argument("--logs", type=existing_folder, required=True,
-                             help="event-log folder holding realm=<name>/date=<day>/part-<n>.jsonl")
+                             help="event-log folder holding realm=<name>/date=<day>/part-<n>.jsonl "
+                                  "(a cluster's: .../date=<day>/node=<name>/part-<n>.jsonl)")
         if out:
             command.add_argument("--out", type=Path, required=True, help="output folder")
         command.add_argument("--master", default="local[*]",

@@ -2,7 +2,8 @@
 
 The writer leaves hundreds of small JSON parts per realm and day (a part every 300 s by
 default); parsing them is most of a report's cost. A closed day (before today, UTC, with no
-part still open) becomes one Parquet folder ``<logs>/_parquet/realm=<r>/date=<d>/``; Spark's
+part still open, on any node) becomes one Parquet folder ``<logs>/_parquet/realm=<r>/date=<d>/``
+holding every node's records of that day (``node`` is kept as a column); Spark's
 file listing skips names starting with ``_``, so the JSON read of ``<logs>`` never sees it.
 The JSON parts stay where they are (the writer's retention removes them); the report reads
 the Parquet for a day once its ``_SUCCESS`` marker exists, and the JSON otherwise.
@@ -16,7 +17,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from router.eventlog.schema import PARTITION_COLUMNS
+from router.eventlog.schema import DAY_COLUMNS
 from spark_analytics.reader import JSON_OPTIONS, compacted_days, compacted_folder, event_ddl
 
 OPEN_PART_GLOB = ".part-*.jsonl"
@@ -29,7 +30,7 @@ def closed_days(logs: Path, realm: str | None, today: date) -> list[tuple[str, s
     for realm_dir in realm_dirs:
         for date_dir in sorted(realm_dir.glob("date=*")):
             day = date_dir.name.removeprefix("date=")
-            if day < today.isoformat() and not any(date_dir.glob(OPEN_PART_GLOB)):
+            if day < today.isoformat() and not any(date_dir.rglob(OPEN_PART_GLOB)):
                 days.append((realm_dir.name.removeprefix("realm="), day))
     return days
 
@@ -45,7 +46,7 @@ def compact_logs(spark: SparkSession, logs: Path, realm: str | None = None,
             continue
         source = logs / f"realm={day_realm}" / f"date={day}"
         records = (spark.read.schema(event_ddl()).options(**JSON_OPTIONS).json(str(source))
-                   .where(F.col("kind").isNotNull()).drop(*PARTITION_COLUMNS))
+                   .where(F.col("kind").isNotNull()).drop(*DAY_COLUMNS))
         # one file per day: a day is a few hundred MiB of JSON at most, far less as Parquet
         (records.coalesce(1).write.mode("overwrite")
          .parquet(str(compacted_folder(logs, day_realm, day))))

@@ -23,7 +23,9 @@ JSON_OPTIONS = {"mode": "PERMISSIVE", "pathGlobFilter": PART_FILE_GLOB}
 
 def event_ddl() -> str:
     """The writer's fields plus the path's partition columns, kept as strings (realm names
-    and ISO dates; inference would turn ``date`` into a date and a numeric realm into an int)."""
+    and ISO dates; inference would turn ``date`` into a date and a numeric realm into an int).
+    ``node`` is a folder only in a cluster's logs; elsewhere (and in compacted days, where it
+    is a column of the Parquet) the same declaration reads it as a data column."""
     partitions = ", ".join(f"`{name}` string" for name in PARTITION_COLUMNS)
     return f"{spark_ddl()}, {partitions}"
 
@@ -55,7 +57,7 @@ def input_files(logs: Path, realm: str | None = None, since: date | None = None)
         for date_dir in sorted(realm_dir.glob("date=*")):
             day = (realm_dir.name.removeprefix("realm="), date_dir.name.removeprefix("date="))
             if (since is None or day[1] >= since.isoformat()) and day not in compacted:
-                files.extend(sorted(date_dir.glob(PART_FILE_GLOB)))
+                files.extend(sorted(date_dir.rglob(PART_FILE_GLOB)))
     return files
 
 

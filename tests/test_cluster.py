@@ -18,6 +18,8 @@ import pytest
 from autobahn.wamp.types import PublishOptions
 
 from router.store.resp import INCOMPLETE, command, parse
+from spark_analytics.reader import read_events
+from spark_analytics.session import Sizing, start_session
 from tests.amqp_clients import Receive, amqp_listeners
 from tests.amqp_clients import connect as amqp_connect
 from tests.amqp_clients import received as amqp_received
@@ -271,3 +273,30 @@ def test_a_node_without_matching_subscribers_is_sent_nothing(cluster):
 
     run(scenario())
     watch.close()
+
+
+def test_every_nodes_event_log_is_read_by_the_report_as_one(cluster, tmp_path):
+    """Two nodes log the same realm and day into their own ``node=`` folders; their trees
+    copied into one (as a collector does) are read by the report's reader without change."""
+    redis, _ = cluster
+    loggers = {name: start_node(tmp_path, redis, name) for name in ("log1", "log2")}
+    name = topic()
+
+    async def publish_on_each():
+        for node_name, node in loggers.items():
+            publisher = await connect(node)
+            await publisher.publish(name, node_name, options=PublishOptions(acknowledge=True))
+            await publisher.close()
+
+    run(publish_on_each())
+    merged = tmp_path / "logs"
+    for node_name, node in loggers.items():
+        node.stop()  # closes the open parts, which Spark would skip while hidden
+        shutil.copytree(node.workdir / "data" / "eventlog", merged, dirs_exist_ok=True)
+    spark = start_session(Sizing(shuffle_partitions=1, quick_jit=True), driver_memory="1g")
+    try:
+        rows = read_events(spark, merged).where(f"kind = 'publish' AND topic = '{name}'")
+        assert sorted((row["node"], row["realm"]) for row in rows.collect()) == [
+            ("log1", "realm1"), ("log2", "realm1")]
+    finally:
+        spark.stop()

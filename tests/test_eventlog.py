@@ -196,3 +196,20 @@ def test_closed_parts_are_visible_and_parts_left_open_by_a_crash_are_recovered(t
     EventLogWriter(tmp_path).close()  # a writer starting after a crash
     assert sorted(p.name for p in folder.iterdir()) == ["part-0.jsonl", "part-1.jsonl"]
     assert [r["kind"] for r in read_records(tmp_path)] == ["publish", "subscribe"]
+
+
+def test_a_cluster_node_writes_under_its_own_node_folder_and_recovers_it(tmp_path):
+    """Two nodes of one cluster write the same realm and day into one tree, never into
+    the same file; a node restarting after a crash recovers its open part there."""
+    for node in ("n1", "n2"):
+        writer = EventLogWriter(tmp_path, node=node)
+        writer.append("r", {"ts": DAY1 + 1, "kind": "publish", "topic": node})
+        writer.close()
+    day = tmp_path / "realm=r" / "date=2026-01-01"
+    assert sorted(str(p.relative_to(day)) for p in day.rglob("*.jsonl")) == [
+        "node=n1/part-0.jsonl", "node=n2/part-0.jsonl"]
+
+    (day / "node=n1" / ".part-1.jsonl").write_text('{"ts": 1767225600, "kind": "subscribe"}\n')
+    EventLogWriter(tmp_path, node="n1").close()  # n1 starting after a crash
+    assert sorted(p.name for p in (day / "node=n1").iterdir()) == ["part-0.jsonl",
+                                                                   "part-1.jsonl"]

@@ -24,7 +24,7 @@ import pytest
 
 from router.eventlog.schema import FIELD_NAMES
 from spark_analytics.compact import compact_logs
-from spark_analytics.reader import input_files
+from spark_analytics.reader import input_files, read_events
 from spark_analytics.report import build_report
 from spark_analytics.session import Sizing, start_session
 from spark_analytics.stream import run_stream
@@ -41,9 +41,13 @@ def at(day: date, hour: int, minute: int, second: float = 0.0) -> float:
     return (moment + timedelta(seconds=second)).timestamp()
 
 
-def write_part(logs: Path, realm: str, day: date, part: int, records: list[dict]) -> None:
-    """One part file as the router writes it, ending in a line torn by a crash."""
+def write_part(logs: Path, realm: str, day: date, part: int, records: list[dict],
+               node: str | None = None) -> None:
+    """One part file as the router writes it (a cluster's node one folder deeper), ending
+    in a line torn by a crash."""
     folder = logs / f"realm={realm}" / f"date={day.isoformat()}"
+    if node is not None:
+        folder = folder / f"node={node}"
     folder.mkdir(parents=True, exist_ok=True)
     lines = []
     for record in records:
@@ -144,15 +148,19 @@ def spark():
     session.stop()
 
 
+def logged_parts() -> dict[tuple[str, date], list[dict]]:
+    """The records of each (realm, day) in the logs every report test reads."""
+    return {("alpha", DAY_1): alpha_day_1(), ("alpha", DAY_2): alpha_day_2(),
+            ("beta", DAY_1): beta(DAY_1, 30) + topic_acks(DAY_1, "chat.room", [3.0, 5.0, 7.0]),
+            ("beta", DAY_2): beta(DAY_2, 5)}
+
+
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory) -> tuple[Path, list[dict]]:
     """Two realms over two days; returns the folder and every (untorn) record written."""
     logs = tmp_path_factory.mktemp("eventlog")
-    parts = {("alpha", DAY_1): alpha_day_1(), ("alpha", DAY_2): alpha_day_2(),
-             ("beta", DAY_1): beta(DAY_1, 30) + topic_acks(DAY_1, "chat.room", [3.0, 5.0, 7.0]),
-             ("beta", DAY_2): beta(DAY_2, 5)}
     records = []
-    for (realm, day), part_records in parts.items():
+    for (realm, day), part_records in logged_parts().items():
         write_part(logs, realm, day, 0, part_records)
         records.extend(dict(record, realm=realm, date=day.isoformat()) for record in part_records)
     return logs, records
@@ -377,10 +385,30 @@ def test_compacted_days_give_the_same_tables(spark, logged, report, tmp_path):
     assert compact_logs(spark, logs, today=DAY_2 + timedelta(days=1)) == []
     assert all(path.suffix in (".parquet", ".jsonl") for path in input_files(logs))
     assert len([path for path in input_files(logs) if path.suffix == ".parquet"]) == 3
-    out = tmp_path / "report"
+    assert_same_tables(spark, logs, report, tmp_path / "report")
+
+
+def assert_same_tables(spark, logs: Path, report: Path, out: Path) -> None:
+    """A report over ``logs`` holds the same rows in every table as ``report``."""
     build_report(spark, logs, out)
 
     def rows(folder: Path, table: str) -> list[tuple]:
         return sorted(tuple(sorted(row.items())) for row in read_table(folder / "tables" / table))
     for table in sorted(path.name for path in (report / "tables").iterdir()):
         assert rows(out, table) == rows(report, table), table
+
+
+def test_a_clusters_node_folders_are_read_and_compacted_as_one_log(spark, report, tmp_path):
+    """The same records split between two nodes' folders (a cluster's layout) give the same
+    report as one node's, and ``compact`` merges both nodes' parts of a day, keeping ``node``."""
+    logs = tmp_path / "logs"
+    for (realm, day), records in logged_parts().items():
+        for number, node in enumerate(("n1", "n2")):
+            write_part(logs, realm, day, 0, records[number::2], node=node)
+    assert_same_tables(spark, logs, report, tmp_path / "report")
+
+    assert len(compact_logs(spark, logs, today=DAY_2 + timedelta(days=1))) == 4
+    assert all(path.suffix == ".parquet" for path in input_files(logs))
+    nodes = Counter(row["node"] for row in read_events(spark, logs).collect())
+    assert nodes == {node: sum(len(records[number::2]) for records in logged_parts().values())
+                     for number, node in enumerate(("n1", "n2"))}

@@ -4,7 +4,9 @@ Every record is one JSON object per line with these fields; a field that does
 not apply to a record's ``kind`` is absent (read as null). Files live at
 ``<data_dir>/eventlog/realm=<name>/date=<yyyy-mm-dd>/part-<n>.jsonl`` so Spark
 prunes by realm and day (the partition columns ``realm`` and ``date`` come from
-the path and are not repeated inside records).
+the path and are not repeated inside records). A node of a cluster (the Redis
+engine) writes one folder deeper, ``.../date=<yyyy-mm-dd>/node=<name>/part-<n>.jsonl``,
+which gives the partition column ``node`` (null for a single node's logs).
 """
 
 from __future__ import annotations
@@ -70,7 +72,10 @@ MATCH_KINDS = (
 )
 
 FIELD_NAMES = tuple(name for name, _ in FIELDS)
-PARTITION_COLUMNS = ("realm", "date")
+DAY_COLUMNS = ("realm", "date")
+"""The partition folders of every layout (compacted days are folders of these only)."""
+PARTITION_COLUMNS = (*DAY_COLUMNS, "node")
+"""All partition columns; ``node`` only exists as a folder in a cluster's logs."""
 
 
 def spark_ddl() -> str:

@@ -1,6 +1,9 @@
 """The event-log writer: buffer on the reactor thread, write JSON lines in a background thread.
 
-Layout: ``<base>/realm=<name>/date=<yyyy-mm-dd>/part-<n>.jsonl``. A part file is
+Layout: ``<base>/realm=<name>/date=<yyyy-mm-dd>/part-<n>.jsonl`` on one node, and
+``<base>/realm=<name>/date=<yyyy-mm-dd>/node=<node>/part-<n>.jsonl`` on a node of a cluster
+(the Redis engine), so the trees of all nodes merge into one without two nodes ever writing
+the same file, and Spark reads ``node`` as one more partition column. A part file is
 closed and the next one started when it reaches ``max_file_bytes``, is older
 than ``max_file_age`` seconds, or the UTC date changes. While open it is named
 ``.part-<n>.jsonl`` (hidden from Spark, whose file source reads a file only once)
@@ -55,8 +58,10 @@ class EventLogWriter:
     def __init__(self, base_dir: Path, max_file_bytes: int = 64 * 1024 * 1024,
                  max_file_age: float = 300.0, opener: Opener = _open_new,
                  clock: Callable[[], float] = time.time,
-                 max_queued_records: int = 100_000) -> None:
+                 max_queued_records: int = 100_000, node: str | None = None) -> None:
         self.base_dir = base_dir
+        self.node = node
+        """This node's name in a cluster: its parts go under ``node=<name>`` in each day."""
         self.max_file_bytes = max_file_bytes
         self.max_file_age = max_file_age
         self.max_queued_records = max_queued_records
@@ -146,6 +151,8 @@ class EventLogWriter:
         day = datetime.fromtimestamp(timestamp, timezone.utc).replace(
             hour=0, minute=0, second=0, microsecond=0)
         folder = self.base_dir / f"realm={realm}" / f"date={day:%Y-%m-%d}"
+        if self.node is not None:
+            folder = folder / f"node={self.node}"
         folder.mkdir(parents=True, exist_ok=True)
         numbers = [int(p.name.lstrip(".")[5:-6]) for p in folder.glob("*part-*.jsonl")
                    if p.name.lstrip(".")[5:-6].isdigit()]
@@ -164,7 +171,7 @@ def _finish(part: _PartFile) -> None:
 def recover_open_parts(base_dir: Path) -> int:
     """Make the parts a crash left open visible (their complete lines count)."""
     recovered = 0
-    for path in base_dir.glob("realm=*/date=*/.part-*.jsonl"):
+    for path in base_dir.glob("realm=*/date=*/**/.part-*.jsonl"):
         path.rename(path.with_name(path.name[1:]))
         recovered += 1
     return recovered
