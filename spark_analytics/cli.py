@@ -32,7 +32,8 @@ def location(value: str) -> str:
 def existing_folder(value: str) -> str:
     """A location to read; a local one must exist now, a remote one is listed once Spark runs."""
     url = to_url(value)
-    if local_path(url) is not None and not LocalFiles().is_dir(url):
+    folder = local_path(url)
+    if folder is not None and not folder.is_dir():
         raise argparse.ArgumentTypeError(f"no such folder: {value}")
     return url
 

@@ -71,8 +71,6 @@ class Files(Protocol):
     def glob(self, pattern: str) -> list[Entry]:
         """Entries matching a glob URL (``*`` within one component), sorted; [] if none."""
 
-    def is_dir(self, url: str) -> bool: ...
-
     def upload(self, local: Path, url: str) -> None:
         """Copy a file written on the driver to ``url`` (replacing it; parents created)."""
 
@@ -85,10 +83,6 @@ class LocalFiles:
         assert base is not None, pattern
         return [Entry(f"file://{match}", os.stat(match).st_size)
                 for match in sorted(glob.glob(str(base)))]
-
-    def is_dir(self, url: str) -> bool:
-        path = local_path(url)
-        return path is not None and path.is_dir()
 
     def upload(self, local: Path, url: str) -> None:
         target = local_path(url)
@@ -116,24 +110,10 @@ class HadoopFiles:
         return sorted((Entry(status.getPath().toString(), status.getLen())
                        for status in statuses), key=lambda entry: entry.url)
 
-    def is_dir(self, url: str) -> bool:
-        path = self._path(url)
-        fs = self._fs(path)
-        return bool(fs.exists(path) and fs.getFileStatus(path).isDirectory())
-
     def upload(self, local: Path, url: str) -> None:
         target = self._path(url)
         self._fs(target).copyFromLocalFile(False, True, self._path(local.resolve().as_uri()),
                                            target)
-
-
-def files_for(url: str, spark: SparkSession | None) -> Files:
-    """Hadoop's file systems once a session runs; before that, local folders only."""
-    if spark is not None:
-        return HadoopFiles(spark)
-    if local_path(url) is None:
-        raise ValueError(f"{url} can only be listed once Spark runs")
-    return LocalFiles()
 
 
 def upload_folder(files: Files, local: Path, url: str) -> list[str]:
