@@ -33,6 +33,7 @@ from router.eventlog.schema import KINDS  # noqa: E402
 from router.eventlog.writer import EventLogWriter  # noqa: E402
 from spark_analytics.progress import Progress  # noqa: E402
 from spark_analytics.reader import event_ddl, input_files  # noqa: E402
+from spark_analytics.storage import LocalFiles, to_url  # noqa: E402
 from spark_analytics.report import REPORT_STAGES, build_report  # noqa: E402
 from spark_analytics.session import Sizing, start_session  # noqa: E402
 
@@ -179,8 +180,8 @@ def main() -> None:
     try:
         started = time.perf_counter()
         generate(logs, args.events, args.days)
-        files = input_files(logs)
-        input_bytes = sum(path.stat().st_size for path in files)
+        files = input_files(LocalFiles(), to_url(logs))
+        input_bytes = sum(entry.size for entry in files)
         print(f"generated {args.events:,} events, {len(files)} files, "
               f"{input_bytes / 2**20:,.0f} MiB in {time.perf_counter() - started:.1f} s")
 

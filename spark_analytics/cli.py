@@ -6,12 +6,14 @@ import argparse
 import sys
 import time
 from datetime import date
-from pathlib import Path
+
+from pyspark.sql import SparkSession
 
 from spark_analytics.compact import compact_logs
 from spark_analytics.reader import input_files
 from spark_analytics.report import NoEvents, build_report, describe_scope
 from spark_analytics.session import Sizing, start_session
+from spark_analytics.storage import HadoopFiles, LocalFiles, local_path, shown, to_url
 from spark_analytics.stream import DEFAULT_WATERMARK_MINUTES, STATE_PARTITIONS, run_stream
 
 
@@ -22,11 +24,18 @@ def iso_date(value: str) -> date:
         raise argparse.ArgumentTypeError(f"not a YYYY-MM-DD date: {value!r}") from None
 
 
-def existing_folder(value: str) -> Path:
-    path = Path(value)
-    if not path.is_dir():
+def location(value: str) -> str:
+    """A local path or a Hadoop file-system URL, as a URL."""
+    return to_url(value)
+
+
+def existing_folder(value: str) -> str:
+    """A location to read; a local one must exist now, a remote one is listed once Spark runs."""
+    url = to_url(value)
+    folder = local_path(url)
+    if folder is not None and not folder.is_dir():
         raise argparse.ArgumentTypeError(f"no such folder: {value}")
-    return path.resolve()
+    return url
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,9 +46,11 @@ def parser() -> argparse.ArgumentParser:
     def spark_options(command: argparse.ArgumentParser, out: bool = True) -> None:
         command.add_argument("--logs", type=existing_folder, required=True,
                              help="event-log folder holding realm=<name>/date=<day>/part-<n>.jsonl "
-                                  "(a cluster's: .../date=<day>/node=<name>/part-<n>.jsonl)")
+                                  "(a cluster's: .../date=<day>/node=<name>/part-<n>.jsonl): a "
+                                  "local path or a Hadoop URL (file://, hdfs://, s3a://)")
         if out:
-            command.add_argument("--out", type=Path, required=True, help="output folder")
+            command.add_argument("--out", type=location, required=True,
+                                 help="output folder: a local path or a Hadoop URL")
         command.add_argument("--master", default="local[*]",
                              help="Spark master URL (default: local[*], every core here)")
         command.add_argument("--driver-memory", default="2g",
@@ -58,8 +69,9 @@ def parser() -> argparse.ArgumentParser:
                                                 "current as new part files appear")
     spark_options(stream)
     scope_options(stream)
-    stream.add_argument("--checkpoint", type=Path, required=True,
-                        help="checkpoint folder; a restart with the same one resumes")
+    stream.add_argument("--checkpoint", type=location, required=True,
+                        help="checkpoint folder (a local path or a Hadoop URL); a restart "
+                             "with the same one resumes")
     stream.add_argument("--trigger-seconds", type=float, default=30,
                         help="seconds between micro-batches (default: 30)")
     stream.add_argument("--watermark-minutes", type=int, default=DEFAULT_WATERMARK_MINUTES,
@@ -77,42 +89,68 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
-def no_files(args: argparse.Namespace, files: list[Path]) -> bool:
+def no_files(args: argparse.Namespace, files: list) -> bool:
     """Say so (on stderr) when no part file matches the command's realm and dates."""
     if files:
         return False
-    print(f"no event-log files under {args.logs} ({describe_scope(args.realm, args.since)})",
-          file=sys.stderr)
+    print(f"no event-log files under {shown(args.logs)} "
+          f"({describe_scope(args.realm, args.since)})", file=sys.stderr)
     return True
 
 
-def report_command(args: argparse.Namespace) -> int:
-    files = input_files(args.logs, args.realm, args.since)
+def sized_session(args: argparse.Namespace, fixed: Sizing | None = None
+                  ) -> tuple[SparkSession | None, int, int]:
+    """The session for the input, with the number and bytes of the files it will read; no
+    session (None) when there is nothing to read. A local input is listed before the session
+    starts, so its size can choose the JVM's options; any other is listed through the
+    session's Hadoop file system, and its size sets the shuffle partitions afterwards."""
+    spark = None
+    if local_path(args.logs) is not None:
+        files = input_files(LocalFiles(), args.logs, args.realm, args.since)
+    else:
+        spark = start_session(fixed or Sizing.for_input(0), args.master, args.driver_memory)
+        files = input_files(HadoopFiles(spark), args.logs, args.realm, args.since)
+    input_bytes = sum(entry.size for entry in files)
     if no_files(args, files):
-        return 1
-    input_bytes = sum(path.stat().st_size for path in files)
+        if spark is not None:
+            spark.stop()
+        return None, 0, 0
+    sizing = fixed or Sizing.for_input(input_bytes)
+    if spark is None:
+        spark = start_session(sizing, args.master, args.driver_memory)
+    else:
+        spark.conf.set("spark.sql.shuffle.partitions", sizing.shuffle_partitions)
+    return spark, len(files), input_bytes
+
+
+def report_command(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    spark = start_session(Sizing.for_input(input_bytes), args.master, args.driver_memory)
+    spark, file_count, input_bytes = sized_session(args)
+    if spark is None:
+        return 1
     print(f"Spark {spark.version} on {args.master} started in "
-          f"{time.perf_counter() - started:.1f} s; reading {len(files):,} files, "
+          f"{time.perf_counter() - started:.1f} s; reading {file_count:,} files, "
           f"{input_bytes / 2**20:,.1f} MiB", file=sys.stderr)
     try:
-        page = build_report(spark, args.logs, args.out.resolve(), args.realm, args.since)
+        page = build_report(spark, args.logs, args.out, args.realm, args.since)
     except NoEvents as error:
         print(error, file=sys.stderr)
         return 1
     finally:
         spark.stop()
-    print(page)
+    print(shown(page))
     return 0
 
 
 def stream_command(args: argparse.Namespace) -> int:
-    if args.once and no_files(args, input_files(args.logs, args.realm, args.since)):
-        return 1
-    spark = start_session(Sizing(STATE_PARTITIONS), args.master, args.driver_memory)
+    if args.once:
+        spark, _, _ = sized_session(args, Sizing(STATE_PARTITIONS))
+        if spark is None:
+            return 1
+    else:
+        spark = start_session(Sizing(STATE_PARTITIONS), args.master, args.driver_memory)
     try:
-        run_stream(spark, args.logs, args.out.resolve(), args.checkpoint.resolve(),
+        run_stream(spark, args.logs, args.out, args.checkpoint,
                    args.trigger_seconds, args.once, args.watermark_minutes,
                    realm=args.realm, since=args.since)
     except KeyboardInterrupt:

@@ -11,44 +11,46 @@ the Parquet for a day once its ``_SUCCESS`` marker exists, and the JSON otherwis
 
 from __future__ import annotations
 
+import os
 from datetime import date, datetime, timezone
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from router.eventlog.schema import DAY_COLUMNS
-from spark_analytics.reader import JSON_OPTIONS, compacted_days, compacted_folder, event_ddl
+from spark_analytics.reader import (JSON_OPTIONS, compacted_days, compacted_folder, day_files,
+                                    day_of, event_ddl)
+from spark_analytics.storage import Files, HadoopFiles, join, to_url
 
 OPEN_PART_GLOB = ".part-*.jsonl"
 
 
-def closed_days(logs: Path, realm: str | None, today: date) -> list[tuple[str, str]]:
+def closed_days(files: Files, logs: str, realm: str | None,
+                today: date) -> list[tuple[str, str]]:
     """(realm, date) of each day folder before ``today`` whose parts are all closed."""
-    realm_dirs = [logs / f"realm={realm}"] if realm else sorted(logs.glob("realm=*"))
-    days = []
-    for realm_dir in realm_dirs:
-        for date_dir in sorted(realm_dir.glob("date=*")):
-            day = date_dir.name.removeprefix("date=")
-            if day < today.isoformat() and not any(date_dir.rglob(OPEN_PART_GLOB)):
-                days.append((realm_dir.name.removeprefix("realm="), day))
-    return days
+    folders = files.glob(join(logs, f"realm={realm or '*'}", "date=*"))
+    open_days = {day_of(entry.parent_names)
+                 for entry in day_files(files, logs, realm, OPEN_PART_GLOB)}
+    days = (day_of([folder.name, *folder.parent_names]) for folder in folders)
+    return [day for day in days if day[1] < today.isoformat() and day not in open_days]
 
 
-def compact_logs(spark: SparkSession, logs: Path, realm: str | None = None,
+def compact_logs(spark: SparkSession, logs: str | os.PathLike, realm: str | None = None,
                  today: date | None = None) -> list[tuple[str, str]]:
     """Compact every closed day not compacted yet; returns the (realm, date) pairs written."""
+    logs = to_url(logs)
+    files = HadoopFiles(spark)
     today = today or datetime.now(timezone.utc).date()
-    done = set(compacted_days(logs))
+    done = set(compacted_days(files, logs))
     written = []
-    for day_realm, day in closed_days(logs, realm, today):
+    for day_realm, day in closed_days(files, logs, realm, today):
         if (day_realm, day) in done:
             continue
-        source = logs / f"realm={day_realm}" / f"date={day}"
-        records = (spark.read.schema(event_ddl()).options(**JSON_OPTIONS).json(str(source))
+        source = join(logs, f"realm={day_realm}", f"date={day}")
+        records = (spark.read.schema(event_ddl()).options(**JSON_OPTIONS).json(source)
                    .where(F.col("kind").isNotNull()).drop(*DAY_COLUMNS))
         # one file per day: a day is a few hundred MiB of JSON at most, far less as Parquet
         (records.coalesce(1).write.mode("overwrite")
-         .parquet(str(compacted_folder(logs, day_realm, day))))
+         .parquet(compacted_folder(logs, day_realm, day)))
         written.append((day_realm, day))
     return written

@@ -7,12 +7,12 @@ mode Spark turns it into a row of nulls, which is dropped by requiring ``kind``.
 from __future__ import annotations
 
 from datetime import date
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from router.eventlog.schema import PARTITION_COLUMNS, spark_ddl
+from spark_analytics.storage import Entry, Files, join
 
 PART_FILE_GLOB = "*.jsonl"
 COMPACTED = "_parquet"
@@ -30,50 +30,66 @@ def event_ddl() -> str:
     return f"{spark_ddl()}, {partitions}"
 
 
-def compacted_folder(logs: Path, realm: str, day: str) -> Path:
-    return logs / COMPACTED / f"realm={realm}" / f"date={day}"
+def compacted_folder(logs: str, realm: str, day: str) -> str:
+    return join(logs, COMPACTED, f"realm={realm}", f"date={day}")
 
 
-def compacted_days(logs: Path, realm: str | None = None,
+def in_scope(day: tuple[str, str], since: date | None) -> bool:
+    return since is None or day[1] >= since.isoformat()
+
+
+def day_of(folder_names: list[str]) -> tuple[str, str]:
+    """(realm, date) from folder names, nearest first: the first ``date=<d>`` and
+    ``realm=<r>`` among them (a cluster node's ``node=<name>`` folder may come before)."""
+    day = next(name for name in folder_names if name.startswith("date="))
+    realm = next(name for name in folder_names if name.startswith("realm="))
+    return realm.removeprefix("realm="), day.removeprefix("date=")
+
+
+def day_files(files: Files, logs: str, realm: str | None, name_glob: str) -> list[Entry]:
+    """Files matching ``name_glob`` in every day folder: a single node's parts lie in the day
+    folder, a cluster's in one ``node=<name>`` folder per node below it."""
+    day_glob = join(logs, f"realm={realm or '*'}", "date=*")
+    return [*files.glob(join(day_glob, name_glob)),
+            *files.glob(join(day_glob, "node=*", name_glob))]
+
+
+def compacted_days(files: Files, logs: str, realm: str | None = None,
                    since: date | None = None) -> list[tuple[str, str]]:
     """(realm, date) of each day ``compact`` finished writing (its ``_SUCCESS`` marker)."""
-    days = []
-    for marker in sorted((logs / COMPACTED).glob(f"realm={realm or '*'}/date=*/_SUCCESS")):
-        day = marker.parent.name.removeprefix("date=")
-        if since is None or day >= since.isoformat():
-            days.append((marker.parent.parent.name.removeprefix("realm="), day))
-    return days
+    markers = files.glob(join(logs, COMPACTED, f"realm={realm or '*'}", "date=*", "_SUCCESS"))
+    days = (day_of(marker.parent_names) for marker in markers)
+    return [day for day in days if in_scope(day, since)]
 
 
-def input_files(logs: Path, realm: str | None = None, since: date | None = None) -> list[Path]:
+def input_files(files: Files, logs: str, realm: str | None = None,
+                since: date | None = None) -> list[Entry]:
     """The part files a read with these filters will touch (Parquet for compacted days, JSON
-    for the others), to size the session before it starts and to say clearly when there is
-    nothing to read."""
-    compacted = set(compacted_days(logs, realm, since))
-    files = [path for day in sorted(compacted)
-             for path in sorted(compacted_folder(logs, *day).glob(COMPACTED_FILE_GLOB))]
-    realm_dirs = [logs / f"realm={realm}"] if realm else sorted(logs.glob("realm=*"))
-    for realm_dir in realm_dirs:
-        for date_dir in sorted(realm_dir.glob("date=*")):
-            day = (realm_dir.name.removeprefix("realm="), date_dir.name.removeprefix("date="))
-            if (since is None or day[1] >= since.isoformat()) and day not in compacted:
-                files.extend(sorted(date_dir.rglob(PART_FILE_GLOB)))
-    return files
+    for the others), to size the session and to say clearly when there is nothing to read."""
+    compacted = set(compacted_days(files, logs, realm, since))
+    found = [entry for day in sorted(compacted)
+             for entry in files.glob(join(compacted_folder(logs, *day), COMPACTED_FILE_GLOB))]
+    for entry in day_files(files, logs, realm, PART_FILE_GLOB):
+        day = day_of(entry.parent_names)
+        # Spark skips hidden names (an open part is ``.part-<n>.jsonl``); Hadoop's glob does not
+        if in_scope(day, since) and day not in compacted and not entry.name.startswith("."):
+            found.append(entry)
+    return found
 
 
-def read_events(spark: SparkSession, logs: Path, realm: str | None = None,
+def read_events(spark: SparkSession, files: Files, logs: str, realm: str | None = None,
                 since: date | None = None) -> DataFrame:
     """All valid records under ``logs``; the realm/date filters prune whole folders. A day
     that ``compact`` wrote is read from its Parquet, and its JSON parts are skipped."""
     events = (spark.read.schema(event_ddl()).options(**JSON_OPTIONS)
-              .option("basePath", str(logs)).json(str(logs)))
-    compacted = compacted_days(logs, realm, since)
+              .option("basePath", logs).json(logs))
+    compacted = compacted_days(files, logs, realm, since)
     if compacted:
         day_key = F.concat_ws("/", "realm", "date")
         # a filter on partition columns only: Spark prunes those folders, never opening them
         events = events.where(~day_key.isin(*(f"{r}/{d}" for r, d in compacted)))
-        parquet = (spark.read.schema(event_ddl()).option("basePath", str(logs / COMPACTED))
-                   .parquet(*(str(compacted_folder(logs, *day)) for day in compacted)))
+        parquet = (spark.read.schema(event_ddl()).option("basePath", join(logs, COMPACTED))
+                   .parquet(*(compacted_folder(logs, *day) for day in compacted)))
         events = events.unionByName(parquet)
     return scoped(events, realm, since)
 
@@ -87,9 +103,9 @@ def scoped(events: DataFrame, realm: str | None, since: date | None) -> DataFram
     return events.where(F.col("kind").isNotNull())
 
 
-def read_event_stream(spark: SparkSession, logs: Path, max_files_per_trigger: int,
+def read_event_stream(spark: SparkSession, logs: str, max_files_per_trigger: int,
                       realm: str | None = None, since: date | None = None) -> DataFrame:
     """The same records as a stream of new part files under ``logs``."""
     events = (spark.readStream.schema(event_ddl()).options(**JSON_OPTIONS)
-              .option("maxFilesPerTrigger", max_files_per_trigger).json(str(logs)))
+              .option("maxFilesPerTrigger", max_files_per_trigger).json(logs))
     return scoped(events, realm, since)

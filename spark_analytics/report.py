@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
@@ -14,6 +16,7 @@ from spark_analytics.charts import draw_charts
 from spark_analytics.page import render_page
 from spark_analytics.progress import Progress
 from spark_analytics.reader import read_events
+from spark_analytics.storage import HadoopFiles, join, to_url, upload_folder
 from spark_analytics.tables import write_table
 
 TOP_ROWS = 20
@@ -98,15 +101,20 @@ def describe_scope(realm: str | None, since: date | None) -> str:
     return f"{scope}, {'since ' + since.isoformat() if since else 'all dates'}"
 
 
-def build_report(spark: SparkSession, logs: Path, out: Path, realm: str | None = None,
-                 since: date | None = None, progress: Progress | None = None) -> Path:
-    """Write ``out/tables/<name>/{parquet,csv}``, ``out/charts/*.png`` and ``out/report.html``;
-    returns the page's path. Raises :class:`NoEvents` when nothing matched."""
+def build_report(spark: SparkSession, logs: str | os.PathLike, out: str | os.PathLike,
+                 realm: str | None = None, since: date | None = None,
+                 progress: Progress | None = None) -> str:
+    """Write ``out/tables/<name>/{parquet,csv}``, ``out/charts/*.png`` and ``out/report.html``
+    (``logs`` and ``out`` are local paths or Hadoop file-system URLs); returns the page's URL.
+    Raises :class:`NoEvents` when nothing matched."""
+    logs, out = to_url(logs), to_url(out)
+    files = HadoopFiles(spark)
     progress = progress or Progress(REPORT_STAGES)
     with progress.stage("reading event logs"):
         # parsing JSON is most of the cost: the records are parsed once, and the tables share
         # two cached passes over them (the publish cube and the non-publish records)
-        events = read_events(spark, logs, realm, since).select(*aggregates.USED_COLUMNS).cache()
+        events = (read_events(spark, files, logs, realm, since)
+                  .select(*aggregates.USED_COLUMNS).cache())
         records = events.count()
     if records == 0:
         events.unpersist()
@@ -121,17 +129,22 @@ def build_report(spark: SparkSession, logs: Path, out: Path, realm: str | None =
         with progress.stage(spec.label):
             table = spec.build(inputs).cache()
             built.append(table)
-            write_table(table, out / "tables" / spec.name)
+            write_table(table, join(out, "tables", spec.name))
             shown = table if spec.shown_rows is None else table.limit(spec.shown_rows)
             rows[spec.name] = [row.asDict() for row in shown.collect()]
             total_rows[spec.name] = len(rows[spec.name]) if spec.shown_rows is None \
                 else table.count()
     for table in (*built, events):
         table.unpersist()
-    with progress.stage("charts"):
-        charts = draw_charts(rows, out / "charts")
-    with progress.stage("HTML page"):
-        page = out / "report.html"
-        page.write_text(render_page(rows, total_rows, charts, out, describe_scope(realm, since)),
-                        encoding="utf-8")
-    return page
+    # charts and page are drawn on the driver into a local folder, then copied to ``out``
+    # through Hadoop's file system, like the tables
+    with tempfile.TemporaryDirectory(prefix="spark-analytics-page-") as drawn:
+        local = Path(drawn)
+        with progress.stage("charts"):
+            charts = draw_charts(rows, local / "charts")
+        with progress.stage("HTML page"):
+            (local / "report.html").write_text(
+                render_page(rows, total_rows, charts, local, describe_scope(realm, since)),
+                encoding="utf-8")
+            upload_folder(files, local, out)
+    return join(out, "report.html")

@@ -83,12 +83,15 @@ def start_session(sizing: Sizing, master: str = "local[*]", driver_memory: str =
     with os.fdopen(handle, "w") as config_file:
         config_file.write(QUIET_LOG4J2)
     java_options = f"-Dlog4j2.configurationFile=file:{log_config}"
+    # a cluster's executors run the same short tasks: the same JIT choice helps them too
+    executor_options = "-XX:TieredStopAtLevel=1" if sizing.quick_jit else ""
     if sizing.quick_jit:
-        java_options += " -XX:TieredStopAtLevel=1"
+        java_options += " " + executor_options
     try:
         spark = (SparkSession.builder.master(master).appName(app_name)
                  .config("spark.driver.memory", driver_memory)
                  .config("spark.driver.extraJavaOptions", java_options)
+                 .config("spark.executor.extraJavaOptions", executor_options)
                  .config("spark.ui.enabled", "false")
                  .config("spark.ui.showConsoleProgress", "false")
                  .config("spark.sql.session.timeZone", "UTC")

@@ -19,11 +19,11 @@ when it appears under its ``part-<n>.jsonl`` name.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
 from datetime import date
-from pathlib import Path
 from typing import TextIO
 
 from pyspark.sql import DataFrame, SparkSession
@@ -32,6 +32,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_analytics.aggregates import is_kind, topic_counters
 from spark_analytics.reader import read_event_stream
+from spark_analytics.storage import join, to_url
 from spark_analytics.tables import write_table
 
 MAX_FILES_PER_TRIGGER = 50
@@ -75,7 +76,7 @@ def events_per_minute(events: DataFrame, watermark_minutes: int) -> DataFrame:
                           "events", "bytes")
 
 
-def rewrite_totals(folder: Path) -> Callable[[DataFrame, int], None]:
+def rewrite_totals(folder: str) -> Callable[[DataFrame, int], None]:
     """foreachBatch writer: replace the table with the complete totals of this batch."""
     def write(batch: DataFrame, batch_id: int) -> None:
         # topics only subscribed to (exact subscribes carry a topic) are no rows of this table
@@ -85,32 +86,33 @@ def rewrite_totals(folder: Path) -> Callable[[DataFrame, int], None]:
     return write
 
 
-def start_queries(spark: SparkSession, logs: Path, out: Path, checkpoint: Path,
+def start_queries(spark: SparkSession, logs: str, out: str, checkpoint: str,
                   trigger_seconds: float, once: bool, watermark_minutes: int,
                   realm: str | None, since: date | None) -> list[StreamingQuery]:
     events = read_event_stream(spark, logs, MAX_FILES_PER_TRIGGER, realm, since)
     trigger = {"availableNow": True} if once else {"processingTime": f"{trigger_seconds} seconds"}
     totals = (topic_totals(events).writeStream.queryName("topic_totals")
-              .outputMode("complete").foreachBatch(rewrite_totals(out / "topic_totals"))
-              .option("checkpointLocation", str(checkpoint / "topic_totals"))
+              .outputMode("complete").foreachBatch(rewrite_totals(join(out, "topic_totals")))
+              .option("checkpointLocation", join(checkpoint, "topic_totals"))
               .trigger(**trigger).start())
     minutes = (events_per_minute(events, watermark_minutes).writeStream
                .queryName("events_per_minute").outputMode("append").format("parquet")
-               .option("path", str(out / "events_per_minute"))
-               .option("checkpointLocation", str(checkpoint / "events_per_minute"))
+               .option("path", join(out, "events_per_minute"))
+               .option("checkpointLocation", join(checkpoint, "events_per_minute"))
                .trigger(**trigger).start())
     return [totals, minutes]
 
 
-def run_stream(spark: SparkSession, logs: Path, out: Path, checkpoint: Path,
-               trigger_seconds: float = 30, once: bool = False,
+def run_stream(spark: SparkSession, logs: str | os.PathLike, out: str | os.PathLike,
+               checkpoint: str | os.PathLike, trigger_seconds: float = 30, once: bool = False,
                watermark_minutes: int = DEFAULT_WATERMARK_MINUTES,
                progress: TextIO = sys.stderr, realm: str | None = None,
                since: date | None = None) -> None:
     """Run both queries until stopped (Ctrl-C), or with ``once`` until every file present at
-    the start is processed; prints each micro-batch to ``progress``. A failed query raises."""
-    queries = start_queries(spark, logs, out, checkpoint, trigger_seconds, once, watermark_minutes,
-                            realm, since)
+    the start is processed; prints each micro-batch to ``progress``. A failed query raises.
+    Locations are local paths or Hadoop file-system URLs."""
+    queries = start_queries(spark, to_url(logs), to_url(out), to_url(checkpoint),
+                            trigger_seconds, once, watermark_minutes, realm, since)
     reported: dict[str, int] = {}
     try:
         while True:

@@ -20,6 +20,7 @@ from autobahn.wamp.types import PublishOptions
 from router.store.resp import INCOMPLETE, command, parse
 from spark_analytics.reader import read_events
 from spark_analytics.session import Sizing, start_session
+from spark_analytics.storage import HadoopFiles, to_url
 from tests.amqp_clients import Receive, amqp_listeners
 from tests.amqp_clients import connect as amqp_connect
 from tests.amqp_clients import received as amqp_received
@@ -295,7 +296,7 @@ def test_every_nodes_event_log_is_read_by_the_report_as_one(cluster, tmp_path):
         shutil.copytree(node.workdir / "data" / "eventlog", merged, dirs_exist_ok=True)
     spark = start_session(Sizing(shuffle_partitions=1, quick_jit=True), driver_memory="1g")
     try:
-        rows = read_events(spark, merged).where(f"kind = 'publish' AND topic = '{name}'")
+        rows = read_events(spark, HadoopFiles(spark), to_url(merged)).where(f"kind = 'publish' AND topic = '{name}'")
         assert sorted((row["node"], row["realm"]) for row in rows.collect()) == [
             ("log1", "realm1"), ("log2", "realm1")]
     finally:

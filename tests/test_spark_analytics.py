@@ -27,6 +27,7 @@ from spark_analytics.compact import compact_logs
 from spark_analytics.reader import input_files, read_events
 from spark_analytics.report import build_report
 from spark_analytics.session import Sizing, start_session
+from spark_analytics.storage import HadoopFiles, LocalFiles, to_url
 from spark_analytics.stream import run_stream
 from tests.harness import ROOT
 
@@ -383,8 +384,11 @@ def test_compacted_days_give_the_same_tables(spark, logged, report, tmp_path):
     assert sorted(written) == [("alpha", DAY_1.isoformat()), ("beta", DAY_1.isoformat()),
                                ("beta", DAY_2.isoformat())]
     assert compact_logs(spark, logs, today=DAY_2 + timedelta(days=1)) == []
-    assert all(path.suffix in (".parquet", ".jsonl") for path in input_files(logs))
-    assert len([path for path in input_files(logs) if path.suffix == ".parquet"]) == 3
+    # listed alike before a session (local folders) and through Hadoop's file system
+    listed = [entry.name for entry in input_files(LocalFiles(), to_url(logs))]
+    assert listed == [entry.name for entry in input_files(HadoopFiles(spark), to_url(logs))]
+    assert all(name.endswith((".parquet", ".jsonl")) for name in listed)
+    assert len([name for name in listed if name.endswith(".parquet")]) == 3
     assert_same_tables(spark, logs, report, tmp_path / "report")
 
 
@@ -408,7 +412,8 @@ def test_a_clusters_node_folders_are_read_and_compacted_as_one_log(spark, report
     assert_same_tables(spark, logs, report, tmp_path / "report")
 
     assert len(compact_logs(spark, logs, today=DAY_2 + timedelta(days=1))) == 4
-    assert all(path.suffix == ".parquet" for path in input_files(logs))
-    nodes = Counter(row["node"] for row in read_events(spark, logs).collect())
+    files = HadoopFiles(spark)
+    assert all(entry.name.endswith(".parquet") for entry in input_files(files, to_url(logs)))
+    nodes = Counter(row["node"] for row in read_events(spark, files, to_url(logs)).collect())
     assert nodes == {node: sum(len(records[number::2]) for records in logged_parts().values())
                      for number, node in enumerate(("n1", "n2"))}
