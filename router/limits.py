@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from autobahn.websocket.types import ConnectionDeny
+from twisted.internet.interfaces import ISSLTransport
 from twisted.internet.protocol import connectionDone
 
 from router.core.incidents import REFUSED, Incidents
@@ -65,22 +66,37 @@ class ConnectionLimits:
 
     def count_bytes(self, protocol: Any) -> None:
         """Add what ``protocol``'s connection reads and writes to this listener's byte
-        totals: its transport's ``write`` and its ``dataReceived`` are wrapped in place, so
-        every frontend's read and write path is counted without a hook of its own."""
+        totals, without a hook in any frontend: its ``dataReceived`` (once per read) is
+        wrapped in place, and so is the transport's ``writeSomeData``, which runs once per
+        socket send, however many messages were written since the last one. Under TLS
+        that call sees encrypted records, so there ``write`` is wrapped instead: both
+        count the bytes before TLS."""
         transport = protocol.transport
-        write = transport.write
         receive = protocol.dataReceived
-
-        def counted_write(data: bytes) -> None:
-            self.bytes_out += len(data)
-            write(data)
 
         def counted_receive(data: bytes) -> None:
             self.bytes_in += len(data)
             receive(data)
 
-        transport.write = counted_write
         protocol.dataReceived = counted_receive
+        if ISSLTransport.providedBy(transport):
+            write = transport.write
+
+            def counted_write(data: bytes) -> None:
+                self.bytes_out += len(data)
+                write(data)
+
+            transport.write = counted_write
+            return
+        send = transport.writeSomeData
+
+        def counted_send(data: bytes) -> Any:
+            sent = send(data)
+            if type(sent) is int:  # else the error that ends the connection
+                self.bytes_out += sent
+            return sent
+
+        transport.writeSomeData = counted_send
 
     def count(self, detail: str) -> None:
         """One refused or timed-out connection of this listener."""

@@ -28,7 +28,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from router.core.credentials import hash_secret
 from router.mqtt.codec import MqttCodec
-from router.mqtt.packets import Connack, Connect, Will
+from router.mqtt.packets import Connack, Connect, Pingreq, Pingresp, Will
 from tests.harness import OPEN_ROLE
 
 TIMEOUT = 10.0
@@ -314,12 +314,16 @@ class RawMqtt:
         self.sock = socket.create_connection((host, port), timeout=TIMEOUT,
                                              source_address=(source, 0) if source else None)
         self.codec = MqttCodec(client_side=True)
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        """What this client wrote and read (before any TLS), to check the router's counts."""
 
     def send(self, packet) -> None:
-        self.sock.sendall(self.codec.encode(packet))
+        self.send_bytes(self.codec.encode(packet))
 
     def send_bytes(self, data: bytes) -> None:
         self.sock.sendall(data)
+        self.bytes_sent += len(data)
 
     def connect(self, version: int = V311, client_id: str = "", clean: bool = True,
                 keep_alive: int = 0, will: Will | None = None, username: str | None = None,
@@ -350,11 +354,21 @@ class RawMqtt:
                 raise AssertionError(f"no packet from the router within {timeout}s") from None
             if not data:
                 raise ConnectionError("the router closed the connection")
+            self.bytes_received += len(data)
             self.codec.receive_data(data)
 
     def wait_closed(self, timeout: float = 5.0) -> bytes:
         """Read until the router closes the connection; returns what it sent before."""
-        return read_until_closed(self.sock, timeout)
+        rest = read_until_closed(self.sock, timeout)
+        self.bytes_received += len(rest)
+        return rest
+
+    def connect_and_ping(self, client_id: str, **login) -> None:
+        """CONNECT (``login``: username, password) and PINGREQ, each answered: an exchange
+        whose every byte both sides have handled when this returns."""
+        self.connect_ok(client_id=client_id, **login)
+        self.send(Pingreq())
+        assert isinstance(self.recv(), Pingresp)
 
     def drop(self) -> None:
         """Close the socket without DISCONNECT (an abnormal close for the router)."""

@@ -9,13 +9,10 @@ import re
 import shutil
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from autobahn.wamp.types import PublishOptions
-from prometheus_client.parser import text_string_to_metric_families
 
 from router.config import ConfigError, load_config
 from tests.amqp_clients import Receive, Send, message, received, send, settle
@@ -23,12 +20,10 @@ from tests.amqp_clients import connect as amqp_connect
 from tests.clients import connect as wamp_connect
 from tests.clients import next_item, run
 from tests.harness import RouterProcess
-from tests.mqtt_clients import SECRETS, MqttClient, listeners, mqtt_realm, unique
+from tests.metrics_scrape import delta, fetch, scrape
+from tests.mqtt_clients import SECRETS, MqttClient, RawMqtt, listeners, mqtt_realm, unique
 
 TOKEN = "scrape-secret"
-
-Sample = tuple[str, frozenset]
-
 
 def metrics_listener(**extra) -> dict:
     return {"type": "metrics", "host": "127.0.0.1", "port": 0, **extra}
@@ -54,34 +49,6 @@ def guarded(tmp_path_factory):
                    metrics_listener(path="/prom", auth={"bearer_token": TOKEN})]).start()
     yield process
     process.stop()
-
-
-def fetch(router, path: str | None = None, headers: dict | None = None) -> tuple[int, str]:
-    """(status, body) of a GET on the router's metrics listener."""
-    url = router.urls["metrics"]
-    if path is not None:
-        url = url.rsplit("/", 1)[0] + path
-    request = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def scrape(router, headers: dict | None = None) -> dict[Sample, float]:
-    status, text = fetch(router, headers=headers)
-    assert status == 200, text
-    return {(sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
-
-
-def value(samples: dict[Sample, float], name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-def delta(before: dict, after: dict, name: str, **labels: str) -> float:
-    return value(after, name, **labels) - value(before, name, **labels)
 
 
 def test_mqtt_qos1_to_two_subscribers_counts_received_and_delivered(router):
@@ -113,6 +80,21 @@ def test_mqtt_qos1_to_two_subscribers_counts_received_and_delivered(router):
     # 10 PUBLISH packets of >= 2 + len(topic) bytes each way, at the least
     assert delta(before, after, "router_received_bytes_total", protocol="mqtt") >= 10 * len(topic)
     assert delta(before, after, "router_sent_bytes_total", protocol="mqtt") >= 20 * len(topic)
+
+
+def test_byte_counters_match_what_the_client_wrote_and_read(router):
+    before = scrape(router)
+    client = RawMqtt(router)
+    try:
+        client.connect_and_ping(unique("bytes"))
+        after = scrape(router)
+    finally:
+        client.close()
+    assert client.bytes_received > 0
+    assert delta(before, after, "router_received_bytes_total", protocol="mqtt") == \
+        client.bytes_sent
+    assert delta(before, after, "router_sent_bytes_total", protocol="mqtt") == \
+        client.bytes_received
 
 
 def test_wamp_publishes_and_sessions(router):

@@ -4,6 +4,7 @@ certificates mapped to principals."""
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
 
@@ -16,7 +17,8 @@ from tests.auth_helpers import authenticator, client_context, join, \
     join_fails, make_certs
 from tests.clients import TIMEOUT, run
 from tests.harness import RouterProcess, ROOT, realm_file
-from tests.mqtt_clients import V5, V311, MqttClient
+from tests.metrics_scrape import delta, scrape
+from tests.mqtt_clients import V5, V311, MqttClient, RawMqtt, unique
 
 SECRET = "tls-Secret-0b9d"
 OPEN = [{"uri": "", "match": "prefix", "allow": ["publish", "subscribe", "call", "register"]}]
@@ -39,6 +41,7 @@ def router(tmp_path_factory, certs):
         {"type": "mqtt-websocket", "host": "127.0.0.1", "port": 0, "realm": "realm1",
          "tls": tls},
         {"type": "amqp", "host": "127.0.0.1", "port": 0, "realm": "realm1", "tls": tls},
+        {"type": "metrics", "host": "127.0.0.1", "port": 0},
     ]
     realm = realm_file("realm1", anonymous_role=None, roles={"user": OPEN, "device": OPEN},
                        principals={"alice": {"role": "user", "ticket": hash_secret(SECRET, 1000)},
@@ -51,7 +54,7 @@ def router(tmp_path_factory, certs):
 def test_listeners_announce_tls_urls(router):
     assert router.schemes == {"websocket": "wss", "rawsocket": "rawsocket+tls",
                               "mqtt": "mqtts", "mqtt-websocket": "mqtt+wss",
-                              "amqp": "amqps"}
+                              "amqp": "amqps", "metrics": "http"}
 
 
 @pytest.mark.parametrize("transport", ["websocket", "rawsocket"])
@@ -218,3 +221,20 @@ def test_readme_openssl_line_makes_a_pair_the_router_accepts(tmp_path):
                            str(tmp_path / "config.json")], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_byte_counters_count_what_the_client_wrote_and_read_before_tls(router, certs):
+    before = scrape(router)
+    client = RawMqtt(router)
+    client.sock = ssl.create_default_context(cafile=str(certs["ca"])).wrap_socket(
+        client.sock, server_hostname="localhost")
+    try:
+        client.connect_and_ping(unique("bytes"), username="alice", password=SECRET.encode())
+        after = scrape(router)
+    finally:
+        client.close()
+    assert client.bytes_received > 0
+    assert delta(before, after, "router_received_bytes_total", protocol="mqtt") == \
+        client.bytes_sent
+    assert delta(before, after, "router_sent_bytes_total", protocol="mqtt") == \
+        client.bytes_received
