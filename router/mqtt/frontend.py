@@ -34,6 +34,13 @@ log = logging.getLogger(__name__)
 
 NEVER_EXPIRES = 0xFFFFFFFF
 
+_PUBLISH_OPTIONS = {
+    (qos, retain, empty): PublishOptions(qos=qos, retain=retain and not empty,
+                                         retain_clear=retain and empty, exclude_me=False)
+    for qos in (0, 1, 2) for retain in (False, True) for empty in (False, True)}
+"""The core's options for an MQTT PUBLISH by (QoS, RETAIN, empty payload): built once,
+not per publish. An empty retained payload clears the topic's retained message."""
+
 Identity = tuple[str | None, str, str]
 """(authid, or None for anonymous; authrole; authmethod) of an authenticated CONNECT."""
 
@@ -249,8 +256,7 @@ class MqttFrontend:
         ``on_durable(ok)`` once what it made durable is stored (or failed to be)."""
         args, kwargs = from_bytes(payload, self.settings.payload_mapping)
         expiry = properties.get("message_expiry_interval")
-        options = PublishOptions(qos=qos, retain=retain and bool(payload),
-                                 retain_clear=retain and not payload, exclude_me=False)
+        options = _PUBLISH_OPTIONS[qos, retain, not payload]
         self.realm.publish(session.info, from_mqtt(topic), args, kwargs, options,
                            durable_callback(on_durable), len(payload),
                            payload=payload, properties=properties or None,
