@@ -174,6 +174,9 @@ class EngineConfig:
     """This node's name, unique among the nodes on that Redis (``redis`` only)."""
     redis_address: tuple[str, int, int] | None = None
     """(host, port, db) of ``url``."""
+    max_pending: int = 10_000
+    """Commands sent to Redis and not answered yet, at most (``redis`` only); reading from
+    publishers pauses at half of it."""
 
 
 @dataclass(frozen=True)
@@ -694,14 +697,15 @@ NODE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def _engine(reader: _Reader) -> EngineConfig:
-    """``{"type": "embedded"}`` or ``{"type": "redis", "url": ..., "node": ...}``, exactly."""
+    """``{"type": "embedded"}`` or ``{"type": "redis", "url": ..., "node": ...}`` (and the
+    optional ``max_pending``)."""
     kind = reader.get("type", str)
     if kind == "embedded":
         reader.reject_unknown({"type"})
         return EngineConfig()
     if kind != "redis":
         raise reader.fail("type", f'must be "embedded" or "redis", got {json.dumps(kind)}')
-    reader.reject_unknown({"type", "url", "node"})
+    reader.reject_unknown({"type", "url", "node", "max_pending"})
     url = reader.get("url", str)
     try:
         parsed = urlsplit(url)
@@ -715,4 +719,5 @@ def _engine(reader: _Reader) -> EngineConfig:
     if not NODE_NAME.fullmatch(node):
         raise reader.fail("node", "must be 1 to 64 letters, digits, '_', '.' or '-', "
                                   f"got {json.dumps(node)}")
-    return EngineConfig("redis", url, node, (parsed.hostname, port, int(db)))
+    max_pending = _positive(reader, "max_pending", int, EngineConfig().max_pending)
+    return EngineConfig("redis", url, node, (parsed.hostname, port, int(db)), max_pending)

@@ -52,10 +52,12 @@ class FlowOwner(Protocol):
 
 
 class IntakeGate:
-    """Pauses reading from publishing connections while the store's writer is behind."""
+    """Pauses reading from publishing connections while anything that takes their
+    publications is behind (the store's writer, Redis): paused while any of them is."""
 
     def __init__(self) -> None:
         self.paused = False
+        self._behind: set[str] = set()
         self._publishers: set[ConnectionFlow] = set()
 
     def add(self, flow: "ConnectionFlow") -> None:
@@ -66,16 +68,24 @@ class IntakeGate:
     def discard(self, flow: "ConnectionFlow") -> None:
         self._publishers.discard(flow)
 
-    def set_paused(self, paused: bool) -> None:
-        """Stop (True) or restart (False) reading from every publishing connection."""
-        if paused == self.paused:
+    def set_paused(self, paused: bool, source: str = "store writer") -> None:
+        """``source`` is behind (True) or caught up (False): stop reading from every
+        publishing connection while any source is behind."""
+        if paused == (source in self._behind):
             return
-        self.paused = paused
-        log.warning("store writer %s: %s reading from %d publishing connection(s)",
-                    "behind" if paused else "caught up", "pausing" if paused else "resuming",
+        if paused:
+            self._behind.add(source)
+        else:
+            self._behind.discard(source)
+        log.warning("%s %s: %s reading from %d publishing connection(s)", source,
+                    "behind" if paused else "caught up",
+                    "pausing" if paused else ("resuming" if not self._behind else "still not"),
                     len(self._publishers))
+        if bool(self._behind) == self.paused:
+            return
+        self.paused = not self.paused
         for flow in list(self._publishers):
-            if paused:
+            if self.paused:
                 flow.pause_reading()
             else:
                 flow.resume_reading()

@@ -103,7 +103,8 @@ def make_engine(config: NodeConfig, store: SqliteStore, reactor) -> Engine:
     """The engine ``config`` names; a Redis engine loads each realm's state from Redis."""
     engine = config.engine
     if engine.type == "redis":
-        return RedisEngine(engine.redis_address, engine.node, reactor)  # type: ignore[arg-type]
+        return RedisEngine(engine.redis_address, engine.node, reactor,  # type: ignore[arg-type]
+                           engine.max_pending)
     return EmbeddedEngine(store)
 
 
@@ -128,6 +129,8 @@ class Node:
                                        max_queued_records=config.eventlog.max_queued_records,
                                        node=config.engine.node)
         self.engine = make_engine(config, self.store, reactor)
+        if isinstance(self.engine, RedisEngine):
+            self.engine.on_pressure = lambda pressed: self.intake.set_paused(pressed, "Redis")
         self.router = build_router(config, reactor, self.engine, self.eventlog)
         self.engine.start(self.router.realms, self.router.incidents)
         self.store.incidents = self.router.incidents

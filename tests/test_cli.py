@@ -164,6 +164,9 @@ BAD_CONFIGS = [
      "config.json", ["engine.node", "letters"]),
     ("engine url on embedded", _set(["config", "engine"], {"type": "embedded", "url": "x"}),
      "config.json", ["engine.url", "unknown key"]),
+    ("engine.max_pending zero", _set(["config", "engine"], {
+        "type": "redis", "url": "redis://h/0", "node": "a", "max_pending": 0}),
+     "config.json", ["engine.max_pending", "positive"]),
 ]
 
 

@@ -10,23 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import shutil
+import signal
 import socket
 import time
 
 import pytest
 from autobahn.wamp.types import PublishOptions
 
-from router.store.resp import INCOMPLETE, command, parse
+from router.store.codec import decode_retained, unpack_topic
+from router.store.resp import INCOMPLETE, BlockingRedis, command, parse
+from router.store.sqlite import topic_key
 from spark_analytics.reader import read_events
 from spark_analytics.session import Sizing, start_session
 from spark_analytics.storage import HadoopFiles, to_url
 from tests.amqp_clients import Receive, amqp_listeners
 from tests.amqp_clients import connect as amqp_connect
 from tests.amqp_clients import received as amqp_received
-from tests.clients import connect, next_item, run
-from tests.harness import RedisServer, RouterProcess, realm_file
+from tests.clients import connect, next_item, raw_connect, run
+from tests.harness import OPEN_ROLE, RedisServer, RouterProcess, realm_file
 from tests.mqtt_clients import MqttClient
+from tests.test_backpressure import rss_mb
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="redis-server is not installed (README command 2)")
@@ -67,11 +72,20 @@ class ChannelWatch:
         self.socket.close()
 
 
-def start_node(base, redis: RedisServer, name: str) -> RouterProcess:
+HISTORY_LIMIT = 3
+REALM = realm_file(
+    "realm1", roles={"anonymous": OPEN_ROLE + [
+        {"uri": "wamp.retained.", "match": "prefix", "allow": ["call"]}]},
+    history=[{"uri": "hist.", "match": "prefix", "limit": HISTORY_LIMIT}])
+"""Every node: anonymous may do anything and list retained events; topics under ``hist.``
+keep their last three events."""
+
+
+def start_node(base, redis: RedisServer, name: str, **engine) -> RouterProcess:
     listeners = amqp_listeners() + [{"type": "rawsocket", "host": "127.0.0.1", "port": 0}]
-    return RouterProcess(base / name, [realm_file("realm1")], listeners=listeners,
+    return RouterProcess(base / name, [REALM], listeners=listeners,
                          extra_config={"engine": {"type": "redis", "url": redis.url,
-                                                  "node": name}}).start()
+                                                  "node": name, **engine}}).start()
 
 
 @pytest.fixture(scope="module")
@@ -301,3 +315,141 @@ def test_every_nodes_event_log_is_read_by_the_report_as_one(cluster, tmp_path):
             ("log1", "realm1"), ("log2", "realm1")]
     finally:
         spark.stop()
+
+
+def test_event_history_is_one_log_for_every_node(cluster):
+    """Events published on two nodes are read back on a third, in publication order,
+    bounded by the rule's limit and filtered by the reader's eligibility."""
+    _, nodes = cluster
+    name = topic("hist")
+
+    async def history(reader, subscription_id: int, until: list, **options) -> list:
+        """``get_events`` once the last event published is in Redis (history writes are
+        not waited for by the publisher's acknowledgement)."""
+        deadline = time.monotonic() + 10
+        while True:
+            events = await reader.call("wamp.subscription.get_events", subscription_id,
+                                       **options)
+            if [e["args"] for e in events][-len(until):] == until or time.monotonic() > deadline:
+                return events
+            await asyncio.sleep(0.05)
+
+    async def scenario():
+        on_a = await connect(nodes["a"])
+        on_c = await connect(nodes["c"], "rawsocket", "msgpack")
+        reader = await connect(nodes["b"])
+        subscription = await reader.subscribe(lambda *args, **kwargs: None, name)
+        for n in range(4):
+            await on_a.publish(name, f"a{n}", options=PublishOptions(acknowledge=True))
+        await history(reader, subscription.id, [["a3"]])  # a's come before c's in Redis
+        await on_c.publish(name, "not for anonymous", options=PublishOptions(
+            acknowledge=True, eligible_authrole=["operator"]))
+        await on_c.publish(name, "one session", options=PublishOptions(
+            acknowledge=True, eligible=[reader._session_id]))  # names a session: not kept
+        await on_c.publish(name, "c0", options=PublishOptions(acknowledge=True))
+        events = await history(reader, subscription.id, [["c0"]])
+        # the limit (3) counts every event kept: a3, the operators' event, c0
+        assert [e["args"] for e in events] == [["a3"], ["c0"]]
+        assert events[-1]["details"]["topic"] == name and events[-1]["timestamp"].endswith("Z")
+        latest = await reader.call("wamp.subscription.get_events", subscription.id,
+                                   limit=1, reverse=True)
+        assert [e["args"] for e in latest] == [["c0"]]
+        for session in (on_a, on_c, reader):
+            await session.close()
+
+    run(scenario())
+
+
+def stored_ids(redis: RedisServer, name: str) -> list[int]:
+    """Publication ids of the retained entries Redis holds for ``name``."""
+    client = BlockingRedis("127.0.0.1", redis.port, 0)
+    try:
+        blob = client.call("HGET", "wr:retained:realm1", topic_key(tuple(name.split("."))))
+    finally:
+        client.close()
+    return [decode_retained(data, "realm1").publication.publication_id
+            for data in unpack_topic(blob)] if blob else []
+
+
+def test_retained_changes_made_at_once_on_two_nodes_are_both_kept_everywhere(cluster):
+    """Restricted retained events are added to a topic's entries, not put in place of them:
+    published on two nodes at the same time, Redis and every node end up with all of them
+    (a node that wrote what it had before the other's change would drop that change)."""
+    redis, nodes = cluster
+    name = topic()
+
+    async def listed(session) -> list[int]:
+        found = await session.call("wamp.retained.list", name)
+        return [e["publication"] for e in found[0]["events"]] if found else []
+
+    async def scenario():
+        on_a = await connect(nodes["a"])
+        on_b = await connect(nodes["b"])
+        general = await on_a.publish(name, "general", options=PublishOptions(
+            retain=True, acknowledge=True))
+        restricted = PublishOptions(retain=True, acknowledge=True, exclude_authid=["nobody"])
+        published = await asyncio.gather(*(
+            session.publish(name, f"{session is on_a} {n}", options=restricted)
+            for n in range(4) for session in (on_a, on_b)))
+        expected = {general.id} | {publication.id for publication in published}
+        readers = [await connect(node) for node in nodes.values()]
+        deadline = time.monotonic() + 10
+        while True:
+            seen = [set(await listed(reader)) for reader in readers]
+            if all(ids == expected for ids in seen) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert seen == [expected] * 3
+        assert set(stored_ids(redis, name)) == expected
+        for session in [on_a, on_b] + readers:
+            await session.close()
+
+    run(scenario())
+
+
+def test_publishers_pause_while_redis_is_stopped_and_resume_after(tmp_path):
+    """SIGSTOP of redis-server: the node stops reading from its publisher once half of
+    engine.max_pending commands wait for Redis, instead of buffering what it cannot
+    forward; after SIGCONT it reads again and forwarding resumes."""
+    redis = RedisServer(tmp_path)
+    sender = start_node(tmp_path, redis, "sender", max_pending=200)
+    receiver = start_node(tmp_path, redis, "receiver")
+    name = topic()
+    flood, size = 4000, 5000  # 20 MB offered while Redis is stopped
+
+    async def scenario():
+        subscriber = await connect(receiver, "rawsocket", "msgpack")
+        events = await subscriber.events(name)
+        probe = await connect(sender)
+        await reaches(probe, name, events)
+        publisher = await raw_connect(sender, "rawsocket", "msgpack")
+        await publisher.hello()
+        start = rss_mb(sender)
+        os.kill(redis.proc.pid, signal.SIGSTOP)
+        try:
+            publisher.send_many([[16, publisher.next_request(), {}, name, [n, "x" * size]]
+                                 for n in range(flood)])
+            line = await asyncio.to_thread(sender.wait_for_log,
+                                           r"engine: engine_behind: (\d+) commands")
+            assert int(line.split("engine_behind: ")[1].split()[0]) <= 200
+            await asyncio.to_thread(sender.wait_for_log,
+                                    r"Redis behind: pausing reading from \d+ publishing")
+            await asyncio.sleep(1)  # what the node would read meanwhile if it did not pause
+            grown = rss_mb(sender) - start
+            assert grown < 10, f"the node grew {grown:.0f} MB while Redis was stopped"
+        finally:
+            os.kill(redis.proc.pid, signal.SIGCONT)
+        await asyncio.to_thread(sender.wait_for_log, r"Redis caught up: resuming reading")
+        await probe.publish(name, "after", options=PublishOptions(acknowledge=True))
+        while (await next_item(events, 30))[0] != ["after"]:
+            pass
+        for session in (subscriber, probe):
+            await session.close()
+
+    try:
+        run(scenario(), timeout=90)
+    finally:
+        for node in (sender, receiver):
+            node.stop()
+        redis.stop()
+

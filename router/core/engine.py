@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from router.core.history import EventHistory, HistoryRule
+from router.core.history import History, HistoryRule
 from router.core.incidents import Incidents
 from router.core.model import Publication
 from router.core.retention import RetainedStore, RetentionPolicy
@@ -48,7 +48,8 @@ class RealmEngine:
     """Retained events (None: the realm retains nothing)."""
     persistence: Durability | None = None
     """Makes retained changes durable; an acknowledgement waits for it."""
-    history: EventHistory | None = None
+    history: History | None = None
+    """The realm's event history (None: it keeps none)."""
     forward: Forward | None = None
     """None on a single node: a publication's local fan-out is all there is."""
     interest: Interest | None = None

@@ -1,9 +1,11 @@
 """Event history: recent events per configured topic pattern, served per subscription.
 
-Kept in memory, bounded by count and age per rule; an event past its message expiry
-(MQTT 5) is not returned. Publications whose
-eligibility names session ids are never stored (they mean nothing later);
-results are filtered by the caller's eligibility against each original publish.
+Bounded by count and age per rule; an event past its message expiry (MQTT 5) is not
+returned. Publications whose eligibility names session ids are never stored (they mean
+nothing later); results are filtered by the caller's eligibility against each original
+publish. :class:`EventHistory` keeps the logs in this process (one node); the Redis
+engine keeps them in Redis (:mod:`router.store.redis_history`) and answers a read when
+Redis replies, so a read goes through :meth:`History.read` with a callback.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Callable, Iterable, Protocol
 
 from router.core.model import Publication, SessionInfo
 from router.core.topic import Topic, topic_matches
@@ -43,8 +45,54 @@ class HistoryRule:
     max_age: float | None = None
 
 
+Answer = Callable[["list[Publication] | Exception"], None]
+"""Told the events a read found, oldest first (or why it failed)."""
+
+
+class History(Protocol):
+    """Where a realm's history lives (see :mod:`router.core.engine`)."""
+
+    def __bool__(self) -> bool:
+        """False when the realm has no history rule: publishing skips recording."""
+
+    def size(self) -> int:
+        """Events this node keeps (for the metrics)."""
+
+    def record(self, publication: Publication) -> None:
+        """Keep ``publication`` in every rule's log that matches its topic."""
+
+    def read(self, pattern: Topic, match: str, session: SessionInfo, limit: int | None,
+             reverse: bool, window: "TimeWindow | None", answer: Answer) -> None:
+        """Call ``answer`` with what :func:`select` picks from the logs."""
+
+
+def recordable(publication: Publication) -> bool:
+    """Events for named sessions are not kept: the ids mean nothing to a later reader."""
+    return publication.eligibility is None or not publication.eligibility.names_sessions
+
+
+def select(logged: Iterable[tuple[int, Publication]], pattern: Topic, match: str,
+           session: SessionInfo, limit: int | None, reverse: bool,
+           window: "TimeWindow | None", now: float) -> list[Publication]:
+    """The (sequence, event) pairs a subscription (pattern, match) covers and ``session``
+    may see, once each (several rules may keep one event), oldest first."""
+    found: dict[int, Publication] = {}
+    for sequence, publication in logged:
+        expires_at = publication.expires_at
+        if (topic_matches(pattern, match, publication.topic) and publication.admits(session)
+                and (expires_at is None or expires_at > now)
+                and (window is None or window.contains(publication.timestamp))):
+            found[sequence] = publication
+    ordered = [publication for _, publication in sorted(found.items())]
+    if limit is not None:
+        ordered = ordered[-limit:] if limit > 0 else []
+    if reverse:
+        ordered.reverse()
+    return ordered
+
+
 class EventHistory:
-    """The history logs of one realm."""
+    """The history logs of one realm, in this process."""
 
     def __init__(self, rules: list[HistoryRule], clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
@@ -59,7 +107,7 @@ class EventHistory:
         return sum(len(log) for _, log in self._logs)
 
     def record(self, publication: Publication) -> None:
-        if publication.eligibility is not None and publication.eligibility.names_sessions:
+        if not recordable(publication):
             return
         entry = None
         for rule, log in self._logs:
@@ -72,24 +120,18 @@ class EventHistory:
                reverse: bool = False, window: "TimeWindow | None" = None) -> list[Publication]:
         """Stored events a subscription (pattern, match) covers, that ``session`` may see, oldest first."""
         now = self._clock()
-        found: dict[int, Publication] = {}
         for rule, log in self._logs:
             if rule.max_age is not None:
                 horizon = now - rule.max_age
                 while log and log[0][1].timestamp < horizon:
                     log.popleft()
-            for sequence, publication in log:
-                expires_at = publication.expires_at
-                if (topic_matches(pattern, match, publication.topic) and publication.admits(session)
-                        and (expires_at is None or expires_at > now)
-                        and (window is None or window.contains(publication.timestamp))):
-                    found[sequence] = publication
-        ordered = [publication for _, publication in sorted(found.items())]
-        if limit is not None:
-            ordered = ordered[-limit:] if limit > 0 else []
-        if reverse:
-            ordered.reverse()
-        return ordered
+        return select(itertools.chain.from_iterable(log for _, log in self._logs), pattern,
+                      match, session, limit, reverse, window, now)
+
+    def read(self, pattern: Topic, match: str, session: SessionInfo, limit: int | None,
+             reverse: bool, window: "TimeWindow | None", answer: Answer) -> None:
+        """Answered at once: the logs are here."""
+        answer(self.events(pattern, match, session, limit, reverse, window))
 
 
 def rfc3339(timestamp: float) -> str:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import itertools
 from datetime import datetime
+from typing import Any, Callable
 
 from router.core import errors
 from router.core.errors import RouterError
-from router.core.model import SessionInfo
+from router.core.model import Publication, SessionInfo
 from router.core.history import TimeWindow, rfc3339
 from router.core.realm import Realm
 from router.core.topic import Topic, display, dotted_form, from_uri
@@ -122,10 +123,12 @@ def _timestamp_kwarg(kwargs: dict, key: str) -> float | None:
 
 
 def install_event_history(realm: Realm) -> None:
-    """wamp.subscription.get_events(subscription, limit=, reverse=, after_time=, ...)."""
+    """wamp.subscription.get_events(subscription, limit=, reverse=, after_time=, ...),
+    answered when the history is read (at once on one node, when Redis replies on many)."""
     history = realm.history
 
-    def get_events(caller: SessionInfo, args: list, kwargs: dict) -> list[dict]:
+    def get_events(caller: SessionInfo, args: list, kwargs: dict,
+                   answer: Callable[[Any], None]) -> None:
         subscription = realm.broker.find(_int_arg(args, "subscription"))
         if subscription is None:
             raise RouterError(errors.NO_SUCH_SUBSCRIPTION, "no such subscription")
@@ -138,23 +141,29 @@ def install_event_history(realm: Realm) -> None:
             raise RouterError(errors.INVALID_ARGUMENT, "'reverse' must be a bool")
         window = TimeWindow(*(_timestamp_kwarg(kwargs, key) for key in
                               ("from_time", "after_time", "before_time", "until_time")))
-        events = history.events(subscription.topic, subscription.match, caller, limit, reverse,
-                                window)
-        records = []
-        for publication in events:
-            details = publication.publisher_details()
-            details["topic"] = publication.name
-            record = {"timestamp": rfc3339(publication.timestamp),
-                      "subscription": subscription.id,
-                      "publication": publication.publication_id, "details": details}
-            if publication.args:
-                record["args"] = publication.args
-            if publication.kwargs:
-                record["kwargs"] = publication.kwargs
-            records.append(record)
-        return records
 
-    realm.dealer.procedures["wamp.subscription.get_events"] = get_events
+        def records(events: list[Publication] | Exception) -> None:
+            if isinstance(events, Exception):
+                answer(RouterError(errors.UNAVAILABLE, f"the history cannot be read: {events}"))
+                return
+            found = []
+            for publication in events:
+                details = publication.publisher_details()
+                details["topic"] = publication.name
+                record = {"timestamp": rfc3339(publication.timestamp),
+                          "subscription": subscription.id,
+                          "publication": publication.publication_id, "details": details}
+                if publication.args:
+                    record["args"] = publication.args
+                if publication.kwargs:
+                    record["kwargs"] = publication.kwargs
+                found.append(record)
+            answer(found)
+
+        history.read(subscription.topic, subscription.match, caller, limit, reverse, window,
+                     records)
+
+    realm.later_procedures["wamp.subscription.get_events"] = get_events
 
 
 def install_retention_admin(realm: Realm) -> None:

@@ -9,7 +9,7 @@ Errors come back as :class:`RouterError` for the frontend to translate.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 from router.core import errors
 from router.core.activity import ActivityLog
@@ -31,6 +31,11 @@ from router.core.uri import EXACT, is_valid_uri
 
 
 log = logging.getLogger(__name__)
+
+LaterProcedure = Callable[[SessionInfo, list, dict, Callable[[Any], None]], None]
+"""A router procedure that answers once what it reads has arrived (from Redis):
+``(caller, args, kwargs, answer)``; ``answer(result)`` or ``answer(RouterError)``, once.
+Raising RouterError before that answers at once."""
 
 
 def durable_callback(on_durable: Callable[[bool], None] | None
@@ -69,6 +74,8 @@ class Realm:
                              delivery_failed=self._delivery_failed, interest=engine.interest,
                              stats=self.stats)
         self.dealer = Dealer(scheduler, self.stats)
+        self.later_procedures: dict[str, LaterProcedure] = {}
+        """Router procedures answered asynchronously (checked before the dealer's)."""
         self._leave_hooks: list[Callable[[Peer], None]] = []
 
     # sessions -------------------------------------------------------------
@@ -263,7 +270,21 @@ class Realm:
         self.check_uri(procedure)
         levels = from_uri(procedure)
         self.authorize(peer.info, "call", levels)
+        later = self.later_procedures.get(procedure)
+        if later is not None:
+            self.stats.calls += 1
+            later(peer.info, list(args or ()), dict(kwargs or {}),
+                  lambda result: _answer(peer, request, result))
+            return
         disclose = (options.disclose_me
                     or self.authorizer.discloses(peer.info.authrole, "call", levels))
         self.dealer.call(peer, request, procedure, args, kwargs, options.receive_progress,
                          options.timeout_ms, disclose)
+
+
+def _answer(peer: Peer, request: int, result: Any) -> None:
+    """A later procedure's answer to its caller (who may have left: then nobody hears it)."""
+    if isinstance(result, RouterError):
+        peer.send_call_error(request, result.uri, result.args_list, result.kwargs)
+    else:
+        peer.send_result(request, None if result is None else [result], None, False)

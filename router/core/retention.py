@@ -120,13 +120,15 @@ class RetainedStore:
         blob = self._encoder(publication, expires_at)
         event = RetainedEvent(publication, expires_at, len(blob), blob)
         entries = self._topics.get(topic) or []
-        self._set(topic, self._supersede(entries, event), "set", publication)
+        self._set(topic, self.supersede(entries, event), "set", publication)
         self._recency[topic] = None
         self._recency.move_to_end(topic)
         self._enforce_limits()
         return event
 
-    def _supersede(self, entries: list[RetainedEvent], event: RetainedEvent) -> list[RetainedEvent]:
+    def supersede(self, entries: list[RetainedEvent], event: RetainedEvent) -> list[RetainedEvent]:
+        """``entries`` with ``event`` added: what it replaces dropped, what it keeps kept
+        (also what a clustered engine applies to a topic another node changed meanwhile)."""
         publication = event.publication
         if not event.general:
             restricted = [e for e in entries if not e.general]

@@ -1,4 +1,5 @@
-"""The persisted form of a retained event (MessagePack, so binary payloads survive)."""
+"""The persisted form of a retained event and the form a publication travels in between
+nodes and sits in the Redis history (MessagePack, so binary payloads survive)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,35 @@ def pack_topic(entries: list[RetainedEvent]) -> bytes:
 
 def unpack_topic(blob: bytes) -> list[bytes]:
     return msgpack.unpackb(blob, raw=False)
+
+
+def pack_publication(realm: str, publication: Publication) -> bytes:
+    """A publication as another node needs it to run its own fan-out."""
+    publisher = publication.publisher
+    eligibility = publication.eligibility
+    return msgpack.packb([
+        realm, publication.publication_id, publication.topic, publication.args,
+        publication.kwargs,
+        (publisher.session_id, publisher.authid, publisher.authrole, publisher.protocol)
+        if publisher is not None else None,
+        publication.disclose, eligibility.to_json() if eligibility is not None else None,
+        publication.qos, publication.payload, publication.properties, publication.expires_at,
+        publication.amqp, publication.timestamp, publication.payload_bytes,
+    ], use_bin_type=True)
+
+
+def unpack_publication(data: bytes, exclude_me: bool = False) -> tuple[str, Publication]:
+    """The inverse of :func:`pack_publication`. A forwarded publication is not excluded from
+    anyone (the publisher's session is on the sending node); one read back from the history
+    is excluded from its publisher's session if it was when published."""
+    (realm, publication_id, topic, args, kwargs, publisher, disclose, eligibility, qos,
+     payload, properties, expires_at, amqp, timestamp,
+     payload_bytes) = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    info = SessionInfo(publisher[0], realm, publisher[1], publisher[2],
+                       protocol=publisher[3]) if publisher is not None else None
+    return realm, Publication(
+        publication_id, tuple(topic), args, kwargs, info, disclose,
+        Eligibility.from_json(eligibility) if eligibility is not None else None,
+        exclude_me=exclude_me,
+        payload_bytes=payload_bytes, qos=qos, payload=payload, properties=properties,
+        expires_at=expires_at, amqp=amqp, timestamp=timestamp)

@@ -8,11 +8,17 @@ Keys and channels (``<realm>`` and ``<node>`` as configured):
 * hash ``wr:interest:<realm>``: node -> the patterns its subscribers hold in the realm;
   channel ``wr:interest`` announces each change to the other nodes.
 * hash ``wr:retained:<realm>``: topic -> its retained entries (the SQLite row format,
-  :mod:`router.store.codec`); sorted set ``wr:retained-expiry:<realm>``: topic -> when the
-  last of its entries expires, swept by every node; channel ``wr:retained`` announces each
+  :mod:`router.store.codec`); hash ``wr:retained-token:<realm>``: topic -> the token of the
+  write that set it; sorted set ``wr:retained-expiry:<realm>``: topic -> when the last of
+  its entries expires, swept by every node; channel ``wr:retained`` announces each
   change. Every node keeps the realm's retained events in memory (loaded at start, kept
   current from the channel), so retained-on-subscribe and ``get_retained`` never wait for
-  Redis and see every node's events.
+  Redis and see every node's events. A node changes a topic only if Redis still holds the
+  state its memory had (the token it last saw, compared and replaced in one script with the
+  announcement); otherwise it applies its event to what Redis holds and tries again, so two
+  nodes setting one topic at once end as if one had set it after the other.
+* lists ``wr:history:<realm>:<match>:<pattern>``: the realm's event history per rule
+  (:mod:`router.store.redis_history`).
 
 Delivery between nodes is Redis PUB/SUB: at most once, whatever the QoS (a node that is
 disconnected from Redis misses what was published meanwhile).
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections import Counter
 from itertools import count
@@ -32,13 +39,15 @@ from twisted.internet import defer, task
 
 from router.core.broker import Subscription, SubscriptionIndex
 from router.core.engine import RealmEngine
-from router.core.history import EventHistory, HistoryRule
-from router.core.incidents import ENGINE_UNAVAILABLE, Incidents
-from router.core.model import Eligibility, Publication, SessionInfo
+from router.core.history import HistoryRule
+from router.core.incidents import ENGINE_BEHIND, ENGINE_UNAVAILABLE, Incidents
+from router.core.model import Publication
 from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
 from router.core.topic import SERVER_OWNED, Topic
-from router.store.codec import decode_retained, encode_retained, pack_topic, unpack_topic
+from router.store.codec import (decode_retained, encode_retained, pack_publication, pack_topic,
+                                unpack_publication, unpack_topic)
 from router.store.embedded import live_entries
+from router.store.redis_history import RedisHistory
 from router.store.resp import BlockingRedis, RespFactory, RespProtocol, command
 from router.store.sqlite import topic_key
 
@@ -54,42 +63,47 @@ SWEEP = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 for _, topic in ipairs(due) do
   redis.call('HDEL', KEYS[1], topic)
+  redis.call('HDEL', KEYS[3], topic)
   redis.call('ZREM', KEYS[2], topic)
-  redis.call('PUBLISH', KEYS[3], cmsgpack.pack({ARGV[2], ARGV[3], topic, false}))
+  redis.call('PUBLISH', ARGV[4], cmsgpack.pack({ARGV[2], ARGV[3], topic, '', ''}))
 end
 return #due
 """
 """Drops topics whose every entry has expired. A topic set again meanwhile has a later
 score, so a sweep never removes a fresher value."""
 
+RETAIN = """
+local current = redis.call('HGET', KEYS[3], ARGV[1]) or ''
+if current ~= ARGV[2] then
+  return {0, current, redis.call('HGET', KEYS[1], ARGV[1]) or ''}
+end
+if ARGV[4] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+end
+if ARGV[5] == '' then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+else
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+end
+redis.call('PUBLISH', ARGV[6], cmsgpack.pack({ARGV[7], ARGV[8], ARGV[1], ARGV[4], ARGV[3]}))
+return {1}
+"""
+"""Compare and replace one topic: KEYS retained, retained-expiry, retained-token; ARGV
+topic, the token the writer's memory had ('' for none), the new token, the entries ('' to
+remove), the expiry score ('' for none), the channel, realm and node of the announcement.
+Answers {1}, or {0, token, entries} of what Redis holds instead (nothing changed)."""
 
-def pack_publication(realm: str, publication: Publication) -> bytes:
-    """A publication as another node needs it to run its own fan-out."""
-    publisher = publication.publisher
-    eligibility = publication.eligibility
-    return msgpack.packb([
-        realm, publication.publication_id, publication.topic, publication.args,
-        publication.kwargs,
-        (publisher.session_id, publisher.authid, publisher.authrole, publisher.protocol)
-        if publisher is not None else None,
-        publication.disclose, eligibility.to_json() if eligibility is not None else None,
-        publication.qos, publication.payload, publication.properties, publication.expires_at,
-        publication.amqp, publication.timestamp, publication.payload_bytes,
-    ], use_bin_type=True)
+MAX_ATTEMPTS = 16
+"""Writes of one retained change that lost to another node's before it is given up (each
+loss means another node's write got through, so this only ends under constant contention)."""
 
 
-def unpack_publication(data: bytes) -> tuple[str, Publication]:
-    (realm, publication_id, topic, args, kwargs, publisher, disclose, eligibility, qos,
-     payload, properties, expires_at, amqp, timestamp,
-     payload_bytes) = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    info = SessionInfo(publisher[0], realm, publisher[1], publisher[2],
-                       protocol=publisher[3]) if publisher is not None else None
-    return realm, Publication(
-        publication_id, tuple(topic), args, kwargs, info, disclose,
-        Eligibility.from_json(eligibility) if eligibility is not None else None,
-        exclude_me=False,  # the publisher's session is on the sending node
-        payload_bytes=payload_bytes, qos=qos, payload=payload, properties=properties,
-        expires_at=expires_at, amqp=amqp, timestamp=timestamp)
+class ConflictError(Exception):
+    """A retained change that kept losing to other nodes' changes of the same topic."""
 
 
 class RemoteInterest:
@@ -147,8 +161,14 @@ class RedisRealm:
         self.retention = RetainedStore(policy, encode_retained)
         self.retention.listeners.append(self._retained_changed)
         self.keys = {kind: f"wr:{kind}:{name}".encode()
-                     for kind in ("interest", "retained", "retained-expiry")}
+                     for kind in ("interest", "retained", "retained-expiry", "retained-token")}
         self._last_write: defer.Deferred | None = None
+        self.tokens: dict[bytes, bytes] = {}
+        """topic key -> token of the write whose state this node's memory holds."""
+        self._latest_own: dict[bytes, bytes] = {}
+        """topic key -> token of this node's latest write of it not yet announced back."""
+        self._token_prefix = f"{engine.node}:{os.urandom(4).hex()}:".encode()
+        self._tokens = count(1)
 
     # interest -------------------------------------------------------------
 
@@ -196,8 +216,11 @@ class RedisRealm:
             engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
                                    f"topic {publication.name}: cannot be sent ({exc})")
             return
-        engine.commands.send(b"".join(command("PUBLISH", b"wr:node:" + node.encode(), data)
-                                      for node in nodes), len(nodes))
+        if not engine.commands.send(b"".join(command("PUBLISH", b"wr:node:" + node.encode(),
+                                                     data) for node in nodes), len(nodes)):
+            engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                   f"topic {publication.name}: not sent to {len(nodes)} node(s), "
+                                   f"{engine.commands.pending} commands unanswered by Redis")
 
     def received(self, publication: Publication) -> None:
         """A publication from another node: the local fan-out, nothing else."""
@@ -212,28 +235,55 @@ class RedisRealm:
         too, so every node applies changes in Redis's order)."""
         if action == "expire" or topic[0] == SERVER_OWNED:
             return  # each node expires its own copy (the sweep clears Redis), has its own $SYS
-        engine = self.engine
         key = topic_key(topic).encode()
-        keys = self.keys
-        if entries:
-            blob = pack_topic(entries)
-            expiries = [entry.expires_at for entry in entries]
-            write = command("HSET", keys["retained"], key, blob)
-            write += (command("ZADD", keys["retained-expiry"], max(expiries), key)  # type: ignore[type-var]
-                      if None not in expiries
-                      else command("ZREM", keys["retained-expiry"], key))
-        else:
-            blob = False
-            write = (command("HDEL", keys["retained"], key)
-                     + command("ZREM", keys["retained-expiry"], key))
-        note = command("PUBLISH", RETAINED_CHANNEL,
-                       msgpack.packb([self.name, engine.node, key, blob], use_bin_type=True))
-        self._last_write = engine.transaction(write + note, 3).addErrback(
-            self._write_failed, topic)
+        self._last_write = self._write_retained(key, entries, action, self.tokens.get(key, b""),
+                                                MAX_ATTEMPTS)
 
-    def _write_failed(self, failure: Any, topic: Topic) -> bool:
+    def _write_retained(self, key: bytes, entries: list[RetainedEvent], action: str,
+                        expected: bytes, attempts: int) -> defer.Deferred:
+        """Replace the topic in Redis if it still holds ``expected``; a Deferred of whether
+        the change (or its retry on what Redis held) got stored."""
+        engine = self.engine
+        keys = self.keys
+        token = self._token_prefix + str(next(self._tokens)).encode()
+        self._latest_own[key] = token
+        if entries:
+            self.tokens[key] = token
+            expiries = [entry.expires_at for entry in entries]
+            blob = pack_topic(entries)
+            score = b"" if None in expiries else repr(max(expiries)).encode()  # type: ignore[type-var]
+        else:
+            self.tokens.pop(key, None)
+            blob = score = b""
+        written = engine.request(command(
+            "EVAL", RETAIN, 3, keys["retained"], keys["retained-expiry"], keys["retained-token"],
+            key, expected, token, blob, score, RETAINED_CHANNEL, self.name, engine.node))
+        return written.addCallback(self._written, key, entries, action, token, attempts
+                                   ).addErrback(self._write_failed, key, token)
+
+    def _written(self, reply: list, key: bytes, entries: list[RetainedEvent], action: str,
+                 token: bytes, attempts: int) -> "bool | defer.Deferred":
+        """Stored, or another node changed the topic first: apply this change to what it
+        stored (a cleared topic is cleared again, an eviction yields) and try again."""
+        if reply[0] == 1:
+            return True
+        if self._latest_own.get(key) == token:
+            del self._latest_own[key]
+        _, current, blob = reply
+        if action == "evict":
+            return True  # the other node's newer value stays; its announcement brings it here
+        if attempts <= 1:
+            raise ConflictError(f"changed by other nodes {MAX_ATTEMPTS} times meanwhile")
+        stored = self._live(blob)
+        merged = self.retention.supersede(stored, entries[-1]) if entries else []
+        self.retention.revert(_topic_from_key(key), merged)
+        return self._write_retained(key, merged, action, current, attempts - 1)
+
+    def _write_failed(self, failure: Any, key: bytes, token: bytes) -> bool:
+        if self._latest_own.get(key) == token:
+            del self._latest_own[key]
         self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
-                                    f"retained {topic_key(topic)}: not stored "
+                                    f"retained {key.decode()}: not stored "
                                     f"({failure.getErrorMessage()})")
         return False
 
@@ -245,14 +295,30 @@ class RedisRealm:
             return
         last.addCallback(lambda result: callback(result is not False))
 
-    def apply_retained(self, key: bytes, blob: bytes | None) -> None:
-        """A node (maybe this one) changed a topic in Redis: this copy follows. Entries kept
+    def apply_retained(self, key: bytes, blob: bytes, token: bytes, node: bytes) -> None:
+        """A node (maybe this one) changed a topic in Redis: this copy follows, unless it is
+        this node's own change with a later one of its own still on the way. Entries kept
         for a publisher's own session stay: that session may be on this node."""
+        if node == self.engine.node_bytes:
+            latest = self._latest_own.get(key)
+            if latest is not None:
+                if latest != token:
+                    return
+                del self._latest_own[key]
+        if blob:
+            self.tokens[key] = token
+        else:
+            self.tokens.pop(key, None)
+        self.retention.revert(_topic_from_key(key), self._live(blob))
+
+    def _live(self, blob: bytes) -> list[RetainedEvent]:
+        """The entries of a stored topic that have not expired."""
+        if not blob:
+            return []
         now = time.time()
-        entries = [entry for entry in (decode_retained(data, self.name)
-                                       for data in unpack_topic(blob))
-                   if entry.expires_at is None or entry.expires_at > now] if blob else []
-        self.retention.revert(_topic_from_key(key), entries)
+        return [entry for entry in (decode_retained(data, self.name)
+                                    for data in unpack_topic(blob))
+                if entry.expires_at is None or entry.expires_at > now]
 
     def load(self, redis: BlockingRedis) -> None:
         """Start-up: the interest of the other nodes and every retained event, from Redis."""
@@ -262,6 +328,8 @@ class RedisRealm:
             if node.decode() != engine.node:
                 self.remote.replace(node.decode(), _patterns(packed))
         redis.call("HDEL", self.keys["interest"], engine.node)  # a previous run's patterns
+        found = redis.call("HGETALL", self.keys["retained-token"])
+        self.tokens.update(zip(found[::2], found[1::2]))
         found = redis.call("HGETALL", self.keys["retained"])
         now = time.time()
         for key, blob in zip(found[::2], found[1::2]):
@@ -272,10 +340,9 @@ class RedisRealm:
     def sweep(self) -> None:
         """Remove topics whose retained entries have all expired from Redis."""
         engine = self.engine
-        if engine.commands is not None:
-            engine.commands.send(command("EVAL", SWEEP, 3, self.keys["retained"],
-                                         self.keys["retained-expiry"], RETAINED_CHANNEL,
-                                         time.time(), self.name, engine.node))
+        engine.send(command("EVAL", SWEEP, 3, self.keys["retained"],
+                            self.keys["retained-expiry"], self.keys["retained-token"],
+                            time.time(), self.name, engine.node, RETAINED_CHANNEL), 1)
 
 
 def _topic_from_key(key: bytes) -> Topic:
@@ -286,12 +353,18 @@ def _topic_from_key(key: bytes) -> Topic:
 class RedisEngine:
     """The engine of a node among several on one Redis (see the module docstring)."""
 
-    def __init__(self, address: tuple[str, int, int], node: str, reactor: Any) -> None:
+    def __init__(self, address: tuple[str, int, int], node: str, reactor: Any,
+                 max_pending: int = 10_000) -> None:
         self.address = address
         self.node = node
+        self.node_bytes = node.encode()
         self.reactor = reactor
+        self.max_pending = max_pending
         self.incidents = Incidents()
         """Replaced by the router's own in :meth:`start`."""
+        self.on_pressure: Callable[[bool], None] = lambda pressed: None
+        """Stop (True) / restart (False) reading from publishers: Redis is behind; the node
+        sets it to its intake gate."""
         self.realms: dict[str, RedisRealm] = {}
         self.commands: RespProtocol | None = None
         self._connectors: list[Any] = []
@@ -307,7 +380,7 @@ class RedisEngine:
             shared.load(redis)
         finally:
             redis.close()
-        return RealmEngine(shared.retention, shared, EventHistory(history),
+        return RealmEngine(shared.retention, shared, RedisHistory(self, name, history),
                            shared.forward, shared.interest)
 
     def start(self, realms: dict[str, "Realm"], incidents: Incidents) -> None:
@@ -317,13 +390,14 @@ class RedisEngine:
             shared.realm = realms[name]
         host, port, db = self.address
         for connected in (self._commands_up, self._subscriber_up):
-            self._connectors.append(
-                self.reactor.connectTCP(host, port, RespFactory(db, connected)))
+            self._connectors.append(self.reactor.connectTCP(
+                host, port, RespFactory(db, connected, self.max_pending)))
         self._sweeper.start(1.0, now=False)
 
     def _commands_up(self, connection: RespProtocol) -> None:
         self.commands = connection
         connection.on_lost = self._commands_down
+        connection.on_pressure = self._pressure
         for shared in self.realms.values():
             shared.announce_interest()
 
@@ -335,31 +409,42 @@ class RedisEngine:
         connection.send(command("SUBSCRIBE", b"wr:node:" + self.node.encode(),
                                 INTEREST_CHANNEL, RETAINED_CHANNEL), 0)
 
-    def send(self, data: bytes, replies: int) -> None:
-        """Fire and forget (counted when Redis is not reachable)."""
-        if self.commands is None:
-            self.incidents.count("", "engine", ENGINE_UNAVAILABLE, "Redis is not connected")
-            return
-        self.commands.send(data, replies)
+    def _pressure(self, pressed: bool) -> None:
+        if pressed:
+            self.incidents.count("", "engine", ENGINE_BEHIND,
+                                 f"{self.commands.pending if self.commands else 0} commands "
+                                 "unanswered by Redis: reading from publishers paused")
+        self.on_pressure(pressed)
 
-    def transaction(self, data: bytes, commands: int):
-        """``data`` (``commands`` commands) inside MULTI/EXEC; a Deferred of EXEC's reply
-        (failed when Redis is not connected)."""
+    def send(self, data: bytes, replies: int, realm: str = "", what: str = "") -> None:
+        """Fire and forget; counted (``what`` was lost, in ``realm``) when Redis is not
+        reachable or too far behind."""
+        commands = self.commands
+        if commands is None:
+            why = "Redis is not connected"
+        elif not commands.send(data, replies):
+            why = f"{commands.pending} commands unanswered by Redis"
+        else:
+            return
+        self.incidents.count(realm, "engine", ENGINE_UNAVAILABLE,
+                             f"{what}: {why}" if what else why)
+
+    def request(self, data: bytes, skipped: int = 0) -> defer.Deferred:
+        """A Deferred of the last reply (see :meth:`RespProtocol.request`); failed when
+        Redis is not connected."""
         if self.commands is None:
             return defer.fail(ConnectionError("Redis is not connected"))
-        self.commands.send(command("MULTI") + data, 1 + commands)
-        return self.commands.request(command("EXEC"))
+        return self.commands.request(data, skipped)
 
     def _push(self, message: list) -> None:
         if not isinstance(message, list) or message[0] != b"message":
             return  # subscribe confirmations
         channel, data = message[1], message[2]
         if channel == RETAINED_CHANNEL:
-            realm, _node, key, blob = msgpack.unpackb(data, raw=False)
-            shared = self.realms.get(realm)
+            realm, node, key, blob, token = msgpack.unpackb(data, raw=True)
+            shared = self.realms.get(realm.decode())
             if shared is not None:
-                shared.apply_retained(key if isinstance(key, bytes) else key.encode(),
-                                      blob or None)
+                shared.apply_retained(key, blob, token, node)
         elif channel == INTEREST_CHANNEL:
             realm, node, packed = msgpack.unpackb(data, raw=False)
             shared = self.realms.get(realm)

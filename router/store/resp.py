@@ -69,21 +69,42 @@ def parse(buffer: bytearray, position: int) -> tuple[Any, int] | object:
     raise ValueError(f"not a RESP reply: {bytes(buffer[position:end + 2])!r}")
 
 
+class Busy(ConnectionError):
+    """Not sent: ``max_pending`` commands are waiting for their replies already."""
+
+
 class RespProtocol(protocol.Protocol):
     """Commands in order, replies matched in order; pushes (pub/sub messages) to ``on_push``.
 
     :meth:`send` is for commands whose reply only matters as "it arrived" (PUBLISH on
     the hot path): no Deferred is made for it.
+
+    Bounded: at most ``max_pending`` commands wait for their replies (what a stopped or slow
+    Redis has not answered, with what Twisted still buffers for it). Past that a command is
+    not sent (:meth:`send` returns False, :meth:`request` fails with :class:`Busy`).
+    ``on_pressure(True)`` runs when half of the bound is waiting, ``on_pressure(False)``
+    once a quarter is left (or the connection is gone): the node stops reading from
+    publishers meanwhile, so the bound is rarely reached.
     """
 
     factory: "RespFactory | None" = None
 
-    def __init__(self) -> None:
+    def __init__(self, max_pending: int = 10_000) -> None:
         self._buffer = bytearray()
         self._waiting: deque[defer.Deferred | None] = deque()
+        self.max_pending = max_pending
+        self._high = max(1, max_pending // 2)
+        self._low = max_pending // 4
+        self.pressed = False
+        self.on_pressure: Callable[[bool], None] = lambda pressed: None
         self.on_push: Callable[[list], None] | None = None
         """Set on a subscribed connection: every reply is a push then."""
         self.on_lost: Callable[[], None] | None = None
+
+    @property
+    def pending(self) -> int:
+        """Commands sent whose replies have not arrived."""
+        return len(self._waiting)
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -92,17 +113,34 @@ class RespProtocol(protocol.Protocol):
                 self.send(command("SELECT", factory.db))
             factory.connected(self)
 
-    def request(self, data: bytes) -> defer.Deferred:
-        """Send one encoded command; the Deferred fires with its reply (errback: RedisError)."""
+    def request(self, data: bytes, skipped: int = 0) -> defer.Deferred:
+        """Send encoded commands; the Deferred fires with the reply of the last one (errback:
+        RedisError), the ``skipped`` replies before it are not waited for. Fails with
+        :class:`Busy`, sending nothing, when the bound has no room for them all."""
+        waiting = self._waiting
+        if len(waiting) + skipped + 1 > self.max_pending:
+            return defer.fail(Busy(f"{len(waiting)} commands unanswered by Redis"))
         waiter: defer.Deferred = defer.Deferred()
-        self._waiting.append(waiter)
-        self.transport.write(data)  # type: ignore[union-attr]
+        waiting.extend([None] * skipped)
+        waiting.append(waiter)
+        self._write(data)
         return waiter
 
-    def send(self, data: bytes, replies: int = 1) -> None:
-        """Send encoded commands whose ``replies`` are not waited for."""
-        self._waiting.extend([None] * replies)
+    def send(self, data: bytes, replies: int = 1) -> bool:
+        """Send encoded commands whose ``replies`` are not waited for; False (and nothing
+        sent) when that would take the commands waiting past ``max_pending``."""
+        waiting = self._waiting
+        if len(waiting) + replies > self.max_pending:
+            return False
+        waiting.extend([None] * replies)
+        self._write(data)
+        return True
+
+    def _write(self, data: bytes) -> None:
         self.transport.write(data)  # type: ignore[union-attr]
+        if not self.pressed and len(self._waiting) >= self._high:
+            self.pressed = True
+            self.on_pressure(True)
 
     def dataReceived(self, data: bytes) -> None:
         buffer = self._buffer
@@ -121,6 +159,9 @@ class RespProtocol(protocol.Protocol):
             self.on_push(reply)
             return
         waiter = self._waiting.popleft()
+        if self.pressed and len(self._waiting) <= self._low:
+            self.pressed = False
+            self.on_pressure(False)
         if waiter is None:
             return
         if isinstance(reply, RedisError):
@@ -133,6 +174,9 @@ class RespProtocol(protocol.Protocol):
         for waiter in waiting:
             if waiter is not None:
                 waiter.errback(ConnectionError("the connection to Redis was lost"))
+        if self.pressed:
+            self.pressed = False
+            self.on_pressure(False)
         if self.on_lost is not None:
             self.on_lost()
 
@@ -141,16 +185,19 @@ class RespFactory(protocol.ReconnectingClientFactory):
     """Keeps one connection to database ``db`` up; ``connected(protocol)`` runs after
     every (re)connect, once SELECT is sent."""
 
-    protocol = RespProtocol
     maxDelay = 2.0
 
-    def __init__(self, db: int, connected: Callable[[RespProtocol], None]) -> None:
+    def __init__(self, db: int, connected: Callable[[RespProtocol], None],
+                 max_pending: int = 10_000) -> None:
         self.db = db
         self.connected = connected
+        self.max_pending = max_pending
 
     def buildProtocol(self, addr: Any) -> RespProtocol:
         self.resetDelay()
-        return super().buildProtocol(addr)  # type: ignore[return-value]
+        connection = RespProtocol(self.max_pending)
+        connection.factory = self
+        return connection
 
 
 class BlockingRedis:
