@@ -6,7 +6,9 @@ other nodes serving the realm. The embedded engine (:mod:`router.store.embedded`
 node, retained events in memory written behind to SQLite) answers "nowhere else" to the
 last question, so a single node pays one ``None`` check per publication for the boundary.
 A clustered engine also needs to know which patterns this node's subscribers hold
-(interest), so that other nodes send it only publications it has a receiver for.
+(interest), so that other nodes send it only publications it has a receiver for, the
+dealer's registrations and calls (:class:`router.core.dealer.ClusterDealer`: a call on
+any node reaches a callee on any node) and the sessions of each node (meta API).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from router.core.dealer import ClusterDealer
 from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import Incidents
-from router.core.model import Publication
+from router.core.model import Publication, SessionInfo
 from router.core.retention import RetainedStore, RetentionPolicy
 from router.core.topic import Topic
 
@@ -40,6 +43,14 @@ class Durability(Protocol):
         ``ok`` is False if storing failed."""
 
 
+class Membership(Protocol):
+    """Which sessions a realm has on this node, for answers about the whole cluster."""
+
+    def joined(self, info: SessionInfo) -> None: ...
+
+    def left(self, info: SessionInfo) -> None: ...
+
+
 @dataclass(slots=True)
 class RealmEngine:
     """What an engine provides to one realm."""
@@ -53,6 +64,10 @@ class RealmEngine:
     """None on a single node: a publication's local fan-out is all there is."""
     interest: Interest | None = None
     """None when no other node needs to know this node's patterns."""
+    dealer: ClusterDealer | None = None
+    """None on a single node: the realm's own registrations are all there is."""
+    membership: Membership | None = None
+    """None when no other node asks about this node's sessions."""
 
 
 class Engine(Protocol):

@@ -69,6 +69,8 @@ class Realm:
                              delivery_failed=self._delivery_failed, interest=engine.interest,
                              stats=self.stats)
         self.dealer = Dealer(scheduler, self.stats)
+        self.dealer.cluster = engine.dealer
+        self._membership = engine.membership
         self._leave_hooks: list[Callable[[Peer], None]] = []
 
     # sessions -------------------------------------------------------------
@@ -76,6 +78,8 @@ class Realm:
     def attach(self, peer: Peer) -> None:
         self.sessions[peer.info.session_id] = peer
         self.stats.sessions_opened[peer.info.protocol] += 1
+        if self._membership is not None:
+            self._membership.joined(peer.info)
         if self.activity is not None:
             self.activity.joined(peer.info)
         self.publish_meta("wamp.session.on_join", [peer.info.details()])
@@ -90,6 +94,8 @@ class Realm:
             return
         self.broker.remove_session(info.session_id)
         self.dealer.remove_session(peer)
+        if self._membership is not None:
+            self._membership.left(info)
         for hook in self._leave_hooks:
             hook(peer)
         if self.activity is not None:
@@ -250,13 +256,28 @@ class Realm:
 
     # rpc ------------------------------------------------------------------
 
-    def register(self, peer: Peer, procedure: str, match: str, policy: str) -> Registration:
+    def register(self, peer: Peer, procedure: str, match: str, policy: str,
+                 answer: Callable[[Registration, RouterError | None], None]) -> None:
+        """Register ``peer``; ``answer(registration, None)`` once calls can reach it (at once
+        on a single node, once the cluster accepted it on many), ``answer(registration,
+        error)`` when the cluster refused it. Local refusals raise."""
         self.check_uri(procedure, match)
         levels = from_uri(procedure)
         if is_reserved(levels):
             raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
         self.authorize(peer.info, "register", levels, match)
-        return self.dealer.register(peer, procedure, match, policy)
+        registration = self.dealer.register(peer, procedure, match, policy)
+        cluster = self.dealer.cluster
+        if cluster is None:
+            answer(registration, None)
+            return
+
+        def claimed(error: RouterError | None) -> None:
+            if error is not None and peer in registration.callees:
+                self.dealer.drop_callee(registration, peer)
+            answer(registration, error)
+
+        cluster.register(peer, registration, claimed)
 
     def call(self, peer: Peer, request: int, procedure: str, args: list | None,
              kwargs: dict | None, options: CallOptions) -> None:
