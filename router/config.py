@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from router.core.authorization import ACTIONS, PermissionRule
 from router.core.credentials import SCHEME, Principal, WampCra, normalize_pubkey
+from router.core.engine import ClusterLimits
 from router.core.history import HistoryRule
 from router.core.payload import MAPPINGS
 from router.core.qos import POLICIES, QOS_LEVELS
@@ -158,6 +159,8 @@ class NodeConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     engine: EngineConfig = field(default_factory=lambda: EngineConfig())
     sys_interval: float = 10.0
+    cluster: ClusterLimits = field(default_factory=ClusterLimits)
+    """Calls forwarded to other nodes (Redis engine only)."""
     """Seconds between ``$SYS`` / ``wamp.router.on_stats`` publications (0: none)."""
 
 
@@ -637,7 +640,7 @@ def load_config(path: Path | str) -> NodeConfig:
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout",
                            "eventlog", "login_backoff", "store", "memory", "engine",
-                           "sys_interval"})
+                           "sys_interval", "cluster"})
     data_dir = base / reader.get("data_dir", str, "data")
     realms_dir = base / reader.get("realms_dir", str, "realms")
     names = reader.get("realms", list)
@@ -685,8 +688,15 @@ def load_config(path: Path | str) -> NodeConfig:
     sys_interval = reader.get("sys_interval", (int, float), NodeConfig.sys_interval)
     if sys_interval < 0:
         raise reader.fail("sys_interval", f"must not be negative, got {sys_interval}")
+    cluster_reader = reader.child("cluster", reader.get("cluster", dict, {}))
+    cluster_reader.reject_unknown({"max_pending_calls", "call_timeout"})
+    defaults = ClusterLimits()
+    cluster = ClusterLimits(
+        _positive(cluster_reader, "max_pending_calls", int, defaults.max_pending_calls),
+        float(_positive(cluster_reader, "call_timeout", (int, float), defaults.call_timeout)))
     return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
-                      store, MemoryConfig(float(trim_interval)), engine, float(sys_interval))
+                      store, MemoryConfig(float(trim_interval)), engine, float(sys_interval),
+                      cluster)
 
 
 NODE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")

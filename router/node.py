@@ -103,7 +103,8 @@ def make_engine(config: NodeConfig, store: SqliteStore, reactor) -> Engine:
     """The engine ``config`` names; a Redis engine loads each realm's state from Redis."""
     engine = config.engine
     if engine.type == "redis":
-        return RedisEngine(engine.redis_address, engine.node, reactor)  # type: ignore[arg-type]
+        return RedisEngine(engine.redis_address, engine.node, reactor,  # type: ignore[arg-type]
+                           config.cluster)
     return EmbeddedEngine(store)
 
 

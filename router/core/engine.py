@@ -43,6 +43,16 @@ class Durability(Protocol):
         ``ok`` is False if storing failed."""
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterLimits:
+    """Bounds of the calls a node forwards to the callees' nodes (config ``cluster``)."""
+
+    max_pending_calls: int = 10000
+    """Forwarded calls waiting for an answer; one more is refused (``limit_exceeded``)."""
+    call_timeout: float = 300.0
+    """Seconds a forwarded call without its own timeout waits for an answer."""
+
+
 class Membership(Protocol):
     """Which sessions a realm has on this node, for answers about the whole cluster."""
 

@@ -14,7 +14,7 @@ from router.core.topic import Topic, display, dotted_form, from_uri
 from router.core.uri import EXACT, MATCH_POLICIES, PREFIX
 
 
-def _authroles_filter(args: list) -> set[str] | None:
+def authroles_filter(args: list) -> set[str] | None:
     if not args or args[0] is None:
         return None
     if type(args[0]) is not list or any(type(role) is not str for role in args[0]):
@@ -32,7 +32,7 @@ def install_session_meta(realm: Realm) -> None:
     """wamp.session.count / list / get."""
 
     def matching(args: list) -> list[int]:
-        roles = _authroles_filter(args)
+        roles = authroles_filter(args)
         return [sid for sid, peer in realm.sessions.items()
                 if roles is None or peer.info.authrole in roles]
 

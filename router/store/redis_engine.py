@@ -16,6 +16,8 @@ Keys and channels (``<realm>`` and ``<node>`` as configured):
 
 Delivery between nodes is Redis PUB/SUB: at most once, whatever the QoS (a node that is
 disconnected from Redis misses what was published meanwhile).
+
+Registrations, forwarded calls and the sessions of every node: :mod:`router.store.redis_rpc`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import msgpack
 from twisted.internet import defer, task
 
 from router.core.broker import Subscription, SubscriptionIndex
-from router.core.engine import RealmEngine
+from router.core.engine import ClusterLimits, RealmEngine
 from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import ENGINE_UNAVAILABLE, Incidents
 from router.core.model import Eligibility, Publication, SessionInfo
@@ -39,6 +41,7 @@ from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
 from router.core.topic import SERVER_OWNED, Topic
 from router.store.codec import decode_retained, encode_retained, pack_topic, unpack_topic
 from router.store.embedded import live_entries
+from router.store.redis_rpc import REGISTRATIONS_CHANNEL, RedisDealer, RedisMembership
 from router.store.resp import BlockingRedis, RespFactory, RespProtocol, command
 from router.store.sqlite import topic_key
 
@@ -141,6 +144,8 @@ class RedisRealm:
         self.engine = engine
         self.name = name
         self.realm: "Realm | None" = None
+        self.dealer = RedisDealer(engine, name, engine.limits)
+        self.members = RedisMembership(engine, name)
         self.remote = RemoteInterest()
         self.local: Counter[tuple[Topic, str]] = Counter()
         self._interest_due = False
@@ -262,6 +267,8 @@ class RedisRealm:
             if node.decode() != engine.node:
                 self.remote.replace(node.decode(), _patterns(packed))
         redis.call("HDEL", self.keys["interest"], engine.node)  # a previous run's patterns
+        for forget in (self.dealer.release_node(), self.members.forget_node()):
+            redis.call(*forget)  # what a previous run (killed) left
         found = redis.call("HGETALL", self.keys["retained"])
         now = time.time()
         for key, blob in zip(found[::2], found[1::2]):
@@ -286,10 +293,14 @@ def _topic_from_key(key: bytes) -> Topic:
 class RedisEngine:
     """The engine of a node among several on one Redis (see the module docstring)."""
 
-    def __init__(self, address: tuple[str, int, int], node: str, reactor: Any) -> None:
+    def __init__(self, address: tuple[str, int, int], node: str, reactor: Any,
+                 limits: ClusterLimits = ClusterLimits()) -> None:
         self.address = address
         self.node = node
         self.reactor = reactor
+        self.limits = limits
+        self.channel = b"wr:node:" + node.encode()
+        self.rpc_channel = b"wr:rpc:" + node.encode()
         self.incidents = Incidents()
         """Replaced by the router's own in :meth:`start`."""
         self.realms: dict[str, RedisRealm] = {}
@@ -308,13 +319,15 @@ class RedisEngine:
         finally:
             redis.close()
         return RealmEngine(shared.retention, shared, EventHistory(history),
-                           shared.forward, shared.interest)
+                           shared.forward, shared.interest, shared.dealer, shared.members)
 
     def start(self, realms: dict[str, "Realm"], incidents: Incidents) -> None:
         """Receive from the other nodes for ``realms`` and send to them."""
         self.incidents = incidents
         for name, shared in self.realms.items():
-            shared.realm = realms[name]
+            realm = shared.realm = shared.dealer.realm = realms[name]
+            realm.dealer.procedures.update({"wamp.session.count": shared.members.count,
+                                            "wamp.session.list": shared.members.list_})
         host, port, db = self.address
         for connected in (self._commands_up, self._subscriber_up):
             self._connectors.append(
@@ -332,8 +345,8 @@ class RedisEngine:
 
     def _subscriber_up(self, connection: RespProtocol) -> None:
         connection.on_push = self._push
-        connection.send(command("SUBSCRIBE", b"wr:node:" + self.node.encode(),
-                                INTEREST_CHANNEL, RETAINED_CHANNEL), 0)
+        connection.send(command("SUBSCRIBE", self.channel, self.rpc_channel, INTEREST_CHANNEL,
+                                RETAINED_CHANNEL, REGISTRATIONS_CHANNEL), 0)
 
     def send(self, data: bytes, replies: int) -> None:
         """Fire and forget (counted when Redis is not reachable)."""
@@ -351,10 +364,25 @@ class RedisEngine:
         return self.commands.request(command("EXEC"))
 
     def _push(self, message: list) -> None:
-        if not isinstance(message, list) or message[0] != b"message":
-            return  # subscribe confirmations
+        if not isinstance(message, list):
+            return
+        if message[0] != b"message":
+            if message[:2] == [b"subscribe", REGISTRATIONS_CHANNEL]:
+                for shared in self.realms.values():
+                    shared.dealer.reload()  # from now on no change of them is missed
+            return
         channel, data = message[1], message[2]
-        if channel == RETAINED_CHANNEL:
+        if channel == self.rpc_channel:
+            rpc = msgpack.unpackb(data, raw=False, strict_map_key=False)
+            shared = self.realms.get(rpc[1])
+            if shared is not None:
+                shared.dealer.received(rpc)
+        elif channel == REGISTRATIONS_CHANNEL:
+            realm, seq, field, value = json.loads(data)
+            shared = self.realms.get(realm)
+            if shared is not None:
+                shared.dealer.changed(seq, field, value or None)
+        elif channel == RETAINED_CHANNEL:
             realm, _node, key, blob = msgpack.unpackb(data, raw=False)
             shared = self.realms.get(realm)
             if shared is not None:
@@ -376,8 +404,12 @@ class RedisEngine:
             shared.sweep()
 
     def close(self) -> None:
+        """Take this node's registrations and sessions out of Redis, then disconnect."""
         if self._sweeper.running:
             self._sweeper.stop()
+        for shared in self.realms.values():
+            self.send(command(*shared.dealer.release_node())
+                      + command(*shared.members.forget_node()), 2)
         for connector in self._connectors:
             connector.factory.stopTrying()
             connector.disconnect()
