@@ -15,7 +15,7 @@ import time
 
 import pytest
 from autobahn.wamp.exception import ApplicationError
-from autobahn.wamp.types import CallOptions, RegisterOptions
+from autobahn.wamp.types import CallOptions, RegisterOptions, SubscribeOptions
 
 from tests.clients import TIMEOUT, connect, raw_connect, run
 from tests.harness import RedisServer, RouterProcess, realm_file
@@ -327,5 +327,38 @@ def test_session_meta_counts_sessions_of_every_node(cluster):
         assert after < total
         assert await sessions["b"].call("wamp.session.count", ["nobody-has-this-role"]) == 0
         await close_all(*sessions.values())
+
+    run(scenario())
+
+
+def test_subscription_meta_answers_for_every_node(cluster):
+    _, nodes = cluster
+
+    async def scenario():
+        on_b = await connect(nodes["b"])
+        on_c = await connect(nodes["c"], "rawsocket", "msgpack")
+        asker = await connect(nodes["a"])
+        topic = procedure("sub")
+        exact = await on_b.subscribe(lambda *a: None, topic)
+        prefix = await on_c.subscribe(lambda *a: None, topic + ".",
+                                      options=SubscribeOptions(match="prefix"))
+        deadline = time.monotonic() + 10
+        while len(await asker.call("wamp.subscription.match", topic + ".x") or ()) < 1:
+            assert time.monotonic() < deadline, "c's subscription never showed"
+            await asyncio.sleep(0.02)
+        while await asker.call("wamp.subscription.lookup", topic) is None:
+            assert time.monotonic() < deadline, "b's subscription never showed"
+            await asyncio.sleep(0.02)
+        assert await asker.call("wamp.subscription.lookup", topic) == exact.id
+        assert await asker.call("wamp.subscription.lookup", topic + ".",
+                                {"match": "prefix"}) == prefix.id
+        assert await asker.call("wamp.subscription.match", topic + ".x") == [prefix.id]
+        listed = await asker.call("wamp.subscription.list")
+        assert exact.id in listed["exact"] and prefix.id in listed["prefix"]
+        await on_c.close()
+        while await asker.call("wamp.subscription.match", topic + ".x") is not None:
+            assert time.monotonic() < deadline, "c's subscription stayed listed"
+            await asyncio.sleep(0.02)
+        await close_all(on_b, asker)
 
     run(scenario())

@@ -24,14 +24,15 @@ from router.core.retention import RetainedStore, RetentionPolicy
 from router.core.topic import Topic
 
 if TYPE_CHECKING:
+    from router.core.broker import Subscription
     from router.core.realm import Realm
 
 Forward = Callable[[Publication], None]
 """Deliver a local publication to the other nodes whose interest matches its topic."""
-Interest = Callable[[Topic, str, bool], None]
-"""Told ``(pattern, match, True)`` when this node gains a subscription or shared group on a
-pattern and ``(pattern, match, False)`` when one goes; several may share one pattern, so
-an engine counts them."""
+Interest = Callable[["Subscription", bool], None]
+"""Told ``(subscription, True)`` when this node gains a subscription or shared group on a
+client pattern and ``(subscription, False)`` when one goes; several may share one pattern,
+so an engine counts them."""
 
 
 @dataclass(slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from datetime import datetime
+from typing import Iterable
 
 from router.core import errors
 from router.core.errors import RouterError
@@ -26,6 +27,31 @@ def _int_arg(args: list, name: str) -> int:
     if not args or type(args[0]) is not int:
         raise RouterError(errors.INVALID_ARGUMENT, f"'{name}' (an integer id) is required")
     return args[0]
+
+
+def topic_arg(args: list) -> Topic:
+    """The topic of wamp.subscription.lookup / match."""
+    if not args or type(args[0]) is not str:
+        raise RouterError(errors.INVALID_ARGUMENT, "'topic' (a string) is required")
+    return from_uri(args[0])
+
+
+def lookup_args(args: list, kwargs: dict) -> tuple[Topic, str]:
+    """(topic, match) of wamp.subscription.lookup(topic, options)."""
+    topic = topic_arg(args)
+    options = args[1] if len(args) > 1 and isinstance(args[1], dict) else kwargs
+    match = options.get("match", EXACT)
+    if match not in MATCH_POLICIES:
+        raise RouterError(errors.INVALID_ARGUMENT, f"unknown match policy '{match}'")
+    return topic, match
+
+
+def by_match(subscriptions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    """wamp.subscription.list's answer from (match, id) pairs."""
+    listed: dict[str, list[int]] = {policy: [] for policy in MATCH_POLICIES}
+    for match, subscription_id in subscriptions:
+        listed.setdefault(match, []).append(subscription_id)
+    return listed
 
 
 def install_session_meta(realm: Realm) -> None:
@@ -67,26 +93,15 @@ def install_subscription_meta(realm: Realm) -> None:
         return found
 
     def list_(caller: SessionInfo, args: list, kwargs: dict) -> dict:
-        listed: dict[str, list[int]] = {policy: [] for policy in MATCH_POLICIES}
-        for sub in itertools.chain(index.by_id.values(), broker.shared.by_id.values()):
-            if not sub.is_meta:
-                listed.setdefault(sub.match, []).append(sub.id)
-        return listed
+        return by_match((sub.match, sub.id) for sub in itertools.chain(
+            index.by_id.values(), broker.shared.by_id.values()) if not sub.is_meta)
 
     def lookup(caller: SessionInfo, args: list, kwargs: dict) -> int | None:
-        if not args or type(args[0]) is not str:
-            raise RouterError(errors.INVALID_ARGUMENT, "'topic' (a string) is required")
-        options = args[1] if len(args) > 1 and isinstance(args[1], dict) else kwargs
-        match = options.get("match", EXACT)
-        if match not in MATCH_POLICIES:
-            raise RouterError(errors.INVALID_ARGUMENT, f"unknown match policy '{match}'")
-        found = index.lookup(from_uri(args[0]), match)
+        found = index.lookup(*lookup_args(args, kwargs))
         return found.id if found is not None else None
 
     def match(caller: SessionInfo, args: list, kwargs: dict) -> list[int] | None:
-        if not args or type(args[0]) is not str:
-            raise RouterError(errors.INVALID_ARGUMENT, "'topic' (a string) is required")
-        topic = from_uri(args[0])
+        topic = topic_arg(args)
         ids = [sub.id for sub in itertools.chain(index.matching(topic),
                                                  broker.shared.matching(topic))
                if not sub.is_meta]

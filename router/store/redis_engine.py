@@ -157,10 +157,11 @@ class RedisRealm:
 
     # interest -------------------------------------------------------------
 
-    def interest(self, topic: Topic, match: str, present: bool) -> None:
+    def interest(self, subscription: Subscription, present: bool) -> None:
         """A local subscription or group came or went; peers hear of it in one message per
         reactor turn, however many subscribes arrived in it."""
-        key = (topic, match)
+        self.members.subscription(subscription, present)
+        key = (subscription.topic, subscription.match)
         if present:
             self.local[key] += 1
         else:
@@ -267,7 +268,7 @@ class RedisRealm:
             if node.decode() != engine.node:
                 self.remote.replace(node.decode(), _patterns(packed))
         redis.call("HDEL", self.keys["interest"], engine.node)  # a previous run's patterns
-        for forget in (self.dealer.release_node(), self.members.forget_node()):
+        for forget in (self.dealer.release_node(), *self.members.forget_node()):
             redis.call(*forget)  # what a previous run (killed) left
         found = redis.call("HGETALL", self.keys["retained"])
         now = time.time()
@@ -326,8 +327,7 @@ class RedisEngine:
         self.incidents = incidents
         for name, shared in self.realms.items():
             realm = shared.realm = shared.dealer.realm = realms[name]
-            realm.dealer.procedures.update({"wamp.session.count": shared.members.count,
-                                            "wamp.session.list": shared.members.list_})
+            shared.members.install(realm.dealer.procedures)
         host, port, db = self.address
         for connected in (self._commands_up, self._subscriber_up):
             self._connectors.append(
@@ -408,8 +408,8 @@ class RedisEngine:
         if self._sweeper.running:
             self._sweeper.stop()
         for shared in self.realms.values():
-            self.send(command(*shared.dealer.release_node())
-                      + command(*shared.members.forget_node()), 2)
+            forget = [shared.dealer.release_node(), *shared.members.forget_node()]
+            self.send(b"".join(command(*args) for args in forget), len(forget))
         for connector in self._connectors:
             connector.factory.stopTrying()
             connector.disconnect()

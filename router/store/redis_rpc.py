@@ -12,8 +12,10 @@ Keys and channels, beside those of :mod:`router.store.redis_engine`:
   channel in ``seq`` order) and routes calls from it without asking Redis.
 * channel ``wr:rpc:<node>``: calls for callees on that node and the answers to the calls it
   forwarded, one MessagePack array each.
-* hash ``wr:sessions:<realm>``: ``"<node>:<session>"`` -> authrole, the sessions of every
-  node, for ``wamp.session.count`` and ``wamp.session.list``.
+* hash ``wr:sessions:<realm>``: ``"<node>:<session>"`` -> authrole, and hash
+  ``wr:subscriptions:<realm>``: ``"<node>:<subscription>"`` -> JSON ``[match, levels]``:
+  the sessions and subscriptions of every node, for the meta API
+  (:meth:`RedisMembership.install`).
 
 The caller's node owns a forwarded call: it answers the caller, keeps a timer (the call's
 own timeout, else ``cluster.call_timeout``) and a bound (``cluster.max_pending_calls``). The
@@ -36,9 +38,12 @@ from router.core.dealer import Registration, RegistrationIndex
 from router.core.engine import ClusterLimits
 from router.core.errors import RouterError
 from router.core.incidents import ENGINE_UNAVAILABLE, QUEUE_FULL
-from router.core.meta import authroles_filter
+from router.core.broker import Subscription
+from router.core.dealer import RouterProcedure
+from router.core.meta import authroles_filter, by_match, lookup_args, topic_arg
 from router.core.model import SessionInfo
 from router.core.peer import Peer
+from router.core.topic import Topic, topic_matches
 from router.store.resp import command
 
 if TYPE_CHECKING:
@@ -475,39 +480,107 @@ def _channel(node: str) -> bytes:
 
 
 class RedisMembership:
-    """One realm's sessions on every node, for the cluster-wide session meta API."""
+    """One realm's sessions and subscriptions on every node, for the cluster-wide meta API."""
 
     def __init__(self, engine: "RedisEngine", name: str) -> None:
         self.engine = engine
-        self.key = f"wr:sessions:{name}".encode()
+        self.sessions_key = f"wr:sessions:{name}".encode()
+        self.subscriptions_key = f"wr:subscriptions:{name}".encode()
 
-    def _field(self, info: SessionInfo) -> str:
-        return f"{self.engine.node}:{info.session_id}"
+    def _field(self, local_id: int) -> str:
+        return f"{self.engine.node}:{local_id}"
 
     def joined(self, info: SessionInfo) -> None:
-        self.engine.send(command("HSET", self.key, self._field(info), info.authrole), 1)
+        self.engine.send(command("HSET", self.sessions_key, self._field(info.session_id),
+                                 info.authrole), 1)
 
     def left(self, info: SessionInfo) -> None:
-        self.engine.send(command("HDEL", self.key, self._field(info)), 1)
+        self.engine.send(command("HDEL", self.sessions_key, self._field(info.session_id)), 1)
 
-    def forget_node(self) -> tuple:
-        """The command that removes this node's sessions (start, clean stop)."""
-        return ("EVAL", DROP_NODE_SESSIONS, 1, self.key, f"{self.engine.node}:")
+    def subscription(self, subscription: Subscription, present: bool) -> None:
+        """A subscription or shared group on a client pattern came or went on this node."""
+        field = self._field(subscription.id)
+        self.engine.send(command("HSET", self.subscriptions_key, field, json.dumps(
+            [subscription.match, list(subscription.topic)])) if present
+            else command("HDEL", self.subscriptions_key, field), 1)
 
-    def _sessions(self, args: list) -> defer.Deferred:
-        """A Deferred of the session ids on every node (with one of the authroles asked)."""
-        roles = authroles_filter(args)
+    def forget_node(self) -> list[tuple]:
+        """The commands that remove this node's sessions and subscriptions (start, clean
+        stop)."""
+        return [("EVAL", DROP_NODE_SESSIONS, 1, key, f"{self.engine.node}:")
+                for key in (self.sessions_key, self.subscriptions_key)]
+
+    def _read(self, key: bytes) -> defer.Deferred:
+        """A Deferred of ``[(node, id, value), ...]`` from one of the hashes."""
         commands = self.engine.commands
         if commands is None:
             return defer.fail(RouterError(errors.CANCELED,
                                           "the cluster (Redis) is not reachable"))
-        return commands.request(command("HGETALL", self.key)).addCallback(
-            lambda found: [int(field.rsplit(b":", 1)[1])
-                           for field, role in zip(found[::2], found[1::2])
+        return commands.request(command("HGETALL", key)).addCallback(
+            lambda found: [(*_node_and_id(field), value)
+                           for field, value in zip(found[::2], found[1::2])])
+
+    def _sessions(self, args: list) -> defer.Deferred:
+        roles = authroles_filter(args)
+        return self._read(self.sessions_key).addCallback(
+            lambda found: [session for _, session, role in found
                            if roles is None or role.decode() in roles])
 
-    def count(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
+    def session_count(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
         return self._sessions(args).addCallback(len)
 
-    def list_(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
+    def session_list(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
         return self._sessions(args)
+
+    def _subscriptions(self) -> defer.Deferred:
+        """A Deferred of ``[(node, id, match, topic), ...]``, by node and id."""
+        return self._read(self.subscriptions_key).addCallback(lambda found: sorted(
+            (node, subscription_id, *_pattern(value))
+            for node, subscription_id, value in found))
+
+    def subscription_list(self, caller: SessionInfo, args: list,
+                          kwargs: dict) -> defer.Deferred:
+        return self._subscriptions().addCallback(
+            lambda found: by_match((match, sid) for _, sid, match, _ in found))
+
+    def subscription_match(self, caller: SessionInfo, args: list,
+                           kwargs: dict) -> defer.Deferred:
+        topic = topic_arg(args)
+        return self._subscriptions().addCallback(
+            lambda found: [sid for _, sid, match, pattern in found
+                           if topic_matches(pattern, match, topic)] or None)
+
+    def subscription_lookup(self, local: RouterProcedure) -> RouterProcedure:
+        """wamp.subscription.lookup: this node's subscription if it has one, else the one
+        of the first node (by name) that has it."""
+
+        def lookup(caller: SessionInfo, args: list, kwargs: dict) -> Any:
+            here = local(caller, args, kwargs)
+            if here is not None:
+                return here
+            wanted = lookup_args(args, kwargs)
+            return self._subscriptions().addCallback(lambda found: next(
+                (sid for _, sid, match, pattern in found if (pattern, match) == wanted), None))
+
+        return lookup
+
+    def install(self, procedures: dict[str, RouterProcedure]) -> None:
+        """Answer the meta API for every node of the realm (see docs/architecture.md)."""
+        procedures.update({
+            "wamp.session.count": self.session_count,
+            "wamp.session.list": self.session_list,
+            "wamp.subscription.list": self.subscription_list,
+            "wamp.subscription.match": self.subscription_match,
+            "wamp.subscription.lookup": self.subscription_lookup(
+                procedures["wamp.subscription.lookup"]),
+        })
+
+
+def _node_and_id(field: bytes) -> tuple[str, int]:
+    node, local_id = field.rsplit(b":", 1)
+    return node.decode(), int(local_id)
+
+
+def _pattern(value: bytes) -> tuple[str, Topic]:
+    match, levels = json.loads(value)
+    return match, tuple(levels)
