@@ -306,6 +306,8 @@ class RedisEngine:
         """Replaced by the router's own in :meth:`start`."""
         self.realms: dict[str, RedisRealm] = {}
         self.commands: RespProtocol | None = None
+        self._subscribed = False
+        """The subscriber connection has the registrations channel."""
         self._connectors: list[Any] = []
         self._sweeper = task.LoopingCall(self.sweep)
         self._sweeper.clock = reactor
@@ -339,14 +341,26 @@ class RedisEngine:
         connection.on_lost = self._commands_down
         for shared in self.realms.values():
             shared.announce_interest()
+        self._read_registrations()
 
     def _commands_down(self) -> None:
         self.commands = None
 
+    def _read_registrations(self) -> None:
+        """Read every realm's registrations once both connections are up (whichever came
+        last): from then on no announced change is missed."""
+        if self.commands is not None and self._subscribed:
+            for shared in self.realms.values():
+                shared.dealer.reload()
+
     def _subscriber_up(self, connection: RespProtocol) -> None:
         connection.on_push = self._push
+        connection.on_lost = self._subscriber_down
         connection.send(command("SUBSCRIBE", self.channel, self.rpc_channel, INTEREST_CHANNEL,
                                 RETAINED_CHANNEL, REGISTRATIONS_CHANNEL), 0)
+
+    def _subscriber_down(self) -> None:
+        self._subscribed = False
 
     def send(self, data: bytes, replies: int) -> None:
         """Fire and forget (counted when Redis is not reachable)."""
@@ -368,8 +382,8 @@ class RedisEngine:
             return
         if message[0] != b"message":
             if message[:2] == [b"subscribe", REGISTRATIONS_CHANNEL]:
-                for shared in self.realms.values():
-                    shared.dealer.reload()  # from now on no change of them is missed
+                self._subscribed = True
+                self._read_registrations()
             return
         channel, data = message[1], message[2]
         if channel == self.rpc_channel:

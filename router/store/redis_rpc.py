@@ -235,18 +235,20 @@ class RedisDealer:
     def reload(self) -> None:
         """The channel is subscribed (again): read the whole hash, then apply the changes
         announced meanwhile that are newer."""
-        self._held = []
+        if self._held is None:
+            self._held = []
         self.engine.transaction(command("HGETALL", self.keys[0]) + command("GET", self.keys[1]),
                                 2).addCallbacks(self._loaded, self._load_failed)
 
     def _loaded(self, replies: list) -> None:
         found, seq = replies
-        snapshot = dict(zip(found[::2], found[1::2]))
-        for field in [f for f in self._fields if f.encode() not in snapshot]:
-            self._set(field, None)
-        for field, value in snapshot.items():
-            self._set(field.decode(), value)
-        self.applied = int(seq or 0)
+        if int(seq or 0) >= self.applied:  # else a later read was applied already
+            snapshot = dict(zip(found[::2], found[1::2]))
+            for field in [f for f in self._fields if f.encode() not in snapshot]:
+                self._set(field, None)
+            for field, value in snapshot.items():
+                self._set(field.decode(), value)
+            self.applied = int(seq or 0)
         held, self._held = self._held or [], None
         for change in held:
             self._apply(*change)
