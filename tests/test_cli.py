@@ -164,6 +164,10 @@ BAD_CONFIGS = [
      "config.json", ["engine.node", "letters"]),
     ("engine url on embedded", _set(["config", "engine"], {"type": "embedded", "url": "x"}),
      "config.json", ["engine.url", "unknown key"]),
+    ("cluster.max_pending_calls zero", _set(["config", "cluster"], {"max_pending_calls": 0}),
+     "config.json", ["cluster.max_pending_calls", "positive"]),
+    ("cluster.call_timeout a string", _set(["config", "cluster"], {"call_timeout": "1s"}),
+     "config.json", ["cluster.call_timeout"]),
 ]
 
 
