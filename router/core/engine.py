@@ -21,7 +21,6 @@ from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import Incidents
 from router.core.model import Publication, SessionInfo
 from router.core.retention import RetainedStore, RetentionPolicy
-from router.core.topic import Topic
 
 if TYPE_CHECKING:
     from router.core.broker import Subscription
