@@ -116,7 +116,7 @@ return changed
 """Remove the callees of node ``ARGV[2]`` (only session ``ARGV[3]``'s unless it is empty)
 from the procedures ``ARGV[4:]`` (every procedure when none are given)."""
 
-DROP_NODE_SESSIONS = """
+DROP_NODE_FIELDS = """
 local n = 0
 for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
   if string.sub(field, 1, #ARGV[1]) == ARGV[1] then
@@ -126,7 +126,8 @@ for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
 end
 return n
 """
-"""Forget the sessions whose field starts with ``ARGV[1]`` (``"<node>:"``)."""
+"""Forget the entries (sessions, subscriptions) whose field starts with ``ARGV[1]``
+(``"<node>:"``)."""
 
 CALL, CANCEL, RESULT, ERROR = range(4)
 """The kinds of message on a node's ``wr:rpc:<node>`` channel."""
@@ -509,7 +510,7 @@ class RedisMembership:
     def forget_node(self) -> list[tuple]:
         """The commands that remove this node's sessions and subscriptions (start, clean
         stop)."""
-        return [("EVAL", DROP_NODE_SESSIONS, 1, key, f"{self.engine.node}:")
+        return [("EVAL", DROP_NODE_FIELDS, 1, key, f"{self.engine.node}:")
                 for key in (self.sessions_key, self.subscriptions_key)]
 
     def _read(self, key: bytes) -> defer.Deferred:
