@@ -16,6 +16,7 @@ import multiprocessing as mp
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -101,28 +102,34 @@ def start_nodes(base: Path, count: int, redis_url: str | None) -> list[RouterPro
     return nodes
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--subscribers", type=int, default=10)
-    parser.add_argument("--events", type=int, default=5000)
-    args = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+def run_setups(prefix: str, setups: tuple[tuple[str, int, bool], ...],
+               measure_one: Callable[[str, list[RouterProcess], int | None], dict]) -> None:
+    """Start a redis-server, then each setup's ``(name, nodes, on Redis)`` nodes in turn;
+    print what ``measure_one(name, nodes, redis pid or None)`` reports."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
     redis = RedisServer(base)
-    url = redis.url
     try:
-        for name, count, redis_url in (("embedded, 1 node", 1, None),
-                                       ("redis, 1 node", 1, url), ("redis, 2 nodes", 2, url)):
-            nodes = start_nodes(base / name.replace(", ", "-").replace(" ", ""), count,
-                                redis_url)
+        for index, (name, count, on_redis) in enumerate(setups):
+            nodes = start_nodes(base / f"setup{index}", count, redis.url if on_redis else None)
             try:
-                report = measure(nodes, args.subscribers, args.events,
-                                 redis.proc.pid if redis_url else None, name)
+                report = measure_one(name, nodes, redis.proc.pid if on_redis else None)
                 print(format_report(report), flush=True)
             finally:
                 for node in nodes:
                     node.stop()
     finally:
         redis.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--subscribers", type=int, default=10)
+    parser.add_argument("--events", type=int, default=5000)
+    args = parser.parse_args()
+    run_setups("bench-cluster-", (("embedded, 1 node", 1, False), ("redis, 1 node", 1, True),
+                                  ("redis, 2 nodes", 2, True)),
+               lambda name, nodes, redis_pid: measure(nodes, args.subscribers, args.events,
+                                                      redis_pid, name))
 
 
 if __name__ == "__main__":

@@ -70,11 +70,14 @@ def caller_main(endpoint, transport, serializer, calls, timeout, ready, go, resu
     asyncio.run(run())
 
 
-def run_rpc(endpoint, transport, serializer, callers, calls, pid, timeout=120.0) -> dict:
-    """``callers`` processes each make ``calls`` sequential calls to one callee."""
+def run_rpc(endpoint, transport, serializer, callers, calls, pid, timeout=120.0,
+            callee_endpoint=None) -> dict:
+    """``callers`` processes each make ``calls`` sequential calls to one callee (connected
+    to ``callee_endpoint``, another node of a cluster, if given)."""
     ctx = mp.get_context("spawn")
     ready, results, go, stop = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
-    callee = ctx.Process(target=callee_main, args=(endpoint, transport, serializer, ready, stop))
+    callee = ctx.Process(target=callee_main, args=(callee_endpoint or endpoint, transport,
+                                                   serializer, ready, stop))
     workers = [ctx.Process(target=caller_main, args=(endpoint, transport, serializer, calls,
                                                      timeout, ready, go, results))
                for _ in range(callers)]

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from router.core.authorization import ACTIONS, PermissionRule
 from router.core.credentials import SCHEME, Principal, WampCra, normalize_pubkey
+from router.core.engine import ClusterLimits
 from router.core.history import HistoryRule
 from router.core.payload import MAPPINGS
 from router.core.qos import POLICIES, QOS_LEVELS
@@ -158,6 +159,8 @@ class NodeConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     engine: EngineConfig = field(default_factory=lambda: EngineConfig())
     sys_interval: float = 10.0
+    cluster: ClusterLimits = field(default_factory=ClusterLimits)
+    """Calls forwarded to other nodes (Redis engine only)."""
     """Seconds between ``$SYS`` / ``wamp.router.on_stats`` publications (0: none)."""
 
 
@@ -174,9 +177,6 @@ class EngineConfig:
     """This node's name, unique among the nodes on that Redis (``redis`` only)."""
     redis_address: tuple[str, int, int] | None = None
     """(host, port, db) of ``url``."""
-    max_pending: int = 10_000
-    """Commands sent to Redis and not answered yet, at most (``redis`` only); reading from
-    publishers pauses at half of it."""
 
 
 @dataclass(frozen=True)
@@ -640,7 +640,7 @@ def load_config(path: Path | str) -> NodeConfig:
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout",
                            "eventlog", "login_backoff", "store", "memory", "engine",
-                           "sys_interval"})
+                           "sys_interval", "cluster"})
     data_dir = base / reader.get("data_dir", str, "data")
     realms_dir = base / reader.get("realms_dir", str, "realms")
     names = reader.get("realms", list)
@@ -688,8 +688,16 @@ def load_config(path: Path | str) -> NodeConfig:
     sys_interval = reader.get("sys_interval", (int, float), NodeConfig.sys_interval)
     if sys_interval < 0:
         raise reader.fail("sys_interval", f"must not be negative, got {sys_interval}")
+    cluster_reader = reader.child("cluster", reader.get("cluster", dict, {}))
+    cluster_reader.reject_unknown({"max_pending_calls", "call_timeout", "max_pending_commands"})
+    defaults = ClusterLimits()
+    cluster = ClusterLimits(
+        _positive(cluster_reader, "max_pending_calls", int, defaults.max_pending_calls),
+        float(_positive(cluster_reader, "call_timeout", (int, float), defaults.call_timeout)),
+        _positive(cluster_reader, "max_pending_commands", int, defaults.max_pending_commands))
     return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
-                      store, MemoryConfig(float(trim_interval)), engine, float(sys_interval))
+                      store, MemoryConfig(float(trim_interval)), engine, float(sys_interval),
+                      cluster)
 
 
 NODE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -697,15 +705,14 @@ NODE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def _engine(reader: _Reader) -> EngineConfig:
-    """``{"type": "embedded"}`` or ``{"type": "redis", "url": ..., "node": ...}`` (and the
-    optional ``max_pending``)."""
+    """``{"type": "embedded"}`` or ``{"type": "redis", "url": ..., "node": ...}``."""
     kind = reader.get("type", str)
     if kind == "embedded":
         reader.reject_unknown({"type"})
         return EngineConfig()
     if kind != "redis":
         raise reader.fail("type", f'must be "embedded" or "redis", got {json.dumps(kind)}')
-    reader.reject_unknown({"type", "url", "node", "max_pending"})
+    reader.reject_unknown({"type", "url", "node"})
     url = reader.get("url", str)
     try:
         parsed = urlsplit(url)
@@ -719,5 +726,4 @@ def _engine(reader: _Reader) -> EngineConfig:
     if not NODE_NAME.fullmatch(node):
         raise reader.fail("node", "must be 1 to 64 letters, digits, '_', '.' or '-', "
                                   f"got {json.dumps(node)}")
-    max_pending = _positive(reader, "max_pending", int, EngineConfig().max_pending)
-    return EngineConfig("redis", url, node, (parsed.hostname, port, int(db)), max_pending)
+    return EngineConfig("redis", url, node, (parsed.hostname, port, int(db)))

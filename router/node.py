@@ -104,7 +104,7 @@ def make_engine(config: NodeConfig, store: SqliteStore, reactor) -> Engine:
     engine = config.engine
     if engine.type == "redis":
         return RedisEngine(engine.redis_address, engine.node, reactor,  # type: ignore[arg-type]
-                           engine.max_pending)
+                           config.cluster)
     return EmbeddedEngine(store)
 
 

@@ -164,9 +164,13 @@ BAD_CONFIGS = [
      "config.json", ["engine.node", "letters"]),
     ("engine url on embedded", _set(["config", "engine"], {"type": "embedded", "url": "x"}),
      "config.json", ["engine.url", "unknown key"]),
-    ("engine.max_pending zero", _set(["config", "engine"], {
-        "type": "redis", "url": "redis://h/0", "node": "a", "max_pending": 0}),
-     "config.json", ["engine.max_pending", "positive"]),
+    ("cluster.max_pending_commands zero", _set(["config", "cluster"],
+                                               {"max_pending_commands": 0}),
+     "config.json", ["cluster.max_pending_commands", "positive"]),
+    ("cluster.max_pending_calls zero", _set(["config", "cluster"], {"max_pending_calls": 0}),
+     "config.json", ["cluster.max_pending_calls", "positive"]),
+    ("cluster.call_timeout a string", _set(["config", "cluster"], {"call_timeout": "1s"}),
+     "config.json", ["cluster.call_timeout"]),
 ]
 
 

@@ -81,11 +81,13 @@ REALM = realm_file(
 keep their last three events."""
 
 
-def start_node(base, redis: RedisServer, name: str, **engine) -> RouterProcess:
+def start_node(base, redis: RedisServer, name: str, **cluster) -> RouterProcess:
+    """A node on ``redis``; ``cluster``: keys of the config's ``cluster`` block."""
     listeners = amqp_listeners() + [{"type": "rawsocket", "host": "127.0.0.1", "port": 0}]
     return RouterProcess(base / name, [REALM], listeners=listeners,
                          extra_config={"engine": {"type": "redis", "url": redis.url,
-                                                  "node": name, **engine}}).start()
+                                                  "node": name},
+                                       "cluster": cluster}).start()
 
 
 @pytest.fixture(scope="module")
@@ -409,10 +411,10 @@ def test_retained_changes_made_at_once_on_two_nodes_are_both_kept_everywhere(clu
 
 def test_publishers_pause_while_redis_is_stopped_and_resume_after(tmp_path):
     """SIGSTOP of redis-server: the node stops reading from its publisher once half of
-    engine.max_pending commands wait for Redis, instead of buffering what it cannot
+    cluster.max_pending_commands wait for Redis, instead of buffering what it cannot
     forward; after SIGCONT it reads again and forwarding resumes."""
     redis = RedisServer(tmp_path)
-    sender = start_node(tmp_path, redis, "sender", max_pending=200)
+    sender = start_node(tmp_path, redis, "sender", max_pending_commands=200)
     receiver = start_node(tmp_path, redis, "receiver")
     name = topic()
     flood, size = 4000, 5000  # 20 MB offered while Redis is stopped

@@ -707,18 +707,18 @@ def test_dealer_lookup_precedence_exact_then_longest_prefix_then_wildcard(dealer
     long_prefix = dealer.register(peers[2], "com.a.b", PREFIX, "single")
     early_wild = dealer.register(peers[3], "com...c", WILDCARD, "single")
     late_wild = dealer.register(peers[4], "com.a..c", WILDCARD, "single")
-    assert dealer.lookup("com.a.b.c") is exact
+    assert dealer.registrations.lookup("com.a.b.c") is exact
     dealer.unregister(peers[0], exact.id)
-    assert dealer.lookup("com.a.b.c") is long_prefix
-    assert dealer.lookup("com.a.bc") is long_prefix, "prefix matching is a string prefix"
-    assert dealer.lookup("com.a.x.c") is short_prefix
+    assert dealer.registrations.lookup("com.a.b.c") is long_prefix
+    assert dealer.registrations.lookup("com.a.bc") is long_prefix, "prefix matching is a string prefix"
+    assert dealer.registrations.lookup("com.a.x.c") is short_prefix
     dealer.unregister(peers[2], long_prefix.id)
-    assert dealer.lookup("com.a.b.c") is short_prefix, "any prefix beats a wildcard"
+    assert dealer.registrations.lookup("com.a.b.c") is short_prefix, "any prefix beats a wildcard"
     dealer.unregister(peers[1], short_prefix.id)
-    assert dealer.lookup("com.a.b.c") is late_wild, "the wildcard whose first wildcard is last"
-    assert dealer.lookup("com.x.y.c") is early_wild
-    assert dealer.lookup("com.a.b.d") is None
-    assert dealer.lookup("com.a.b") is None
+    assert dealer.registrations.lookup("com.a.b.c") is late_wild, "the wildcard whose first wildcard is last"
+    assert dealer.registrations.lookup("com.x.y.c") is early_wild
+    assert dealer.registrations.lookup("com.a.b.d") is None
+    assert dealer.registrations.lookup("com.a.b") is None
 
 
 def test_dealer_pattern_invocation_carries_procedure_and_caller(dealer):
@@ -798,7 +798,7 @@ def test_dealer_callee_leaving_fails_pending_calls(dealer):
     dealer.call(caller, 7, "com.c", None, None)
     dealer.remove_session(callee)
     assert caller.errors == [(7, errors.CANCELED)]
-    assert dealer.lookup("com.c") is None and registration.id not in dealer.by_id
+    assert dealer.registrations.lookup("com.c") is None and registration.id not in dealer.by_id
     with pytest.raises(RouterError) as exc:
         dealer.call(caller, 8, "com.c", None, None)
     assert exc.value.uri == errors.NO_SUCH_PROCEDURE

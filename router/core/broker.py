@@ -160,7 +160,7 @@ class Broker:
             else:
                 subscription = self.shared.create(next(self._ids), topic, match, group)
             if self._interest is not None and not subscription.is_meta:
-                self._interest(topic, match, True)
+                self._interest(subscription, True)
         session_id = peer.info.session_id
         already = session_id in subscription.subscribers
         subscription.subscribers[session_id] = peer
@@ -200,7 +200,7 @@ class Broker:
                 self.shared.remove(subscription)
             if not subscription.is_meta:
                 if self._interest is not None:
-                    self._interest(subscription.topic, subscription.match, False)
+                    self._interest(subscription, False)
                 self._meta("wamp.subscription.on_delete", [session_id, subscription.id])
 
     def dispatch(self, publication: Publication, meta_only: bool = False) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any, Callable, Protocol
 
 from router.core import errors
@@ -39,32 +40,112 @@ class Scheduler(Protocol):
 
 
 RouterProcedure = Callable[[SessionInfo, list, dict], Any]
-"""A procedure the router implements itself: (caller, args, kwargs) -> result."""
+"""A procedure the router implements itself: (caller, args, kwargs) -> result, or a
+Deferred of the result when the answer needs I/O (cluster-wide meta API on Redis)."""
 
 
 class Registration:
-    __slots__ = ("id", "uri", "match", "policy", "callees", "created", "_next")
+    __slots__ = ("id", "uri", "match", "policy", "callees", "created", "turn")
 
     def __init__(self, registration_id: int, uri: str, match: str, policy: str) -> None:
         self.id = registration_id
         self.uri = uri
         self.match = match
         self.policy = policy
-        self.callees: list[Peer] = []
+        self.callees: list[Any] = []
+        """Peers in order of registration; a cluster's registrations (see
+        :class:`ClusterDealer`) hold whatever names a callee on any node."""
         self.created = datetime.now(timezone.utc).isoformat()
-        self._next = 0
+        self.turn = 0
+        """Calls picked so far (roundrobin)."""
 
-    def pick(self) -> Peer:
+    def pick(self) -> Any:
         """The callee for the next call under this registration's invocation policy."""
         if self.policy == "roundrobin":
-            callee = self.callees[self._next % len(self.callees)]
-            self._next += 1
+            callee = self.callees[self.turn % len(self.callees)]
+            self.turn += 1
             return callee
         if self.policy == "random":
             return random.choice(self.callees)
         if self.policy == "last":
             return self.callees[-1]
         return self.callees[0]
+
+
+class RegistrationIndex:
+    """Registrations by procedure pattern, looked up by the spec's precedence."""
+
+    def __init__(self) -> None:
+        self.exact: dict[str, Registration] = {}
+        self.prefix: dict[str, Registration] = {}
+        self.wildcard: TopicTrie[Registration] = TopicTrie()
+
+    def get(self, uri: str, match: str) -> Registration | None:
+        if match == EXACT:
+            return self.exact.get(uri)
+        if match == PREFIX:
+            return self.prefix.get(uri)
+        return self.wildcard.get(from_uri(uri))
+
+    def add(self, registration: Registration) -> None:
+        if registration.match == EXACT:
+            self.exact[registration.uri] = registration
+        elif registration.match == PREFIX:
+            self.prefix[registration.uri] = registration
+        else:
+            self.wildcard.set(from_uri(registration.uri), registration)
+
+    def remove(self, registration: Registration) -> None:
+        if registration.match == EXACT:
+            del self.exact[registration.uri]
+        elif registration.match == PREFIX:
+            del self.prefix[registration.uri]
+        else:
+            self.wildcard.pop(from_uri(registration.uri))
+
+    def lookup(self, procedure: str) -> Registration | None:
+        """The registration a call to ``procedure`` goes to."""
+        registration = self.exact.get(procedure)
+        if registration is not None:
+            return registration
+        best = None
+        for uri, candidate in self.prefix.items():
+            if procedure.startswith(uri) and (best is None or len(uri) > len(best.uri)):
+                best = candidate
+        if best is not None:
+            return best
+        matches = list(self.wildcard.match_patterns(from_uri(procedure)))
+        if not matches:
+            return None
+        return max(matches, key=lambda r: (r.uri.split(".") + [""]).index(""))
+
+
+class ClusterDealer(Protocol):
+    """The dealer's share of a clustered engine: registrations and calls of every node.
+
+    With one, every call goes through :meth:`call` (it invokes a callee on this node with
+    :meth:`Dealer.invoke` or forwards the call to the callee's node); a registration is
+    answered only once the cluster accepted it.
+    """
+
+    def register(self, peer: Peer, registration: Registration,
+                 answer: Callable[[RouterError | None], None]) -> None:
+        """Add ``peer`` as a callee of ``registration`` cluster-wide; ``answer(None)`` once
+        every call routed on this node can reach it, ``answer(error)`` if refused."""
+
+    def unregister(self, peer: Peer, registrations: list[Registration]) -> None:
+        """``peer`` is no callee of ``registrations`` anymore."""
+
+    def call(self, caller: Peer, call_request: int, procedure: str, args: list | None,
+             kwargs: dict | None, receive_progress: bool, timeout_ms: int,
+             disclose_caller: bool) -> None:
+        """Route a call (raise :class:`RouterError` when nobody can take it)."""
+
+    def cancel(self, caller: Peer, call_request: int, mode: str) -> None:
+        """Cancel a call this node forwarded (nothing if it is not one)."""
+
+    def caller_left(self, session_id: int) -> None:
+        """Tell the callees' nodes to stop the calls of a leaving caller."""
 
 
 @dataclass(slots=True, eq=False)
@@ -91,9 +172,9 @@ class Dealer:
         self._scheduler = scheduler
         self.stats = stats if stats is not None else RealmStats()
         self._ids = router_scope_ids()
-        self.exact: dict[str, Registration] = {}
-        self.prefix: dict[str, Registration] = {}
-        self.wildcard: TopicTrie[Registration] = TopicTrie()
+        self.registrations = RegistrationIndex()
+        self.cluster: ClusterDealer | None = None
+        """Set by a clustered engine: registrations and calls span every node."""
         self.by_id: dict[int, Registration] = {}
         self.procedures: dict[str, RouterProcedure] = {}
         self._invocation_ids: dict[int, int] = {}
@@ -103,15 +184,10 @@ class Dealer:
     def register(self, peer: Peer, uri: str, match: str, policy: str) -> Registration:
         if policy not in INVOKE_POLICIES:
             raise RouterError(errors.INVALID_ARGUMENT, f"unknown invocation policy '{policy}'")
-        table = self._table(match)
-        key = _key(uri, match)
-        registration = table.get(key)
+        registration = self.registrations.get(uri, match)
         if registration is None:
             registration = Registration(next(self._ids), uri, match, policy)
-            if match == EXACT or match == PREFIX:
-                table[key] = registration
-            else:
-                self.wildcard.set(key, registration)
+            self.registrations.add(registration)
             self.by_id[registration.id] = registration
         elif registration.policy != policy:
             raise RouterError(errors.PROCEDURE_EXISTS_WITH_DIFFERENT_POLICY,
@@ -127,41 +203,18 @@ class Dealer:
         if registration is None or peer not in registration.callees:
             raise RouterError(errors.NO_SUCH_REGISTRATION,
                               f"no registration {registration_id} for this session")
-        self._remove_callee(registration, peer)
+        self.drop_callee(registration, peer)
+        if self.cluster is not None:
+            self.cluster.unregister(peer, [registration])
         return registration
 
-    def _table(self, match: str) -> Any:
-        if match == EXACT:
-            return self.exact
-        if match == PREFIX:
-            return self.prefix
-        return self.wildcard
-
-    def _remove_callee(self, registration: Registration, peer: Peer) -> None:
+    def drop_callee(self, registration: Registration, peer: Peer) -> None:
+        """Remove one callee here only (a cluster is told by the caller of this, if at all)."""
         registration.callees.remove(peer)
         if registration.callees:
             return
         del self.by_id[registration.id]
-        if registration.match == EXACT or registration.match == PREFIX:
-            del self._table(registration.match)[registration.uri]
-        else:
-            self.wildcard.pop(from_uri(registration.uri))
-
-    def lookup(self, procedure: str) -> Registration | None:
-        """The registration a call to ``procedure`` goes to, by the spec's precedence."""
-        registration = self.exact.get(procedure)
-        if registration is not None:
-            return registration
-        best = None
-        for uri, candidate in self.prefix.items():
-            if procedure.startswith(uri) and (best is None or len(uri) > len(best.uri)):
-                best = candidate
-        if best is not None:
-            return best
-        matches = list(self.wildcard.match_patterns(from_uri(procedure)))
-        if not matches:
-            return None
-        return max(matches, key=lambda r: (r.uri.split(".") + [""]).index(""))
+        self.registrations.remove(registration)
 
     def call(self, caller: Peer, call_request: int, procedure: str, args: list | None,
              kwargs: dict | None, receive_progress: bool = False, timeout_ms: int = 0,
@@ -172,11 +225,28 @@ class Dealer:
         if builtin is not None:
             self._call_builtin(caller, call_request, builtin, args, kwargs)
             return
-        registration = None if is_reserved(procedure) else self.lookup(procedure)
+        if is_reserved(procedure):
+            raise self.no_such_procedure(procedure)
+        if self.cluster is not None:
+            self.cluster.call(caller, call_request, procedure, args, kwargs, receive_progress,
+                              timeout_ms, disclose_caller)
+            return
+        registration = self.registrations.lookup(procedure)
         if registration is None:
-            self.stats.call_errors += 1
-            raise RouterError(errors.NO_SUCH_PROCEDURE, f"no callee registered for '{procedure}'")
-        callee = registration.pick()
+            raise self.no_such_procedure(procedure)
+        self.invoke(registration, registration.pick(), caller, call_request, procedure, args,
+                    kwargs, receive_progress, timeout_ms, disclose_caller)
+
+    def no_such_procedure(self, procedure: str) -> RouterError:
+        """The error for a call nobody can take (counted)."""
+        self.stats.call_errors += 1
+        return RouterError(errors.NO_SUCH_PROCEDURE, f"no callee registered for '{procedure}'")
+
+    def invoke(self, registration: Registration, callee: Peer, caller: Peer, call_request: int,
+               procedure: str, args: list | None, kwargs: dict | None,
+               receive_progress: bool = False, timeout_ms: int = 0,
+               disclose_caller: bool = False) -> None:
+        """Send a call to ``callee`` of ``registration`` and track it until it is settled."""
         callee_id = callee.info.session_id
         request_id = self._invocation_ids.get(callee_id, 0) + 1
         self._invocation_ids[callee_id] = request_id
@@ -209,7 +279,23 @@ class Dealer:
             result = procedure(caller.info, list(args or ()), dict(kwargs or {}))
         except TypeError as exc:
             raise RouterError(errors.INVALID_ARGUMENT, str(exc)) from exc
+        if hasattr(result, "addCallbacks"):  # a Deferred: the answer needs I/O (Redis)
+            result.addCallbacks(partial(self._builtin_answer, caller, call_request),
+                                partial(self._builtin_failed, caller, call_request))
+            return
+        self._builtin_answer(caller, call_request, result)
+
+    def _builtin_answer(self, caller: Peer, call_request: int, result: Any) -> None:
         caller.send_result(call_request, None if result is None else [result], None, False)
+
+    def _builtin_failed(self, caller: Peer, call_request: int, failure: Any) -> None:
+        error = failure.value
+        if isinstance(error, RouterError):
+            caller.send_call_error(call_request, error.uri, error.args_list, error.kwargs)
+        else:
+            caller.send_call_error(call_request, errors.CANCELED,
+                                   [f"the answer could not be made: {failure.getErrorMessage()}"],
+                                   None)
 
     def yield_(self, callee: Peer, request_id: int, args: list | None, kwargs: dict | None,
                progress: bool) -> None:
@@ -244,7 +330,11 @@ class Dealer:
         if mode not in CANCEL_MODES:
             raise RouterError(errors.INVALID_ARGUMENT, f"unknown cancel mode '{mode}'")
         invocation = self._by_call.get((caller.info.session_id, call_request))
-        if invocation is None or invocation.cancel_mode is not None:
+        if invocation is None:
+            if self.cluster is not None:
+                self.cluster.cancel(caller, call_request, mode)
+            return
+        if invocation.cancel_mode is not None:
             return
         if mode != "skip" and not invocation.callee.supports("callee", "call_canceling"):
             mode = "skip"
@@ -276,8 +366,13 @@ class Dealer:
     def remove_session(self, peer: Peer) -> None:
         """Unregister a leaving session and settle the calls it was part of."""
         session_id = peer.info.session_id
-        for registration in [r for r in self.by_id.values() if peer in r.callees]:
-            self._remove_callee(registration, peer)
+        registrations = [r for r in self.by_id.values() if peer in r.callees]
+        for registration in registrations:
+            self.drop_callee(registration, peer)
+        if self.cluster is not None:
+            if registrations:
+                self.cluster.unregister(peer, registrations)
+            self.cluster.caller_left(session_id)
         for (callee_id, _), invocation in list(self._by_invocation.items()):
             if callee_id == session_id:
                 self._finish(invocation)
@@ -295,8 +390,3 @@ class Dealer:
         """Did this callee ever get an invocation with ``request_id``? (Late replies are fine.)"""
         return 0 < request_id <= self._invocation_ids.get(callee.info.session_id, 0)
 
-
-def _key(uri: str, match: str) -> Any:
-    """The key of a registration in its table: procedures are URIs, wildcard ones walk the
-    trie by level."""
-    return uri if match == EXACT or match == PREFIX else from_uri(uri)

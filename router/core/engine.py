@@ -6,7 +6,9 @@ other nodes serving the realm. The embedded engine (:mod:`router.store.embedded`
 node, retained events in memory written behind to SQLite) answers "nowhere else" to the
 last question, so a single node pays one ``None`` check per publication for the boundary.
 A clustered engine also needs to know which patterns this node's subscribers hold
-(interest), so that other nodes send it only publications it has a receiver for.
+(interest), so that other nodes send it only publications it has a receiver for, the
+dealer's registrations and calls (:class:`router.core.dealer.ClusterDealer`: a call on
+any node reaches a callee on any node) and the sessions of each node (meta API).
 """
 
 from __future__ import annotations
@@ -14,21 +16,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from router.core.dealer import ClusterDealer
 from router.core.history import History, HistoryRule
 from router.core.incidents import Incidents
-from router.core.model import Publication
+from router.core.model import Publication, SessionInfo
 from router.core.retention import RetainedStore, RetentionPolicy
-from router.core.topic import Topic
 
 if TYPE_CHECKING:
+    from router.core.broker import Subscription
     from router.core.realm import Realm
 
 Forward = Callable[[Publication], None]
 """Deliver a local publication to the other nodes whose interest matches its topic."""
-Interest = Callable[[Topic, str, bool], None]
-"""Told ``(pattern, match, True)`` when this node gains a subscription or shared group on a
-pattern and ``(pattern, match, False)`` when one goes; several may share one pattern, so
-an engine counts them."""
+Interest = Callable[["Subscription", bool], None]
+"""Told ``(subscription, True)`` when this node gains a subscription or shared group on a
+client pattern and ``(subscription, False)`` when one goes; several may share one pattern,
+so an engine counts them."""
 
 
 @dataclass(slots=True)
@@ -38,6 +41,28 @@ class Durability(Protocol):
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         """Call ``callback(ok)`` on the event loop once everything changed so far is stored;
         ``ok`` is False if storing failed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLimits:
+    """Bounds of what a node has under way with Redis and the other nodes (config
+    ``cluster``)."""
+
+    max_pending_calls: int = 10000
+    """Forwarded calls waiting for an answer; one more is refused (``limit_exceeded``)."""
+    call_timeout: float = 300.0
+    """Seconds a forwarded call without its own timeout waits for an answer."""
+    max_pending_commands: int = 10000
+    """Commands sent to Redis and not answered yet, at most; reading from publishers pauses
+    at half of it."""
+
+
+class Membership(Protocol):
+    """Which sessions a realm has on this node, for answers about the whole cluster."""
+
+    def joined(self, info: SessionInfo) -> None: ...
+
+    def left(self, info: SessionInfo) -> None: ...
 
 
 @dataclass(slots=True)
@@ -54,6 +79,10 @@ class RealmEngine:
     """None on a single node: a publication's local fan-out is all there is."""
     interest: Interest | None = None
     """None when no other node needs to know this node's patterns."""
+    dealer: ClusterDealer | None = None
+    """None on a single node: the realm's own registrations are all there is."""
+    membership: Membership | None = None
+    """None when no other node asks about this node's sessions."""
 
 
 class Engine(Protocol):

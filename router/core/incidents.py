@@ -55,11 +55,11 @@ AMQP receiver and a topic with "/" or a wildcard character inside a level)."""
 
 ENGINE_UNAVAILABLE = "engine_unavailable"
 """A publication not sent to the other nodes, or a retained change not stored, because the
-node's engine (Redis) could not be reached, or had ``engine.max_pending`` commands
+node's engine (Redis) could not be reached, or had ``cluster.max_pending_commands`` commands
 unanswered (Redis slow or stopped)."""
 ENGINE_BEHIND = "engine_behind"
 """Reading from publishing connections paused because Redis answers slower than the node
-sends (half of ``engine.max_pending`` commands unanswered)."""
+sends (half of ``cluster.max_pending_commands`` commands unanswered)."""
 
 Key = tuple[str, str, str]
 

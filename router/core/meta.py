@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 from datetime import datetime
-from typing import Any, Callable
+from typing import Iterable
+
+from twisted.internet import defer
 
 from router.core import errors
 from router.core.errors import RouterError
@@ -15,7 +17,7 @@ from router.core.topic import Topic, display, dotted_form, from_uri
 from router.core.uri import EXACT, MATCH_POLICIES, PREFIX
 
 
-def _authroles_filter(args: list) -> set[str] | None:
+def authroles_filter(args: list) -> set[str] | None:
     if not args or args[0] is None:
         return None
     if type(args[0]) is not list or any(type(role) is not str for role in args[0]):
@@ -29,11 +31,36 @@ def _int_arg(args: list, name: str) -> int:
     return args[0]
 
 
+def topic_arg(args: list) -> Topic:
+    """The topic of wamp.subscription.lookup / match."""
+    if not args or type(args[0]) is not str:
+        raise RouterError(errors.INVALID_ARGUMENT, "'topic' (a string) is required")
+    return from_uri(args[0])
+
+
+def lookup_args(args: list, kwargs: dict) -> tuple[Topic, str]:
+    """(topic, match) of wamp.subscription.lookup(topic, options)."""
+    topic = topic_arg(args)
+    options = args[1] if len(args) > 1 and isinstance(args[1], dict) else kwargs
+    match = options.get("match", EXACT)
+    if match not in MATCH_POLICIES:
+        raise RouterError(errors.INVALID_ARGUMENT, f"unknown match policy '{match}'")
+    return topic, match
+
+
+def by_match(subscriptions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    """wamp.subscription.list's answer from (match, id) pairs."""
+    listed: dict[str, list[int]] = {policy: [] for policy in MATCH_POLICIES}
+    for match, subscription_id in subscriptions:
+        listed.setdefault(match, []).append(subscription_id)
+    return listed
+
+
 def install_session_meta(realm: Realm) -> None:
     """wamp.session.count / list / get."""
 
     def matching(args: list) -> list[int]:
-        roles = _authroles_filter(args)
+        roles = authroles_filter(args)
         return [sid for sid, peer in realm.sessions.items()
                 if roles is None or peer.info.authrole in roles]
 
@@ -68,26 +95,15 @@ def install_subscription_meta(realm: Realm) -> None:
         return found
 
     def list_(caller: SessionInfo, args: list, kwargs: dict) -> dict:
-        listed: dict[str, list[int]] = {policy: [] for policy in MATCH_POLICIES}
-        for sub in itertools.chain(index.by_id.values(), broker.shared.by_id.values()):
-            if not sub.is_meta:
-                listed.setdefault(sub.match, []).append(sub.id)
-        return listed
+        return by_match((sub.match, sub.id) for sub in itertools.chain(
+            index.by_id.values(), broker.shared.by_id.values()) if not sub.is_meta)
 
     def lookup(caller: SessionInfo, args: list, kwargs: dict) -> int | None:
-        if not args or type(args[0]) is not str:
-            raise RouterError(errors.INVALID_ARGUMENT, "'topic' (a string) is required")
-        options = args[1] if len(args) > 1 and isinstance(args[1], dict) else kwargs
-        match = options.get("match", EXACT)
-        if match not in MATCH_POLICIES:
-            raise RouterError(errors.INVALID_ARGUMENT, f"unknown match policy '{match}'")
-        found = index.lookup(from_uri(args[0]), match)
+        found = index.lookup(*lookup_args(args, kwargs))
         return found.id if found is not None else None
 
     def match(caller: SessionInfo, args: list, kwargs: dict) -> list[int] | None:
-        if not args or type(args[0]) is not str:
-            raise RouterError(errors.INVALID_ARGUMENT, "'topic' (a string) is required")
-        topic = from_uri(args[0])
+        topic = topic_arg(args)
         ids = [sub.id for sub in itertools.chain(index.matching(topic),
                                                  broker.shared.matching(topic))
                if not sub.is_meta]
@@ -124,11 +140,11 @@ def _timestamp_kwarg(kwargs: dict, key: str) -> float | None:
 
 def install_event_history(realm: Realm) -> None:
     """wamp.subscription.get_events(subscription, limit=, reverse=, after_time=, ...),
-    answered when the history is read (at once on one node, when Redis replies on many)."""
+    answered when the history is read (at once on one node, when Redis replies on many:
+    the dealer sends what the Deferred gives)."""
     history = realm.history
 
-    def get_events(caller: SessionInfo, args: list, kwargs: dict,
-                   answer: Callable[[Any], None]) -> None:
+    def get_events(caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
         subscription = realm.broker.find(_int_arg(args, "subscription"))
         if subscription is None:
             raise RouterError(errors.NO_SUCH_SUBSCRIPTION, "no such subscription")
@@ -142,9 +158,12 @@ def install_event_history(realm: Realm) -> None:
         window = TimeWindow(*(_timestamp_kwarg(kwargs, key) for key in
                               ("from_time", "after_time", "before_time", "until_time")))
 
+        answer = defer.Deferred()
+
         def records(events: list[Publication] | Exception) -> None:
             if isinstance(events, Exception):
-                answer(RouterError(errors.UNAVAILABLE, f"the history cannot be read: {events}"))
+                answer.errback(RouterError(errors.UNAVAILABLE,
+                                           f"the history cannot be read: {events}"))
                 return
             found = []
             for publication in events:
@@ -158,12 +177,13 @@ def install_event_history(realm: Realm) -> None:
                 if publication.kwargs:
                     record["kwargs"] = publication.kwargs
                 found.append(record)
-            answer(found)
+            answer.callback(found)
 
         history.read(subscription.topic, subscription.match, caller, limit, reverse, window,
                      records)
+        return answer
 
-    realm.later_procedures["wamp.subscription.get_events"] = get_events
+    realm.dealer.procedures["wamp.subscription.get_events"] = get_events
 
 
 def install_retention_admin(realm: Realm) -> None:

@@ -9,7 +9,7 @@ Errors come back as :class:`RouterError` for the frontend to translate.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Callable
 
 from router.core import errors
 from router.core.activity import ActivityLog
@@ -31,11 +31,6 @@ from router.core.uri import EXACT, is_valid_uri
 
 
 log = logging.getLogger(__name__)
-
-LaterProcedure = Callable[[SessionInfo, list, dict, Callable[[Any], None]], None]
-"""A router procedure that answers once what it reads has arrived (from Redis):
-``(caller, args, kwargs, answer)``; ``answer(result)`` or ``answer(RouterError)``, once.
-Raising RouterError before that answers at once."""
 
 
 def durable_callback(on_durable: Callable[[bool], None] | None
@@ -74,8 +69,8 @@ class Realm:
                              delivery_failed=self._delivery_failed, interest=engine.interest,
                              stats=self.stats)
         self.dealer = Dealer(scheduler, self.stats)
-        self.later_procedures: dict[str, LaterProcedure] = {}
-        """Router procedures answered asynchronously (checked before the dealer's)."""
+        self.dealer.cluster = engine.dealer
+        self._membership = engine.membership
         self._leave_hooks: list[Callable[[Peer], None]] = []
 
     # sessions -------------------------------------------------------------
@@ -83,6 +78,8 @@ class Realm:
     def attach(self, peer: Peer) -> None:
         self.sessions[peer.info.session_id] = peer
         self.stats.sessions_opened[peer.info.protocol] += 1
+        if self._membership is not None:
+            self._membership.joined(peer.info)
         if self.activity is not None:
             self.activity.joined(peer.info)
         self.publish_meta("wamp.session.on_join", [peer.info.details()])
@@ -97,6 +94,8 @@ class Realm:
             return
         self.broker.remove_session(info.session_id)
         self.dealer.remove_session(peer)
+        if self._membership is not None:
+            self._membership.left(info)
         for hook in self._leave_hooks:
             hook(peer)
         if self.activity is not None:
@@ -257,34 +256,35 @@ class Realm:
 
     # rpc ------------------------------------------------------------------
 
-    def register(self, peer: Peer, procedure: str, match: str, policy: str) -> Registration:
+    def register(self, peer: Peer, procedure: str, match: str, policy: str,
+                 answer: Callable[[Registration, RouterError | None], None]) -> None:
+        """Register ``peer``; ``answer(registration, None)`` once calls can reach it (at once
+        on a single node, once the cluster accepted it on many), ``answer(registration,
+        error)`` when the cluster refused it. Local refusals raise."""
         self.check_uri(procedure, match)
         levels = from_uri(procedure)
         if is_reserved(levels):
             raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
         self.authorize(peer.info, "register", levels, match)
-        return self.dealer.register(peer, procedure, match, policy)
+        registration = self.dealer.register(peer, procedure, match, policy)
+        cluster = self.dealer.cluster
+        if cluster is None:
+            answer(registration, None)
+            return
+
+        def claimed(error: RouterError | None) -> None:
+            if error is not None and peer in registration.callees:
+                self.dealer.drop_callee(registration, peer)
+            answer(registration, error)
+
+        cluster.register(peer, registration, claimed)
 
     def call(self, peer: Peer, request: int, procedure: str, args: list | None,
              kwargs: dict | None, options: CallOptions) -> None:
         self.check_uri(procedure)
         levels = from_uri(procedure)
         self.authorize(peer.info, "call", levels)
-        later = self.later_procedures.get(procedure)
-        if later is not None:
-            self.stats.calls += 1
-            later(peer.info, list(args or ()), dict(kwargs or {}),
-                  lambda result: _answer(peer, request, result))
-            return
         disclose = (options.disclose_me
                     or self.authorizer.discloses(peer.info.authrole, "call", levels))
         self.dealer.call(peer, request, procedure, args, kwargs, options.receive_progress,
                          options.timeout_ms, disclose)
-
-
-def _answer(peer: Peer, request: int, result: Any) -> None:
-    """A later procedure's answer to its caller (who may have left: then nobody hears it)."""
-    if isinstance(result, RouterError):
-        peer.send_call_error(request, result.uri, result.args_list, result.kwargs)
-    else:
-        peer.send_result(request, None if result is None else [result], None, False)

@@ -22,6 +22,8 @@ Keys and channels (``<realm>`` and ``<node>`` as configured):
 
 Delivery between nodes is Redis PUB/SUB: at most once, whatever the QoS (a node that is
 disconnected from Redis misses what was published meanwhile).
+
+Registrations, forwarded calls and the sessions of every node: :mod:`router.store.redis_rpc`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import msgpack
 from twisted.internet import defer, task
 
 from router.core.broker import Subscription, SubscriptionIndex
-from router.core.engine import RealmEngine
+from router.core.engine import ClusterLimits, RealmEngine
 from router.core.history import HistoryRule
 from router.core.incidents import ENGINE_BEHIND, ENGINE_UNAVAILABLE, Incidents
 from router.core.model import Publication
@@ -48,6 +50,7 @@ from router.store.codec import (decode_retained, encode_retained, pack_publicati
                                 unpack_publication, unpack_topic)
 from router.store.embedded import live_entries
 from router.store.redis_history import RedisHistory
+from router.store.redis_rpc import REGISTRATIONS_CHANNEL, RedisDealer, RedisMembership
 from router.store.resp import BlockingRedis, RespFactory, RespProtocol, command
 from router.store.sqlite import topic_key
 
@@ -155,6 +158,8 @@ class RedisRealm:
         self.engine = engine
         self.name = name
         self.realm: "Realm | None" = None
+        self.dealer = RedisDealer(engine, name, engine.limits)
+        self.members = RedisMembership(engine, name)
         self.remote = RemoteInterest()
         self.local: Counter[tuple[Topic, str]] = Counter()
         self._interest_due = False
@@ -172,10 +177,11 @@ class RedisRealm:
 
     # interest -------------------------------------------------------------
 
-    def interest(self, topic: Topic, match: str, present: bool) -> None:
+    def interest(self, subscription: Subscription, present: bool) -> None:
         """A local subscription or group came or went; peers hear of it in one message per
         reactor turn, however many subscribes arrived in it."""
-        key = (topic, match)
+        self.members.subscription(subscription, present)
+        key = (subscription.topic, subscription.match)
         if present:
             self.local[key] += 1
         else:
@@ -330,6 +336,8 @@ class RedisRealm:
         redis.call("HDEL", self.keys["interest"], engine.node)  # a previous run's patterns
         found = redis.call("HGETALL", self.keys["retained-token"])
         self.tokens.update(zip(found[::2], found[1::2]))
+        for forget in (self.dealer.release_node(), *self.members.forget_node()):
+            redis.call(*forget)  # what a previous run (killed) left
         found = redis.call("HGETALL", self.keys["retained"])
         now = time.time()
         for key, blob in zip(found[::2], found[1::2]):
@@ -354,12 +362,14 @@ class RedisEngine:
     """The engine of a node among several on one Redis (see the module docstring)."""
 
     def __init__(self, address: tuple[str, int, int], node: str, reactor: Any,
-                 max_pending: int = 10_000) -> None:
+                 limits: ClusterLimits = ClusterLimits()) -> None:
         self.address = address
         self.node = node
         self.node_bytes = node.encode()
         self.reactor = reactor
-        self.max_pending = max_pending
+        self.limits = limits
+        self.channel = b"wr:node:" + node.encode()
+        self.rpc_channel = b"wr:rpc:" + node.encode()
         self.incidents = Incidents()
         """Replaced by the router's own in :meth:`start`."""
         self.on_pressure: Callable[[bool], None] = lambda pressed: None
@@ -367,6 +377,8 @@ class RedisEngine:
         sets it to its intake gate."""
         self.realms: dict[str, RedisRealm] = {}
         self.commands: RespProtocol | None = None
+        self._subscribed = False
+        """The subscriber connection has the registrations channel."""
         self._connectors: list[Any] = []
         self._sweeper = task.LoopingCall(self.sweep)
         self._sweeper.clock = reactor
@@ -381,17 +393,18 @@ class RedisEngine:
         finally:
             redis.close()
         return RealmEngine(shared.retention, shared, RedisHistory(self, name, history),
-                           shared.forward, shared.interest)
+                           shared.forward, shared.interest, shared.dealer, shared.members)
 
     def start(self, realms: dict[str, "Realm"], incidents: Incidents) -> None:
         """Receive from the other nodes for ``realms`` and send to them."""
         self.incidents = incidents
         for name, shared in self.realms.items():
-            shared.realm = realms[name]
+            realm = shared.realm = shared.dealer.realm = realms[name]
+            shared.members.install(realm.dealer.procedures)
         host, port, db = self.address
         for connected in (self._commands_up, self._subscriber_up):
             self._connectors.append(self.reactor.connectTCP(
-                host, port, RespFactory(db, connected, self.max_pending)))
+                host, port, RespFactory(db, connected, self.limits.max_pending_commands)))
         self._sweeper.start(1.0, now=False)
 
     def _commands_up(self, connection: RespProtocol) -> None:
@@ -400,14 +413,26 @@ class RedisEngine:
         connection.on_pressure = self._pressure
         for shared in self.realms.values():
             shared.announce_interest()
+        self._read_registrations()
 
     def _commands_down(self) -> None:
         self.commands = None
 
+    def _read_registrations(self) -> None:
+        """Read every realm's registrations once both connections are up (whichever came
+        last): from then on no announced change is missed."""
+        if self.commands is not None and self._subscribed:
+            for shared in self.realms.values():
+                shared.dealer.reload()
+
     def _subscriber_up(self, connection: RespProtocol) -> None:
         connection.on_push = self._push
-        connection.send(command("SUBSCRIBE", b"wr:node:" + self.node.encode(),
-                                INTEREST_CHANNEL, RETAINED_CHANNEL), 0)
+        connection.on_lost = self._subscriber_down
+        connection.send(command("SUBSCRIBE", self.channel, self.rpc_channel, INTEREST_CHANNEL,
+                                RETAINED_CHANNEL, REGISTRATIONS_CHANNEL), 0)
+
+    def _subscriber_down(self) -> None:
+        self._subscribed = False
 
     def _pressure(self, pressed: bool) -> None:
         if pressed:
@@ -437,10 +462,25 @@ class RedisEngine:
         return self.commands.request(data, skipped)
 
     def _push(self, message: list) -> None:
-        if not isinstance(message, list) or message[0] != b"message":
-            return  # subscribe confirmations
+        if not isinstance(message, list):
+            return
+        if message[0] != b"message":
+            if message[:2] == [b"subscribe", REGISTRATIONS_CHANNEL]:
+                self._subscribed = True
+                self._read_registrations()
+            return
         channel, data = message[1], message[2]
-        if channel == RETAINED_CHANNEL:
+        if channel == self.rpc_channel:
+            rpc = msgpack.unpackb(data, raw=False, strict_map_key=False)
+            shared = self.realms.get(rpc[1])
+            if shared is not None:
+                shared.dealer.received(rpc)
+        elif channel == REGISTRATIONS_CHANNEL:
+            realm, seq, field, value = json.loads(data)
+            shared = self.realms.get(realm)
+            if shared is not None:
+                shared.dealer.changed(seq, field, value or None)
+        elif channel == RETAINED_CHANNEL:
             realm, node, key, blob, token = msgpack.unpackb(data, raw=True)
             shared = self.realms.get(realm.decode())
             if shared is not None:
@@ -461,8 +501,12 @@ class RedisEngine:
             shared.sweep()
 
     def close(self) -> None:
+        """Take this node's registrations and sessions out of Redis, then disconnect."""
         if self._sweeper.running:
             self._sweeper.stop()
+        for shared in self.realms.values():
+            forget = [shared.dealer.release_node(), *shared.members.forget_node()]
+            self.send(b"".join(command(*args) for args in forget), len(forget))
         for connector in self._connectors:
             connector.factory.stopTrying()
             connector.disconnect()

@@ -29,7 +29,7 @@ from router.core import errors
 from router.core.broker import Subscription
 from router.core.credentials import (Principal, normalize_pubkey, verify_cryptosign,
                                      verify_wampcra)
-from router.core.dealer import Invocation
+from router.core.dealer import Invocation, Registration
 from router.core.errors import ProtocolViolation, RouterError, Unencodable
 from router.core.incidents import (DISCONNECTED, EXPIRED, SLOW_CONSUMER, TOO_LARGE,
                                   UNACKNOWLEDGED, UNREPRESENTABLE)
@@ -506,12 +506,19 @@ class WampSession:
 
     def _on_register(self, msg: m.Register, raw: list) -> None:
         try:
-            registration = self._realm.register(self, msg.procedure, msg.match or EXACT,
-                                                msg.invoke or "single")
+            self._realm.register(self, msg.procedure, msg.match or EXACT,
+                                 msg.invoke or "single", partial(self._registered, msg.request))
         except RouterError as exc:
             self._send_error(m.Register.MESSAGE_TYPE, msg.request, exc)
-            return
-        self._send(WireMessage([m.Registered.MESSAGE_TYPE, msg.request, registration.id]))
+
+    def _registered(self, request: int, registration: Registration,
+                    error: RouterError | None) -> None:
+        if self._state != ESTABLISHED:
+            return  # left while the cluster was asked
+        if error is not None:
+            self._send_error(m.Register.MESSAGE_TYPE, request, error)
+        else:
+            self._send(WireMessage([m.Registered.MESSAGE_TYPE, request, registration.id]))
 
     def _on_unregister(self, msg: m.Unregister, raw: list) -> None:
         try:

@@ -1,0 +1,590 @@
+"""RPC and the session meta API across the nodes of a Redis engine.
+
+Keys and channels, beside those of :mod:`router.store.redis_engine`:
+
+* hash ``wr:registrations:<realm>``: ``"<match> <uri>"`` -> JSON ``{"policy": ...,
+  "callees": [[node, session, registration, seq, time], ...]}``, callees in the order they
+  registered; counter ``wr:registrations-seq:<realm>`` numbers every change; channel
+  ``wr:registrations`` announces each change as JSON ``[realm, seq, field, value or
+  false]``. The scripts :data:`REGISTER` and :data:`RELEASE` check and change a procedure
+  in one step, so two nodes never both hold a ``single`` registration. Every node keeps a
+  copy of the hash (read when its subscription is confirmed, then kept current from the
+  channel in ``seq`` order) and routes calls from it without asking Redis.
+* channel ``wr:rpc:<node>``: calls for callees on that node and the answers to the calls it
+  forwarded, one MessagePack array each.
+* hash ``wr:sessions:<realm>``: ``"<node>:<session>"`` -> authrole, and hash
+  ``wr:subscriptions:<realm>``: ``"<node>:<subscription>"`` -> JSON ``[match, levels]``:
+  the sessions and subscriptions of every node, for the meta API
+  (:meth:`RedisMembership.install`).
+
+The caller's node owns a forwarded call: it answers the caller, keeps a timer (the call's
+own timeout, else ``cluster.call_timeout``) and a bound (``cluster.max_pending_calls``). The
+callee's node runs the call with its own dealer, as if the caller were local.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from itertools import count
+from typing import TYPE_CHECKING, Any, Callable
+
+import msgpack
+from twisted.internet import defer
+
+from router.core import errors
+from router.core.dealer import Registration, RegistrationIndex
+from router.core.engine import ClusterLimits
+from router.core.errors import RouterError
+from router.core.incidents import ENGINE_UNAVAILABLE, QUEUE_FULL
+from router.core.broker import Subscription
+from router.core.dealer import RouterProcedure
+from router.core.meta import authroles_filter, by_match, lookup_args, topic_arg
+from router.core.model import SessionInfo
+from router.core.peer import Peer
+from router.core.topic import Topic, topic_matches
+from router.store.resp import command
+
+if TYPE_CHECKING:
+    from router.core.realm import Realm
+    from router.store.redis_engine import RedisEngine
+
+REGISTRATIONS_CHANNEL = b"wr:registrations"
+
+REGISTER = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local entry = {policy = ARGV[2], callees = {}}
+if raw then
+  entry = cjson.decode(raw)
+  if entry.policy ~= ARGV[2] then
+    return {'wamp.error.procedure_exists_with_different_invocation_policy',
+            'registered with policy ' .. entry.policy}
+  end
+  if ARGV[2] == 'single' then
+    return {'wamp.error.procedure_already_exists', 'registered on node ' .. entry.callees[1][1]}
+  end
+  for _, callee in ipairs(entry.callees) do
+    if callee[1] == ARGV[3] and callee[2] == ARGV[4] then
+      return {'wamp.error.procedure_already_exists', 'this session registered it already'}
+    end
+  end
+end
+local seq = redis.call('INCR', KEYS[2])
+entry.callees[#entry.callees + 1] = {ARGV[3], ARGV[4], ARGV[5], seq, ARGV[6]}
+local value = cjson.encode(entry)
+redis.call('HSET', KEYS[1], ARGV[1], value)
+redis.call('PUBLISH', KEYS[3], cjson.encode({ARGV[7], seq, ARGV[1], value}))
+return {'', seq}
+"""
+"""Add callee ``(node, session, registration)`` to procedure ``ARGV[1]`` if the policy
+allows; ``{error, message}`` or ``{'', seq}``. Ids travel as strings: Lua numbers are
+doubles and cjson would round them."""
+
+RELEASE = """
+local fields = {}
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+if #fields == 0 then fields = redis.call('HKEYS', KEYS[1]) end
+local changed = 0
+for _, field in ipairs(fields) do
+  local raw = redis.call('HGET', KEYS[1], field)
+  if raw then
+    local entry = cjson.decode(raw)
+    local kept = {}
+    for _, callee in ipairs(entry.callees) do
+      if callee[1] ~= ARGV[2] or (ARGV[3] ~= '' and callee[2] ~= ARGV[3]) then
+        kept[#kept + 1] = callee
+      end
+    end
+    if #kept < #entry.callees then
+      local seq = redis.call('INCR', KEYS[2])
+      local value = false
+      if #kept == 0 then
+        redis.call('HDEL', KEYS[1], field)
+      else
+        entry.callees = kept
+        value = cjson.encode(entry)
+        redis.call('HSET', KEYS[1], field, value)
+      end
+      redis.call('PUBLISH', KEYS[3], cjson.encode({ARGV[1], seq, field, value}))
+      changed = changed + 1
+    end
+  end
+end
+return changed
+"""
+"""Remove the callees of node ``ARGV[2]`` (only session ``ARGV[3]``'s unless it is empty)
+from the procedures ``ARGV[4:]`` (every procedure when none are given)."""
+
+DROP_NODE_FIELDS = """
+local n = 0
+for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(field, 1, #ARGV[1]) == ARGV[1] then
+    redis.call('HDEL', KEYS[1], field)
+    n = n + 1
+  end
+end
+return n
+"""
+"""Forget the entries (sessions, subscriptions) whose field starts with ``ARGV[1]``
+(``"<node>:"``)."""
+
+CALL, CANCEL, RESULT, ERROR = range(4)
+"""The kinds of message on a node's ``wr:rpc:<node>`` channel."""
+
+
+@dataclass(slots=True, eq=False)
+class Forwarded:
+    """A call this node sent to the callee's node, until that node answers."""
+
+    id: int
+    caller: Peer
+    call_request: int
+    node: str
+    receive_progress: bool
+    timer: Any = None
+    killing: bool = False
+    """Canceled in ``kill`` mode: the callee's answer settles it."""
+
+
+class RemoteCaller:
+    """A caller on another node as the callee's node's dealer sees it: what the dealer
+    sends it goes back to that node (the call's id there is the ``call_request``)."""
+
+    __slots__ = ("dealer", "node", "info")
+
+    def __init__(self, dealer: "RedisDealer", node: str, info: SessionInfo) -> None:
+        self.dealer = dealer
+        self.node = node
+        self.info = info
+
+    def send_result(self, call_request: int, args: list | None, kwargs: dict | None,
+                    progress: bool) -> None:
+        self.dealer.answer(self.node, call_request,
+                           [RESULT, self.dealer.name, call_request, args, kwargs, progress])
+
+    def send_call_error(self, call_request: int, error: str, args: list | None,
+                        kwargs: dict | None) -> None:
+        self.dealer.answer(self.node, call_request,
+                           [ERROR, self.dealer.name, call_request, error, args, kwargs])
+
+    def supports(self, role: str, feature: str) -> bool:
+        return False  # only asked of callees
+
+
+class RedisDealer:
+    """One realm's registrations and calls across the nodes (a
+    :class:`router.core.dealer.ClusterDealer`)."""
+
+    def __init__(self, engine: "RedisEngine", name: str, limits: ClusterLimits) -> None:
+        self.engine = engine
+        self.name = name
+        self.limits = limits
+        self.realm: "Realm | None" = None
+        self.keys = (f"wr:registrations:{name}".encode(),
+                     f"wr:registrations-seq:{name}".encode(), REGISTRATIONS_CHANNEL)
+        self.index = RegistrationIndex()
+        """The cluster's registrations; callees are ``(node, session, registration)``."""
+        self._fields: dict[str, Registration] = {}
+        self.applied = 0
+        """``seq`` of the last change the copy holds."""
+        self._held: list[tuple[int, str, str | None]] | None = None
+        """Changes announced while the copy is being read again (None: not reading)."""
+        self._claims: dict[int, Callable[[RouterError | None], None]] = {}
+        """Registrations Redis accepted, by ``seq``, answered once the copy holds them."""
+        self._calls: dict[int, Forwarded] = {}
+        self._by_caller: dict[tuple[int, int], Forwarded] = {}
+        self._ids = count(1)
+
+    # registrations ----------------------------------------------------------
+
+    def register(self, peer: Peer, registration: Registration,
+                 answer: Callable[[RouterError | None], None]) -> None:
+        commands = self.engine.commands
+        if commands is None:
+            answer(RouterError(errors.CANCELED, "the cluster (Redis) is not reachable"))
+            return
+        info = peer.info
+        request = commands.request(command(
+            "EVAL", REGISTER, 3, *self.keys, _field(registration), registration.policy,
+            self.engine.node, info.session_id, registration.id, time.time(), self.name))
+        request.addCallbacks(self._claimed, self._claim_failed, callbackArgs=(answer,),
+                             errbackArgs=(answer,))
+
+    def _claimed(self, reply: list, answer: Callable[[RouterError | None], None]) -> None:
+        error, detail = reply
+        if error:
+            answer(RouterError(error.decode(), detail.decode()))
+        elif detail <= self.applied:
+            answer(None)
+        else:
+            self._claims[detail] = answer
+
+    def _claim_failed(self, failure: Any, answer: Callable[[RouterError | None], None]) -> None:
+        self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                    f"registration not claimed ({failure.getErrorMessage()})")
+        answer(RouterError(errors.CANCELED, "the cluster (Redis) could not be asked"))
+
+    def unregister(self, peer: Peer, registrations: list[Registration]) -> None:
+        self.engine.send(command("EVAL", RELEASE, 3, *self.keys, self.name, self.engine.node,
+                                 peer.info.session_id, *map(_field, registrations)), 1)
+
+    def release_node(self) -> tuple:
+        """The command that removes every registration of this node (start, clean stop)."""
+        return ("EVAL", RELEASE, 3, *self.keys, self.name, self.engine.node, "")
+
+    def reload(self) -> None:
+        """The channel is subscribed (again): read the whole hash, then apply the changes
+        announced meanwhile that are newer."""
+        if self._held is None:
+            self._held = []
+        self.engine.request(command("MULTI") + command("HGETALL", self.keys[0])
+                            + command("GET", self.keys[1]) + command("EXEC"),
+                            3).addCallbacks(self._loaded, self._load_failed)
+
+    def _loaded(self, replies: list) -> None:
+        found, seq = replies
+        if int(seq or 0) >= self.applied:  # else a later read was applied already
+            snapshot = dict(zip(found[::2], found[1::2]))
+            for field in [f for f in self._fields if f.encode() not in snapshot]:
+                self._set(field, None)
+            for field, value in snapshot.items():
+                self._set(field.decode(), value)
+            self.applied = int(seq or 0)
+        held, self._held = self._held or [], None
+        for change in held:
+            self._apply(*change)
+        for settled in [s for s in self._claims if s <= self.applied]:
+            self._claims.pop(settled)(None)
+
+    def _load_failed(self, failure: Any) -> None:
+        self._held = None  # the next subscription (after a reconnect) reads again
+        self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                    f"registrations not read ({failure.getErrorMessage()})")
+
+    def changed(self, seq: int, field: str, value: str | None) -> None:
+        """A node changed a procedure (announced in Redis's order)."""
+        if self._held is not None:
+            self._held.append((seq, field, value))
+        else:
+            self._apply(seq, field, value)
+
+    def _apply(self, seq: int, field: str, value: str | None) -> None:
+        if seq <= self.applied:
+            return
+        self.applied = seq
+        self._set(field, value)
+        answer = self._claims.pop(seq, None)
+        if answer is not None:
+            answer(None)
+
+    def _set(self, field: str, value: str | bytes | None) -> None:
+        old = self._fields.pop(field, None)
+        if old is not None:
+            self.index.remove(old)
+        if not value:
+            return
+        entry = json.loads(value)
+        match, uri = field.split(" ", 1)
+        registration = Registration(0, uri, match, entry["policy"])
+        registration.callees = [(node, int(session), int(registration_id))
+                                for node, session, registration_id, *_ in entry["callees"]]
+        if old is not None:
+            registration.turn = old.turn
+        self.index.add(registration)
+        self._fields[field] = registration
+
+    # calls ------------------------------------------------------------------
+
+    def call(self, caller: Peer, call_request: int, procedure: str, args: list | None,
+             kwargs: dict | None, receive_progress: bool, timeout_ms: int,
+             disclose_caller: bool) -> None:
+        realm = self.realm
+        assert realm is not None
+        registration = self.index.lookup(procedure)
+        if registration is None:
+            raise realm.dealer.no_such_procedure(procedure)
+        node, session_id, registration_id = registration.pick()
+        if node != self.engine.node:
+            self._forward(caller, call_request, procedure, args, kwargs, receive_progress,
+                          timeout_ms, disclose_caller, node, session_id, registration_id)
+            return
+        local, callee = self._callee(session_id, registration_id)
+        if callee is None:
+            raise realm.dealer.no_such_procedure(procedure)  # it left a moment ago
+        realm.dealer.invoke(local, callee, caller, call_request, procedure, args, kwargs,
+                            receive_progress, timeout_ms, disclose_caller)
+
+    def _callee(self, session_id: int, registration_id: int) -> tuple[Any, Peer | None]:
+        """This node's registration and callee session, if both are still here."""
+        realm = self.realm
+        assert realm is not None
+        local = realm.dealer.by_id.get(registration_id)
+        callee = realm.sessions.get(session_id)
+        if local is None or callee not in local.callees:
+            return None, None
+        return local, callee
+
+    def _forward(self, caller: Peer, call_request: int, procedure: str, args: list | None,
+                 kwargs: dict | None, receive_progress: bool, timeout_ms: int,
+                 disclose_caller: bool, node: str, session_id: int,
+                 registration_id: int) -> None:
+        engine = self.engine
+        if len(self._calls) >= self.limits.max_pending_calls:
+            engine.incidents.count(self.name, "wamp", QUEUE_FULL,
+                                   f"{len(self._calls)} forwarded calls wait for other nodes: "
+                                   f"call to {procedure} refused")
+            raise RouterError(errors.LIMIT_EXCEEDED,
+                              "too many calls wait for other nodes; try again later")
+        if engine.commands is None:
+            engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                   f"call to {procedure} on node {node} not sent")
+            raise RouterError(errors.CANCELED, f"the callee is on node {node} and the cluster "
+                                               "(Redis) is not reachable")
+        delay = timeout_ms / 1000.0 if timeout_ms > 0 else self.limits.call_timeout
+        call_id = next(self._ids)
+        info = caller.info
+        try:
+            data = msgpack.packb([CALL, self.name, engine.node, call_id, session_id,
+                                  registration_id, procedure, args, kwargs, receive_progress,
+                                  disclose_caller, info.session_id, info.authid,
+                                  info.authrole, int(delay * 1000)], use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise RouterError(errors.INVALID_ARGUMENT,
+                              f"the arguments cannot be sent to the callee: {exc}") from None
+        forwarded = Forwarded(call_id, caller, call_request, node, receive_progress)
+        forwarded.timer = engine.reactor.callLater(delay, self._timed_out, forwarded)
+        self._calls[call_id] = forwarded
+        self._by_caller[(info.session_id, call_request)] = forwarded
+        engine.commands.request(command("PUBLISH", _channel(node), data)).addCallbacks(
+            self._sent, self._not_sent, callbackArgs=(forwarded,), errbackArgs=(forwarded,))
+
+    def _sent(self, receivers: int, forwarded: Forwarded) -> None:
+        """Nobody listens on the node's channel: it is not running (or not connected)."""
+        if receivers == 0:
+            self._fail(forwarded, f"the callee's node {forwarded.node} is not running")
+
+    def _not_sent(self, failure: Any, forwarded: Forwarded) -> None:
+        self._fail(forwarded, f"the call was not sent to node {forwarded.node} "
+                              f"({failure.getErrorMessage()})")
+
+    def _fail(self, forwarded: Forwarded, message: str) -> None:
+        if self._calls.get(forwarded.id) is forwarded:
+            self.engine.incidents.count(self.name, "wamp", ENGINE_UNAVAILABLE, message)
+            self._finish(forwarded)
+            forwarded.caller.send_call_error(forwarded.call_request, errors.CANCELED,
+                                             [message], None)
+
+    def _timed_out(self, forwarded: Forwarded) -> None:
+        """No answer in time (the callee's node also times the call out, if it runs)."""
+        forwarded.timer = None
+        self._finish(forwarded)
+        if self.realm is not None:
+            self.realm.stats.call_timeouts += 1
+        forwarded.caller.send_call_error(forwarded.call_request, errors.TIMEOUT,
+                                         ["call timed out"], None)
+
+    def _finish(self, forwarded: Forwarded) -> None:
+        if forwarded.timer is not None:
+            forwarded.timer.cancel()
+            forwarded.timer = None
+        self._calls.pop(forwarded.id, None)
+        self._by_caller.pop((forwarded.caller.info.session_id, forwarded.call_request), None)
+
+    def cancel(self, caller: Peer, call_request: int, mode: str) -> None:
+        forwarded = self._by_caller.get((caller.info.session_id, call_request))
+        if forwarded is None or forwarded.killing:
+            return
+        self._send_cancel(forwarded, mode)
+        if self.realm is not None:
+            self.realm.stats.call_cancels += 1
+        if mode == "kill":
+            forwarded.killing = True
+            return
+        self._finish(forwarded)
+        caller.send_call_error(call_request, errors.CANCELED, ["call canceled"], None)
+
+    def _send_cancel(self, forwarded: Forwarded, mode: str) -> None:
+        self.engine.send(command("PUBLISH", _channel(forwarded.node), msgpack.packb(
+            [CANCEL, self.name, self.engine.node, forwarded.id,
+             forwarded.caller.info.session_id, mode])), 1)
+
+    def caller_left(self, session_id: int) -> None:
+        if not self._calls:
+            return
+        for forwarded in [f for f in self._calls.values()
+                          if f.caller.info.session_id == session_id]:
+            self._finish(forwarded)
+            self._send_cancel(forwarded, "killnowait")
+
+    # the node's channel -------------------------------------------------------
+
+    def received(self, message: list) -> None:
+        """A message on this node's ``wr:rpc:<node>`` channel for this realm."""
+        kind = message[0]
+        if kind == RESULT:
+            _, _, call_id, args, kwargs, progress = message
+            forwarded = self._calls.get(call_id)
+            if forwarded is None:
+                return  # answered already (timeout, cancel)
+            if not progress:
+                self._finish(forwarded)
+            elif not forwarded.receive_progress:
+                return
+            forwarded.caller.send_result(forwarded.call_request, args, kwargs, progress)
+        elif kind == ERROR:
+            _, _, call_id, error, args, kwargs = message
+            forwarded = self._calls.get(call_id)
+            if forwarded is not None:
+                self._finish(forwarded)
+                forwarded.caller.send_call_error(forwarded.call_request, error, args, kwargs)
+        elif kind == CALL:
+            self._invoke(message)
+        elif kind == CANCEL:
+            _, _, origin, call_id, session_id, mode = message
+            if self.realm is not None:
+                self.realm.dealer.cancel(
+                    RemoteCaller(self, origin, SessionInfo(session_id, self.name, "", "")),
+                    call_id, mode)
+
+    def _invoke(self, message: list) -> None:
+        """Run a call another node forwarded, with this node's dealer."""
+        (_, _, origin, call_id, session_id, registration_id, procedure, args, kwargs,
+         receive_progress, disclose, caller_id, authid, authrole, timeout_ms) = message
+        caller = RemoteCaller(self, origin, SessionInfo(caller_id, self.name, authid, authrole))
+        local, callee = self._callee(session_id, registration_id)
+        if callee is None or self.realm is None:
+            caller.send_call_error(call_id, errors.NO_SUCH_PROCEDURE,
+                                   [f"the callee of '{procedure}' left node {self.engine.node}"],
+                                   None)
+            return
+        try:
+            self.realm.dealer.invoke(local, callee, caller, call_id, procedure,  # type: ignore[arg-type]
+                                     args, kwargs, receive_progress, timeout_ms, disclose)
+        except RouterError as exc:
+            caller.send_call_error(call_id, exc.uri, exc.args_list, exc.kwargs)
+
+    def answer(self, node: str, call_id: int, message: list) -> None:
+        """Send a result or error back to the caller's node."""
+        try:
+            data = msgpack.packb(message, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            data = msgpack.packb([ERROR, self.name, call_id, errors.INVALID_ARGUMENT,
+                                  [f"the callee's answer cannot be sent to the caller: {exc}"],
+                                  None], use_bin_type=True)
+        self.engine.send(command("PUBLISH", _channel(node), data), 1)
+
+
+def _field(registration: Registration) -> str:
+    return f"{registration.match} {registration.uri}"
+
+
+def _channel(node: str) -> bytes:
+    return b"wr:rpc:" + node.encode()
+
+
+class RedisMembership:
+    """One realm's sessions and subscriptions on every node, for the cluster-wide meta API."""
+
+    def __init__(self, engine: "RedisEngine", name: str) -> None:
+        self.engine = engine
+        self.sessions_key = f"wr:sessions:{name}".encode()
+        self.subscriptions_key = f"wr:subscriptions:{name}".encode()
+
+    def _field(self, local_id: int) -> str:
+        return f"{self.engine.node}:{local_id}"
+
+    def joined(self, info: SessionInfo) -> None:
+        self.engine.send(command("HSET", self.sessions_key, self._field(info.session_id),
+                                 info.authrole), 1)
+
+    def left(self, info: SessionInfo) -> None:
+        self.engine.send(command("HDEL", self.sessions_key, self._field(info.session_id)), 1)
+
+    def subscription(self, subscription: Subscription, present: bool) -> None:
+        """A subscription or shared group on a client pattern came or went on this node."""
+        field = self._field(subscription.id)
+        self.engine.send(command("HSET", self.subscriptions_key, field, json.dumps(
+            [subscription.match, list(subscription.topic)])) if present
+            else command("HDEL", self.subscriptions_key, field), 1)
+
+    def forget_node(self) -> list[tuple]:
+        """The commands that remove this node's sessions and subscriptions (start, clean
+        stop)."""
+        return [("EVAL", DROP_NODE_FIELDS, 1, key, f"{self.engine.node}:")
+                for key in (self.sessions_key, self.subscriptions_key)]
+
+    def _read(self, key: bytes) -> defer.Deferred:
+        """A Deferred of ``[(node, id, value), ...]`` from one of the hashes."""
+        commands = self.engine.commands
+        if commands is None:
+            return defer.fail(RouterError(errors.CANCELED,
+                                          "the cluster (Redis) is not reachable"))
+        return commands.request(command("HGETALL", key)).addCallback(
+            lambda found: [(*_node_and_id(field), value)
+                           for field, value in zip(found[::2], found[1::2])])
+
+    def _sessions(self, args: list) -> defer.Deferred:
+        roles = authroles_filter(args)
+        return self._read(self.sessions_key).addCallback(
+            lambda found: [session for _, session, role in found
+                           if roles is None or role.decode() in roles])
+
+    def session_count(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
+        return self._sessions(args).addCallback(len)
+
+    def session_list(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
+        return self._sessions(args)
+
+    def _subscriptions(self) -> defer.Deferred:
+        """A Deferred of ``[(node, id, match, topic), ...]``, by node and id."""
+        return self._read(self.subscriptions_key).addCallback(lambda found: sorted(
+            (node, subscription_id, *_pattern(value))
+            for node, subscription_id, value in found))
+
+    def subscription_list(self, caller: SessionInfo, args: list,
+                          kwargs: dict) -> defer.Deferred:
+        return self._subscriptions().addCallback(
+            lambda found: by_match((match, sid) for _, sid, match, _ in found))
+
+    def subscription_match(self, caller: SessionInfo, args: list,
+                           kwargs: dict) -> defer.Deferred:
+        topic = topic_arg(args)
+        return self._subscriptions().addCallback(
+            lambda found: [sid for _, sid, match, pattern in found
+                           if topic_matches(pattern, match, topic)] or None)
+
+    def subscription_lookup(self, local: RouterProcedure) -> RouterProcedure:
+        """wamp.subscription.lookup: this node's subscription if it has one, else the one
+        of the first node (by name) that has it."""
+
+        def lookup(caller: SessionInfo, args: list, kwargs: dict) -> Any:
+            here = local(caller, args, kwargs)
+            if here is not None:
+                return here
+            wanted = lookup_args(args, kwargs)
+            return self._subscriptions().addCallback(lambda found: next(
+                (sid for _, sid, match, pattern in found if (pattern, match) == wanted), None))
+
+        return lookup
+
+    def install(self, procedures: dict[str, RouterProcedure]) -> None:
+        """Answer the meta API for every node of the realm (see docs/architecture.md)."""
+        procedures.update({
+            "wamp.session.count": self.session_count,
+            "wamp.session.list": self.session_list,
+            "wamp.subscription.list": self.subscription_list,
+            "wamp.subscription.match": self.subscription_match,
+            "wamp.subscription.lookup": self.subscription_lookup(
+                procedures["wamp.subscription.lookup"]),
+        })
+
+
+def _node_and_id(field: bytes) -> tuple[str, int]:
+    node, local_id = field.rsplit(b":", 1)
+    return node.decode(), int(local_id)
+
+
+def _pattern(value: bytes) -> tuple[str, Topic]:
+    match, levels = json.loads(value)
+    return match, tuple(levels)
