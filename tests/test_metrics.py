@@ -4,11 +4,14 @@ in what a Prometheus scrape of ``/metrics`` over HTTP shows, and who may scrape 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import queue
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,6 +83,34 @@ def test_mqtt_qos1_to_two_subscribers_counts_received_and_delivered(router):
     # 10 PUBLISH packets of >= 2 + len(topic) bytes each way, at the least
     assert delta(before, after, "router_received_bytes_total", protocol="mqtt") >= 10 * len(topic)
     assert delta(before, after, "router_sent_bytes_total", protocol="mqtt") >= 20 * len(topic)
+
+
+def test_a_shared_group_counts_one_delivery_per_publication(router):
+    topic = f"com/metrics/{unique('g')}"
+    members = [MqttClient(router) for _ in range(2)]
+    publisher = MqttClient(router)
+    try:
+        for client in members + [publisher]:
+            client.connect()
+        for client in members:
+            client.subscribe((f"$share/counted/{topic}", 1))
+        before = scrape(router)
+        for n in range(10):
+            publisher.publish(topic, f"m{n}".encode(), qos=1)
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 10 and time.monotonic() < deadline:
+            for client in members:  # either member may be the one that gets each
+                with contextlib.suppress(queue.Empty):
+                    got.append(client.messages.get(timeout=0.05).payload)
+        after = scrape(router)
+    finally:
+        for client in members + [publisher]:
+            client.close()
+    assert sorted(got) == sorted(f"m{n}".encode() for n in range(10))
+    mqtt1 = {"realm": "realm1", "protocol": "mqtt", "qos": "1"}
+    assert delta(before, after, "router_messages_received_total", **mqtt1) == 10
+    assert delta(before, after, "router_messages_delivered_total", **mqtt1) == 10
 
 
 def test_byte_counters_match_what_the_client_wrote_and_read(router):

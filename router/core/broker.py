@@ -237,7 +237,11 @@ class Broker:
                     stats.delivery_latency.observe(time() - publication.timestamp)
                 delivered += 1
         if self.shared.by_id:  # one dict check for publications when no group exists
-            delivered += self.shared.dispatch(publication, meta_only, self.delivery_failed)
+            for peer in self.shared.dispatch(publication, meta_only, self.delivery_failed):
+                if not delivered:
+                    stats.delivery_latency.observe(time() - publication.timestamp)
+                counts[peer.info.protocol] += 1
+                delivered += 1
         publication.wire_cache = None  # retained/history copies must not pin encodings
         return delivered
 
@@ -249,9 +253,12 @@ class Broker:
     def hand_over(self, group: Subscription, publication: Publication, leaving: int) -> bool:
         """Give a publication that member ``leaving`` will not complete to another member
         of its shared group; False if the group has no other member that took it."""
-        delivered = self.shared.hand_over(group, publication, leaving, self.delivery_failed)
+        peer = self.shared.hand_over(group, publication, leaving, self.delivery_failed)
         publication.wire_cache = None
-        return delivered
+        if peer is None:
+            return False
+        self.stats.delivered[publication.qos][peer.info.protocol] += 1
+        return True
 
     def deliver(self, peer: Peer, subscription: Subscription, publication: Publication,
                 retained: bool = False) -> bool:

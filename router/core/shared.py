@@ -49,8 +49,9 @@ class SharedGroup(Subscription):
         return details
 
     def deliver(self, publication: Publication, failed: Failure,
-                leaving: int | None = None) -> bool:
-        """Give ``publication`` to one member (not ``leaving``); False if none took it."""
+                leaving: int | None = None) -> Peer | None:
+        """Give ``publication`` to one member (not ``leaving``): the member that took it,
+        None if none did."""
         members = list(self.subscribers.values())
         count = len(members)
         waiting: list[int] = []
@@ -63,9 +64,12 @@ class SharedGroup(Subscription):
             if not peer.ready():
                 waiting.append(position)
             elif self._send(peer, position, count, publication, failed):
-                return True
-        return any(self._send(members[position % count], position, count, publication, failed)
-                   for position in waiting)
+                return peer
+        for position in waiting:
+            peer = members[position % count]
+            if self._send(peer, position, count, publication, failed):
+                return peer
+        return None
 
     def _send(self, peer: Peer, position: int, count: int, publication: Publication,
               failed: Failure) -> bool:
@@ -125,19 +129,22 @@ class SharedGroups:
         for at in self._index.matching(topic):
             yield from at.groups.values()  # type: ignore[attr-defined]
 
-    def dispatch(self, publication: Publication, meta_only: bool, failed: Failure) -> int:
-        """One delivery per matching group; returns how many groups took the publication."""
-        delivered = 0
+    def dispatch(self, publication: Publication, meta_only: bool, failed: Failure
+                 ) -> list[Peer]:
+        """One delivery per matching group; returns the members that took the publication."""
+        took = []
         for shared in list(self.matching(publication.topic)):
             if meta_only and not shared.is_meta:
                 continue
-            if shared.deliver(publication, failed):
-                delivered += 1
-        return delivered
+            peer = shared.deliver(publication, failed)
+            if peer is not None:
+                took.append(peer)
+        return took
 
     def hand_over(self, group: Subscription, publication: Publication, leaving: int,
-                  failed: Failure) -> bool:
-        """Another member of ``group`` takes a publication ``leaving`` will not complete."""
+                  failed: Failure) -> Peer | None:
+        """Another member of ``group`` takes a publication ``leaving`` will not complete:
+        that member, or None."""
         if self.by_id.get(group.id) is not group or publication.expired():
-            return False
+            return None
         return group.deliver(publication, failed, leaving)  # type: ignore[attr-defined]
