@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.harness import RouterProcess, realm_file
 from tests.mqtt_clients import ClientPool
+
+# The properties run beside router and Spark processes on a small machine: how long one
+# example or one draw takes says nothing about the code under test, so no timing checks.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 @pytest.fixture(scope="module")
