@@ -183,6 +183,14 @@ class ConnectionFlow:
 
     # life cycle -------------------------------------------------------------------------
 
+    def lose_connection(self) -> None:
+        """Close once what was written is sent. The flow goes first: a TLS transport sends
+        its close alert only when no producer is registered, so with the flow still there
+        a close the router decides (MQTT DISCONNECT, a refusal, a keep-alive timeout)
+        would never reach a TLS client."""
+        self.transport.unregisterProducer()
+        self.transport.loseConnection()
+
     def close(self) -> None:
         """The connection is gone: forget the owner, the timer and the gate (no references)."""
         if self._closed:

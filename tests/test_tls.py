@@ -13,6 +13,7 @@ from proton import ConnectionException, SSLDomain
 from proton.utils import BlockingConnection
 
 from router.core.credentials import hash_secret
+from router.mqtt.packets import Disconnect
 from tests.auth_helpers import authenticator, client_context, join, \
     join_fails, make_certs
 from tests.clients import TIMEOUT, run
@@ -225,9 +226,7 @@ def test_readme_openssl_line_makes_a_pair_the_router_accepts(tmp_path):
 
 def test_byte_counters_count_what_the_client_wrote_and_read_before_tls(router, certs):
     before = scrape(router)
-    client = RawMqtt(router)
-    client.sock = ssl.create_default_context(cafile=str(certs["ca"])).wrap_socket(
-        client.sock, server_hostname="localhost")
+    client = tls_raw_mqtt(router, certs)
     try:
         client.connect_and_ping(unique("bytes"), username="alice", password=SECRET.encode())
         after = scrape(router)
@@ -238,3 +237,28 @@ def test_byte_counters_count_what_the_client_wrote_and_read_before_tls(router, c
         client.bytes_sent
     assert delta(before, after, "router_sent_bytes_total", protocol="mqtt") == \
         client.bytes_received
+
+
+
+def tls_raw_mqtt(router, certs) -> RawMqtt:
+    client = RawMqtt(router)
+    client.sock = ssl.create_default_context(cafile=str(certs["ca"])).wrap_socket(
+        client.sock, server_hostname="localhost")
+    return client
+
+
+def test_closes_the_router_decides_reach_a_tls_client(router, certs):
+    """DISCONNECT and a keep-alive timeout close the connection over TLS as over TCP (the
+    close alert used to wait for a producer that never went away)."""
+    leaving, silent = tls_raw_mqtt(router, certs), tls_raw_mqtt(router, certs)
+    try:
+        leaving.connect_ok(client_id=unique("leave"), username="alice",
+                           password=SECRET.encode())
+        silent.connect_ok(client_id=unique("silent"), keep_alive=1, username="alice",
+                          password=SECRET.encode())
+        leaving.send(Disconnect())
+        leaving.wait_closed(5)
+        silent.wait_closed(5)  # 1.5 x keep-alive without a packet
+    finally:
+        leaving.close()
+        silent.close()

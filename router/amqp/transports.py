@@ -27,7 +27,7 @@ class AmqpTcpProtocol(GatedProtocol, FlowingProtocol, Protocol):
         frontend = self.factory.frontend
         # a refused login's sasl-outcome is held back by the login guard's delay
         self.held = HeldTransport(frontend.scheduler, self.flow.counting(self.transport.write),
-                                  self.transport.loseConnection)
+                                  self.flow.lose_connection)
         self.connection = AmqpConnection(frontend, self.held.write, self.held.close, self.peer,
                                          self.flow)
         self.connection.handshake_done = self.handshake_done
@@ -59,7 +59,7 @@ class AmqpTcpProtocol(GatedProtocol, FlowingProtocol, Protocol):
             # connection is closed once the client has sent its protocol header
             self._header_bytes += len(data)
             if self._header_bytes >= 8:
-                self.transport.loseConnection()
+                self.flow.lose_connection()
             return
         if not self._sasl_ready:
             self._prepare_sasl()

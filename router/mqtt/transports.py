@@ -36,7 +36,7 @@ class MqttTcpProtocol(GatedProtocol, FlowingProtocol, Protocol):
         peer = self.transport.getPeer()
         held = HeldTransport(self.factory.frontend.scheduler,
                              self.flow.counting(self.transport.write),
-                             self.transport.loseConnection)
+                             self.flow.lose_connection)
         self.connection = _attach(MqttConnection(self.factory.frontend, held.write, held.close,
                                                  f"{peer.host}:{peer.port}", "mqtt", self.flow),
                                   held, self, self.transport)

@@ -98,7 +98,7 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, WampRawSocketServe
 
     def _refuse(self, code: int) -> None:
         self.transport.write(bytes([RAWSOCKET_MAGIC, code << 4, 0, 0]))
-        self.transport.loseConnection()
+        self.flow.lose_connection()
 
     def stringReceived(self, payload: bytes) -> None:
         self._session.on_payload(payload, None)
@@ -121,7 +121,7 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, WampRawSocketServe
         self.transport.abortConnection()
 
     def close_wamp(self) -> None:
-        self.transport.loseConnection()
+        self.flow.lose_connection()
 
 
 class RouterRawSocketFactory(WampRawSocketServerFactory):
