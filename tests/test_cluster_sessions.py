@@ -176,3 +176,29 @@ def test_takeover_across_nodes(nodes, version):
     second.wait_disconnected()
     for client in (first, second, third):
         client.close()
+
+
+def test_clean_start_on_another_node_discards_the_session(nodes):
+    """A clean start on C drops what A queued for the client, in Redis too."""
+    topic = unique("clean") + "/t"
+    client_id = unique("cs")
+    subscriber = persistent(nodes["a"], V5, client_id)
+    subscriber.connect()
+    assert subscriber.subscribe((topic, 1)) == [1]
+    publisher = MqttClient(nodes["b"])
+    publisher.connect()
+    count_until_probe(publisher, subscriber, topic, Counter())
+    subscriber.disconnect()
+    publisher.publish(topic, b"old", 1)
+
+    fresh = MqttClient(nodes["c"], V5, client_id=client_id, clean=True, session_expiry=300)
+    assert not fresh.connect().session_present
+    fresh.disconnect()
+    again = persistent(nodes["b"], V5, client_id)
+    assert again.connect().session_present  # the clean session's own (expiry 300)
+    assert again.subscribe((topic, 1)) == [1]
+    received: Counter[bytes] = Counter()
+    count_until_probe(publisher, again, topic, received)
+    assert b"old" not in received
+    for client in (again, publisher):
+        client.close()

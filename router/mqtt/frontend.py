@@ -131,14 +131,14 @@ class MqttFrontend:
             return
 
         def claimed(stored: StoredSession | None) -> None:
-            if stored is not None and client_id not in self.sessions:
-                if packet.clean_start:
+            if client_id not in self.sessions:
+                if packet.clean_start:  # what another node left of it goes
                     self.store.delete_session(client_id)
-                else:
+                elif stored is not None:
                     self._restore_one(stored, time.time())
             answer(*self._attach(connection, packet, identity, client_id), assigned)
 
-        self.claims.claim(client_id, claimed)
+        self.claims.claim(client_id, not packet.clean_start, claimed)
 
     def _attach(self, connection: Outlet, packet: Connect, identity: Identity,
                 client_id: str) -> tuple[MqttSession, bool]:
@@ -183,8 +183,9 @@ class MqttFrontend:
         if connection is not None:
             session.connection = None
             connection.kill("takeover", None)
-        if session.persistent:
-            self._save(session, time.time())
+            if session.persistent:
+                self._save(session, time.time())  # its expiry runs from now
+        session.moved = True
         self._forget(session)
         self.store.when_durable(lambda ok: done())
 
@@ -285,7 +286,7 @@ class MqttFrontend:
         self._send_will(session, will)
 
     def _delayed_will(self, session: MqttSession, will: Will) -> None:
-        if session.connection is None and self.sessions.get(session.client_id) is session:
+        if session.connection is None and not session.moved:
             self._send_will(session, will)
 
     def _send_will(self, session: MqttSession, will: Will) -> None:

@@ -96,7 +96,7 @@ class SessionClaims(Protocol):
     release: Callable[[str, Callable[[], None]], None]
     """Set by the frontend: ``release(client_id, done)``."""
 
-    def claim(self, client_id: str,
+    def claim(self, client_id: str, load: bool,
               answer: Callable[["StoredSession | None"], None]) -> None: ...
 
     def disown(self, client_id: str) -> None: ...

@@ -24,6 +24,9 @@ Delivery between nodes is Redis PUB/SUB: at most once, whatever the QoS (a node 
 disconnected from Redis misses what was published meanwhile).
 
 Registrations, forwarded calls and the sessions of every node: :mod:`router.store.redis_rpc`.
+MQTT persistent sessions: :mod:`router.store.redis_sessions`, whose writes go out in one
+batch per reactor turn (:meth:`RedisRealm.write`); :meth:`RedisRealm.when_durable` waits
+for them, for retained writes and for QoS >= 1 publications forwarded to other nodes.
 """
 
 from __future__ import annotations

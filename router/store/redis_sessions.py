@@ -12,7 +12,7 @@ one pipelined batch):
   (:meth:`StoredMessage.pack`); hash ``wr:mqtt-state:<realm>:<client>``: sequence number ->
   MessagePack ``[packet id, state]``, so a state change rewrites a few bytes, not the message.
 * set ``wr:mqtt-inbound:<realm>:<client>``: QoS 2 packet ids received and not released.
-* channel ``wr:sessions:<node>``: MessagePack ``[realm, kind, client id, node]``: "take"
+* channel ``wr:mqtt-takeover:<node>``: MessagePack ``[realm, kind, client id, node]``: "take"
   (the sender has claimed the client: close its connection, write what is under way, then
   answer) and "released" (done: the state in Redis is complete).
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SESSIONS_CHANNEL_PREFIX = b"wr:sessions:"
+SESSIONS_CHANNEL_PREFIX = b"wr:mqtt-takeover:"
 
 CLAIM = """
 local old = redis.call('HGET', KEYS[1], ARGV[1])
@@ -80,8 +80,8 @@ class RedisMqttSessionStore:
         """Set by the MQTT frontend."""
         self._claims: dict[str, list[str]] = {}
         """Client ids this node is claiming -> nodes whose "take" waits for the claim."""
-        self._waiting: dict[str, tuple[Callable[[StoredSession | None], None], Any]] = {}
-        """Client ids whose previous owner has not answered yet -> (answer, timer)."""
+        self._waiting: dict[str, tuple[bool, Callable[[StoredSession | None], None], Any]] = {}
+        """Client ids whose previous owner has not answered yet -> (load, answer, timer)."""
 
     def _keys(self, client_id: str) -> tuple[bytes, bytes, bytes, bytes]:
         """The subscriptions, queue, queue state and inbound keys of one client."""
@@ -94,10 +94,11 @@ class RedisMqttSessionStore:
 
     # ownership ------------------------------------------------------------------
 
-    def claim(self, client_id: str, answer: Callable[[StoredSession | None], None]) -> None:
-        """Make this node the client's owner; ``answer(state)`` with the state another
-        node had (read from Redis once it let go), or None when this node (or none) had it.
-        ``answer`` may run at once."""
+    def claim(self, client_id: str, load: bool,
+              answer: Callable[[StoredSession | None], None]) -> None:
+        """Make this node the client's owner; ``answer(state)`` with the session Redis
+        holds (read once the node that had it let go; only if ``load``: a clean start
+        needs none), or None. ``answer`` may run at once."""
         engine = self._engine
         if client_id in self._claims:
             answer(None)  # a claim of this node is under way: it brings the state here
@@ -106,18 +107,26 @@ class RedisMqttSessionStore:
         take = msgpack.packb([self._realm, "take", client_id, engine.node], use_bin_type=True)
         claimed = engine.request(command("EVAL", CLAIM, 1, self._owner_key, client_id,
                                          engine.node, SESSIONS_CHANNEL_PREFIX, take))
-        claimed.addCallbacks(self._claimed, self._claim_failed, (client_id, answer),
+        claimed.addCallbacks(self._claimed, self._claim_failed, (client_id, load, answer),
                              errbackArgs=(client_id, answer))
 
-    def _claimed(self, previous: bytes, client_id: str,
+    def _claimed(self, previous: bytes, client_id: str, load: bool,
                  answer: Callable[[StoredSession | None], None]) -> None:
         if not previous:
-            self._load(client_id, answer)
+            self._ready(client_id, load, answer)
             return
         timeout = self._engine.limits.session_takeover_timeout
         timer = self._engine.reactor.callLater(timeout, self._not_released, client_id,
                                                previous.decode())
-        self._waiting[client_id] = (answer, timer)
+        self._waiting[client_id] = (load, answer, timer)
+
+    def _ready(self, client_id: str, load: bool,
+               answer: Callable[[StoredSession | None], None]) -> None:
+        """No other node has the session any more: answer (with its state if ``load``)."""
+        if load:
+            self._load(client_id, answer)
+        else:
+            self._finish(client_id, answer, None)
 
     def _claim_failed(self, failure: Any, client_id: str,
                       answer: Callable[[StoredSession | None], None]) -> None:
@@ -129,17 +138,17 @@ class RedisMqttSessionStore:
         log.warning("MQTT client %s: node %s did not release the session within %.1f s: "
                     "resumed from what Redis holds", client_id, node,
                     self._engine.limits.session_takeover_timeout)
-        answer, _ = self._waiting.pop(client_id)
-        self._load(client_id, answer)
+        load, answer, _ = self._waiting.pop(client_id)
+        self._ready(client_id, load, answer)
 
     def released(self, client_id: str) -> None:
         """The previous owner let go: its writes are in Redis."""
         waiting = self._waiting.pop(client_id, None)
         if waiting is not None:
-            answer, timer = waiting
+            load, answer, timer = waiting
             if timer.active():
                 timer.cancel()
-            self._load(client_id, answer)
+            self._ready(client_id, load, answer)
 
     def take(self, client_id: str, node: str) -> None:
         """Node ``node`` claimed the client: let go (after this node's own claim, if one is
