@@ -15,6 +15,7 @@ import pytest
 
 from router.mqtt.packets import (Puback, Pubcomp, Publish, Pubrec, Pubrel, Subscribe,
                                  SubscriptionOptions)
+from router.store.resp import BlockingRedis
 from tests.harness import RedisServer, RouterProcess
 from tests.mqtt_clients import V5, V311, MqttClient, RawMqtt, mqtt_realm, unique
 
@@ -48,21 +49,32 @@ def count_until_probe(publisher: MqttClient, subscriber: MqttClient, topic: str,
             continue
 
 
-@pytest.fixture(scope="module")
-def nodes(tmp_path_factory):
-    base = tmp_path_factory.mktemp("sessions")
-    redis = RedisServer(base)
+TAKEOVER_TIMEOUT = 2
+
+
+def start_node(base, redis: RedisServer, name: str) -> RouterProcess:
     listeners = [{"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"}]
-    started = {name: RouterProcess(base / name, [mqtt_realm()], listeners=listeners,
-                                   extra_config={"engine": {"type": "redis", "url": redis.url,
-                                                            "node": name},
-                                                 "cluster": {"session_takeover_timeout": 2}}
-                                   ).start()
-               for name in ("a", "b", "c")}
+    return RouterProcess(base / name, [mqtt_realm()], listeners=listeners,
+                         extra_config={"engine": {"type": "redis", "url": redis.url,
+                                                  "node": name},
+                                       "cluster": {"session_takeover_timeout":
+                                                   TAKEOVER_TIMEOUT}}).start()
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory, redis):
+    base = tmp_path_factory.mktemp("sessions")
+    started = {name: start_node(base, redis, name) for name in ("a", "b", "c")}
     yield started
     for node in started.values():
         node.stop()
-    redis.stop()
 
 
 def persistent(node: RouterProcess, version: int, client_id: str) -> MqttClient:
@@ -201,4 +213,40 @@ def test_clean_start_on_another_node_discards_the_session(nodes):
     count_until_probe(publisher, again, topic, received)
     assert b"old" not in received
     for client in (again, publisher):
+        client.close()
+
+
+def test_session_of_a_killed_node_resumes_after_the_takeover_timeout(nodes, redis, tmp_path):
+    """The owner node is gone (kill -9): the claim waits ``session_takeover_timeout``, then
+    the session resumes from what the dead node had written to Redis."""
+    dying = start_node(tmp_path, redis, "d")
+    topic = unique("dead") + "/t"
+    client_id = unique("orphan")
+    subscriber = persistent(dying, V311, client_id)
+    subscriber.connect()
+    assert subscriber.subscribe((topic, 1)) == [1]
+    publisher = MqttClient(nodes["b"])
+    publisher.connect()
+    count_until_probe(publisher, subscriber, topic, Counter())
+    subscriber.disconnect()
+    count = 20
+    for i in range(count):
+        publisher.publish(topic, f"m{i}".encode(), 1)
+    store = BlockingRedis("127.0.0.1", redis.port, 0)
+    queue = f"wr:mqtt-queue:realm1:{client_id}"
+    deadline = time.monotonic() + 10
+    while store.call("HLEN", queue) < count:  # d has written every one to Redis
+        assert time.monotonic() < deadline, "node d never queued the messages in Redis"
+        time.sleep(0.02)  # polling Redis, not waiting in place of a check
+    store.close()
+    dying.kill9()
+
+    started = time.monotonic()
+    resumed = persistent(nodes["c"], V311, client_id)
+    assert resumed.connect(timeout=TAKEOVER_TIMEOUT + 10).session_present
+    assert time.monotonic() - started >= TAKEOVER_TIMEOUT - 0.2
+    nodes["c"].wait_for_log("node d did not release the session")
+    received = {resumed.next_message().payload for _ in range(count)}
+    assert received == {f"m{i}".encode() for i in range(count)}
+    for client in (resumed, publisher):
         client.close()

@@ -355,7 +355,10 @@ class RedisRealm:
         waiters = self._waiters
         while waiters and waiters[0][0] <= done:
             last, first, callback = waiters.popleft()
-            callback(not any(first <= failed <= last for failed in self._failures))
+            try:
+                callback(not any(first <= failed <= last for failed in self._failures))
+            except Exception:  # one acknowledgement's bug must not hold up the others
+                log.exception("realm %s: a durability callback failed", self.name)
         oldest = waiters[0][1] if waiters else done
         self._failures = [failed for failed in self._failures if failed >= oldest]
 

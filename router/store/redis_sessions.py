@@ -19,13 +19,15 @@ one pipelined batch):
 Ownership: a CONNECT claims the client id in ``wr:mqtt-owner`` and, in the same script,
 tells the previous owner to let go. The new owner loads the state from Redis once the old
 one answered "released" (or after ``cluster.session_takeover_timeout`` when it does not
-answer: a stopped node), so nothing the old owner queued is missed. A "take" that arrives
-while this node's own claim of that client is still under way waits for it to finish.
+answer: a stopped node), so nothing the old owner queued is missed. A "take" (or a second
+CONNECT of the client here) that arrives while this node's own claim of that client is
+still under way waits for it to finish.
 """
 
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 import msgpack
@@ -78,8 +80,9 @@ class RedisMqttSessionStore:
         self._session_key = f"wr:mqtt-session:{realm}".encode()
         self.release: Release = lambda client_id, done: done()
         """Set by the MQTT frontend."""
-        self._claims: dict[str, list[str]] = {}
-        """Client ids this node is claiming -> nodes whose "take" waits for the claim."""
+        self._claims: dict[str, list[Callable[[], None]]] = {}
+        """Client ids this node is claiming -> what waits for the claim to finish (other
+        nodes' "take", a second CONNECT of the client here)."""
         self._waiting: dict[str, tuple[bool, Callable[[StoredSession | None], None], Any]] = {}
         """Client ids whose previous owner has not answered yet -> (load, answer, timer)."""
 
@@ -100,8 +103,9 @@ class RedisMqttSessionStore:
         holds (read once the node that had it let go; only if ``load``: a clean start
         needs none), or None. ``answer`` may run at once."""
         engine = self._engine
-        if client_id in self._claims:
-            answer(None)  # a claim of this node is under way: it brings the state here
+        after = self._claims.get(client_id)
+        if after is not None:  # a claim of this node is under way: it brings the state here
+            after.append(partial(answer, None))
             return
         self._claims[client_id] = []
         take = msgpack.packb([self._realm, "take", client_id, engine.node], use_bin_type=True)
@@ -153,9 +157,9 @@ class RedisMqttSessionStore:
     def take(self, client_id: str, node: str) -> None:
         """Node ``node`` claimed the client: let go (after this node's own claim, if one is
         under way), then tell it."""
-        pending = self._claims.get(client_id)
-        if pending is not None:
-            pending.append(node)
+        after = self._claims.get(client_id)
+        if after is not None:
+            after.append(partial(self.take, client_id, node))
             return
         done = msgpack.packb([self._realm, "released", client_id, self._engine.node],
                              use_bin_type=True)
@@ -181,9 +185,10 @@ class RedisMqttSessionStore:
     def _finish(self, client_id: str, answer: Callable[[StoredSession | None], None],
                 stored: StoredSession | None) -> None:
         """Answer the claim, then let go for the nodes that asked meanwhile."""
+        after = self._claims.pop(client_id, [])
         answer(stored)
-        for node in self._claims.pop(client_id, ()):
-            self.take(client_id, node)
+        for then in after:
+            then()
 
     # MqttSessionStore -----------------------------------------------------------
 
