@@ -83,17 +83,29 @@ def persistent(node: RouterProcess, version: int, client_id: str) -> MqttClient:
                       session_expiry=300 if version == V5 else None)
 
 
+def left_offline(node: RouterProcess, publisher: MqttClient, version: int, client_id: str,
+                 topic: str, qos: int) -> None:
+    """A persistent session on ``node`` subscribed to ``topic``, whose interest has reached
+    ``publisher``'s node, and whose client then disconnected."""
+    subscriber = persistent(node, version, client_id)
+    assert not subscriber.connect().session_present
+    assert subscriber.subscribe((topic, qos)) == [qos]
+    count_until_probe(publisher, subscriber, topic, Counter())
+    subscriber.disconnect()
+
+
+def connected(node: RouterProcess) -> MqttClient:
+    client = MqttClient(node)
+    client.connect()
+    return client
+
+
 @pytest.mark.parametrize("version", [V311, V5], ids=["mqtt311", "mqtt5"])
 def test_offline_session_resumes_on_another_node(nodes, version):
     topic = unique("sess") + "/t"
     client_id = unique("sub")
-    subscriber = persistent(nodes["a"], version, client_id)
-    assert not subscriber.connect().session_present
-    assert subscriber.subscribe((topic, 2)) == [2]
-    publisher = MqttClient(nodes["b"])
-    publisher.connect()
-    count_until_probe(publisher, subscriber, topic, Counter())  # B knows A's interest
-    subscriber.disconnect()
+    publisher = connected(nodes["b"])
+    left_offline(nodes["a"], publisher, version, client_id, topic, 2)
 
     for i in range(N):
         publisher.publish(topic, f"q1-{i}".encode(), 1)
@@ -124,8 +136,7 @@ def test_in_flight_messages_resume_on_another_node(nodes):
     raw.connect_ok(client_id=client_id, clean=False)
     raw.send(Subscribe(1, [(topic, SubscriptionOptions(2))]))
     raw.recv()  # SUBACK
-    publisher = MqttClient(nodes["b"])
-    publisher.connect()
+    publisher = connected(nodes["b"])
     deadline = time.monotonic() + 10
     while True:  # QoS 0 probes until B knows A's interest
         assert time.monotonic() < deadline, "A's interest never reached B"
@@ -194,13 +205,8 @@ def test_clean_start_on_another_node_discards_the_session(nodes):
     """A clean start on C drops what A queued for the client, in Redis too."""
     topic = unique("clean") + "/t"
     client_id = unique("cs")
-    subscriber = persistent(nodes["a"], V5, client_id)
-    subscriber.connect()
-    assert subscriber.subscribe((topic, 1)) == [1]
-    publisher = MqttClient(nodes["b"])
-    publisher.connect()
-    count_until_probe(publisher, subscriber, topic, Counter())
-    subscriber.disconnect()
+    publisher = connected(nodes["b"])
+    left_offline(nodes["a"], publisher, V5, client_id, topic, 1)
     publisher.publish(topic, b"old", 1)
 
     fresh = MqttClient(nodes["c"], V5, client_id=client_id, clean=True, session_expiry=300)
@@ -222,13 +228,8 @@ def test_session_of_a_killed_node_resumes_after_the_takeover_timeout(nodes, redi
     dying = start_node(tmp_path, redis, "d")
     topic = unique("dead") + "/t"
     client_id = unique("orphan")
-    subscriber = persistent(dying, V311, client_id)
-    subscriber.connect()
-    assert subscriber.subscribe((topic, 1)) == [1]
-    publisher = MqttClient(nodes["b"])
-    publisher.connect()
-    count_until_probe(publisher, subscriber, topic, Counter())
-    subscriber.disconnect()
+    publisher = connected(nodes["b"])
+    left_offline(dying, publisher, V311, client_id, topic, 1)
     count = 20
     for i in range(count):
         publisher.publish(topic, f"m{i}".encode(), 1)
