@@ -94,6 +94,21 @@ def left_offline(node: RouterProcess, publisher: MqttClient, version: int, clien
     subscriber.disconnect()
 
 
+def wait_queued(redis: RedisServer, client_id: str, count: int,
+                publish=lambda: None) -> None:
+    """Until Redis holds ``count`` queued messages for ``client_id`` (calling ``publish``
+    between looks)."""
+    store = BlockingRedis("127.0.0.1", redis.port, 0)
+    deadline = time.monotonic() + 10
+    try:
+        while store.call("HLEN", f"wr:mqtt-queue:realm1:{client_id}") < count:
+            assert time.monotonic() < deadline, f"{count} messages never queued in Redis"
+            publish()
+            time.sleep(0.02)  # polling Redis, not waiting in place of a check
+    finally:
+        store.close()
+
+
 def connected(node: RouterProcess) -> MqttClient:
     client = MqttClient(node)
     client.connect()
@@ -233,13 +248,7 @@ def test_session_of_a_killed_node_resumes_after_the_takeover_timeout(nodes, redi
     count = 20
     for i in range(count):
         publisher.publish(topic, f"m{i}".encode(), 1)
-    store = BlockingRedis("127.0.0.1", redis.port, 0)
-    queue = f"wr:mqtt-queue:realm1:{client_id}"
-    deadline = time.monotonic() + 10
-    while store.call("HLEN", queue) < count:  # d has written every one to Redis
-        assert time.monotonic() < deadline, "node d never queued the messages in Redis"
-        time.sleep(0.02)  # polling Redis, not waiting in place of a check
-    store.close()
+    wait_queued(redis, client_id, count)  # d has written every one to Redis
     dying.kill9()
 
     started = time.monotonic()
@@ -251,3 +260,25 @@ def test_session_of_a_killed_node_resumes_after_the_takeover_timeout(nodes, redi
     assert received == {f"m{i}".encode() for i in range(count)}
     for client in (resumed, publisher):
         client.close()
+
+
+def test_restarted_node_keeps_queueing_for_its_offline_sessions(nodes, redis, tmp_path):
+    """A node stopped and started again (same name) loads the offline sessions it had
+    from Redis, subscribed: publications on another node are queued for them meanwhile."""
+    node = start_node(tmp_path, redis, "e")
+    topic = unique("restart") + "/t"
+    client_id = unique("kept")
+    publisher = connected(nodes["b"])
+    left_offline(node, publisher, V5, client_id, topic, 1)
+    publisher.publish(topic, b"before", 1)
+    wait_queued(redis, client_id, 1)
+    node.stop()
+    node = start_node(tmp_path, redis, "e")
+    assert any("restored 1 persistent MQTT session" in line for line in node.log_lines)
+    wait_queued(redis, client_id, 2, lambda: publisher.publish(topic, b"after", 1))
+    resumed = persistent(node, V5, client_id)
+    assert resumed.connect().session_present
+    assert {resumed.next_message().payload for _ in range(2)} == {b"before", b"after"}
+    for client in (resumed, publisher):
+        client.close()
+    node.stop()

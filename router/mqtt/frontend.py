@@ -375,6 +375,8 @@ class MqttFrontend:
             if (stored.disconnected_at is not None
                     and stored.disconnected_at + stored.expiry <= now):
                 self.store.delete_session(stored.client_id)
+                if self.claims is not None:
+                    self.claims.disown(stored.client_id)
                 continue
             self._restore_one(stored, now)
             restored += 1

@@ -207,6 +207,8 @@ class RedisRealm:
     def announce_interest(self) -> None:
         self._interest_due = False
         engine = self.engine
+        if engine.commands is None:
+            return  # the connection announces it when it comes up (sessions restored first)
         packed = msgpack.packb(sorted(self.local), use_bin_type=True)
         engine.send(command("HSET", self.keys["interest"], engine.node, packed)
                     + command("PUBLISH", INTEREST_CHANNEL,
@@ -318,17 +320,27 @@ class RedisRealm:
     # durability ------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
-        """Queue one session-state command; the turn's commands go out in one batch."""
-        if not self._writes:
+        """Queue one session-state command; the turn's commands go out in one batch (two
+        or more if the turn wrote ``cluster.max_pending_commands`` of them)."""
+        writes = self._writes
+        if not writes:
             self.engine.reactor.callLater(0, self.flush)
-        self._writes.append(data)
+        writes.append(data)
+        if len(writes) >= self.engine.limits.max_pending_commands:
+            self.flush()
 
     def flush(self) -> None:
-        """Send the queued session-state commands now (one pipelined request)."""
-        writes, self._writes = self._writes, []
-        if writes:
-            self._track(self.engine.request(b"".join(writes), len(writes) - 1).addErrback(
-                self._batch_failed, len(writes)))
+        """Send the queued session-state commands now (one pipelined request). While Redis
+        is not connected they wait (those of the start-up restore, before the connection is
+        up), up to ``cluster.max_pending_commands``; past that they are lost, counted."""
+        writes = self._writes
+        engine = self.engine
+        if not writes or (engine.commands is None
+                          and len(writes) < engine.limits.max_pending_commands):
+            return
+        self._writes = []
+        self._track(engine.request(b"".join(writes), len(writes) - 1).addErrback(
+            self._batch_failed, len(writes)))
 
     def _batch_failed(self, failure: Any, commands: int) -> bool:
         self.engine.incidents.count(self.name, "mqtt", STORE_FAILED,
@@ -368,6 +380,9 @@ class RedisRealm:
         them that was still under way when asked failed."""
         first = self._pending[0][0] if self._pending else self._issued + 1
         self.flush()
+        if self._writes:  # Redis is not connected: not stored (yet)
+            callback(False)
+            return
         if not self._pending:
             callback(not any(failed >= first for failed in self._failures))
             return
@@ -491,6 +506,7 @@ class RedisEngine:
         connection.on_pressure = self._pressure
         for shared in self.realms.values():
             shared.announce_interest()
+            shared.flush()
         self._read_registrations()
 
     def _commands_down(self) -> None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import msgpack
 
+from router.core.incidents import ENGINE_UNAVAILABLE
 from router.mqtt.persistence import StoredMessage, StoredOutbound, StoredSession
 from router.mqtt.session import QUEUED
 from router.store.resp import BlockingRedis, command
@@ -134,8 +135,10 @@ class RedisMqttSessionStore:
 
     def _claim_failed(self, failure: Any, client_id: str,
                       answer: Callable[[StoredSession | None], None]) -> None:
-        log.warning("MQTT client %s: its session could not be claimed in Redis (%s): "
-                    "this node's copy, if any, is used", client_id, failure.getErrorMessage())
+        self._engine.incidents.count(self._realm, "mqtt", ENGINE_UNAVAILABLE,
+                                     f"client {client_id}: session not claimed or read in Redis "
+                                     f"({failure.getErrorMessage()}): this node's copy, if "
+                                     "any, is used")
         self._finish(client_id, answer, None)
 
     def _not_released(self, client_id: str, node: str) -> None:
