@@ -181,9 +181,9 @@ class RedisMqttSessionStore:
         data = command("MULTI") + b"".join(command(*args) for args in reads) + command("EXEC")
         self._shared.flush()
         loaded = self._engine.request(data, len(reads) + 1)
-        loaded.addCallbacks(lambda replies: self._finish(client_id, answer,
-                                                         _stored(client_id, replies)),
-                            self._claim_failed, errbackArgs=(client_id, answer))
+        loaded.addCallback(partial(_stored, client_id))  # a decoding error fails the claim
+        loaded.addCallbacks(partial(self._finish, client_id, answer), self._claim_failed,
+                            errbackArgs=(client_id, answer))
 
     def _finish(self, client_id: str, answer: Callable[[StoredSession | None], None],
                 stored: StoredSession | None) -> None:
