@@ -30,7 +30,6 @@ from router.memory import MemoryReclaimer
 from router.metrics.collector import registry_for, watch_retention
 from router.metrics.http import metrics_site
 from router.mqtt.frontend import MqttFrontend
-from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
 from router.store.embedded import EmbeddedEngine, live_entries
 from router.store.redis_engine import RedisEngine
@@ -203,7 +202,7 @@ class Node:
                 continue
             realm = self.router.realms[listener.realm]
             frontend = MqttFrontend(self.router, realm, self.config.realms[realm.name].mqtt,
-                                    MqttSessionStore(self.store, realm.name), self.reactor)
+                                    self.engine.mqtt_session_store(realm.name), self.reactor)
             restored = frontend.restore()
             if restored:
                 log.info("realm %s: restored %d persistent MQTT session(s)", realm.name, restored)

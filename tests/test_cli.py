@@ -169,6 +169,9 @@ BAD_CONFIGS = [
      "config.json", ["cluster.max_pending_commands", "positive"]),
     ("cluster.max_pending_calls zero", _set(["config", "cluster"], {"max_pending_calls": 0}),
      "config.json", ["cluster.max_pending_calls", "positive"]),
+    ("cluster.session_takeover_timeout negative",
+     _set(["config", "cluster"], {"session_takeover_timeout": -1}),
+     "config.json", ["cluster.session_takeover_timeout", "positive"]),
     ("cluster.call_timeout a string", _set(["config", "cluster"], {"call_timeout": "1s"}),
      "config.json", ["cluster.call_timeout"]),
 ]

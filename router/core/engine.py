@@ -14,7 +14,7 @@ any node reaches a callee on any node) and the sessions of each node (meta API).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from router.core.dealer import ClusterDealer
 from router.core.history import History, HistoryRule
@@ -55,6 +55,9 @@ class ClusterLimits:
     max_pending_commands: int = 10000
     """Commands sent to Redis and not answered yet, at most; reading from publishers pauses
     at half of it."""
+    session_takeover_timeout: float = 5.0
+    """Seconds a node taking over an MQTT session waits for the node that had it to let go;
+    then it resumes from what Redis holds."""
 
 
 class Membership(Protocol):
@@ -91,6 +94,12 @@ class Engine(Protocol):
     def open_realm(self, name: str, policy: RetentionPolicy,
                    history: list[HistoryRule]) -> RealmEngine:
         """The engine of realm ``name`` (retained events as they are now, history rules)."""
+
+    def mqtt_session_store(self, realm: str) -> Any:
+        """Where realm ``realm``'s persistent MQTT sessions live: an object with the methods
+        of :class:`router.mqtt.persistence.MqttSessionStore` (the core knows no MQTT); the
+        Redis engine's also has ``claim``, ``disown`` and ``release`` (sessions that follow
+        their client to any node)."""
 
     def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
         """The realms are built: start receiving for them (incidents counted in

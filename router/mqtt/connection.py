@@ -137,7 +137,7 @@ class MqttConnection:
             self._connect_state = "waiting"
 
     def _authenticated(self, packet: Connect, identity: "int | Identity") -> None:
-        """CONNACK; then, if the answer came later, the packets that followed CONNECT."""
+        """Attach the session (at once, or once another node let go of it)."""
         resume = self._connect_state == "waiting"
         self._connect_state = None
         if self._closed:
@@ -146,9 +146,21 @@ class MqttConnection:
             self._send(Connack(False, identity))
             self._close_now()
             return
+        self._connect_state = "attaching"
+        self.frontend.connect(self, packet, identity, partial(self._attached, packet, resume))
+        if self._connect_state == "attaching":
+            self._connect_state = "waiting"
+
+    def _attached(self, packet: Connect, resume: bool, session: "MqttSession",
+                  session_present: bool, assigned_id: str | None) -> None:
+        """CONNACK; then, if the answer came later, the packets that followed CONNECT."""
+        resume = resume or self._connect_state == "waiting"
+        self._connect_state = None
+        if self._closed:  # gone while its session was fetched from another node
+            self.frontend.disconnected(self, session, None)
+            return
         settings = self.frontend.settings
         keep_alive = self._granted_keep_alive(packet.keep_alive)
-        session, session_present, assigned_id = self.frontend.connect(self, packet, identity)
         self.session = session
         properties = {}
         if self.version == 5:

@@ -26,7 +26,7 @@ from router.core.shared import SharedGroup
 from router.core.topic import InvalidSharedFilter, from_mqtt, mqtt_pattern, split_shared
 from router.mqtt.outlet import Outlet
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will
-from router.mqtt.persistence import MqttSessionStore, StoredSession
+from router.mqtt.persistence import MqttSessionStore, SessionClaims, StoredSession
 from router.mqtt.session import MqttSession, MqttSubscription, Outbound
 from router.settings import MqttSettings
 
@@ -57,6 +57,10 @@ class MqttFrontend:
         self.scheduler = scheduler
         self.sessions: dict[str, MqttSession] = {}
         self._principals: dict[str, Principal] = router.principals[realm.name]
+        self.claims: SessionClaims | None = store if isinstance(store, SessionClaims) else None
+        """Set when sessions follow their client among nodes (the Redis engine)."""
+        if self.claims is not None:
+            self.claims.release = self.release
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         self.store.when_durable(callback)
@@ -114,12 +118,32 @@ class MqttFrontend:
             return self._refused(connection, None, "anonymous", "anonymous access is off")
         return None, self.realm.anonymous_role, "anonymous"
 
-    def connect(self, connection: Outlet, packet: Connect,
-                identity: Identity) -> tuple[MqttSession, bool, str | None]:
-        """(session, session present, assigned client id) of an authenticated CONNECT."""
+    def connect(self, connection: Outlet, packet: Connect, identity: Identity,
+                answer: Callable[[MqttSession, bool, str | None], None]) -> None:
+        """``answer(session, session present, assigned client id)`` of an authenticated
+        CONNECT: at once, or, when sessions follow their client among nodes, once this node
+        owns the client id (the node that had it let go: its state is read from there)."""
         client_id, assigned = packet.client_id, None
         if not client_id:
             client_id = assigned = f"auto-{self.router.new_session_id():x}"
+        if self.claims is None:
+            answer(*self._attach(connection, packet, identity, client_id), assigned)
+            return
+
+        def claimed(stored: StoredSession | None) -> None:
+            if client_id not in self.sessions:
+                if packet.clean_start:  # what another node left of it goes
+                    self.store.delete_session(client_id)
+                elif stored is not None:
+                    self._restore_one(stored, time.time())
+            answer(*self._attach(connection, packet, identity, client_id), assigned)
+
+        self.claims.claim(client_id, not packet.clean_start, claimed)
+
+    def _attach(self, connection: Outlet, packet: Connect, identity: Identity,
+                client_id: str) -> tuple[MqttSession, bool]:
+        """(session, session present): the client's session on this node, taken over from
+        its previous connection or new."""
         authid, authrole, authmethod = identity
         if authid is None:
             authid = client_id  # anonymous: the client id is the identity, as sessions are
@@ -129,7 +153,7 @@ class MqttFrontend:
             existing.connection.kill("takeover", None)
             existing.connection = None
         if existing is not None and (packet.clean_start or existing.info.authid != authid):
-            self.destroy(existing)
+            self.destroy(existing, disown=False)
             existing = None
         session_present = existing is not None
         if existing is None:
@@ -146,7 +170,24 @@ class MqttFrontend:
         self.router.connections.add(connection)
         if session.persistent:
             self._save(session, None)
-        return session, session_present, assigned
+        return session, session_present
+
+    def release(self, client_id: str, done: Callable[[], None]) -> None:
+        """Another node took the client over: close its connection here (a takeover), keep
+        its state where it is stored, forget it, and call ``done`` once written."""
+        session = self.sessions.get(client_id)
+        if session is None:
+            done()
+            return
+        connection = session.connection
+        if connection is not None:
+            session.connection = None
+            connection.kill("takeover", None)
+            if session.persistent:
+                self._save(session, time.time())  # its expiry runs from now
+        session.moved = True
+        self._forget(session)
+        self.store.when_durable(lambda ok: done())
 
     def _refused(self, connection: Outlet, authid: str | None, method: str,
                  reason: str, code: int = ReasonCode.NOT_AUTHORIZED) -> int:
@@ -217,16 +258,24 @@ class MqttFrontend:
             log.info("MQTT session %s expired", session.client_id)
             self.destroy(session)
 
-    def destroy(self, session: MqttSession) -> None:
-        """Forget a session and everything it queued (its expiry timer would keep it alive)."""
+    def destroy(self, session: MqttSession, disown: bool = True) -> None:
+        """Forget a session and everything it queued (its expiry timer would keep it alive);
+        ``disown``: no node owns the client id any more (not so when a new session of this
+        node replaces it)."""
+        self._forget(session)
+        session.hand_over(None, leaving=True)
+        if session.persistent:
+            self.store.delete_session(session.client_id)
+        if disown and self.claims is not None:
+            self.claims.disown(session.client_id)
+
+    def _forget(self, session: MqttSession) -> None:
+        """Take a session out of this node: no timer, no subscriptions, not listed."""
         session.cancel_expiry()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
         self.realm.detach(session)
-        session.hand_over(None, leaving=True)
         self.router.forget(session)
-        if session.persistent:
-            self.store.delete_session(session.client_id)
 
     def _publish_will(self, session: MqttSession, will: Will) -> None:
         delay = will.properties.get("will_delay_interval", 0)
@@ -237,7 +286,7 @@ class MqttFrontend:
         self._send_will(session, will)
 
     def _delayed_will(self, session: MqttSession, will: Will) -> None:
-        if session.connection is None:
+        if session.connection is None and not session.moved:
             self._send_will(session, will)
 
     def _send_will(self, session: MqttSession, will: Will) -> None:
@@ -326,6 +375,8 @@ class MqttFrontend:
             if (stored.disconnected_at is not None
                     and stored.disconnected_at + stored.expiry <= now):
                 self.store.delete_session(stored.client_id)
+                if self.claims is not None:
+                    self.claims.disown(stored.client_id)
                 continue
             self._restore_one(stored, now)
             restored += 1

@@ -15,6 +15,7 @@ from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import Incidents
 from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
 from router.core.topic import SERVER_OWNED
+from router.mqtt.persistence import MqttSessionStore
 from router.store.codec import decode_retained, encode_retained
 from router.store.sqlite import SqliteStore
 
@@ -42,6 +43,10 @@ class EmbeddedEngine:
             lambda topic, entries, action, publication:
             topic[0] == SERVER_OWNED or store.save_retained(name, topic, entries))
         return RealmEngine(retention, store, EventHistory(history))
+
+    def mqtt_session_store(self, realm: str) -> MqttSessionStore:
+        """Realm ``realm``'s persistent MQTT sessions, in this node's SQLite file."""
+        return MqttSessionStore(self.store, realm)
 
     def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
         """Nothing arrives from elsewhere."""

@@ -24,6 +24,9 @@ Delivery between nodes is Redis PUB/SUB: at most once, whatever the QoS (a node 
 disconnected from Redis misses what was published meanwhile).
 
 Registrations, forwarded calls and the sessions of every node: :mod:`router.store.redis_rpc`.
+MQTT persistent sessions: :mod:`router.store.redis_sessions`, whose writes go out in one
+batch per reactor turn (:meth:`RedisRealm.write`); :meth:`RedisRealm.when_durable` waits
+for them, for retained writes and for QoS >= 1 publications forwarded to other nodes.
 """
 
 from __future__ import annotations
@@ -32,17 +35,18 @@ import json
 import logging
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from itertools import count
 from typing import TYPE_CHECKING, Any, Callable
 
 import msgpack
 from twisted.internet import defer, task
+from twisted.python.failure import Failure
 
 from router.core.broker import Subscription, SubscriptionIndex
 from router.core.engine import ClusterLimits, RealmEngine
 from router.core.history import HistoryRule
-from router.core.incidents import ENGINE_BEHIND, ENGINE_UNAVAILABLE, Incidents
+from router.core.incidents import ENGINE_BEHIND, ENGINE_UNAVAILABLE, STORE_FAILED, Incidents
 from router.core.model import Publication
 from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
 from router.core.topic import SERVER_OWNED, Topic
@@ -51,6 +55,7 @@ from router.store.codec import (decode_retained, encode_retained, pack_publicati
 from router.store.embedded import live_entries
 from router.store.redis_history import RedisHistory
 from router.store.redis_rpc import REGISTRATIONS_CHANNEL, RedisDealer, RedisMembership
+from router.store.redis_sessions import SESSIONS_CHANNEL_PREFIX, RedisMqttSessionStore
 from router.store.resp import BlockingRedis, RespFactory, RespProtocol, command
 from router.store.sqlite import topic_key
 
@@ -167,7 +172,14 @@ class RedisRealm:
         self.retention.listeners.append(self._retained_changed)
         self.keys = {kind: f"wr:{kind}:{name}".encode()
                      for kind in ("interest", "retained", "retained-expiry", "retained-token")}
-        self._last_write: defer.Deferred | None = None
+        self._writes: list[bytes] = []
+        """Session-state commands of this reactor turn, sent in one batch."""
+        self._issued = 0
+        self._pending: deque[list] = deque()
+        """[number, ok or None while unanswered] of each durable request, oldest first."""
+        self._waiters: deque[tuple[int, int, Callable[[bool], None]]] = deque()
+        self._failures: list[int] = []
+        self.sessions = RedisMqttSessionStore(self, name)
         self.tokens: dict[bytes, bytes] = {}
         """topic key -> token of the write whose state this node's memory holds."""
         self._latest_own: dict[bytes, bytes] = {}
@@ -195,6 +207,8 @@ class RedisRealm:
     def announce_interest(self) -> None:
         self._interest_due = False
         engine = self.engine
+        if engine.commands is None:
+            return  # the connection announces it when it comes up (sessions restored first)
         packed = msgpack.packb(sorted(self.local), use_bin_type=True)
         engine.send(command("HSET", self.keys["interest"], engine.node, packed)
                     + command("PUBLISH", INTEREST_CHANNEL,
@@ -222,11 +236,21 @@ class RedisRealm:
             engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
                                    f"topic {publication.name}: cannot be sent ({exc})")
             return
-        if not engine.commands.send(b"".join(command("PUBLISH", b"wr:node:" + node.encode(),
-                                                     data) for node in nodes), len(nodes)):
-            engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
-                                   f"topic {publication.name}: not sent to {len(nodes)} node(s), "
-                                   f"{engine.commands.pending} commands unanswered by Redis")
+        sends = b"".join(command("PUBLISH", b"wr:node:" + node.encode(), data) for node in nodes)
+        if publication.qos:
+            # the publisher's acknowledgement waits until Redis handed it to those nodes
+            self._track(engine.commands.request(sends, len(nodes) - 1).addErrback(
+                self._forward_failed, publication, len(nodes)))
+        elif not engine.commands.send(sends, len(nodes)):
+            self._forward_failed(None, publication, len(nodes))
+
+    def _forward_failed(self, failure: Any, publication: Publication, nodes: int) -> bool:
+        engine = self.engine
+        pending = engine.commands.pending if engine.commands is not None else 0
+        engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                               f"topic {publication.name}: not sent to {nodes} node(s), "
+                               f"{pending} commands unanswered by Redis")
+        return False
 
     def received(self, publication: Publication) -> None:
         """A publication from another node: the local fan-out, nothing else."""
@@ -242,8 +266,8 @@ class RedisRealm:
         if action == "expire" or topic[0] == SERVER_OWNED:
             return  # each node expires its own copy (the sweep clears Redis), has its own $SYS
         key = topic_key(topic).encode()
-        self._last_write = self._write_retained(key, entries, action, self.tokens.get(key, b""),
-                                                MAX_ATTEMPTS)
+        self._track(self._write_retained(key, entries, action, self.tokens.get(key, b""),
+                                         MAX_ATTEMPTS))
 
     def _write_retained(self, key: bytes, entries: list[RetainedEvent], action: str,
                         expected: bytes, attempts: int) -> defer.Deferred:
@@ -293,13 +317,76 @@ class RedisRealm:
                                     f"({failure.getErrorMessage()})")
         return False
 
-    def when_durable(self, callback: Callable[[bool], None]) -> None:
-        """Replies come in order: once the last write's EXEC is answered, all are stored."""
-        last, self._last_write = self._last_write, None
-        if last is None:
-            callback(True)
+    # durability ------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Queue one session-state command; the turn's commands go out in one batch (two
+        or more if the turn wrote ``cluster.max_pending_commands`` of them)."""
+        writes = self._writes
+        if not writes:
+            self.engine.reactor.callLater(0, self.flush)
+        writes.append(data)
+        if len(writes) >= self.engine.limits.max_pending_commands:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the queued session-state commands now (one pipelined request). While Redis
+        is not connected they wait (those of the start-up restore, before the connection is
+        up), up to ``cluster.max_pending_commands``; past that they are lost, counted."""
+        writes = self._writes
+        engine = self.engine
+        if not writes or (engine.commands is None
+                          and len(writes) < engine.limits.max_pending_commands):
             return
-        last.addCallback(lambda result: callback(result is not False))
+        self._writes = []
+        self._track(engine.request(b"".join(writes), len(writes) - 1).addErrback(
+            self._batch_failed, len(writes)))
+
+    def _batch_failed(self, failure: Any, commands: int) -> bool:
+        self.engine.incidents.count(self.name, "mqtt", STORE_FAILED,
+                                    f"{commands} session-state write(s) not stored in Redis "
+                                    f"({failure.getErrorMessage()})")
+        return False
+
+    def _track(self, written: defer.Deferred) -> None:
+        """Count a request that :meth:`when_durable` waits for (False or a failure: lost)."""
+        self._issued += 1
+        entry = [self._issued, None]
+        self._pending.append(entry)
+        written.addBoth(self._answered, entry)
+
+    def _answered(self, result: Any, entry: list) -> None:
+        ok = result is not False and not isinstance(result, Failure)
+        entry[1] = ok
+        if not ok:
+            self._failures.append(entry[0])
+        pending = self._pending
+        while pending and pending[0][1] is not None:
+            pending.popleft()
+        done = pending[0][0] - 1 if pending else self._issued
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= done:
+            last, first, callback = waiters.popleft()
+            try:
+                callback(not any(first <= failed <= last for failed in self._failures))
+            except Exception:  # one acknowledgement's bug must not hold up the others
+                log.exception("realm %s: a durability callback failed", self.name)
+        oldest = waiters[0][1] if waiters else done
+        self._failures = [failed for failed in self._failures if failed >= oldest]
+
+    def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """``callback(ok)`` once every write made so far (retained changes, session state,
+        QoS >= 1 publications forwarded) is answered by Redis; ``ok`` is False when one of
+        them that was still under way when asked failed."""
+        first = self._pending[0][0] if self._pending else self._issued + 1
+        self.flush()
+        if self._writes:  # Redis is not connected: not stored (yet)
+            callback(False)
+            return
+        if not self._pending:
+            callback(not any(failed >= first for failed in self._failures))
+            return
+        self._waiters.append((self._issued, first, callback))
 
     def apply_retained(self, key: bytes, blob: bytes, token: bytes, node: bytes) -> None:
         """A node (maybe this one) changed a topic in Redis: this copy follows, unless it is
@@ -370,6 +457,7 @@ class RedisEngine:
         self.limits = limits
         self.channel = b"wr:node:" + node.encode()
         self.rpc_channel = b"wr:rpc:" + node.encode()
+        self.sessions_channel = SESSIONS_CHANNEL_PREFIX + node.encode()
         self.incidents = Incidents()
         """Replaced by the router's own in :meth:`start`."""
         self.on_pressure: Callable[[bool], None] = lambda pressed: None
@@ -395,6 +483,11 @@ class RedisEngine:
         return RealmEngine(shared.retention, shared, RedisHistory(self, name, history),
                            shared.forward, shared.interest, shared.dealer, shared.members)
 
+    def mqtt_session_store(self, realm: str) -> RedisMqttSessionStore:
+        """Realm ``realm``'s persistent MQTT sessions, in Redis: they follow their client
+        to any node."""
+        return self.realms[realm].sessions
+
     def start(self, realms: dict[str, "Realm"], incidents: Incidents) -> None:
         """Receive from the other nodes for ``realms`` and send to them."""
         self.incidents = incidents
@@ -413,6 +506,7 @@ class RedisEngine:
         connection.on_pressure = self._pressure
         for shared in self.realms.values():
             shared.announce_interest()
+            shared.flush()
         self._read_registrations()
 
     def _commands_down(self) -> None:
@@ -428,8 +522,9 @@ class RedisEngine:
     def _subscriber_up(self, connection: RespProtocol) -> None:
         connection.on_push = self._push
         connection.on_lost = self._subscriber_down
-        connection.send(command("SUBSCRIBE", self.channel, self.rpc_channel, INTEREST_CHANNEL,
-                                RETAINED_CHANNEL, REGISTRATIONS_CHANNEL), 0)
+        connection.send(command("SUBSCRIBE", self.channel, self.rpc_channel,
+                                self.sessions_channel, INTEREST_CHANNEL, RETAINED_CHANNEL,
+                                REGISTRATIONS_CHANNEL), 0)
 
     def _subscriber_down(self) -> None:
         self._subscribed = False
@@ -475,6 +570,14 @@ class RedisEngine:
             shared = self.realms.get(rpc[1])
             if shared is not None:
                 shared.dealer.received(rpc)
+        elif channel == self.sessions_channel:
+            realm, kind, client_id, node = msgpack.unpackb(data, raw=False)
+            shared = self.realms.get(realm)
+            if shared is not None:
+                if kind == "take":
+                    shared.sessions.take(client_id, node)
+                else:
+                    shared.sessions.released(client_id)
         elif channel == REGISTRATIONS_CHANNEL:
             realm, seq, field, value = json.loads(data)
             shared = self.realms.get(realm)
