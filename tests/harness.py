@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -170,3 +172,21 @@ class RedisServer:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+
+
+@contextlib.contextmanager
+def redis_cluster(base: Path, start_node: Callable[..., "RouterProcess"],
+                  names: tuple[str, ...] = ("a", "b", "c")
+                  ) -> Iterator[tuple[RedisServer, dict[str, "RouterProcess"]]]:
+    """A redis-server and one node per name (``start_node(base, redis, name)``), all
+    stopped on the way out."""
+    redis = RedisServer(base)
+    nodes: dict[str, RouterProcess] = {}
+    try:
+        for name in names:
+            nodes[name] = start_node(base, redis, name)
+        yield redis, nodes
+    finally:
+        for node in nodes.values():
+            node.stop()
+        redis.stop()

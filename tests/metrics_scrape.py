@@ -36,3 +36,19 @@ def value(samples: dict[Sample, float], name: str, **labels: str) -> float:
 
 def delta(before: dict, after: dict, name: str, **labels: str) -> float:
     return value(after, name, **labels) - value(before, name, **labels)
+
+
+def check_byte_counts(router, client, **login) -> None:
+    """An MQTT client's CONNECT (``login``) and PINGREQ, answered: the router's byte
+    counters moved by exactly what ``client`` (a tests.mqtt_clients.RawMqtt) wrote and read."""
+    before = scrape(router)
+    try:
+        client.connect_and_ping(f"bytes-{id(client)}", **login)
+        after = scrape(router)
+    finally:
+        client.close()
+    assert client.bytes_received > 0
+    assert delta(before, after, "router_received_bytes_total", protocol="mqtt") == \
+        client.bytes_sent
+    assert delta(before, after, "router_sent_bytes_total", protocol="mqtt") == \
+        client.bytes_received

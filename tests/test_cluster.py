@@ -29,7 +29,7 @@ from tests.amqp_clients import Receive, amqp_listeners
 from tests.amqp_clients import connect as amqp_connect
 from tests.amqp_clients import received as amqp_received
 from tests.clients import connect, next_item, raw_connect, run
-from tests.harness import OPEN_ROLE, RedisServer, RouterProcess, realm_file
+from tests.harness import OPEN_ROLE, RedisServer, RouterProcess, realm_file, redis_cluster
 from tests.mqtt_clients import MqttClient
 from tests.test_backpressure import rss_mb
 
@@ -92,13 +92,8 @@ def start_node(base, redis: RedisServer, name: str, **cluster) -> RouterProcess:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    base = tmp_path_factory.mktemp("cluster")
-    redis = RedisServer(base)
-    nodes = {name: start_node(base, redis, name) for name in ("a", "b", "c")}
-    yield redis, nodes
-    for node in nodes.values():
-        node.stop()
-    redis.stop()
+    with redis_cluster(tmp_path_factory.mktemp("cluster"), start_node) as running:
+        yield running
 
 
 def topic(prefix: str = "cl") -> str:

@@ -18,7 +18,7 @@ from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import CallOptions, RegisterOptions, SubscribeOptions
 
 from tests.clients import TIMEOUT, connect, raw_connect, run
-from tests.harness import RedisServer, RouterProcess, realm_file
+from tests.harness import RedisServer, RouterProcess, realm_file, redis_cluster
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="redis-server is not installed (README command 2)")
@@ -37,13 +37,8 @@ def start_node(base, redis: RedisServer, name: str, **cluster) -> RouterProcess:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    base = tmp_path_factory.mktemp("cluster-rpc")
-    redis = RedisServer(base)
-    nodes = {name: start_node(base, redis, name) for name in ("a", "b", "c")}
-    yield redis, nodes
-    for node in nodes.values():
-        node.stop()
-    redis.stop()
+    with redis_cluster(tmp_path_factory.mktemp("cluster-rpc"), start_node) as running:
+        yield running
 
 
 def procedure(prefix: str = "rpc") -> str:
