@@ -690,14 +690,16 @@ def load_config(path: Path | str) -> NodeConfig:
         raise reader.fail("sys_interval", f"must not be negative, got {sys_interval}")
     cluster_reader = reader.child("cluster", reader.get("cluster", dict, {}))
     cluster_reader.reject_unknown({"max_pending_calls", "call_timeout", "max_pending_commands",
-                                   "session_takeover_timeout"})
+                                   "session_takeover_timeout", "confirm_timeout"})
     defaults = ClusterLimits()
     cluster = ClusterLimits(
         _positive(cluster_reader, "max_pending_calls", int, defaults.max_pending_calls),
         float(_positive(cluster_reader, "call_timeout", (int, float), defaults.call_timeout)),
         _positive(cluster_reader, "max_pending_commands", int, defaults.max_pending_commands),
         float(_positive(cluster_reader, "session_takeover_timeout", (int, float),
-                        defaults.session_takeover_timeout)))
+                        defaults.session_takeover_timeout)),
+        float(_positive(cluster_reader, "confirm_timeout", (int, float),
+                        defaults.confirm_timeout)))
     return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
                       store, MemoryConfig(float(trim_interval)), engine, float(sys_interval),
                       cluster)

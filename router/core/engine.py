@@ -58,6 +58,9 @@ class ClusterLimits:
     session_takeover_timeout: float = 5.0
     """Seconds a node taking over an MQTT session waits for the node that had it to let go;
     then it resumes from what Redis holds."""
+    confirm_timeout: float = 5.0
+    """Seconds a QoS >= 1 publication forwarded to another node waits for that node to say
+    it has stored what its receivers keep; then its publisher is told it failed."""
 
 
 class Membership(Protocol):

@@ -232,9 +232,10 @@ class MqttConnection:
         and the client sends the message again when it reconnects."""
         if ok:
             self._acknowledge(ack(packet_id, ReasonCode.SUCCESS))
-        elif self.version == 5:
-            if ack is Pubrec:
-                self.session.release_inbound(packet_id)
+            return
+        if ack is Pubrec:  # not received after all: a retransmission is routed again
+            self.session.release_inbound(packet_id)
+        if self.version == 5:
             self._acknowledge(ack(packet_id, ReasonCode.UNSPECIFIED_ERROR))
         else:
             self.store_failed(ack.__name__.upper())

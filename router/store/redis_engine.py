@@ -2,9 +2,15 @@
 
 Keys and channels (``<realm>`` and ``<node>`` as configured):
 
-* channel ``wr:node:<node>``: publications other nodes send this node, one MessagePack
-  array each (:func:`pack_publication`). A publishing node sends to a node only when that
-  node's interest matches the topic, so idle nodes cost a busy one nothing.
+* channel ``wr:node:<node>``: QoS 0 publications other nodes send this node, one
+  MessagePack array each (:func:`pack_publication`). A publishing node sends to a node only
+  when that node's interest matches the topic, so idle nodes cost a busy one nothing.
+* channel ``wr:node-qos:<node>``: QoS >= 1 publications, MessagePack ``[sending node, number,
+  publication]``. The receiving node runs its fan-out, then publishes MessagePack ``[realm,
+  its node, number]`` on the sender's ``wr:confirm:<node>`` in the same batch as, and after,
+  the session writes of that turn: Redis runs a batch in order, so when the confirmation
+  arrives every persistent receiver's copy is stored. The publisher's acknowledgement waits
+  for it (at most ``cluster.confirm_timeout``; a node that is not listening fails it at once).
 * hash ``wr:interest:<realm>``: node -> the patterns its subscribers hold in the realm;
   channel ``wr:interest`` announces each change to the other nodes.
 * hash ``wr:retained:<realm>``: topic -> its retained entries (the SQLite row format,
@@ -20,8 +26,9 @@ Keys and channels (``<realm>`` and ``<node>`` as configured):
 * lists ``wr:history:<realm>:<match>:<pattern>``: the realm's event history per rule
   (:mod:`router.store.redis_history`).
 
-Delivery between nodes is Redis PUB/SUB: at most once, whatever the QoS (a node that is
-disconnected from Redis misses what was published meanwhile).
+Delivery between nodes is Redis PUB/SUB: a QoS 0 publication reaches another node at most
+once; a QoS >= 1 publication is acknowledged to its publisher only once every node it was
+sent to has confirmed it, so one a node missed (disconnected, killed) is never acknowledged.
 
 Registrations, forwarded calls and the sessions of every node: :mod:`router.store.redis_rpc`.
 MQTT persistent sessions: :mod:`router.store.redis_sessions`, whose writes go out in one
@@ -65,6 +72,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INTEREST_CHANNEL = b"wr:interest"
+QOS_CHANNEL_PREFIX = b"wr:node-qos:"
+CONFIRM_CHANNEL_PREFIX = b"wr:confirm:"
 RETAINED_CHANNEL = b"wr:retained"
 
 SWEEP = """
@@ -179,6 +188,15 @@ class RedisRealm:
         """[number, ok or None while unanswered] of each durable request, oldest first."""
         self._waiters: deque[tuple[int, int, Callable[[bool], None]]] = deque()
         self._failures: list[int] = []
+        self._flush_due = False
+        self._forwarded = count(1)
+        self._unconfirmed: dict[str, deque[tuple[int, float, defer.Deferred]]] = {}
+        """node -> (number, deadline, settled when confirmed) of each QoS >= 1 publication
+        sent to it and not confirmed yet, oldest first."""
+        self._unconfirmed_count = 0
+        self._confirms: dict[str, int] = {}
+        """sending node -> number of the latest QoS >= 1 publication received from it, to
+        confirm in this turn's batch."""
         self.sessions = RedisMqttSessionStore(self, name)
         self.tokens: dict[bytes, bytes] = {}
         """topic key -> token of the write whose state this node's memory holds."""
@@ -226,36 +244,90 @@ class RedisRealm:
         if not nodes:
             return
         engine = self.engine
-        if engine.commands is None:
-            engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
-                                   f"topic {publication.name}: not sent to {len(nodes)} node(s)")
+        commands = engine.commands
+        if commands is None:
+            self._not_forwarded(publication, len(nodes), "Redis is not connected")
             return
         try:
             data = pack_publication(self.name, publication)
         except (TypeError, ValueError) as exc:
-            engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
-                                   f"topic {publication.name}: cannot be sent ({exc})")
+            self._not_forwarded(publication, len(nodes), f"cannot be sent ({exc})")
             return
-        sends = b"".join(command("PUBLISH", b"wr:node:" + node.encode(), data) for node in nodes)
+        if not publication.qos:
+            if not commands.send(b"".join(command("PUBLISH", b"wr:node:" + node.encode(), data)
+                                          for node in nodes), len(nodes)):
+                self._not_forwarded(publication, len(nodes),
+                                    f"{commands.pending} commands unanswered by Redis")
+            return
+        if self._unconfirmed_count + len(nodes) > engine.limits.max_pending_commands:
+            self._not_forwarded(publication, len(nodes), f"{self._unconfirmed_count} "
+                                "forwarded publications not confirmed yet")
+            return
+        number = next(self._forwarded)
+        message = msgpack.packb([engine.node, number, data], use_bin_type=True)
+        deadline = time.monotonic() + engine.limits.confirm_timeout
+        for node in nodes:
+            # the publisher's acknowledgement waits until the node confirms it
+            confirmed = defer.Deferred()
+            self._unconfirmed.setdefault(node, deque()).append((number, deadline, confirmed))
+            self._unconfirmed_count += 1
+            self._track(confirmed)
+            commands.request(command("PUBLISH", QOS_CHANNEL_PREFIX + node.encode(), message)
+                             ).addCallbacks(self._handed, self._not_handed,
+                                            (confirmed, publication, node),
+                                            errbackArgs=(confirmed, publication, node))
+
+    def _not_forwarded(self, publication: Publication, nodes: int, why: str) -> None:
+        """Counted; a QoS >= 1 publisher's acknowledgement fails."""
+        self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                    f"topic {publication.name}: not sent to {nodes} node(s): "
+                                    f"{why}")
         if publication.qos:
-            # the publisher's acknowledgement waits until Redis handed it to those nodes
-            self._track(engine.commands.request(sends, len(nodes) - 1).addErrback(
-                self._forward_failed, publication, len(nodes)))
-        elif not engine.commands.send(sends, len(nodes)):
-            self._forward_failed(None, publication, len(nodes))
+            self._track(defer.succeed(False))
 
-    def _forward_failed(self, failure: Any, publication: Publication, nodes: int) -> bool:
-        engine = self.engine
-        pending = engine.commands.pending if engine.commands is not None else 0
-        engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
-                               f"topic {publication.name}: not sent to {nodes} node(s), "
-                               f"{pending} commands unanswered by Redis")
-        return False
+    def _handed(self, listeners: int, confirmed: defer.Deferred, publication: Publication,
+                node: str) -> None:
+        if listeners == 0:  # the node is not subscribed: stopped, or cut off from Redis
+            self._not_handed(None, confirmed, publication, node)
 
-    def received(self, publication: Publication) -> None:
-        """A publication from another node: the local fan-out, nothing else."""
+    def _not_handed(self, failure: Any, confirmed: defer.Deferred, publication: Publication,
+                    node: str) -> None:
+        why = failure.getErrorMessage() if failure is not None else "it is not listening"
+        self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                    f"topic {publication.name}: not handed to node {node}: {why}")
+        _settle(confirmed, False)
+
+    def confirmed(self, node: str, number: int) -> None:
+        """``node`` has stored what its receivers keep of every publication up to ``number``."""
+        waiting = self._unconfirmed.get(node)
+        while waiting and waiting[0][0] <= number:
+            _settle(waiting.popleft()[2], True)
+            self._unconfirmed_count -= 1
+
+    def expire_unconfirmed(self) -> None:
+        """Fail what a node did not confirm in time (it died, or is cut off from Redis)."""
+        now = time.monotonic()
+        for node, waiting in self._unconfirmed.items():
+            expired = 0
+            while waiting and waiting[0][1] <= now:
+                _settle(waiting.popleft()[2], False)
+                expired += 1
+            if expired:
+                self._unconfirmed_count -= expired
+                self.engine.incidents.count(
+                    self.name, "engine", ENGINE_UNAVAILABLE,
+                    f"{expired} publication(s) sent to node {node} not confirmed within "
+                    f"{self.engine.limits.confirm_timeout:g} s")
+
+    def received(self, publication: Publication, sender: str | None = None,
+                 number: int = 0) -> None:
+        """A publication from another node: the local fan-out; a QoS >= 1 one is confirmed
+        to its sender after this turn's session writes."""
         if self.realm is not None and not publication.expired():
             self.realm.broker.dispatch(publication)
+        if number:
+            self._confirms[sender] = number
+            self._flush_soon()
 
     # retained events ------------------------------------------------------
 
@@ -323,21 +395,32 @@ class RedisRealm:
         """Queue one session-state command; the turn's commands go out in one batch (two
         or more if the turn wrote ``cluster.max_pending_commands`` of them)."""
         writes = self._writes
-        if not writes:
-            self.engine.reactor.callLater(0, self.flush)
+        self._flush_soon()
         writes.append(data)
         if len(writes) >= self.engine.limits.max_pending_commands:
             self.flush()
 
+    def _flush_soon(self) -> None:
+        if not self._flush_due:
+            self._flush_due = True
+            self.engine.reactor.callLater(0, self.flush)
+
     def flush(self) -> None:
-        """Send the queued session-state commands now (one pipelined request). While Redis
-        is not connected they wait (those of the start-up restore, before the connection is
-        up), up to ``cluster.max_pending_commands``; past that they are lost, counted."""
+        """Send the queued session-state commands, then the confirmations of the turn's
+        forwarded publications, now (one pipelined request). While Redis is not connected
+        they wait (those of the start-up restore, before the connection is up), up to
+        ``cluster.max_pending_commands``; past that they are lost, counted."""
+        self._flush_due = False
         writes = self._writes
         engine = self.engine
-        if not writes or (engine.commands is None
-                          and len(writes) < engine.limits.max_pending_commands):
+        if (not writes and not self._confirms) or (
+                engine.commands is None and len(writes) < engine.limits.max_pending_commands):
             return
+        if self._confirms:
+            writes.extend(command("PUBLISH", CONFIRM_CHANNEL_PREFIX + sender.encode(),
+                                  msgpack.packb([self.name, engine.node, number]))
+                          for sender, number in self._confirms.items())
+            self._confirms = {}
         self._writes = []
         self._track(engine.request(b"".join(writes), len(writes) - 1).addErrback(
             self._batch_failed, len(writes)))
@@ -440,6 +523,12 @@ class RedisRealm:
                             time.time(), self.name, engine.node, RETAINED_CHANNEL), 1)
 
 
+def _settle(waiting: defer.Deferred, ok: bool) -> None:
+    """Fire ``waiting`` unless an earlier answer did (a failure can precede the timeout)."""
+    if not waiting.called:
+        waiting.callback(ok)
+
+
 def _topic_from_key(key: bytes) -> Topic:
     """The inverse of :func:`router.store.sqlite.topic_key`."""
     return tuple(json.loads(key))
@@ -456,6 +545,8 @@ class RedisEngine:
         self.reactor = reactor
         self.limits = limits
         self.channel = b"wr:node:" + node.encode()
+        self.qos_channel = QOS_CHANNEL_PREFIX + node.encode()
+        self.confirm_channel = CONFIRM_CHANNEL_PREFIX + node.encode()
         self.rpc_channel = b"wr:rpc:" + node.encode()
         self.sessions_channel = SESSIONS_CHANNEL_PREFIX + node.encode()
         self.incidents = Incidents()
@@ -522,7 +613,8 @@ class RedisEngine:
     def _subscriber_up(self, connection: RespProtocol) -> None:
         connection.on_push = self._push
         connection.on_lost = self._subscriber_down
-        connection.send(command("SUBSCRIBE", self.channel, self.rpc_channel,
+        connection.send(command("SUBSCRIBE", self.channel, self.qos_channel,
+                                self.confirm_channel, self.rpc_channel,
                                 self.sessions_channel, INTEREST_CHANNEL, RETAINED_CHANNEL,
                                 REGISTRATIONS_CHANNEL), 0)
 
@@ -565,7 +657,18 @@ class RedisEngine:
                 self._read_registrations()
             return
         channel, data = message[1], message[2]
-        if channel == self.rpc_channel:
+        if channel == self.qos_channel:
+            sender, number, data = msgpack.unpackb(data, raw=False)
+            realm, publication = unpack_publication(data)
+            shared = self.realms.get(realm)
+            if shared is not None:
+                shared.received(publication, sender, number)
+        elif channel == self.confirm_channel:
+            realm, node, number = msgpack.unpackb(data, raw=False)
+            shared = self.realms.get(realm)
+            if shared is not None:
+                shared.confirmed(node, number)
+        elif channel == self.rpc_channel:
             rpc = msgpack.unpackb(data, raw=False, strict_map_key=False)
             shared = self.realms.get(rpc[1])
             if shared is not None:
@@ -602,6 +705,7 @@ class RedisEngine:
     def sweep(self) -> None:
         for shared in self.realms.values():
             shared.sweep()
+            shared.expire_unconfirmed()
 
     def close(self) -> None:
         """Take this node's registrations and sessions out of Redis, then disconnect."""
