@@ -266,6 +266,25 @@ def test_a_full_verification_queue_refuses_logins_as_busy(timeouts):
     timeouts.wait_for_log(r"refused.*login refused as busy", timeout=15)
 
 
+def thread_nice_values(router) -> dict[int, int]:
+    """Thread id -> nice value of each of the router's threads (Linux)."""
+    values = {}
+    for stat in (f"/proc/{router.proc.pid}/task/{tid}/stat"
+                 for tid in os.listdir(f"/proc/{router.proc.pid}/task")):
+        with open(stat) as file:
+            values[int(stat.split("/")[4])] = int(file.read().rsplit(")", 1)[1].split()[16])
+    return values
+
+
+def test_password_checks_run_below_the_reactors_cpu_priority(timeouts):
+    """A login flood competes for CPU with the traffic: the thread that hashes passwords
+    runs niced (+10), the reactor's thread (the process's main thread) is not."""
+    assert correct_login(timeouts, "wamp") == "ok"
+    nice = thread_nice_values(timeouts)
+    assert nice[timeouts.proc.pid] == 0
+    assert 10 in nice.values(), nice
+
+
 # --- connection caps -------------------------------------------------------------------------
 
 
