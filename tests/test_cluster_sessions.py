@@ -295,37 +295,40 @@ def test_acknowledgement_waits_for_the_node_that_stores_the_message(nodes, redis
     ``cluster.confirm_timeout``; once it runs again, the 3.1.1 client's retransmission is
     routed (not taken for a duplicate) and each acknowledgement means "queued in Redis"."""
     stopped = start_node(tmp_path, redis, "s")
-    topic = unique("confirm") + "/t"
-    client_id, publisher_id = unique("held"), unique("p311")
-    left_offline(stopped, connected(nodes["b"]), V311, client_id, topic, 2)
-    v311, v5 = RawMqtt(nodes["b"]), RawMqtt(nodes["b"])
-    v311.connect_ok(client_id=publisher_id, clean=False)
-    v5.connect_ok(version=V5, client_id=unique("p5"))
-    os.kill(stopped.proc.pid, signal.SIGSTOP)
     try:
-        v311.send(Publish(topic, b"retried", 2, packet_id=7))
-        v5.send(Publish(topic, b"refused", 1, packet_id=1))
-        v311.codec.receive_data(v311.wait_closed(CONFIRM_TIMEOUT + 5))
-        assert not any(isinstance(packet, Pubrec) for packet in iter(v311.codec.next_packet, None))
-        puback = v5.recv(CONFIRM_TIMEOUT + 5)
-        assert isinstance(puback, Puback) and puback.reason_code == 0x80
+        topic = unique("confirm") + "/t"
+        client_id, publisher_id = unique("held"), unique("p311")
+        left_offline(stopped, connected(nodes["b"]), V311, client_id, topic, 2)
+        v311, v5 = RawMqtt(nodes["b"]), RawMqtt(nodes["b"])
+        v311.connect_ok(client_id=publisher_id, clean=False)
+        v5.connect_ok(version=V5, client_id=unique("p5"))
+        os.kill(stopped.proc.pid, signal.SIGSTOP)
+        try:
+            v311.send(Publish(topic, b"retried", 2, packet_id=7))
+            v5.send(Publish(topic, b"refused", 1, packet_id=1))
+            v311.codec.receive_data(v311.wait_closed(CONFIRM_TIMEOUT + 5))
+            answers = list(iter(v311.codec.next_packet, None))
+            assert not any(isinstance(packet, Pubrec) for packet in answers), answers
+            puback = v5.recv(CONFIRM_TIMEOUT + 5)
+            assert isinstance(puback, Puback) and puback.reason_code == 0x80
+        finally:
+            os.kill(stopped.proc.pid, signal.SIGCONT)
+        again = RawMqtt(nodes["b"])
+        assert again.connect(client_id=publisher_id, clean=False).session_present
+        again.send(Publish(topic, b"retried", 2, dup=True, packet_id=7))
+        assert again.recv() == Pubrec(7)
+        v5.send(Publish(topic, b"kept", 1, packet_id=2))
+        assert v5.recv() == Puback(2)
+        store = BlockingRedis("127.0.0.1", redis.port, 0)
+        try:  # acknowledged: already in the offline session's queue (the stalled node also
+            # queued what it read once it ran again: a failed acknowledgement promises nothing)
+            queued = b"".join(store.call("HVALS", f"wr:mqtt-queue:realm1:{client_id}"))
+        finally:
+            store.close()
+        assert b"retried" in queued and b"kept" in queued
+        again.send(Pubrel(7))
+        assert again.recv() == Pubcomp(7)
+        for client in (v311, v5, again):
+            client.close()
     finally:
-        os.kill(stopped.proc.pid, signal.SIGCONT)
-    again = RawMqtt(nodes["b"])
-    assert again.connect(client_id=publisher_id, clean=False).session_present
-    again.send(Publish(topic, b"retried", 2, dup=True, packet_id=7))
-    assert again.recv() == Pubrec(7)
-    v5.send(Publish(topic, b"kept", 1, packet_id=2))
-    assert v5.recv() == Puback(2)
-    store = BlockingRedis("127.0.0.1", redis.port, 0)
-    try:  # acknowledged: already in the offline session's queue (the stalled node also
-        # queued what it read once it ran again: a failed acknowledgement promises nothing)
-        queued = b"".join(store.call("HVALS", f"wr:mqtt-queue:realm1:{client_id}"))
-    finally:
-        store.close()
-    assert b"retried" in queued and b"kept" in queued
-    again.send(Pubrel(7))
-    assert again.recv() == Pubcomp(7)
-    for client in (v311, v5, again):
-        client.close()
-    stopped.stop()
+        stopped.stop()
