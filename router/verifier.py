@@ -69,8 +69,8 @@ class SecretVerifier:
                                  "checks under way (login_backoff.max_pending_verifications)")
             return False
         self.pending += 1
-        deferred = threads.deferToThreadPool(self.reactor, self.pool, _verify_at_low_priority, secret,
-                                             stored)
+        deferred = threads.deferToThreadPool(self.reactor, self.pool, _verify_at_low_priority,
+                                             secret, stored)
         deferred.addBoth(self._done, answer)
         return True
 
