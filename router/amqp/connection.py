@@ -34,7 +34,10 @@ its expiry policy is ``never`` or its timeout is > 0. It is dropped its timeout
 after its link went away (whatever the policy names: the link, its session or its
 connection, all are gone by then or the link is); the timeout is capped by the
 realm's ``amqp.max_link_expiry``, which is also the timeout of policy ``never``,
-and the attach answer's source carries the timeout the router uses.
+and the attach answer's source carries the timeout the router uses. On the Redis
+engine a durable link follows its client to any node: its attach waits until this node
+owns it (:meth:`AmqpFrontend.claim`); the node that had it detaches it there with
+``amqp:link:stolen`` and hands its queue over.
 
 ``x-opt-retain: true`` sets the topic's retained event; with an empty body (no
 body, an empty data section or an amqp-value null) it clears it. A data-section
@@ -115,6 +118,13 @@ class _Publisher:
 def delivery_tag(delivery) -> bytes:
     tag = delivery.tag
     return tag.encode("utf-8", "surrogateescape") if isinstance(tag, str) else bytes(tag)
+
+
+def durable_source(source) -> bool:
+    """A receiver link's source makes it a durable subscription: durability
+    ``unsettled-state`` and expiry policy ``never`` or a timeout."""
+    return (source.durability == Terminus.DELIVERIES
+            and (source.expiry_policy == Terminus.EXPIRE_NEVER or (source.timeout or 0) > 0))
 
 
 class AmqpConnection:
@@ -339,6 +349,21 @@ class AmqpConnection:
             self._refuse(link, INVALID_FIELD,
                          f"a {key[0]} link named {link.name!r} is already attached")
             return
+        if link.is_sender and durable_source(link.remote_source):
+            self.frontend.claim((self.connection.remote_container or "", link.name),
+                                lambda: self._claimed(link, key))
+            return
+        self._open(link, key)
+
+    def _claimed(self, link, key: tuple[str, str]) -> None:
+        """This node owns the durable link now: attach it, unless the client gave up on it
+        (or on the connection) meanwhile."""
+        if self._closed or link.state & Endpoint.REMOTE_CLOSED or key in self.links:
+            return
+        self._open(link, key)
+        self.process()
+
+    def _open(self, link, key: tuple[str, str]) -> None:
         try:
             if link.is_sender:
                 self._attach_subscriber(link, key)
@@ -384,7 +409,7 @@ class AmqpConnection:
         get_retained = properties.get("get-retained") is True or "retained" in capabilities
         never = source.expiry_policy == Terminus.EXPIRE_NEVER
         timeout = source.timeout or 0
-        durable = source.durability == Terminus.DELIVERIES and (never or timeout > 0)
+        durable = durable_source(source)
         group = properties.get(SHARED_GROUP)
         if group is not None and not valid_group_name(group):
             raise AttachRefused(INVALID_FIELD, f"{SHARED_GROUP} must be a non-empty string "
