@@ -483,7 +483,7 @@ class AmqpConnection:
             del self.links[key]
         subscriber.detach()
         link.condition = Condition(LINK_STOLEN, "the link was attached elsewhere")
-        link.detach()
+        link.close()  # "forcibly closed" (spec 2.8.16); a detach would not carry the error
         self.process()
 
     # inbound messages -----------------------------------------------------------------------
