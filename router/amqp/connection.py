@@ -152,6 +152,8 @@ class AmqpConnection:
         self.connection: Connection | None = None
         self.collector: Collector | None = None
         self.links: dict[tuple[str, str], object] = {}
+        self._claiming: dict[tuple[str, str], object] = {}
+        """Durable links whose attach waits for this node to own them (Redis engine)."""
         self._awaiting_settle: dict[tuple[str, str], object] = {}
         self._processing = False
         self._again = False
@@ -345,11 +347,12 @@ class AmqpConnection:
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.rcv_settle_mode = link.remote_rcv_settle_mode
         key = self._key(link)
-        if key in self.links:
+        if key in self.links or key in self._claiming:
             self._refuse(link, INVALID_FIELD,
                          f"a {key[0]} link named {link.name!r} is already attached")
             return
         if link.is_sender and durable_source(link.remote_source):
+            self._claiming[key] = link
             self.frontend.claim((self.connection.remote_container or "", link.name),
                                 lambda: self._claimed(link, key))
             return
@@ -357,8 +360,9 @@ class AmqpConnection:
 
     def _claimed(self, link, key: tuple[str, str]) -> None:
         """This node owns the durable link now: attach it, unless the client gave up on it
-        (or on the connection) meanwhile."""
-        if self._closed or link.state & Endpoint.REMOTE_CLOSED or key in self.links:
+        (or on its session or the connection) meanwhile."""
+        if (self._claiming.pop(key, None) is not link or self._closed
+                or link.session.state & Endpoint.REMOTE_CLOSED):
             return
         self._open(link, key)
         self.process()
@@ -465,6 +469,8 @@ class AmqpConnection:
         return named
 
     def _link_gone(self, link, closed: bool) -> None:
+        if self._claiming.get(self._key(link)) is link:
+            del self._claiming[self._key(link)]  # the client gave up before the answer
         handler = self.links.pop(self._key(link), None)
         if isinstance(handler, AmqpSubscriber):
             self.frontend.unlinked(handler, closed)

@@ -149,7 +149,7 @@ class AmqpFrontend:
         self.claims.claim(link_id(*key), True, claimed)
 
     def release(self, owned: str, done: Callable[[], None]) -> None:
-        """Another node claimed a durable link: detach it here (``amqp:link:stolen``), keep
+        """Another node claimed a durable link: close it here (``amqp:link:stolen``), keep
         its state where it is stored, forget it, and call ``done`` once written."""
         subscriber = self.durable.pop(link_key(owned), None)
         if subscriber is not None:
