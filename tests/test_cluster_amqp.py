@@ -12,7 +12,7 @@ import shutil
 import time
 
 import pytest
-from proton import Endpoint
+from proton import Delivery, Endpoint
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
 
 from tests.amqp_clients import (Receive, Send, amqp_listeners, body_bytes, connect, message,
@@ -168,3 +168,27 @@ def test_attach_on_another_node_takes_the_link_over(cluster):
     for connection in (first, second, third, fourth, publisher):
         connection.close()
     probes.close()
+
+
+def test_accepted_waits_for_redis_to_store_the_queued_message(tmp_path):
+    """With Redis gone, a message a detached durable link must keep is released (not
+    stored), while one nobody keeps is still accepted."""
+    redis = RedisServer(tmp_path)
+    node = start_node(tmp_path, redis, "alone")
+    try:
+        address, elsewhere = f"amqpdur/{unique('kept')}", f"amqpdur/{unique('free')}"
+        subscriber, _ = durable(node, unique("container"), unique("link"), address)
+        subscriber.close()  # detached: the node queues for it in Redis
+        publisher = connect(node)
+        assert send(publisher.create_sender(address, options=Send(1)),
+                    message(b"stored", qos=1)).remote_state == Delivery.ACCEPTED
+        redis.stop()
+        node.wait_for_log("will retry in", timeout=10)  # the node lost Redis
+        kept = publisher.create_sender(address, name=unique("s"), options=Send(1))
+        free = publisher.create_sender(elsewhere, name=unique("s"), options=Send(1))
+        assert send(free, message(b"nobody keeps it", qos=1)).remote_state == Delivery.ACCEPTED
+        assert send(kept, message(b"not stored", qos=1)).remote_state == Delivery.RELEASED
+        publisher.close()
+    finally:
+        node.stop()
+        redis.stop()
