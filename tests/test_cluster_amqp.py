@@ -192,3 +192,34 @@ def test_accepted_waits_for_redis_to_store_the_queued_message(tmp_path):
     finally:
         node.stop()
         redis.stop()
+
+
+def test_restarted_node_keeps_its_detached_durable_links(cluster, tmp_path):
+    """A node stopped and started again (same name) loads the durable links it had from
+    Redis, subscribed: what is published on another node meanwhile is queued for them and
+    comes, with what was queued before, where the link attaches next."""
+    redis, nodes = cluster
+    node = start_node(tmp_path, redis, "e")
+    address = f"amqpdur/{unique('restart')}"
+    container, link = unique("container"), unique("link")
+    mqtt = MqttClient(nodes["b"])
+    mqtt.connect()
+    first, receiver = durable(node, container, link, address)
+    until_probe(mqtt, address, receiver)
+    first.close()
+    mqtt.publish(address, b"before", 1)
+    node.stop()
+    node = start_node(tmp_path, redis, "e")
+    try:
+        assert any("restored 1 durable AMQP subscription" in line for line in node.log_lines)
+        probe = connect(node)  # until b has heard of e's interest again
+        until_probe(mqtt, address, probe.create_receiver(address, credit=100,
+                                                         options=Receive(1)))
+        probe.close()
+        mqtt.publish(address, b"after", 1)
+        again, receiver = durable(nodes["c"], container, link, address)
+        assert collect(receiver, 2) == [(b"before", 0), (b"after", 0)]
+        again.close()
+    finally:
+        node.stop()
+        mqtt.close()

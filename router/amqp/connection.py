@@ -120,7 +120,7 @@ def delivery_tag(delivery) -> bytes:
     return tag.encode("utf-8", "surrogateescape") if isinstance(tag, str) else bytes(tag)
 
 
-def durable_source(source) -> bool:
+def durable_source(source: Terminus) -> bool:
     """A receiver link's source makes it a durable subscription: durability
     ``unsettled-state`` and expiry policy ``never`` or a timeout."""
     return (source.durability == Terminus.DELIVERIES
