@@ -56,8 +56,8 @@ class ClusterLimits:
     """Commands sent to Redis and not answered yet, at most; reading from publishers pauses
     at half of it."""
     session_takeover_timeout: float = 5.0
-    """Seconds a node taking over an MQTT session waits for the node that had it to let go;
-    then it resumes from what Redis holds."""
+    """Seconds a node taking over an MQTT session or AMQP durable link waits for the node
+    that had it to let go; then it resumes from what Redis holds."""
 
 
 class Membership(Protocol):
