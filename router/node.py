@@ -10,7 +10,6 @@ from twisted.internet import defer, task, threads
 from twisted.internet.interfaces import IListeningPort, IReactorCore
 
 from router.amqp.frontend import AmqpFrontend
-from router.amqp.persistence import AmqpStore
 from router.amqp.transports import AmqpTcpFactory
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
 from router.core.authorization import Authorizer, Role
@@ -217,7 +216,8 @@ class Node:
                 continue
             realm = self.router.realms[listener.realm]
             frontend = AmqpFrontend(self.router, realm, self.config.realms[realm.name].amqp,
-                                    AmqpStore(self.store, realm.name), self.reactor)
+                                    self.engine.amqp_store(realm.name, self.store),
+                                    self.reactor)
             restored = frontend.restore()
             if restored:
                 log.info("realm %s: restored %d durable AMQP subscription(s)", realm.name,

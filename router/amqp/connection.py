@@ -34,7 +34,10 @@ its expiry policy is ``never`` or its timeout is > 0. It is dropped its timeout
 after its link went away (whatever the policy names: the link, its session or its
 connection, all are gone by then or the link is); the timeout is capped by the
 realm's ``amqp.max_link_expiry``, which is also the timeout of policy ``never``,
-and the attach answer's source carries the timeout the router uses.
+and the attach answer's source carries the timeout the router uses. On the Redis
+engine a durable link follows its client to any node: its attach waits until this node
+owns it (:meth:`AmqpFrontend.claim`); the node that had it detaches it there with
+``amqp:link:stolen`` and hands its queue over.
 
 ``x-opt-retain: true`` sets the topic's retained event; with an empty body (no
 body, an empty data section or an amqp-value null) it clears it. A data-section
@@ -117,6 +120,13 @@ def delivery_tag(delivery) -> bytes:
     return tag.encode("utf-8", "surrogateescape") if isinstance(tag, str) else bytes(tag)
 
 
+def durable_source(source: Terminus) -> bool:
+    """A receiver link's source makes it a durable subscription: durability
+    ``unsettled-state`` and expiry policy ``never`` or a timeout."""
+    return (source.durability == Terminus.DELIVERIES
+            and (source.expiry_policy == Terminus.EXPIRE_NEVER or (source.timeout or 0) > 0))
+
+
 class AmqpConnection:
     """The protocol state of one connection (the core Peer that publishes)."""
 
@@ -142,6 +152,8 @@ class AmqpConnection:
         self.connection: Connection | None = None
         self.collector: Collector | None = None
         self.links: dict[tuple[str, str], object] = {}
+        self._claiming: dict[tuple[str, str], object] = {}
+        """Durable links whose attach waits for this node to own them (Redis engine)."""
         self._awaiting_settle: dict[tuple[str, str], object] = {}
         self._processing = False
         self._again = False
@@ -335,10 +347,27 @@ class AmqpConnection:
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.rcv_settle_mode = link.remote_rcv_settle_mode
         key = self._key(link)
-        if key in self.links:
+        if key in self.links or key in self._claiming:
             self._refuse(link, INVALID_FIELD,
                          f"a {key[0]} link named {link.name!r} is already attached")
             return
+        if link.is_sender and durable_source(link.remote_source):
+            self._claiming[key] = link
+            self.frontend.claim((self.connection.remote_container or "", link.name),
+                                lambda: self._claimed(link, key))
+            return
+        self._open(link, key)
+
+    def _claimed(self, link, key: tuple[str, str]) -> None:
+        """This node owns the durable link now: attach it, unless the client gave up on it
+        (or on its session or the connection) meanwhile."""
+        if (self._claiming.pop(key, None) is not link or self._closed
+                or link.session.state & Endpoint.REMOTE_CLOSED):
+            return
+        self._open(link, key)
+        self.process()
+
+    def _open(self, link, key: tuple[str, str]) -> None:
         try:
             if link.is_sender:
                 self._attach_subscriber(link, key)
@@ -384,7 +413,7 @@ class AmqpConnection:
         get_retained = properties.get("get-retained") is True or "retained" in capabilities
         never = source.expiry_policy == Terminus.EXPIRE_NEVER
         timeout = source.timeout or 0
-        durable = source.durability == Terminus.DELIVERIES and (never or timeout > 0)
+        durable = durable_source(source)
         group = properties.get(SHARED_GROUP)
         if group is not None and not valid_group_name(group):
             raise AttachRefused(INVALID_FIELD, f"{SHARED_GROUP} must be a non-empty string "
@@ -440,6 +469,8 @@ class AmqpConnection:
         return named
 
     def _link_gone(self, link, closed: bool) -> None:
+        if self._claiming.get(self._key(link)) is link:
+            del self._claiming[self._key(link)]  # the client gave up before the answer
         handler = self.links.pop(self._key(link), None)
         if isinstance(handler, AmqpSubscriber):
             self.frontend.unlinked(handler, closed)
@@ -458,7 +489,7 @@ class AmqpConnection:
             del self.links[key]
         subscriber.detach()
         link.condition = Condition(LINK_STOLEN, "the link was attached elsewhere")
-        link.detach()
+        link.close()  # "forcibly closed" (spec 2.8.16); a detach would not carry the error
         self.process()
 
     # inbound messages -----------------------------------------------------------------------

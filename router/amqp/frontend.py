@@ -16,10 +16,11 @@ from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_patte
 from router.amqp.body import Inbound
 from router.amqp.conditions import INVALID_FIELD, AttachRefused, router_error_condition
 from router.amqp.outlet import Outlet
-from router.amqp.persistence import AmqpStore, StoredDurable
+from router.amqp.persistence import AmqpStore, StoredDurable, link_id, link_key
 from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
 from router.amqp.subscriber import AmqpSubscriber
 from router.core.dealer import Scheduler
+from router.core.engine import Claims
 from router.core.errors import RouterError
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions
@@ -44,6 +45,10 @@ class AmqpFrontend:
         self.store = store
         self.scheduler = scheduler
         self.durable: dict[tuple[str, str], AmqpSubscriber] = {}
+        self.claims: Claims | None = store if isinstance(store, Claims) else None
+        """Set when durable links follow their client among nodes (the Redis engine)."""
+        if self.claims is not None:
+            self.claims.release = self.release
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         self.store.when_durable(callback)
@@ -129,6 +134,30 @@ class AmqpFrontend:
 
     # subscriptions -----------------------------------------------------------------------
 
+    def claim(self, key: tuple[str, str], then: Callable[[], None]) -> None:
+        """``then()`` once this node owns the durable link ``key``: at once on a single
+        node; among nodes once the node that had it let go, its state restored here."""
+        if self.claims is None:
+            then()
+            return
+
+        def claimed(stored: StoredDurable | None) -> None:
+            if stored is not None and key not in self.durable:
+                self._restore_one(stored)
+            then()
+
+        self.claims.claim(link_id(*key), True, claimed)
+
+    def release(self, owned: str, done: Callable[[], None]) -> None:
+        """Another node claimed a durable link: close it here (``amqp:link:stolen``), keep
+        its state where it is stored, forget it, and call ``done`` once written."""
+        subscriber = self.durable.pop(link_key(owned), None)
+        if subscriber is not None:
+            if subscriber.connection is not None and subscriber.link is not None:
+                subscriber.connection.steal(subscriber)  # its deliveries in flight, counted
+            self._unhook(subscriber)
+        self.store.when_durable(lambda ok: done())
+
     def subscribe(self, connection: Outlet, link, address: str | None, qos: int,
                   policy: str, durable: bool, group: str | None = None) -> AmqpSubscriber:
         """The subscriber behind a receiver link (``group``: a member of that shared group)."""
@@ -146,7 +175,7 @@ class AmqpFrontend:
                     and existing.policy == policy and existing.group == group
                     and existing.info.authid == info.authid):
                 return existing
-            self.destroy(existing)
+            self.destroy(existing, disown=False)
         subscriber = AmqpSubscriber(
             self, SessionInfo(self.router.new_session_id(), self.realm.name, info.authid,
                               info.authrole, info.authmethod, protocol="amqp",
@@ -171,15 +200,25 @@ class AmqpFrontend:
         if not subscriber.durable or closed:
             self.destroy(subscriber)
 
-    def destroy(self, subscriber: AmqpSubscriber) -> None:
-        """Forget a subscriber and its queue (an armed expiry timer would keep them alive)."""
+    def destroy(self, subscriber: AmqpSubscriber, disown: bool = True) -> None:
+        """Forget a subscriber and its queue (an armed expiry timer would keep them alive);
+        ``disown``: no node owns its durable link any more."""
+        self._unhook(subscriber, hand_over=True)
+        key = subscriber.key
+        if key is not None and self.durable.get(key) is subscriber:
+            del self.durable[key]
+            self.store.delete(*key)
+            if disown and self.claims is not None:
+                self.claims.disown(link_id(*key))
+
+    def _unhook(self, subscriber: AmqpSubscriber, hand_over: bool = False) -> None:
+        """Take a subscriber out of the realm (``hand_over``: its shared group's other
+        members take its messages)."""
         subscriber.cancel_expiry()
         self.realm.detach(subscriber)
-        subscriber.hand_over()
+        if hand_over:
+            subscriber.hand_over()
         self.router.forget(subscriber)
-        if subscriber.key is not None and self.durable.get(subscriber.key) is subscriber:
-            del self.durable[subscriber.key]
-            self.store.delete(*subscriber.key)
 
     # publishing --------------------------------------------------------------------------
 

@@ -114,6 +114,24 @@ class StoredDurable:
     """The shared group the link is a member of (``amqp_shared``), if any."""
 
 
+def expired(timeout: float, detached_at: float | None, now: float) -> bool:
+    """Whether a durable subscription detached at ``detached_at`` (None: attached) with
+    expiry ``timeout`` is over at ``now``."""
+    return detached_at is not None and detached_at + timeout <= now
+
+
+def link_id(container: str, link: str) -> str:
+    """One string for a durable link's (container id, link name), whatever their characters
+    (the id of its state among nodes); :func:`link_key` reads it back."""
+    return f"{len(container)}:{container}{link}"
+
+
+def link_key(owned: str) -> tuple[str, str]:
+    """(container id, link name) of a :func:`link_id`."""
+    length, rest = owned.split(":", 1)
+    return rest[:int(length)], rest[int(length):]
+
+
 class AmqpStore:
     """Reads durable subscriptions at start-up and queues their changes to the store."""
 
@@ -154,7 +172,7 @@ class AmqpStore:
         for key, entry in durable.items():
             # no row: stored before every durable source expired, as "never"
             timeout, detached_at = self._expiry.setdefault(key, (max_expiry, None))
-            if detached_at is not None and detached_at + timeout <= now:
+            if expired(timeout, detached_at, now):
                 log.info("AMQP durable subscription %s/%s expired while the router was down",
                          *key)
                 self.delete(*key)

@@ -14,7 +14,7 @@ any node reaches a callee on any node) and the sessions of each node (meta API).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 from router.core.dealer import ClusterDealer
 from router.core.history import History, HistoryRule
@@ -56,8 +56,8 @@ class ClusterLimits:
     """Commands sent to Redis and not answered yet, at most; reading from publishers pauses
     at half of it."""
     session_takeover_timeout: float = 5.0
-    """Seconds a node taking over an MQTT session waits for the node that had it to let go;
-    then it resumes from what Redis holds."""
+    """Seconds a node taking over an MQTT session or AMQP durable link waits for the node
+    that had it to let go; then it resumes from what Redis holds."""
     confirm_timeout: float = 5.0
     """Seconds a QoS >= 1 publication forwarded to another node waits for that node to say
     it has stored what its receivers keep; then its publisher is told it failed."""
@@ -101,8 +101,13 @@ class Engine(Protocol):
     def mqtt_session_store(self, realm: str) -> Any:
         """Where realm ``realm``'s persistent MQTT sessions live: an object with the methods
         of :class:`router.mqtt.persistence.MqttSessionStore` (the core knows no MQTT); the
-        Redis engine's also has ``claim``, ``disown`` and ``release`` (sessions that follow
-        their client to any node)."""
+        Redis engine's is also :class:`Claims` (sessions that follow their client to any
+        node)."""
+
+    def amqp_store(self, realm: str, local: Any) -> Any:
+        """Where realm ``realm``'s durable AMQP links live: an object with the methods of
+        :class:`router.amqp.persistence.AmqpStore`, which keeps what stays on the node in
+        ``local`` (the node's SQLite store); the Redis engine's is also :class:`Claims`."""
 
     def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
         """The realms are built: start receiving for them (incidents counted in
@@ -110,3 +115,20 @@ class Engine(Protocol):
 
     def close(self) -> None:
         """Stop talking to whatever the engine shares state with (at shutdown)."""
+
+
+@runtime_checkable
+class Claims(Protocol):
+    """A store whose client state follows its client among nodes (the Redis engine's): a
+    client first claims the id of its state (an MQTT client id, an AMQP durable link);
+    another node's claim makes this one let go."""
+
+    release: Callable[[str, Callable[[], None]], None]
+    """Set by the frontend: ``release(id, done)`` drops the state here (its client is
+    detached as a takeover) and calls ``done`` once its writes are stored."""
+
+    def claim(self, owned: str, load: bool, answer: Callable[[Any], None]) -> None:
+        """Own ``owned``; ``answer(state or None)``, with the state only if ``load``."""
+
+    def disown(self, owned: str) -> None:
+        """The state ended here."""

@@ -15,6 +15,7 @@ from router.core import errors
 from router.core.broker import Subscription
 from router.core.credentials import Principal
 from router.core.dealer import Scheduler
+from router.core.engine import Claims
 from router.core.errors import RouterError
 from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
 from router.core.model import SessionInfo
@@ -26,7 +27,7 @@ from router.core.shared import SharedGroup
 from router.core.topic import InvalidSharedFilter, from_mqtt, mqtt_pattern, split_shared
 from router.mqtt.outlet import Outlet
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will
-from router.mqtt.persistence import MqttSessionStore, SessionClaims, StoredSession
+from router.mqtt.persistence import MqttSessionStore, StoredSession
 from router.mqtt.session import MqttSession, MqttSubscription, Outbound
 from router.settings import MqttSettings
 
@@ -57,7 +58,7 @@ class MqttFrontend:
         self.scheduler = scheduler
         self.sessions: dict[str, MqttSession] = {}
         self._principals: dict[str, Principal] = router.principals[realm.name]
-        self.claims: SessionClaims | None = store if isinstance(store, SessionClaims) else None
+        self.claims: Claims | None = store if isinstance(store, Claims) else None
         """Set when sessions follow their client among nodes (the Redis engine)."""
         if self.claims is not None:
             self.claims.release = self.release

@@ -8,7 +8,6 @@ order it was made, so a PUBACK/PUBREC sent after ``when_durable`` covers it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
 
 import msgpack
 
@@ -86,20 +85,6 @@ class StoredSession:
     subscriptions: dict[str, list] = field(default_factory=dict)
     outbound: list[StoredOutbound] = field(default_factory=list)
     inbound: set[int] = field(default_factory=set)
-
-
-@runtime_checkable
-class SessionClaims(Protocol):
-    """A store whose sessions follow their client among nodes (the Redis engine's): a
-    CONNECT first claims the client id; another node's claim makes this one let go."""
-
-    release: Callable[[str, Callable[[], None]], None]
-    """Set by the frontend: ``release(client_id, done)``."""
-
-    def claim(self, client_id: str, load: bool,
-              answer: Callable[["StoredSession | None"], None]) -> None: ...
-
-    def disown(self, client_id: str) -> None: ...
 
 
 class MqttSessionStore:

@@ -10,6 +10,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from router.amqp.persistence import AmqpStore
 from router.core.engine import RealmEngine
 from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import Incidents
@@ -47,6 +48,10 @@ class EmbeddedEngine:
     def mqtt_session_store(self, realm: str) -> MqttSessionStore:
         """Realm ``realm``'s persistent MQTT sessions, in this node's SQLite file."""
         return MqttSessionStore(self.store, realm)
+
+    def amqp_store(self, realm: str, local: SqliteStore) -> AmqpStore:
+        """Realm ``realm``'s durable AMQP links, in this node's SQLite file."""
+        return AmqpStore(local, realm)
 
     def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
         """Nothing arrives from elsewhere."""

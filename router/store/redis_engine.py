@@ -31,8 +31,9 @@ once; a QoS >= 1 publication is acknowledged to its publisher only once every no
 sent to has confirmed it, so one a node missed (disconnected, killed) is never acknowledged.
 
 Registrations, forwarded calls and the sessions of every node: :mod:`router.store.redis_rpc`.
-MQTT persistent sessions: :mod:`router.store.redis_sessions`, whose writes go out in one
-batch per reactor turn (:meth:`RedisRealm.write`); :meth:`RedisRealm.when_durable` waits
+MQTT persistent sessions (:mod:`router.store.redis_sessions`) and AMQP durable links
+(:mod:`router.store.redis_links`) follow their client among nodes
+(:mod:`router.store.redis_claims`); their writes go out in one batch per reactor turn (:meth:`RedisRealm.write`); :meth:`RedisRealm.when_durable` waits
 for them, for retained writes and for QoS >= 1 publications forwarded to other nodes.
 """
 
@@ -62,9 +63,11 @@ from router.store.codec import (decode_retained, encode_retained, pack_publicati
 from router.store.embedded import live_entries
 from router.store.redis_history import RedisHistory
 from router.store.redis_rpc import REGISTRATIONS_CHANNEL, RedisDealer, RedisMembership
-from router.store.redis_sessions import SESSIONS_CHANNEL_PREFIX, RedisMqttSessionStore
+from router.store.redis_claims import TAKEOVER_CHANNEL_PREFIX, RedisClaims
+from router.store.redis_links import RedisAmqpStore
+from router.store.redis_sessions import RedisMqttSessionStore
 from router.store.resp import BlockingRedis, RespFactory, RespProtocol, command
-from router.store.sqlite import topic_key
+from router.store.sqlite import SqliteStore, topic_key
 
 if TYPE_CHECKING:
     from router.core.realm import Realm
@@ -198,6 +201,8 @@ class RedisRealm:
         """sending node -> number of the latest QoS >= 1 publication received from it, to
         confirm in this turn's batch."""
         self.sessions = RedisMqttSessionStore(self, name)
+        self.claims: dict[str, RedisClaims] = {"mqtt": self.sessions}
+        """Protocol -> the ids of its client state that follow their client among nodes."""
         self.tokens: dict[bytes, bytes] = {}
         """topic key -> token of the write whose state this node's memory holds."""
         self._latest_own: dict[bytes, bytes] = {}
@@ -548,7 +553,7 @@ class RedisEngine:
         self.qos_channel = QOS_CHANNEL_PREFIX + node.encode()
         self.confirm_channel = CONFIRM_CHANNEL_PREFIX + node.encode()
         self.rpc_channel = b"wr:rpc:" + node.encode()
-        self.sessions_channel = SESSIONS_CHANNEL_PREFIX + node.encode()
+        self.sessions_channel = TAKEOVER_CHANNEL_PREFIX + node.encode()
         self.incidents = Incidents()
         """Replaced by the router's own in :meth:`start`."""
         self.on_pressure: Callable[[bool], None] = lambda pressed: None
@@ -578,6 +583,14 @@ class RedisEngine:
         """Realm ``realm``'s persistent MQTT sessions, in Redis: they follow their client
         to any node."""
         return self.realms[realm].sessions
+
+    def amqp_store(self, realm: str, local: SqliteStore) -> RedisAmqpStore:
+        """Realm ``realm``'s durable AMQP links, in Redis: they follow their client to any
+        node (``local`` keeps the QoS 2 tags of durable sender links)."""
+        shared = self.realms[realm]
+        store = RedisAmqpStore(shared, realm, local)
+        shared.claims["amqp"] = store
+        return store
 
     def start(self, realms: dict[str, "Realm"], incidents: Incidents) -> None:
         """Receive from the other nodes for ``realms`` and send to them."""
@@ -674,13 +687,14 @@ class RedisEngine:
             if shared is not None:
                 shared.dealer.received(rpc)
         elif channel == self.sessions_channel:
-            realm, kind, client_id, node = msgpack.unpackb(data, raw=False)
+            realm, protocol, kind, owned, node = msgpack.unpackb(data, raw=False)
             shared = self.realms.get(realm)
-            if shared is not None:
+            claims = shared.claims.get(protocol) if shared is not None else None
+            if claims is not None:
                 if kind == "take":
-                    shared.sessions.take(client_id, node)
+                    claims.take(owned, node)
                 else:
-                    shared.sessions.released(client_id)
+                    claims.released(owned)
         elif channel == REGISTRATIONS_CHANNEL:
             realm, seq, field, value = json.loads(data)
             shared = self.realms.get(realm)

@@ -1,0 +1,214 @@
+"""Client state that follows its client to any node: ownership, takeover, load on claim.
+
+Shared by MQTT persistent sessions (:mod:`router.store.redis_sessions`) and AMQP durable
+links (:mod:`router.store.redis_links`); each names its state by a string id (a client id,
+a container id and link name) and says which keys hold it.
+
+* hash ``wr:<protocol>-owner:<realm>``: id -> the node that has the state in memory
+  (client attached or not). Only the owner queues publications for it and changes it.
+* channel ``wr:takeover:<node>``: MessagePack ``[realm, protocol, kind, id, node]``: "take"
+  (the sender has claimed the id: detach its client, write what is under way, then
+  answer) and "released" (done: the state in Redis is complete).
+
+A claim (MQTT CONNECT, AMQP attach of a durable link) sets this node as the owner and, in
+the same script, tells the previous owner to let go. The new owner loads the state from
+Redis once the old one answered "released" (or after ``cluster.session_takeover_timeout``
+when it does not answer: a stopped node), so nothing the old owner queued is missed. A
+"take" (or a second claim here) that arrives while this node's own claim of that id is
+still under way waits for it to finish.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
+
+import msgpack
+
+from router.core.incidents import ENGINE_UNAVAILABLE
+from router.store.resp import BlockingRedis, command
+
+if TYPE_CHECKING:
+    from router.store.redis_engine import RedisRealm
+
+log = logging.getLogger(__name__)
+
+TAKEOVER_CHANNEL_PREFIX = b"wr:takeover:"
+
+CLAIM = """
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if old and old ~= ARGV[2] then
+  redis.call('PUBLISH', ARGV[3] .. old, ARGV[4])
+  return old
+end
+return ''
+"""
+"""KEYS owner hash; ARGV id, this node, the channel prefix, the "take" message.
+Answers the previous owner when it was another node (it has been told), else ''."""
+
+DISOWN = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0
+"""
+"""Forget the owner of an id only if it is still this node."""
+
+Stored = TypeVar("Stored")
+
+Release = Callable[[str, Callable[[], None]], None]
+"""The frontend's hook: ``release(id, done)`` drops the state from this node (detaching
+its client as a takeover) and calls ``done`` once its writes are stored."""
+
+
+class RedisClaims(Generic[Stored]):
+    """The ownership of ids among the nodes (see the module docstring); a subclass says
+    how one id's state is read (:meth:`_reads`) and decoded (:meth:`_stored`)."""
+
+    protocol = ""
+    """"mqtt" or "amqp": names the owner hash, the takeover messages and incidents."""
+    label = ""
+    """What an id names, for logs: "MQTT client"."""
+
+    def __init__(self, shared: "RedisRealm", realm: str) -> None:
+        self._shared = shared
+        self._engine = shared.engine
+        self._realm = realm
+        self._owner_key = f"wr:{self.protocol}-owner:{realm}".encode()
+        self.release: Release = lambda owned, done: done()
+        """Set by the frontend."""
+        self._claims: dict[str, list[Callable[[], None]]] = {}
+        """Ids this node is claiming -> what waits for the claim to finish (other nodes'
+        "take", a second claim here)."""
+        self._waiting: dict[str, tuple[bool, Callable[[Stored | None], None], Any]] = {}
+        """Ids whose previous owner has not answered yet -> (load, answer, timer)."""
+
+    def _reads(self, owned: str) -> list[tuple]:
+        """The commands that read one id's state (answered in this order)."""
+        raise NotImplementedError
+
+    def _stored(self, owned: str, replies: list) -> Stored | None:
+        """The state from the replies to :meth:`_reads`; None if Redis holds none."""
+        raise NotImplementedError
+
+    def _write(self, *args: bytes | str | int | float) -> None:
+        self._shared.write(command(*args))
+
+    def _message(self, kind: str, owned: str) -> bytes:
+        return msgpack.packb([self._realm, self.protocol, kind, owned, self._engine.node],
+                             use_bin_type=True)
+
+    def claim(self, owned: str, load: bool, answer: Callable[[Stored | None], None]) -> None:
+        """Make this node the owner of ``owned``; ``answer(state)`` with what Redis holds
+        (read once the node that had it let go; only if ``load``: a clean start needs
+        none), or None. ``answer`` may run at once."""
+        after = self._claims.get(owned)
+        if after is not None:  # a claim of this node is under way: it brings the state here
+            after.append(partial(answer, None))
+            return
+        self._claims[owned] = []
+        engine = self._engine
+        claimed = engine.request(command("EVAL", CLAIM, 1, self._owner_key, owned, engine.node,
+                                         TAKEOVER_CHANNEL_PREFIX, self._message("take", owned)))
+        claimed.addCallbacks(self._claimed, self._claim_failed, (owned, load, answer),
+                             errbackArgs=(owned, answer))
+
+    def _claimed(self, previous: bytes, owned: str, load: bool,
+                 answer: Callable[[Stored | None], None]) -> None:
+        if not previous:
+            self._ready(owned, load, answer)
+            return
+        timeout = self._engine.limits.session_takeover_timeout
+        timer = self._engine.reactor.callLater(timeout, self._not_released, owned,
+                                               previous.decode())
+        self._waiting[owned] = (load, answer, timer)
+
+    def _ready(self, owned: str, load: bool, answer: Callable[[Stored | None], None]) -> None:
+        """No other node has the state any more: answer (with it if ``load``)."""
+        if load:
+            self._load(owned, answer)
+        else:
+            self._finish(owned, answer, None)
+
+    def _claim_failed(self, failure: Any, owned: str,
+                      answer: Callable[[Stored | None], None]) -> None:
+        self._engine.incidents.count(self._realm, self.protocol, ENGINE_UNAVAILABLE,
+                                     f"{self.label} {owned}: not claimed or read in Redis "
+                                     f"({failure.getErrorMessage()}): this node's copy, if "
+                                     "any, is used")
+        self._finish(owned, answer, None)
+
+    def _not_released(self, owned: str, node: str) -> None:
+        log.warning("%s %s: node %s did not release the session within %.1f s: resumed from "
+                    "what Redis holds", self.label, owned, node,
+                    self._engine.limits.session_takeover_timeout)
+        load, answer, _ = self._waiting.pop(owned)
+        self._ready(owned, load, answer)
+
+    def released(self, owned: str) -> None:
+        """The previous owner let go: its writes are in Redis."""
+        waiting = self._waiting.pop(owned, None)
+        if waiting is not None:
+            load, answer, timer = waiting
+            if timer.active():
+                timer.cancel()
+            self._ready(owned, load, answer)
+
+    def take(self, owned: str, node: str) -> None:
+        """Node ``node`` claimed ``owned``: let go (after this node's own claim, if one is
+        under way), then tell it."""
+        after = self._claims.get(owned)
+        if after is not None:
+            after.append(partial(self.take, owned, node))
+            return
+        done = self._message("released", owned)
+        self.release(owned, lambda: self._shared.write(
+            command("PUBLISH", TAKEOVER_CHANNEL_PREFIX + node.encode(), done)))
+
+    def disown(self, owned: str) -> None:
+        """The state ended here: no node owns the id any more (unless one claimed it)."""
+        self._write("EVAL", DISOWN, 1, self._owner_key, owned, self._engine.node)
+
+    def _load(self, owned: str, answer: Callable[[Stored | None], None]) -> None:
+        """Read the state in one transaction, then answer with it."""
+        reads = self._reads(owned)
+        data = command("MULTI") + b"".join(command(*args) for args in reads) + command("EXEC")
+        self._shared.flush()
+        loaded = self._engine.request(data, len(reads) + 1)
+        loaded.addCallback(partial(self._stored, owned))  # a decoding error fails the claim
+        loaded.addCallbacks(partial(self._finish, owned, answer), self._claim_failed,
+                            errbackArgs=(owned, answer))
+
+    def _finish(self, owned: str, answer: Callable[[Stored | None], None],
+                stored: Stored | None) -> None:
+        """Answer the claim, then let go for the nodes that asked meanwhile."""
+        after = self._claims.pop(owned, [])
+        answer(stored)
+        for then in after:
+            then()
+
+    def load_owned(self) -> list[Stored]:
+        """Start-up: the states this node owned when it stopped (an owner entry without
+        state, left by a claim that stored nothing, is dropped)."""
+        host, port, db = self._engine.address
+        redis = BlockingRedis(host, port, db)
+        try:
+            owners = redis.call("HGETALL", self._owner_key)
+            found = []
+            for owned, node in zip(owners[::2], owners[1::2]):
+                if node != self._engine.node_bytes:
+                    continue
+                stored = self._stored(owned.decode(),
+                                      [redis.call(*args) for args in self._reads(owned.decode())])
+                if stored is None:
+                    redis.call("HDEL", self._owner_key, owned)
+                else:
+                    found.append(stored)
+            return found
+        finally:
+            redis.close()
+
+    def when_durable(self, callback: Callable[[bool], None]) -> None:
+        self._shared.when_durable(callback)

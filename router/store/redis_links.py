@@ -1,0 +1,131 @@
+"""AMQP durable receiver links in Redis: a durable link follows its client to any node.
+
+Keys (``<realm>`` as configured, ``<link>`` the link's
+:func:`router.amqp.persistence.link_id` of container id and link name; every write of a
+reactor turn goes to Redis in one pipelined batch); ownership and takeover (hash
+``wr:amqp-owner:<realm>``, channel ``wr:takeover:<node>``) are
+:mod:`router.store.redis_claims`'s, by link id:
+
+* hash ``wr:amqp-link:<realm>``: link -> MessagePack ``[container, link name, address, qos,
+  policy, authid, authrole, authmethod, shared group]``.
+* hash ``wr:amqp-expiry:<realm>``: link -> MessagePack ``[timeout, detached_at]``.
+* hash ``wr:amqp-queue:<realm>:<link>``: sequence number -> the queued message
+  (:meth:`Outgoing.pack`); hash ``wr:amqp-count:<realm>:<link>``: sequence number -> its
+  delivery count, so counting an attempt rewrites a number, not the message.
+
+The QoS 2 delivery tags of durable *sender* links (exactly-once publishing) stay in the
+node's SQLite, as on a single node (:class:`AmqpStore`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Callable
+
+import msgpack
+
+from router.amqp.persistence import AmqpStore, Outgoing, StoredDurable, expired, link_id
+from router.store.redis_claims import RedisClaims
+from router.store.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from router.store.redis_engine import RedisRealm
+
+log = logging.getLogger(__name__)
+
+
+class RedisAmqpStore(RedisClaims[StoredDurable], AmqpStore):
+    """:class:`AmqpStore`'s durable subscriptions on Redis, plus the ownership of durable
+    links among the nodes (:class:`RedisClaims`)."""
+
+    protocol = "amqp"
+    label = "AMQP durable link"
+
+    def __init__(self, shared: "RedisRealm", realm: str, local: SqliteStore) -> None:
+        RedisClaims.__init__(self, shared, realm)
+        AmqpStore.__init__(self, local, realm)
+        self._link_key = f"wr:amqp-link:{realm}".encode()
+        self._expiry_key = f"wr:amqp-expiry:{realm}".encode()
+        self.max_expiry = math.inf
+        """The realm's ``amqp.max_link_expiry``: caps the timeouts read (set by :meth:`load`)."""
+
+    def _keys(self, owned: str) -> tuple[bytes, bytes]:
+        """The queue and delivery count keys of one link."""
+        suffix = f"{self._realm}:{owned}".encode()
+        return b"wr:amqp-queue:" + suffix, b"wr:amqp-count:" + suffix
+
+    def _reads(self, owned: str) -> list[tuple]:
+        queue, counts = self._keys(owned)
+        return [("HGET", self._link_key, owned), ("HGET", self._expiry_key, owned),
+                ("HGETALL", queue), ("HGETALL", counts)]
+
+    def _stored(self, owned: str, replies: list) -> StoredDurable | None:
+        """The link's subscription and queue; None if Redis holds none or it expired (then
+        it is deleted)."""
+        record, expiry, queue, counts = replies
+        if record is None:
+            return None
+        container, link, *definition, group = msgpack.unpackb(record, raw=False)
+        timeout, detached_at = (msgpack.unpackb(expiry) if expiry is not None
+                                else (self.max_expiry, None))
+        timeout = min(timeout, self.max_expiry)
+        if expired(timeout, detached_at, time.time()):
+            log.info("AMQP durable subscription %s/%s expired while no node had it",
+                     container, link)
+            self.delete(container, link)
+            return None
+        self._expiry[(container, link)] = (timeout, detached_at)
+        count_of = dict(zip(counts[::2], counts[1::2]))
+        queued = [Outgoing.unpack(int(seq), blob, int(count_of.get(seq, 0)))
+                  for seq, blob in sorted(zip(queue[::2], queue[1::2]),
+                                          key=lambda item: int(item[0]))]
+        return StoredDurable(container, link, *definition, queued=queued, group=group)
+
+    # AmqpStore ---------------------------------------------------------------------------
+
+    def load(self, max_expiry: float, now: float | None = None) -> list[StoredDurable]:
+        """Start-up: the durable links this node owned when it stopped."""
+        self.max_expiry = max_expiry
+        return self.load_owned()
+
+    def set_expiry(self, container: str, link: str, timeout: float,
+                   detached_at: float | None = None) -> None:
+        self._expiry[(container, link)] = (timeout, detached_at)
+        self._write("HSET", self._expiry_key, link_id(container, link),
+                    msgpack.packb([timeout, detached_at]))
+
+    def save(self, container: str, link: str, address: str, qos: int, policy: str,
+             authid: str, authrole: str, authmethod: str, group: str | None = None) -> None:
+        self._write("HSET", self._link_key, link_id(container, link), msgpack.packb(
+            [container, link, address, qos, policy, authid, authrole, authmethod, group],
+            use_bin_type=True))
+
+    def delete(self, container: str, link: str) -> None:
+        self._expiry.pop((container, link), None)
+        owned = link_id(container, link)
+        self._write("HDEL", self._link_key, owned)
+        self._write("HDEL", self._expiry_key, owned)
+        self._write("DEL", *self._keys(owned))
+
+    def enqueue(self, container: str, link: str, item: Outgoing) -> None:
+        queue, counts = self._keys(link_id(container, link))
+        self._write("HSET", queue, item.seq, item.pack())
+        self._write("HSET", counts, item.seq, item.delivery_count)
+
+    def update_count(self, container: str, link: str, item: Outgoing,
+                     count: int | None = None) -> None:
+        self._write("HSET", self._keys(link_id(container, link))[1], item.seq,
+                    item.delivery_count if count is None else count)
+
+    def remove(self, container: str, link: str, seq: int) -> None:
+        queue, counts = self._keys(link_id(container, link))
+        self._write("HDEL", queue, seq)
+        self._write("HDEL", counts, seq)
+
+    def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """Once Redis (the links) and the node's SQLite (QoS 2 tags of sender links) have
+        what was written so far."""
+        RedisClaims.when_durable(self, lambda shared: AmqpStore.when_durable(
+            self, lambda stored: callback(shared and stored)))
