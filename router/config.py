@@ -690,16 +690,20 @@ def load_config(path: Path | str) -> NodeConfig:
         raise reader.fail("sys_interval", f"must not be negative, got {sys_interval}")
     cluster_reader = reader.child("cluster", reader.get("cluster", dict, {}))
     cluster_reader.reject_unknown({"max_pending_calls", "call_timeout", "max_pending_commands",
-                                   "session_takeover_timeout", "confirm_timeout"})
+                                   "session_takeover_timeout", "confirm_timeout",
+                                   "heartbeat_interval", "node_timeout"})
     defaults = ClusterLimits()
+    seconds = {key: float(_positive(cluster_reader, key, (int, float), getattr(defaults, key)))
+               for key in ("call_timeout", "session_takeover_timeout", "confirm_timeout",
+                           "heartbeat_interval", "node_timeout")}
+    if seconds["node_timeout"] <= 2 * seconds["heartbeat_interval"]:
+        raise cluster_reader.fail("node_timeout", "must be more than twice heartbeat_interval "
+                                  f"({seconds['heartbeat_interval']:g} s), got "
+                                  f"{seconds['node_timeout']:g}")
     cluster = ClusterLimits(
         _positive(cluster_reader, "max_pending_calls", int, defaults.max_pending_calls),
-        float(_positive(cluster_reader, "call_timeout", (int, float), defaults.call_timeout)),
-        _positive(cluster_reader, "max_pending_commands", int, defaults.max_pending_commands),
-        float(_positive(cluster_reader, "session_takeover_timeout", (int, float),
-                        defaults.session_takeover_timeout)),
-        float(_positive(cluster_reader, "confirm_timeout", (int, float),
-                        defaults.confirm_timeout)))
+        max_pending_commands=_positive(cluster_reader, "max_pending_commands", int,
+                                       defaults.max_pending_commands), **seconds)
     return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
                       store, MemoryConfig(float(trim_interval)), engine, float(sys_interval),
                       cluster)

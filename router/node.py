@@ -84,7 +84,7 @@ def build_router(config: NodeConfig, reactor, engine: Engine,
         install_subscription_meta(realm)
         install_event_history(realm)
         install_retention_admin(realm)
-        Testaments(realm, realm_config.wamp.max_testaments)
+        Testaments(realm, realm_config.wamp.max_testaments, realm_engine.testaments)
         router.add_realm(realm, realm_config.principals)
     return router
 

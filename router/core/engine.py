@@ -61,6 +61,19 @@ class ClusterLimits:
     confirm_timeout: float = 5.0
     """Seconds a QoS >= 1 publication forwarded to another node waits for that node to say
     it has stored what its receivers keep; then its publisher is told it failed."""
+    heartbeat_interval: float = 1.0
+    """Seconds between two refreshes of this node's alive key (and looks for dead nodes)."""
+    node_timeout: float = 5.0
+    """Lifetime of a node's alive key: a node silent this long is dead and reaped."""
+
+
+class TestamentStore(Protocol):
+    """Keeps a copy of each session's testaments beyond this node, so that they are
+    published even if the node dies (the Redis engine's other nodes do it then)."""
+
+    def save(self, info: SessionInfo, testaments: list[list]) -> None:
+        """``info``'s testaments now are ``testaments`` (each ``[topic, args, kwargs,
+        publish options]``, in publication order); an empty list forgets the session."""
 
 
 class Membership(Protocol):
@@ -89,6 +102,8 @@ class RealmEngine:
     """None on a single node: the realm's own registrations are all there is."""
     membership: Membership | None = None
     """None when no other node asks about this node's sessions."""
+    testaments: TestamentStore | None = None
+    """None when a session's testaments live only in its node's memory."""
 
 
 class Engine(Protocol):

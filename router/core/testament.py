@@ -2,7 +2,9 @@
 
 On detach the ``detached`` bucket is published, then the ``destroyed`` one (we
 have no session resumption, so both fire), each authorized as a publish by the
-testator at the time it is published.
+testator at the time it is published. With an engine that keeps them beyond this node
+(``RealmEngine.testaments``), every change of a session's testaments is copied there, so
+that another node publishes them (:func:`publish_testaments`) if this one dies.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 from dataclasses import dataclass
 
 from router.core import errors
+from router.core.engine import TestamentStore
 from router.core.errors import ProtocolViolation, RouterError
 from router.core.incidents import REFUSED
 from router.core.model import SessionInfo
@@ -31,14 +34,35 @@ class Testament:
     args: list | None
     kwargs: dict | None
     options: PublishOptions
+    raw_options: dict
+    """As the session gave them: what a copy beyond this node keeps."""
+
+    def stored(self) -> list:
+        """The copy's form: ``[topic, args, kwargs, publish options]``."""
+        return [self.topic, self.args, self.kwargs, self.raw_options]
+
+
+def publish_testaments(realm: Realm, info: SessionInfo, stored: list[list]) -> None:
+    """Publish testaments (in their copy's form) on behalf of a session that is gone: its own
+    node's, or, when that node died, any node's."""
+    for topic, args, kwargs, raw_options in stored:
+        try:
+            realm.publish(info, from_uri(topic), args, kwargs, parse_publish_options(raw_options),
+                          uri=topic)
+        except (RouterError, ProtocolViolation) as exc:
+            message = exc.message or exc.uri if isinstance(exc, RouterError) else str(exc)
+            log.warning("testament of session %s on '%s' not published: %s",
+                        info.session_id, topic, message)
 
 
 class Testaments:
     """The testaments of every session of one realm."""
 
-    def __init__(self, realm: Realm, max_per_session: int = 100) -> None:
+    def __init__(self, realm: Realm, max_per_session: int = 100,
+                 store: TestamentStore | None = None) -> None:
         self._realm = realm
         self._max = max_per_session
+        self._store = store
         self._by_session: dict[int, dict[str, list[Testament]]] = {}
         realm.dealer.procedures["wamp.session.add_testament"] = self.add
         realm.dealer.procedures["wamp.session.flush_testaments"] = self.flush
@@ -74,7 +98,8 @@ class Testaments:
             raise RouterError(errors.LIMIT_EXCEEDED,
                               f"this session already has {self._max} testaments, the realm's "
                               "maximum (wamp.max_testaments)")
-        buckets[scope].append(Testament(topic, t_args, t_kwargs, options))
+        buckets[scope].append(Testament(topic, t_args, t_kwargs, options, raw_options))
+        self._copy(caller, buckets)
 
     def flush(self, caller: SessionInfo, args: list, kwargs: dict) -> int:
         scope = args[0] if args else kwargs.get("scope", "destroyed")
@@ -83,18 +108,21 @@ class Testaments:
         bucket = self._by_session.get(caller.session_id, {}).get(scope, [])
         flushed = len(bucket)
         bucket.clear()
+        if flushed:
+            self._copy(caller, self._by_session[caller.session_id])
         return flushed
+
+    def _copy(self, info: SessionInfo, buckets: dict[str, list[Testament]]) -> None:
+        """Keep the engine's copy of the session's testaments current (if it keeps one)."""
+        if self._store is not None:
+            self._store.save(info, [testament.stored() for scope in SCOPES
+                                    for testament in buckets[scope]])
 
     def _publish_all(self, peer: Peer) -> None:
         buckets = self._by_session.pop(peer.info.session_id, None)
         if not buckets:
             return
-        for scope in SCOPES:
-            for testament in buckets[scope]:
-                try:
-                    self._realm.publish(peer.info, from_uri(testament.topic), testament.args,
-                                        testament.kwargs, testament.options,
-                                        uri=testament.topic)
-                except RouterError as exc:
-                    log.warning("testament of session %s on '%s' not published: %s",
-                                peer.info.session_id, testament.topic, exc.message or exc.uri)
+        stored = [testament.stored() for scope in SCOPES for testament in buckets[scope]]
+        publish_testaments(self._realm, peer.info, stored)
+        if self._store is not None and stored:
+            self._store.save(peer.info, [])

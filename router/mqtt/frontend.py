@@ -15,7 +15,6 @@ from router.core import errors
 from router.core.broker import Subscription
 from router.core.credentials import Principal
 from router.core.dealer import Scheduler
-from router.core.engine import Claims
 from router.core.errors import RouterError
 from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
 from router.core.model import SessionInfo
@@ -27,7 +26,8 @@ from router.core.shared import SharedGroup
 from router.core.topic import InvalidSharedFilter, from_mqtt, mqtt_pattern, split_shared
 from router.mqtt.outlet import Outlet
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will
-from router.mqtt.persistence import MqttSessionStore, StoredSession
+from router.mqtt.persistence import (MqttSessionStore, SessionClaims, StoredMessage,
+                                     StoredSession, StoredWill)
 from router.mqtt.session import MqttSession, MqttSubscription, Outbound
 from router.settings import MqttSettings
 
@@ -58,10 +58,12 @@ class MqttFrontend:
         self.scheduler = scheduler
         self.sessions: dict[str, MqttSession] = {}
         self._principals: dict[str, Principal] = router.principals[realm.name]
-        self.claims: Claims | None = store if isinstance(store, Claims) else None
+        self.claims: SessionClaims | None = (store if isinstance(store, SessionClaims)
+                                             else None)
         """Set when sessions follow their client among nodes (the Redis engine)."""
         if self.claims is not None:
             self.claims.release = self.release
+            self.claims.adopt = self.adopt
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         self.store.when_durable(callback)
@@ -137,7 +139,9 @@ class MqttFrontend:
                     self.store.delete_session(client_id)
                 elif stored is not None:
                     self._restore_one(stored, time.time())
-            answer(*self._attach(connection, packet, identity, client_id), assigned)
+            session, present = self._attach(connection, packet, identity, client_id)
+            self._keep_will(session, packet.will)
+            answer(session, present, assigned)
 
         self.claims.claim(client_id, not packet.clean_start, claimed)
 
@@ -188,7 +192,47 @@ class MqttFrontend:
                 self._save(session, time.time())  # its expiry runs from now
         session.moved = True
         self._forget(session)
+        self._keep_will(session, None)  # the node that took the client keeps its will now
         self.store.when_durable(lambda ok: done())
+
+    def adopt(self, client_id: str, stored: StoredSession | None,
+              will: StoredWill | None) -> None:
+        """The client's node died (or this node's previous run did): its persistent
+        session, if any and not expired, lives here now, offline, queueing; its will is
+        published as that node would have when the connection was lost (delay from now)."""
+        now = time.time()
+        session = self.sessions.get(client_id)
+        if session is None and stored is not None:
+            stored.expiry = self.capped_expiry(stored.expiry)
+            if (stored.disconnected_at is not None
+                    and stored.disconnected_at + stored.expiry <= now):
+                self.store.delete_session(client_id)
+            else:
+                stored.disconnected_at = stored.disconnected_at or now
+                self._restore_one(stored, now)
+                session = self.sessions[client_id]
+                self._save(session, stored.disconnected_at)
+        if session is None:
+            if self.claims is not None:
+                self.claims.disown(client_id)
+            if will is not None:  # the session ended with its node: the will is due now
+                info = SessionInfo(self.router.new_session_id(), self.realm.name, will.authid,
+                                   will.authrole, will.authmethod, protocol="mqtt")
+                self._send_will(client_id, info, _as_will(will))
+            return
+        if will is not None and session.connection is None:
+            self._keep_will(session, _as_will(will))
+            self._publish_will(session, _as_will(will))
+
+    def _keep_will(self, session: MqttSession, will: Will | None) -> None:
+        """Keep the store's copy of the will of the session's connection current (only
+        where sessions follow their client among nodes)."""
+        if self.claims is None:
+            return
+        info = session.info
+        self.claims.keep_will(session.client_id, None if will is None else StoredWill(
+            info.authid, info.authrole, info.authmethod, session.expiry,
+            StoredMessage(will.topic, will.payload, will.qos, will.retain, will.properties)))
 
     def _refused(self, connection: Outlet, authid: str | None, method: str,
                  reason: str, code: int = ReasonCode.NOT_AUTHORIZED) -> int:
@@ -248,6 +292,8 @@ class MqttFrontend:
         session.connection = None
         if will is not None:
             self._publish_will(session, will)
+        else:
+            self._keep_will(session, None)
         if not session.persistent:
             self.destroy(session)
             return
@@ -284,19 +330,19 @@ class MqttFrontend:
             self.scheduler.callLater(min(delay, session.expiry), self._delayed_will, session,
                                      will)
             return
-        self._send_will(session, will)
+        self._keep_will(session, None)
+        self._send_will(session.client_id, session.info, will)
 
     def _delayed_will(self, session: MqttSession, will: Will) -> None:
         if session.connection is None and not session.moved:
-            self._send_will(session, will)
+            self._keep_will(session, None)
+            self._send_will(session.client_id, session.info, will)
 
-    def _send_will(self, session: MqttSession, will: Will) -> None:
+    def _send_will(self, client_id: str, info: SessionInfo, will: Will) -> None:
         try:
-            self.publish(session, will.topic, will.payload, will.qos, will.retain,
-                         will.properties)
+            self._route(info, will.topic, will.payload, will.qos, will.retain, will.properties)
         except RouterError as exc:
-            log.info("MQTT will of %s on %s not published: %s", session.client_id, will.topic,
-                     exc)
+            log.info("MQTT will of %s on %s not published: %s", client_id, will.topic, exc)
 
     # publish / subscribe ------------------------------------------------------------------
 
@@ -304,10 +350,14 @@ class MqttFrontend:
                 properties: dict, on_durable: Callable[[bool], None] | None = None) -> None:
         """Route an MQTT publication through the core (raises RouterError when refused);
         ``on_durable(ok)`` once what it made durable is stored (or failed to be)."""
+        self._route(session.info, topic, payload, qos, retain, properties, on_durable)
+
+    def _route(self, info: SessionInfo, topic: str, payload: bytes, qos: int, retain: bool,
+               properties: dict, on_durable: Callable[[bool], None] | None = None) -> None:
         args, kwargs = from_bytes(payload, self.settings.payload_mapping)
         expiry = properties.get("message_expiry_interval")
         options = _PUBLISH_OPTIONS[qos, retain, not payload]
-        self.realm.publish(session.info, from_mqtt(topic), args, kwargs, options,
+        self.realm.publish(info, from_mqtt(topic), args, kwargs, options,
                            durable_callback(on_durable), len(payload),
                            payload=payload, properties=properties or None,
                            expires_at=time.time() + expiry if expiry is not None else None,
@@ -404,3 +454,9 @@ class MqttFrontend:
         session.inbound_qos2 = set(stored.inbound)
         remaining = max(0.0, (stored.disconnected_at or now) + stored.expiry - now)
         session.expiry_timer = self.scheduler.callLater(remaining, self._expire, session)
+
+
+def _as_will(stored: StoredWill) -> Will:
+    message = stored.message
+    return Will(message.topic, message.payload, message.qos, message.retain,
+                message.properties)

@@ -8,9 +8,11 @@ order it was made, so a PUBACK/PUBREC sent after ``when_durable`` covers it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Protocol, runtime_checkable
 
 import msgpack
 
+from router.core.engine import Claims
 from router.store.sqlite import SqliteStore
 
 SCHEMA = """
@@ -74,6 +76,27 @@ class StoredOutbound:
     message: StoredMessage
 
 
+@dataclass(frozen=True)
+class StoredWill:
+    """A connected client's will, kept beyond its node (the Redis engine), so that another
+    node publishes it if that node dies; ``expiry`` (the session's) bounds its delay."""
+
+    authid: str
+    authrole: str
+    authmethod: str
+    expiry: float
+    message: StoredMessage
+
+    def pack(self) -> bytes:
+        return msgpack.packb([self.authid, self.authrole, self.authmethod, self.expiry,
+                              self.message.pack()], use_bin_type=True)
+
+    @classmethod
+    def unpack(cls, blob: bytes) -> "StoredWill":
+        authid, authrole, authmethod, expiry, message = msgpack.unpackb(blob, raw=False)
+        return cls(authid, authrole, authmethod, expiry, StoredMessage.unpack(message))
+
+
 @dataclass
 class StoredSession:
     client_id: str
@@ -85,6 +108,20 @@ class StoredSession:
     subscriptions: dict[str, list] = field(default_factory=dict)
     outbound: list[StoredOutbound] = field(default_factory=list)
     inbound: set[int] = field(default_factory=set)
+
+
+@runtime_checkable
+class SessionClaims(Claims, Protocol):
+    """The Redis engine's :class:`Claims` of MQTT sessions: also the adoption of the
+    sessions of a node that died, and a copy of each connection's will for it."""
+
+    adopt: Callable[[str, "StoredSession | None", "StoredWill | None"], None]
+    """Set by the frontend: ``adopt(client_id, session, will)`` of a client whose node
+    died (or of this node's previous run): its session, if persistent, now lives here."""
+
+    def keep_will(self, client_id: str, will: "StoredWill | None") -> None:
+        """The will of the client's connection on this node (None: it has none, or it was
+        published or is no longer this node's to publish)."""
 
 
 class MqttSessionStore:

@@ -13,7 +13,8 @@ a container id and link name) and says which keys hold it.
 A claim (MQTT CONNECT, AMQP attach of a durable link) sets this node as the owner and, in
 the same script, tells the previous owner to let go. The new owner loads the state from
 Redis once the old one answered "released" (or after ``cluster.session_takeover_timeout``
-when it does not answer: a stopped node), so nothing the old owner queued is missed. A
+when it does not answer: a stopped node; or at once when that node is found dead,
+:meth:`RedisClaims.node_down`), so nothing the old owner queued is missed. A
 "take" (or a second claim here) that arrives while this node's own claim of that id is
 still under way waits for it to finish.
 """
@@ -76,7 +77,7 @@ class RedisClaims(Generic[Stored]):
         self._shared = shared
         self._engine = shared.engine
         self._realm = realm
-        self._owner_key = f"wr:{self.protocol}-owner:{realm}".encode()
+        self.owner_key = f"wr:{self.protocol}-owner:{realm}".encode()
         self.release: Release = lambda owned, done: done()
         """Set by the frontend."""
         self._claims: dict[str, list[Callable[[], None]]] = {}
@@ -84,6 +85,8 @@ class RedisClaims(Generic[Stored]):
         "take", a second claim here)."""
         self._waiting: dict[str, tuple[bool, Callable[[Stored | None], None], Any]] = {}
         """Ids whose previous owner has not answered yet -> (load, answer, timer)."""
+        self._waiting_for: dict[str, str] = {}
+        """Ids in ``_waiting`` -> the node they wait for."""
 
     def _reads(self, owned: str) -> list[tuple]:
         """The commands that read one id's state (answered in this order)."""
@@ -110,7 +113,7 @@ class RedisClaims(Generic[Stored]):
             return
         self._claims[owned] = []
         engine = self._engine
-        claimed = engine.request(command("EVAL", CLAIM, 1, self._owner_key, owned, engine.node,
+        claimed = engine.request(command("EVAL", CLAIM, 1, self.owner_key, owned, engine.node,
                                          TAKEOVER_CHANNEL_PREFIX, self._message("take", owned)))
         claimed.addCallbacks(self._claimed, self._claim_failed, (owned, load, answer),
                              errbackArgs=(owned, answer))
@@ -124,6 +127,7 @@ class RedisClaims(Generic[Stored]):
         timer = self._engine.reactor.callLater(timeout, self._not_released, owned,
                                                previous.decode())
         self._waiting[owned] = (load, answer, timer)
+        self._waiting_for[owned] = previous.decode()
 
     def _ready(self, owned: str, load: bool, answer: Callable[[Stored | None], None]) -> None:
         """No other node has the state any more: answer (with it if ``load``)."""
@@ -145,12 +149,20 @@ class RedisClaims(Generic[Stored]):
                     "what Redis holds", self.label, owned, node,
                     self._engine.limits.session_takeover_timeout)
         load, answer, _ = self._waiting.pop(owned)
+        del self._waiting_for[owned]
         self._ready(owned, load, answer)
+
+    def node_down(self, node: str) -> None:
+        """Node ``node`` was found dead: claims waiting for it to let go resume at once
+        from what it had written to Redis."""
+        for owned in [o for o, waited in self._waiting_for.items() if waited == node]:
+            self.released(owned)
 
     def released(self, owned: str) -> None:
         """The previous owner let go: its writes are in Redis."""
         waiting = self._waiting.pop(owned, None)
         if waiting is not None:
+            del self._waiting_for[owned]
             load, answer, timer = waiting
             if timer.active():
                 timer.cancel()
@@ -169,7 +181,7 @@ class RedisClaims(Generic[Stored]):
 
     def disown(self, owned: str) -> None:
         """The state ended here: no node owns the id any more (unless one claimed it)."""
-        self._write("EVAL", DISOWN, 1, self._owner_key, owned, self._engine.node)
+        self._write("EVAL", DISOWN, 1, self.owner_key, owned, self._engine.node)
 
     def _load(self, owned: str, answer: Callable[[Stored | None], None]) -> None:
         """Read the state in one transaction, then answer with it."""
@@ -195,7 +207,7 @@ class RedisClaims(Generic[Stored]):
         host, port, db = self._engine.address
         redis = BlockingRedis(host, port, db)
         try:
-            owners = redis.call("HGETALL", self._owner_key)
+            owners = redis.call("HGETALL", self.owner_key)
             found = []
             for owned, node in zip(owners[::2], owners[1::2]):
                 if node != self._engine.node_bytes:
@@ -203,7 +215,7 @@ class RedisClaims(Generic[Stored]):
                 stored = self._stored(owned.decode(),
                                       [redis.call(*args) for args in self._reads(owned.decode())])
                 if stored is None:
-                    redis.call("HDEL", self._owner_key, owned)
+                    redis.call("HDEL", self.owner_key, owned)
                 else:
                     found.append(stored)
             return found

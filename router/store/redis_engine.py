@@ -33,8 +33,11 @@ sent to has confirmed it, so one a node missed (disconnected, killed) is never a
 Registrations, forwarded calls and the sessions of every node: :mod:`router.store.redis_rpc`.
 MQTT persistent sessions (:mod:`router.store.redis_sessions`) and AMQP durable links
 (:mod:`router.store.redis_links`) follow their client among nodes
-(:mod:`router.store.redis_claims`); their writes go out in one batch per reactor turn (:meth:`RedisRealm.write`); :meth:`RedisRealm.when_durable` waits
-for them, for retained writes and for QoS >= 1 publications forwarded to other nodes.
+(:mod:`router.store.redis_claims`); their writes go out in one batch per reactor turn
+(:meth:`RedisRealm.write`), as do copies of WAMP testaments and MQTT wills;
+:meth:`RedisRealm.when_durable` waits for them, for retained writes and for QoS >= 1
+publications forwarded to other nodes. A node that dies is found and reaped by one of the
+others: :mod:`router.store.redis_failure`.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ from router.core.topic import SERVER_OWNED, Topic
 from router.store.codec import (decode_retained, encode_retained, pack_publication, pack_topic,
                                 unpack_publication, unpack_topic)
 from router.store.embedded import live_entries
+from router.store.redis_failure import (NODE_DOWN_CHANNEL, REAP, NodeWatch, RedisTestaments,
+                                        publish_left, take_left, testaments_key)
 from router.store.redis_history import RedisHistory
 from router.store.redis_rpc import REGISTRATIONS_CHANNEL, RedisDealer, RedisMembership
 from router.store.redis_claims import TAKEOVER_CHANNEL_PREFIX, RedisClaims
@@ -203,6 +208,9 @@ class RedisRealm:
         self.sessions = RedisMqttSessionStore(self, name)
         self.claims: dict[str, RedisClaims] = {"mqtt": self.sessions}
         """Protocol -> the ids of its client state that follow their client among nodes."""
+        self.testaments = RedisTestaments(self)
+        self.left: tuple[list, list] | None = None
+        """Testaments and wills this node's previous run left, until published."""
         self.tokens: dict[bytes, bytes] = {}
         """topic key -> token of the write whose state this node's memory holds."""
         self._latest_own: dict[bytes, bytes] = {}
@@ -323,6 +331,28 @@ class RedisRealm:
                     self.name, "engine", ENGINE_UNAVAILABLE,
                     f"{expired} publication(s) sent to node {node} not confirmed within "
                     f"{self.engine.limits.confirm_timeout:g} s")
+
+    def reap_command(self, node: str, alive_key: bytes) -> tuple:
+        """The :data:`router.store.redis_failure.REAP` call for dead node ``node``."""
+        nobody = msgpack.packb([self.name, node, msgpack.packb([], use_bin_type=True)],
+                               use_bin_type=True)
+        return ("EVAL", REAP, 7, alive_key, testaments_key(self.name, node),
+                self.sessions.wills_key(node), self.members.sessions_key,
+                self.members.subscriptions_key, self.keys["interest"], self.sessions.owner_key,
+                node, self.engine.node, self.name, INTEREST_CHANNEL, nobody, NODE_DOWN_CHANNEL)
+
+    def node_down(self, node: str, left: list) -> None:
+        """Node ``node`` died and was reaped: its sessions left (meta events for this
+        node's subscribers), its calls and session releases will not come."""
+        self.remote.replace(node, set())
+        self.dealer.node_down(node)
+        self.sessions.node_down(node)
+        if self.realm is None:
+            return
+        for field, value in zip(left[::2], left[1::2]):
+            authrole, authid = json.loads(value)
+            self.realm.publish_meta("wamp.session.on_leave",
+                                    [int(field.rsplit(":", 1)[1]), authid, authrole])
 
     def received(self, publication: Publication, sender: str | None = None,
                  number: int = 0) -> None:
@@ -513,6 +543,7 @@ class RedisRealm:
         self.tokens.update(zip(found[::2], found[1::2]))
         for forget in (self.dealer.release_node(), *self.members.forget_node()):
             redis.call(*forget)  # what a previous run (killed) left
+        self.left = take_left(self, redis)
         found = redis.call("HGETALL", self.keys["retained"])
         now = time.time()
         for key, blob in zip(found[::2], found[1::2]):
@@ -566,6 +597,7 @@ class RedisEngine:
         self._connectors: list[Any] = []
         self._sweeper = task.LoopingCall(self.sweep)
         self._sweeper.clock = reactor
+        self.watch = NodeWatch(self)
 
     def open_realm(self, name: str, policy: RetentionPolicy,
                    history: list[HistoryRule]) -> RealmEngine:
@@ -573,11 +605,14 @@ class RedisEngine:
         host, port, db = self.address
         redis = BlockingRedis(host, port, db)
         try:
+            if len(self.realms) == 1:
+                self.watch.announce(redis)  # alive again before reading what it left
             shared.load(redis)
         finally:
             redis.close()
         return RealmEngine(shared.retention, shared, RedisHistory(self, name, history),
-                           shared.forward, shared.interest, shared.dealer, shared.members)
+                           shared.forward, shared.interest, shared.dealer, shared.members,
+                           shared.testaments)
 
     def mqtt_session_store(self, realm: str) -> RedisMqttSessionStore:
         """Realm ``realm``'s persistent MQTT sessions, in Redis: they follow their client
@@ -603,6 +638,7 @@ class RedisEngine:
             self._connectors.append(self.reactor.connectTCP(
                 host, port, RespFactory(db, connected, self.limits.max_pending_commands)))
         self._sweeper.start(1.0, now=False)
+        self.watch.start()
 
     def _commands_up(self, connection: RespProtocol) -> None:
         self.commands = connection
@@ -611,6 +647,9 @@ class RedisEngine:
         for shared in self.realms.values():
             shared.announce_interest()
             shared.flush()
+            if shared.left is not None:
+                left, shared.left = shared.left, None
+                publish_left(shared, self.node, *left, None)
         self._read_registrations()
 
     def _commands_down(self) -> None:
@@ -629,7 +668,7 @@ class RedisEngine:
         connection.send(command("SUBSCRIBE", self.channel, self.qos_channel,
                                 self.confirm_channel, self.rpc_channel,
                                 self.sessions_channel, INTEREST_CHANNEL, RETAINED_CHANNEL,
-                                REGISTRATIONS_CHANNEL), 0)
+                                NODE_DOWN_CHANNEL, REGISTRATIONS_CHANNEL), 0)
 
     def _subscriber_down(self) -> None:
         self._subscribed = False
@@ -705,6 +744,11 @@ class RedisEngine:
             shared = self.realms.get(realm.decode())
             if shared is not None:
                 shared.apply_retained(key, blob, token, node)
+        elif channel == NODE_DOWN_CHANNEL:
+            realm, node, left = msgpack.unpackb(data, raw=False)
+            shared = self.realms.get(realm)
+            if shared is not None:
+                shared.node_down(node, left)
         elif channel == INTEREST_CHANNEL:
             realm, node, packed = msgpack.unpackb(data, raw=False)
             shared = self.realms.get(realm)
@@ -722,12 +766,15 @@ class RedisEngine:
             shared.expire_unconfirmed()
 
     def close(self) -> None:
-        """Take this node's registrations and sessions out of Redis, then disconnect."""
+        """Take this node's registrations, sessions, testaments, wills and alive key out of
+        Redis (its sessions were closed: what was due is published), then disconnect."""
         if self._sweeper.running:
             self._sweeper.stop()
+        forget = self.watch.close()
         for shared in self.realms.values():
-            forget = [shared.dealer.release_node(), *shared.members.forget_node()]
-            self.send(b"".join(command(*args) for args in forget), len(forget))
+            forget += [shared.dealer.release_node(), *shared.members.forget_node(),
+                       ("DEL", shared.testaments.key, shared.sessions.will_key)]
+        self.send(b"".join(command(*args) for args in forget), len(forget))
         for connector in self._connectors:
             connector.factory.stopTrying()
             connector.disconnect()

@@ -12,7 +12,7 @@ Keys and channels, beside those of :mod:`router.store.redis_engine`:
   channel in ``seq`` order) and routes calls from it without asking Redis.
 * channel ``wr:rpc:<node>``: calls for callees on that node and the answers to the calls it
   forwarded, one MessagePack array each.
-* hash ``wr:sessions:<realm>``: ``"<node>:<session>"`` -> authrole, and hash
+* hash ``wr:sessions:<realm>``: ``"<node>:<session>"`` -> JSON ``[authrole, authid]``, and hash
   ``wr:subscriptions:<realm>``: ``"<node>:<subscription>"`` -> JSON ``[match, levels]``:
   the sessions and subscriptions of every node, for the meta API
   (:meth:`RedisMembership.install`).
@@ -82,6 +82,7 @@ allows; ``{error, message}`` or ``{'', seq}``. Ids travel as strings: Lua number
 doubles and cjson would round them."""
 
 RELEASE = """
+if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
 local fields = {}
 for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
 if #fields == 0 then fields = redis.call('HKEYS', KEYS[1]) end
@@ -114,7 +115,8 @@ end
 return changed
 """
 """Remove the callees of node ``ARGV[2]`` (only session ``ARGV[3]``'s unless it is empty)
-from the procedures ``ARGV[4:]`` (every procedure when none are given)."""
+from the procedures ``ARGV[4:]`` (every procedure when none are given); with a fourth key
+(the node's alive key) only if it does not exist: the node died and did not come back."""
 
 DROP_NODE_FIELDS = """
 local n = 0
@@ -232,6 +234,15 @@ class RedisDealer:
     def release_node(self) -> tuple:
         """The command that removes every registration of this node (start, clean stop)."""
         return ("EVAL", RELEASE, 3, *self.keys, self.name, self.engine.node, "")
+
+    def release_dead(self, node: str, alive_key: bytes) -> tuple:
+        """The command that removes every registration of node ``node`` if it is dead."""
+        return ("EVAL", RELEASE, 4, *self.keys, alive_key, self.name, node, "")
+
+    def node_down(self, node: str) -> None:
+        """Node ``node`` died: the calls forwarded to it will not be answered."""
+        for forwarded in [f for f in self._calls.values() if f.node == node]:
+            self._fail(forwarded, f"the callee's node {node} died")
 
     def reload(self) -> None:
         """The channel is subscribed (again): read the whole hash, then apply the changes
@@ -496,7 +507,7 @@ class RedisMembership:
 
     def joined(self, info: SessionInfo) -> None:
         self.engine.send(command("HSET", self.sessions_key, self._field(info.session_id),
-                                 info.authrole), 1)
+                                 json.dumps([info.authrole, info.authid])), 1)
 
     def left(self, info: SessionInfo) -> None:
         self.engine.send(command("HDEL", self.sessions_key, self._field(info.session_id)), 1)
@@ -527,8 +538,8 @@ class RedisMembership:
     def _sessions(self, args: list) -> defer.Deferred:
         roles = authroles_filter(args)
         return self._read(self.sessions_key).addCallback(
-            lambda found: [session for _, session, role in found
-                           if roles is None or role.decode() in roles])
+            lambda found: [session for _, session, value in found
+                           if roles is None or json.loads(value)[0] in roles])
 
     def session_count(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
         return self._sessions(args).addCallback(len)

@@ -11,15 +11,24 @@ one pipelined batch); ownership and takeover (hash ``wr:mqtt-owner:<realm>``, ch
   (:meth:`StoredMessage.pack`); hash ``wr:mqtt-state:<realm>:<client>``: sequence number ->
   MessagePack ``[packet id, state]``, so a state change rewrites a few bytes, not the message.
 * set ``wr:mqtt-inbound:<realm>:<client>``: QoS 2 packet ids received and not released.
+* hash ``wr:mqtt-will:<realm>:<node>``: client id -> :meth:`StoredWill.pack` of the will of
+  its connection on that node, from CONNECT until the will is published or no longer due
+  (DISCONNECT, takeover): what a node that died leaves for the one reaping it
+  (:mod:`router.store.redis_failure`).
+
+A node reaping a dead one becomes the owner of its clients in the reaping script and loads
+each of their sessions as an own claim (:meth:`RedisMqttSessionStore.adopt_clients`):
+another node's "take" waits for it, then gets "released" as from any owner.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Callable
 
 import msgpack
 
-from router.mqtt.persistence import StoredMessage, StoredOutbound, StoredSession
+from router.mqtt.persistence import StoredMessage, StoredOutbound, StoredSession, StoredWill
 from router.mqtt.session import QUEUED
 from router.store.redis_claims import RedisClaims
 
@@ -37,6 +46,38 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
     def __init__(self, shared: "RedisRealm", realm: str) -> None:
         super().__init__(shared, realm)
         self._session_key = f"wr:mqtt-session:{realm}".encode()
+        self.will_key = self.wills_key(self._engine.node)
+        self.adopt: Callable[[str, StoredSession | None, StoredWill | None], None] = (
+            lambda client_id, stored, will: None)
+        """Set by the MQTT frontend."""
+
+    def wills_key(self, node: str) -> bytes:
+        """The hash of the wills of node ``node``'s connections."""
+        return f"wr:mqtt-will:{self._realm}:{node}".encode()
+
+    def adopt_clients(self, clients: list[str], wills: dict[str, StoredWill]) -> None:
+        """This node now owns ``clients`` (their node died; the reaping script made it
+        their owner): load each one's session as an own claim, then hand it to the frontend
+        with its will. Wills of other clients of the dead node (they connected elsewhere
+        meanwhile) are not due: a takeover drops a will, as on one node."""
+        for client_id in clients:
+            will = wills.get(client_id)
+            after = self._claims.get(client_id)
+            if after is not None:  # this node's own claim loads the session
+                after.append(partial(self.adopt, client_id, None, will))
+                continue
+            self._claims[client_id] = []
+            self._load(client_id, partial(self._adopted, client_id, will))
+
+    def _adopted(self, client_id: str, will: StoredWill | None,
+                 stored: StoredSession | None) -> None:
+        self.adopt(client_id, stored, will)
+
+    def keep_will(self, client_id: str, will: StoredWill | None) -> None:
+        if will is None:
+            self._write("HDEL", self.will_key, client_id)
+        else:
+            self._write("HSET", self.will_key, client_id, will.pack())
 
     def _keys(self, client_id: str) -> tuple[bytes, bytes, bytes, bytes]:
         """The subscriptions, queue, queue state and inbound keys of one client."""

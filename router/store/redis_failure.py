@@ -1,0 +1,265 @@
+"""Node failure on the Redis engine: liveness keys, one reaper per dead node.
+
+Keys and channels, beside those of :mod:`router.store.redis_engine`:
+
+* set ``wr:nodes``: the names of the nodes that run (or died and are not reaped yet).
+* string ``wr:node-alive:<node>``: the node's boot id, set with a lifetime of
+  ``cluster.node_timeout`` and refreshed every ``cluster.heartbeat_interval``
+  (:data:`HEARTBEAT`, which also looks for dead members). A node sets it once before it
+  reads anything at start-up, so a node that restarts under its name is alive again
+  before it loads what its previous run left.
+* string ``wr:node-reaper:<node>``: the node that reaps ``<node>`` (``SET NX``, a lifetime
+  of twice ``node_timeout``): exactly one survivor handles a death.
+* hash ``wr:testaments:<realm>:<node>``: session id -> MessagePack ``[authid, authrole,
+  authmethod, [[topic, args, kwargs, publish options], ...]]``, the testaments of the
+  node's WAMP sessions (written in the realm's per-turn batch; removed once published).
+* hash ``wr:mqtt-will:<realm>:<node>`` (:mod:`router.store.redis_sessions`): the wills of
+  the node's MQTT connections.
+* channel ``wr:node-down``: MessagePack ``[realm, node, [field, value, ...]]`` of the
+  ``wr:sessions:<realm>`` entries a dead node had, sent by its reaper: every node
+  publishes ``wamp.session.on_leave`` for them to its own subscribers, fails the calls it
+  forwarded to that node and stops waiting for it to release MQTT sessions.
+
+A node whose alive key is gone is dead: detected within ``node_timeout`` +
+``heartbeat_interval`` of its last refresh. Its reaper runs :data:`REAP` for each realm
+(with the dealer's release of its registrations, in one transaction) only while the alive
+key is still gone, so a node that restarted meanwhile keeps what it has: publishes its
+sessions' testaments and its clients' wills, removes its sessions, subscriptions, interest
+and registrations, and becomes the owner of its MQTT clients, whose sessions it then loads
+(:meth:`RedisMqttSessionStore.adopt_clients`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+from twisted.internet import task
+
+from router.core.incidents import STORE_FAILED
+from router.core.model import SessionInfo
+from router.core.testament import publish_testaments
+from router.mqtt.persistence import StoredWill
+from router.store.resp import BlockingRedis, command
+
+if TYPE_CHECKING:
+    from router.store.redis_engine import RedisEngine, RedisRealm
+
+log = logging.getLogger(__name__)
+
+NODES_KEY = b"wr:nodes"
+ALIVE_PREFIX = b"wr:node-alive:"
+REAPER_PREFIX = b"wr:node-reaper:"
+NODE_DOWN_CHANNEL = b"wr:node-down"
+
+HEARTBEAT = """
+local lost = redis.call('EXISTS', KEYS[2]) == 0
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('SADD', KEYS[1], ARGV[1])
+local dead = {}
+for _, node in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if node ~= ARGV[1] and redis.call('EXISTS', ARGV[5] .. node) == 0
+      and redis.call('SET', ARGV[6] .. node, ARGV[1], 'NX', 'PX', ARGV[4]) then
+    dead[#dead + 1] = node
+  end
+end
+return {lost and 1 or 0, dead}
+"""
+"""KEYS nodes set, this node's alive key; ARGV this node, boot id, node timeout (ms), reaper
+lifetime (ms), alive and reaper key prefixes. Refreshes this node's key and answers {1 if
+it had expired, the dead nodes this node now reaps}."""
+
+REAP = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local testaments = redis.call('HGETALL', KEYS[2])
+local wills = redis.call('HGETALL', KEYS[3])
+redis.call('DEL', KEYS[2], KEYS[3])
+local prefix = ARGV[1] .. ':'
+local left = {}
+for _, key in ipairs({KEYS[4], KEYS[5]}) do
+  local found = redis.call('HGETALL', key)
+  for i = 1, #found, 2 do
+    if string.sub(found[i], 1, #prefix) == prefix then
+      redis.call('HDEL', key, found[i])
+      if key == KEYS[4] then
+        left[#left + 1] = found[i]
+        left[#left + 1] = found[i + 1]
+      end
+    end
+  end
+end
+redis.call('HDEL', KEYS[6], ARGV[1])
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+local adopted = {}
+local owners = redis.call('HGETALL', KEYS[7])
+for i = 1, #owners, 2 do
+  if owners[i + 1] == ARGV[1] then
+    redis.call('HSET', KEYS[7], owners[i], ARGV[2])
+    adopted[#adopted + 1] = owners[i]
+  end
+end
+redis.call('PUBLISH', ARGV[6], cmsgpack.pack({ARGV[3], ARGV[1], left}))
+return {testaments, wills, adopted}
+"""
+"""KEYS the dead node's alive key, testaments and wills; the realm's sessions,
+subscriptions, interest and MQTT owner hashes; ARGV the dead node, this node, the realm, the
+interest channel and the announcement that the dead node holds no pattern, the node-down
+channel. Nothing (nil) if the node is alive again, else {testaments, wills, adopted
+clients}."""
+
+REAPED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[1]) end
+redis.call('DEL', KEYS[2])
+return 0
+"""
+"""KEYS the dead node's alive and reaper keys, the nodes set; ARGV the dead node: reaped
+(unless it came back), no other node needs to."""
+
+
+def testaments_key(realm: str, node: str) -> bytes:
+    """The hash of the testaments of node ``node``'s sessions in realm ``realm``."""
+    return f"wr:testaments:{realm}:{node}".encode()
+
+
+class RedisTestaments:
+    """One realm's :class:`router.core.engine.TestamentStore` on Redis (this node's hash)."""
+
+    def __init__(self, shared: "RedisRealm") -> None:
+        self._shared = shared
+        self.key = testaments_key(shared.name, shared.engine.node)
+
+    def save(self, info: SessionInfo, testaments: list[list]) -> None:
+        if not testaments:
+            self._shared.write(command("HDEL", self.key, info.session_id))
+            return
+        try:
+            blob = msgpack.packb([info.authid, info.authrole, info.authmethod, testaments],
+                                 use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._shared.engine.incidents.count(
+                self._shared.name, "wamp", STORE_FAILED,
+                f"session {info.session_id}: testaments not copied to Redis ({exc}): "
+                "published only if its node runs when it leaves")
+            return
+        self._shared.write(command("HSET", self.key, info.session_id, blob))
+
+
+def publish_left(shared: "RedisRealm", node: str, testaments: list, wills: list,
+                 adopted: list) -> None:
+    """Publish what node ``node`` (dead, or this node's previous run) left in realm
+    ``shared``: its sessions' testaments; its clients' wills, with their sessions if
+    ``adopted`` (None: this node's previous run, whose sessions were loaded at start)."""
+    realm = shared.realm
+    if realm is None:
+        return
+    for session_id, blob in zip(testaments[::2], testaments[1::2]):
+        authid, authrole, authmethod, stored = msgpack.unpackb(blob, raw=False)
+        publish_testaments(realm, SessionInfo(int(session_id), shared.name, authid, authrole,
+                                              authmethod), stored)
+    by_client = {client.decode(): StoredWill.unpack(blob)
+                 for client, blob in zip(wills[::2], wills[1::2])}
+    if adopted is None:
+        for client_id, will in by_client.items():
+            shared.sessions.adopt(client_id, None, will)
+    else:
+        shared.sessions.adopt_clients([client.decode() for client in adopted], by_client)
+    if adopted is not None or testaments or wills:
+        log.info("realm %s: node %s left %d testament(s), %d will(s)%s", shared.name, node,
+                 len(testaments) // 2, len(by_client),
+                 "" if adopted is None else f"; {len(adopted)} MQTT session(s) adopted")
+
+
+def take_left(shared: "RedisRealm", redis: BlockingRedis) -> tuple[list, list]:
+    """Start-up: the testaments and wills this node's previous run left (it was killed and
+    came back before it was reaped), removed from Redis, to publish once running."""
+    keys = (testaments_key(shared.name, shared.engine.node), shared.sessions.will_key)
+    found = [redis.call("HGETALL", key) for key in keys]
+    redis.call("DEL", *keys)
+    return found[0], found[1]
+
+
+class NodeWatch:
+    """This node's alive key, and the search for dead nodes (see the module docstring)."""
+
+    def __init__(self, engine: "RedisEngine") -> None:
+        self.engine = engine
+        self.boot = os.urandom(8).hex()
+        self.alive_key = ALIVE_PREFIX + engine.node_bytes
+        limits = engine.limits
+        self._timeout_ms = int(limits.node_timeout * 1000)
+        self._loop = task.LoopingCall(self.beat)
+        self._loop.clock = engine.reactor
+
+    def announce(self, redis: BlockingRedis) -> None:
+        """Start-up, before anything is read: this node is alive (again)."""
+        previous = redis.call("GET", self.alive_key)
+        if previous is not None:
+            log.warning("node %s: its previous run (boot %s) did not stop cleanly and was not "
+                        "found dead yet: this run publishes what it left", self.engine.node,
+                        previous.decode())
+        redis.call("SET", self.alive_key, self.boot, "PX", self._timeout_ms)
+        redis.call("SADD", NODES_KEY, self.engine.node)
+
+    def start(self) -> None:
+        self._loop.start(self.engine.limits.heartbeat_interval, now=False)
+
+    def beat(self) -> None:
+        """Refresh the alive key; reap the dead nodes this node won."""
+        engine = self.engine
+        if engine.commands is None:
+            return  # the key runs out if this lasts: other nodes will reap this one
+        engine.request(command(
+            "EVAL", HEARTBEAT, 2, NODES_KEY, self.alive_key, engine.node, self.boot,
+            self._timeout_ms, 2 * self._timeout_ms, ALIVE_PREFIX, REAPER_PREFIX)
+        ).addCallbacks(self._beaten, self._not_beaten)
+
+    def _beaten(self, reply: list) -> None:
+        lost, dead = reply
+        if lost:
+            log.error("node %s: its alive key had expired (no heartbeat for %.1f s): other "
+                      "nodes may have reaped it (sessions adopted, registrations removed); "
+                      "restart it to register again", self.engine.node,
+                      self.engine.limits.node_timeout)
+        for node in dead:
+            self.reap(node.decode())
+
+    def _not_beaten(self, failure: Any) -> None:
+        log.warning("node %s: heartbeat not written to Redis (%s)", self.engine.node,
+                    failure.getErrorMessage())
+
+    def reap(self, node: str) -> None:
+        """Act for dead node ``node`` in every realm, then take it out of the nodes set."""
+        engine = self.engine
+        limits = engine.limits
+        log.warning("node %s is dead (no heartbeat for %.1f s, looked every %.1f s): "
+                    "node %s reaps it", node, limits.node_timeout, limits.heartbeat_interval,
+                    engine.node)
+        alive_key = ALIVE_PREFIX + node.encode()
+        for shared in engine.realms.values():
+            reaping = (command("MULTI") + command(*shared.reap_command(node, alive_key))
+                       + command(*shared.dealer.release_dead(node, alive_key))
+                       + command("EXEC"))
+            engine.request(reaping, 3).addCallback(self._reaped, shared, node).addErrback(
+                self._reap_failed, shared, node)
+        engine.send(command("EVAL", REAPED, 3, alive_key, REAPER_PREFIX + node.encode(),
+                            NODES_KEY, node), 1, what=f"node {node} not marked reaped")
+
+    def _reaped(self, replies: list, shared: "RedisRealm", node: str) -> None:
+        reaped, _ = replies
+        if reaped is None:
+            log.info("realm %s: node %s is alive again: not reaped", shared.name, node)
+            return
+        publish_left(shared, node, *reaped)
+
+    def _reap_failed(self, failure: Any, shared: "RedisRealm", node: str) -> None:
+        log.error("realm %s: node %s not (fully) reaped: %s", shared.name, node,
+                  failure.getTraceback())
+
+    def close(self) -> list[tuple]:
+        """Stop beating; the commands that say this node stopped cleanly."""
+        if self._loop.running:
+            self._loop.stop()
+        return [("DEL", self.alive_key), ("SREM", NODES_KEY, self.engine.node)]
+

@@ -1,0 +1,221 @@
+"""Node failure on a cluster of router nodes on one real redis-server.
+
+A node is killed with kill -9: another node finds its alive key gone (within
+``node_timeout`` + ``heartbeat_interval``), publishes the wills and testaments it left,
+removes its sessions and registrations, and adopts its MQTT persistent sessions, which then
+queue what is published and move to any node their client reconnects to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections import Counter
+
+import pytest
+
+from router.store.resp import BlockingRedis
+from tests.clients import connect, next_item, run
+from tests.harness import RedisServer, RouterProcess, redis_cluster
+from tests.mqtt_clients import V5, V311, MqttClient, mqtt_realm, unique
+from tests.test_cluster_sessions import PROBE, count_until_probe, wait_queued
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
+                                reason="redis-server is not installed (README command 2)")
+
+HEARTBEAT = 0.2
+NODE_TIMEOUT = 1.0
+MARGIN = 4.0
+"""Beyond the detection bound: a loaded 2-core machine delays processes and Redis."""
+TAKEOVER_TIMEOUT = 30
+"""Long: a reconnect that waited for it would fail the test's own deadline."""
+N = 200
+
+
+def start_node(base, redis: RedisServer, name: str, **cluster) -> RouterProcess:
+    listeners = [{"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
+                 {"type": "rawsocket", "host": "127.0.0.1", "port": 0}]
+    limits = {"heartbeat_interval": HEARTBEAT, "node_timeout": NODE_TIMEOUT,
+              "session_takeover_timeout": TAKEOVER_TIMEOUT, **cluster}
+    return RouterProcess(base / name, [mqtt_realm()], listeners=listeners,
+                         extra_config={"engine": {"type": "redis", "url": redis.url,
+                                                  "node": name},
+                                       "cluster": limits}).start()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with redis_cluster(tmp_path_factory.mktemp("failure"), start_node, ("b", "c")) as running:
+        yield running
+
+
+def connected(node: RouterProcess, **options) -> MqttClient:
+    client = MqttClient(node, **options)
+    client.connect()
+    return client
+
+
+def reaped_log(nodes: dict[str, RouterProcess], dead: str, timeout: float) -> str:
+    """The line of the survivor that reaped node ``dead`` saying what it left."""
+    deadline = time.monotonic() + timeout
+    needle = f"node {dead} left "
+    while time.monotonic() < deadline:
+        for node in nodes.values():
+            for line in node.log_lines:
+                if needle in line:
+                    return line
+        time.sleep(0.02)  # polling the logs, not waiting in place of a check
+    raise AssertionError(f"node {dead} was not reaped within {timeout} s")
+
+
+def receive(client: MqttClient, wanted: set[bytes]) -> set[bytes]:
+    """Read ``client``'s messages until every payload of ``wanted`` came."""
+    seen = set()
+    while not wanted <= seen:
+        seen.add(client.next_message(timeout=NODE_TIMEOUT + HEARTBEAT + MARGIN).payload)
+    return seen
+
+
+def test_will_testament_sessions_and_registrations_of_a_killed_node(cluster, tmp_path):
+    redis, nodes = cluster
+    dying = start_node(tmp_path, redis, "a1")
+    base = unique("fail")
+    watcher = connected(nodes["b"])
+    assert watcher.subscribe((f"{base}/#", 1)) == [1]
+    for publisher in (connected(dying), connected(nodes["c"])):  # both know the interest
+        count_until_probe(publisher, watcher, f"{base}/probe", Counter())
+        publisher.close()
+    connected(dying, version=V311, will={"topic": f"{base}/will", "payload": b"gone",
+                                         "qos": 1})
+
+    async def before_kill():
+        testator = await connect(dying, "rawsocket")
+        await testator.call("wamp.session.add_testament", f"{base}.testament", ["bye"], {})
+        await testator.register(lambda: "here", f"{base}.proc")
+        caller = await connect(nodes["b"], "rawsocket")
+        deadline = time.monotonic() + 10
+        while testator._session_id not in await caller.call("wamp.session.list"):
+            assert time.monotonic() < deadline, "the testator never showed on node b"
+        while True:  # until b knows the registration
+            try:
+                assert await caller.call(f"{base}.proc") == "here"
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the registration never reached b"
+        leaves = await caller.events("wamp.session.on_leave")
+        return caller, leaves, testator._session_id, await caller.call("wamp.session.count")
+
+    async def after_kill(caller, leaves, testator_id, before):
+        assert await caller.call("wamp.session.count") == before - 2
+        left = set()
+        while testator_id not in left:
+            args, _, _ = await next_item(leaves)
+            left.add(args[0])
+        with pytest.raises(Exception) as failed:
+            await caller.call(f"{base}.proc")
+        assert failed.value.error == "wamp.error.no_such_procedure"
+        await caller.close()
+
+    async def scenario():
+        caller, leaves, testator_id, before = await before_kill()
+        killed = time.monotonic()
+        dying.kill9()
+        await asyncio.to_thread(receive, watcher, {b"gone", b'"bye"'})
+        assert time.monotonic() - killed < NODE_TIMEOUT + HEARTBEAT + MARGIN
+        await after_kill(caller, leaves, testator_id, before)
+
+    run(scenario())
+    assert "1 testament(s), 1 will(s)" in reaped_log(nodes, "a1", 1)
+    watcher.close()
+
+
+def test_offline_session_of_a_killed_node_queues_and_resumes_on_another_node(cluster,
+                                                                             tmp_path):
+    redis, nodes = cluster
+    dying = start_node(tmp_path, redis, "a2")
+    topic = unique("adopt") + "/t"
+    client_id = unique("orphan")
+    publisher = connected(nodes["b"])
+    subscriber = MqttClient(dying, V311, client_id=client_id, clean=False)
+    assert not subscriber.connect().session_present
+    assert subscriber.subscribe((topic, 2)) == [2]
+    count_until_probe(publisher, subscriber, topic, Counter())
+    subscriber.disconnect()
+    early = 20
+    for i in range(early):
+        publisher.publish(topic, f"early-{i}".encode(), 1)
+    wait_queued(redis, client_id, early)  # the dying node wrote them to Redis
+    dying.kill9()
+    assert "adopted" in reaped_log(nodes, "a2", NODE_TIMEOUT + HEARTBEAT + MARGIN)
+    # the adopting node queues from now on: a QoS 1 probe lands in Redis once its
+    # interest reached b
+    wait_queued(redis, client_id, early + 1, lambda: publisher.publish(topic, PROBE, 1))
+
+    for i in range(N):
+        publisher.publish(topic, f"q1-{i}".encode(), 1)
+        publisher.publish(topic, f"q2-{i}".encode(), 2)
+    started = time.monotonic()
+    resumed = MqttClient(nodes["c"], V311, client_id=client_id, clean=False)
+    assert resumed.connect().session_present
+    assert time.monotonic() - started < TAKEOVER_TIMEOUT / 3
+    expected = ({f"early-{i}".encode() for i in range(early)}
+                | {f"q{qos}-{i}".encode() for qos in (1, 2) for i in range(N)})
+    received: Counter[bytes] = Counter()
+    while not expected <= received.keys():
+        message = resumed.next_message()
+        if message.qos:
+            received[message.payload] += 1
+    count_until_probe(publisher, resumed, topic, received)
+    assert received.keys() - {PROBE} == expected
+    assert all(received[f"q2-{i}".encode()] == 1 for i in range(N))
+    for client in (resumed, publisher):
+        client.close()
+
+
+def test_a_normal_disconnect_leaves_no_will_and_a_restarted_node_is_not_reaped(cluster,
+                                                                               tmp_path):
+    redis, nodes = cluster
+    base = unique("calm")
+    watcher = connected(nodes["b"])
+    assert watcher.subscribe((f"{base}/#", 1)) == [1]
+    dying = start_node(tmp_path, redis, "a3")
+    publisher = connected(dying)
+    count_until_probe(publisher, watcher, f"{base}/probe", Counter())
+    polite = connected(dying, version=V5, will={"topic": f"{base}/will", "payload": b"no",
+                                                "qos": 1})
+    polite.disconnect()  # a normal DISCONNECT: the will is discarded
+    dying.kill9()
+    assert "0 will(s)" in reaped_log(nodes, "a3", NODE_TIMEOUT + HEARTBEAT + MARGIN)
+    seen: Counter[bytes] = Counter()
+    for node in nodes.values():  # behind anything the reaper published
+        prober = connected(node)
+        count_until_probe(prober, watcher, f"{base}/probe", seen)
+        prober.close()
+    assert b"no" not in seen
+
+    # killed and restarted before its alive key runs out: it is not reaped, and publishes
+    # what its previous run left itself
+    slow = {"node_timeout": 30}
+    restarted = start_node(tmp_path, redis, "a4", **slow)
+    count_until_probe(connected(restarted), watcher, f"{base}/probe", Counter())
+
+    async def testament():
+        testator = await connect(restarted, "rawsocket")
+        await testator.call("wamp.session.add_testament", f"{base}.left", ["again"], {})
+
+    run(testament())
+    restarted.kill9()
+    restarted = start_node(tmp_path, redis, "a4", **slow)
+    restarted.wait_for_log(r"node a4 left 1 testament\(s\)")
+    assert b'"again"' in receive(watcher, {b'"again"'})
+    store = BlockingRedis("127.0.0.1", redis.port, 0)
+    try:
+        assert store.call("SISMEMBER", "wr:nodes", "a4") == 1
+        assert store.call("EXISTS", "wr:node-reaper:a4") == 0
+    finally:
+        store.close()
+    assert not any("node a4 is dead" in line
+                   for node in nodes.values() for line in node.log_lines)
+    restarted.stop()
+    watcher.close()
