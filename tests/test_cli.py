@@ -174,6 +174,11 @@ BAD_CONFIGS = [
      "config.json", ["cluster.session_takeover_timeout", "positive"]),
     ("cluster.call_timeout a string", _set(["config", "cluster"], {"call_timeout": "1s"}),
      "config.json", ["cluster.call_timeout"]),
+    ("cluster.heartbeat_interval zero", _set(["config", "cluster"], {"heartbeat_interval": 0}),
+     "config.json", ["cluster.heartbeat_interval", "positive"]),
+    ("cluster.node_timeout not above two heartbeats",
+     _set(["config", "cluster"], {"heartbeat_interval": 1, "node_timeout": 2}),
+     "config.json", ["cluster.node_timeout", "more than twice heartbeat_interval"]),
 ]
 
 

@@ -334,16 +334,15 @@ class RedisRealm:
 
     def reap_command(self, node: str, alive_key: bytes) -> tuple:
         """The :data:`router.store.redis_failure.REAP` call for dead node ``node``."""
-        nobody = msgpack.packb([self.name, node, msgpack.packb([], use_bin_type=True)],
-                               use_bin_type=True)
         return ("EVAL", REAP, 7, alive_key, testaments_key(self.name, node),
                 self.sessions.wills_key(node), self.members.sessions_key,
                 self.members.subscriptions_key, self.keys["interest"], self.sessions.owner_key,
-                node, self.engine.node, self.name, INTEREST_CHANNEL, nobody, NODE_DOWN_CHANNEL)
+                node, self.engine.node, self.name, NODE_DOWN_CHANNEL)
 
     def node_down(self, node: str, left: list) -> None:
-        """Node ``node`` died and was reaped: its sessions left (meta events for this
-        node's subscribers), its calls and session releases will not come."""
+        """Node ``node`` died and was reaped: it holds no pattern any more, its sessions
+        left (meta events for this node's subscribers), its calls' answers and session
+        releases will not come."""
         self.remote.replace(node, set())
         self.dealer.node_down(node)
         self.sessions.node_down(node)

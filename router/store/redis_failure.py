@@ -6,8 +6,8 @@ Keys and channels, beside those of :mod:`router.store.redis_engine`:
 * string ``wr:node-alive:<node>``: the node's boot id, set with a lifetime of
   ``cluster.node_timeout`` and refreshed every ``cluster.heartbeat_interval``
   (:data:`HEARTBEAT`, which also looks for dead members). A node sets it once before it
-  reads anything at start-up, so a node that restarts under its name is alive again
-  before it loads what its previous run left.
+  reads anything at start-up (lasting at least :data:`STARTING`), so a node that restarts
+  under its name is alive again before it loads what its previous run left.
 * string ``wr:node-reaper:<node>``: the node that reaps ``<node>`` (``SET NX``, a lifetime
   of twice ``node_timeout``): exactly one survivor handles a death.
 * hash ``wr:testaments:<realm>:<node>``: session id -> MessagePack ``[authid, authrole,
@@ -53,6 +53,11 @@ NODES_KEY = b"wr:nodes"
 ALIVE_PREFIX = b"wr:node-alive:"
 REAPER_PREFIX = b"wr:node-reaper:"
 NODE_DOWN_CHANNEL = b"wr:node-down"
+STARTING = 30.0
+"""Seconds the alive key set at start-up lasts, however short ``node_timeout`` is: a node
+may take a while from reading Redis to its first heartbeat (restoring sessions, opening
+listeners), and must not look dead meanwhile. A node that dies while starting is found dead
+after at most this long."""
 
 HEARTBEAT = """
 local lost = redis.call('EXISTS', KEYS[2]) == 0
@@ -91,7 +96,6 @@ for _, key in ipairs({KEYS[4], KEYS[5]}) do
   end
 end
 redis.call('HDEL', KEYS[6], ARGV[1])
-redis.call('PUBLISH', ARGV[4], ARGV[5])
 local adopted = {}
 local owners = redis.call('HGETALL', KEYS[7])
 for i = 1, #owners, 2 do
@@ -100,14 +104,14 @@ for i = 1, #owners, 2 do
     adopted[#adopted + 1] = owners[i]
   end
 end
-redis.call('PUBLISH', ARGV[6], cmsgpack.pack({ARGV[3], ARGV[1], left}))
+redis.call('PUBLISH', ARGV[4], cmsgpack.pack({ARGV[3], ARGV[1], left}))
 return {testaments, wills, adopted}
 """
 """KEYS the dead node's alive key, testaments and wills; the realm's sessions,
 subscriptions, interest and MQTT owner hashes; ARGV the dead node, this node, the realm, the
-interest channel and the announcement that the dead node holds no pattern, the node-down
-channel. Nothing (nil) if the node is alive again, else {testaments, wills, adopted
-clients}."""
+node-down channel (every node then forgets the dead node's interest, see
+:meth:`RedisRealm.node_down`). Nothing (nil) if the node is alive again, else {testaments,
+wills, adopted clients}."""
 
 REAPED = """
 if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[1]) end
@@ -199,11 +203,12 @@ class NodeWatch:
             log.warning("node %s: its previous run (boot %s) did not stop cleanly and was not "
                         "found dead yet: this run publishes what it left", self.engine.node,
                         previous.decode())
-        redis.call("SET", self.alive_key, self.boot, "PX", self._timeout_ms)
+        redis.call("SET", self.alive_key, self.boot, "PX",
+                   max(self._timeout_ms, int(STARTING * 1000)))
         redis.call("SADD", NODES_KEY, self.engine.node)
 
     def start(self) -> None:
-        self._loop.start(self.engine.limits.heartbeat_interval, now=False)
+        self._loop.start(self.engine.limits.heartbeat_interval, now=True)
 
     def beat(self) -> None:
         """Refresh the alive key; reap the dead nodes this node won."""
