@@ -69,6 +69,18 @@ def reaped_log(nodes: dict[str, RouterProcess], dead: str, timeout: float) -> st
     raise AssertionError(f"node {dead} was not reaped within {timeout} s")
 
 
+def wait_will(redis: RedisServer, node: str, client_id: str, kept: bool) -> None:
+    """Until Redis holds (or no longer holds) node ``node``'s copy of the client's will."""
+    store = BlockingRedis("127.0.0.1", redis.port, 0)
+    deadline = time.monotonic() + 10
+    try:
+        while store.call("HEXISTS", f"wr:mqtt-will:realm1:{node}", client_id) != kept:
+            assert time.monotonic() < deadline, f"the will of {client_id}: never {kept}"
+            time.sleep(0.02)  # polling Redis, not waiting in place of a check
+    finally:
+        store.close()
+
+
 def receive(client: MqttClient, wanted: set[bytes]) -> set[bytes]:
     """Read ``client``'s messages until every payload of ``wanted`` came."""
     seen = set()
@@ -184,7 +196,9 @@ def test_a_normal_disconnect_leaves_no_will_and_a_restarted_node_is_not_reaped(c
     count_until_probe(publisher, watcher, f"{base}/probe", Counter())
     polite = connected(dying, version=V5, will={"topic": f"{base}/will", "payload": b"no",
                                                 "qos": 1})
+    wait_will(redis, "a3", polite.client_id, True)
     polite.disconnect()  # a normal DISCONNECT: the will is discarded
+    wait_will(redis, "a3", polite.client_id, False)
     dying.kill9()
     assert "0 will(s)" in reaped_log(nodes, "a3", NODE_TIMEOUT + HEARTBEAT + MARGIN)
     seen: Counter[bytes] = Counter()
@@ -219,3 +233,31 @@ def test_a_normal_disconnect_leaves_no_will_and_a_restarted_node_is_not_reaped(c
                    for node in nodes.values() for line in node.log_lines)
     restarted.stop()
     watcher.close()
+
+
+def test_a_reconnect_waiting_for_a_killed_node_resumes_when_it_is_found_dead(cluster,
+                                                                            tmp_path):
+    """The client reconnects before the death is found: its claim waits for the dead node
+    to let go only until the death is found, not ``session_takeover_timeout``."""
+    redis, nodes = cluster
+    dying = start_node(tmp_path, redis, "a5")
+    topic = unique("soon") + "/t"
+    client_id = unique("hasty")
+    publisher = connected(nodes["b"])
+    subscriber = MqttClient(dying, V5, client_id=client_id, clean=False, session_expiry=300)
+    subscriber.connect()
+    assert subscriber.subscribe((topic, 1)) == [1]
+    count_until_probe(publisher, subscriber, topic, Counter())
+    subscriber.disconnect()
+    count = 5
+    for i in range(count):
+        publisher.publish(topic, f"m{i}".encode(), 1)
+    wait_queued(redis, client_id, count)
+    dying.kill9()
+    started = time.monotonic()
+    resumed = MqttClient(nodes["c"], V5, client_id=client_id, clean=False, session_expiry=300)
+    assert resumed.connect(timeout=TAKEOVER_TIMEOUT).session_present
+    assert time.monotonic() - started < NODE_TIMEOUT + HEARTBEAT + MARGIN
+    assert receive(resumed, {f"m{i}".encode() for i in range(count)})
+    for client in (resumed, publisher):
+        client.close()

@@ -643,6 +643,7 @@ class RedisEngine:
         self.commands = connection
         connection.on_lost = self._commands_down
         connection.on_pressure = self._pressure
+        self.watch.beat()  # at once: the start-up's longer lifetime ends
         for shared in self.realms.values():
             shared.announce_interest()
             shared.flush()

@@ -151,7 +151,7 @@ class RedisTestaments:
 
 
 def publish_left(shared: "RedisRealm", node: str, testaments: list, wills: list,
-                 adopted: list) -> None:
+                 adopted: list | None) -> None:
     """Publish what node ``node`` (dead, or this node's previous run) left in realm
     ``shared``: its sessions' testaments; its clients' wills, with their sessions if
     ``adopted`` (None: this node's previous run, whose sessions were loaded at start)."""
@@ -191,8 +191,7 @@ class NodeWatch:
         self.engine = engine
         self.boot = os.urandom(8).hex()
         self.alive_key = ALIVE_PREFIX + engine.node_bytes
-        limits = engine.limits
-        self._timeout_ms = int(limits.node_timeout * 1000)
+        self._timeout_ms = int(engine.limits.node_timeout * 1000)
         self._loop = task.LoopingCall(self.beat)
         self._loop.clock = engine.reactor
 
@@ -208,7 +207,7 @@ class NodeWatch:
         redis.call("SADD", NODES_KEY, self.engine.node)
 
     def start(self) -> None:
-        self._loop.start(self.engine.limits.heartbeat_interval, now=True)
+        self._loop.start(self.engine.limits.heartbeat_interval, now=False)
 
     def beat(self) -> None:
         """Refresh the alive key; reap the dead nodes this node won."""
