@@ -75,6 +75,9 @@ class TestamentStore(Protocol):
         """``info``'s testaments now are ``testaments`` (each ``[topic, args, kwargs,
         publish options]``, in publication order); an empty list forgets the session."""
 
+    def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """``callback(ok)`` once every change saved so far is stored (or failed to be)."""
+
 
 class Membership(Protocol):
     """Which sessions a realm has on this node, for answers about the whole cluster."""

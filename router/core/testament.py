@@ -4,13 +4,16 @@ On detach the ``detached`` bucket is published, then the ``destroyed`` one (we
 have no session resumption, so both fire), each authorized as a publish by the
 testator at the time it is published. With an engine that keeps them beyond this node
 (``RealmEngine.testaments``), every change of a session's testaments is copied there, so
-that another node publishes them (:func:`publish_testaments`) if this one dies.
+that another node publishes them (:func:`publish_testaments`) if this one dies; the
+answer to ``add_testament`` / ``flush_testaments`` then waits until the copy is stored.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+
+from twisted.internet import defer
 
 from router.core import errors
 from router.core.engine import TestamentStore
@@ -68,7 +71,7 @@ class Testaments:
         realm.dealer.procedures["wamp.session.flush_testaments"] = self.flush
         realm.on_leave(self._publish_all)
 
-    def add(self, caller: SessionInfo, args: list, kwargs: dict) -> None:
+    def add(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred | None:
         topic = args[0] if args else kwargs.get("topic")
         t_args = args[1] if len(args) > 1 else kwargs.get("args")
         t_kwargs = args[2] if len(args) > 2 else kwargs.get("kwargs")
@@ -99,24 +102,35 @@ class Testaments:
                               f"this session already has {self._max} testaments, the realm's "
                               "maximum (wamp.max_testaments)")
         buckets[scope].append(Testament(topic, t_args, t_kwargs, options, raw_options))
-        self._copy(caller, buckets)
+        return self._copy(caller, buckets, None)
 
-    def flush(self, caller: SessionInfo, args: list, kwargs: dict) -> int:
+    def flush(self, caller: SessionInfo, args: list,
+              kwargs: dict) -> "int | defer.Deferred | None":
         scope = args[0] if args else kwargs.get("scope", "destroyed")
         if scope not in SCOPES:
             raise RouterError(errors.INVALID_ARGUMENT, f"scope must be one of {', '.join(SCOPES)}")
         bucket = self._by_session.get(caller.session_id, {}).get(scope, [])
         flushed = len(bucket)
         bucket.clear()
-        if flushed:
-            self._copy(caller, self._by_session[caller.session_id])
-        return flushed
+        if not flushed:
+            return flushed
+        return self._copy(caller, self._by_session[caller.session_id], flushed)
 
-    def _copy(self, info: SessionInfo, buckets: dict[str, list[Testament]]) -> None:
-        """Keep the engine's copy of the session's testaments current (if it keeps one)."""
-        if self._store is not None:
-            self._store.save(info, [testament.stored() for scope in SCOPES
-                                    for testament in buckets[scope]])
+    def _copy(self, info: SessionInfo, buckets: dict[str, list[Testament]],
+              answer: int | None) -> "int | defer.Deferred | None":
+        """Keep the engine's copy of the session's testaments current (if it keeps one):
+        ``answer``, once the copy is stored (a Deferred), so that the caller knows that
+        what it asked for holds even if this node dies."""
+        store = self._store
+        if store is None:
+            return answer
+        store.save(info, [testament.stored() for scope in SCOPES
+                          for testament in buckets[scope]])
+        stored: defer.Deferred = defer.Deferred()
+        store.when_durable(lambda ok: stored.callback(answer) if ok else stored.errback(
+            RouterError(errors.UNAVAILABLE, "done on this node, but not (yet) copied to the cluster "
+                                            "(Redis): lost if this node dies")))
+        return stored
 
     def _publish_all(self, peer: Peer) -> None:
         buckets = self._by_session.pop(peer.info.session_id, None)

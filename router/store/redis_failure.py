@@ -133,6 +133,7 @@ class RedisTestaments:
     def __init__(self, shared: "RedisRealm") -> None:
         self._shared = shared
         self.key = testaments_key(shared.name, shared.engine.node)
+        self.when_durable = shared.when_durable
 
     def save(self, info: SessionInfo, testaments: list[list]) -> None:
         if not testaments:
