@@ -341,11 +341,20 @@ class RedisRealm:
 
     def node_down(self, node: str, left: list) -> None:
         """Node ``node`` died and was reaped: it holds no pattern any more, its sessions
-        left (meta events for this node's subscribers), its calls' answers and session
-        releases will not come."""
+        left (meta events for this node's subscribers), its calls' answers, releases of
+        client state and confirmations will not come (what waits for them fails now)."""
         self.remote.replace(node, set())
         self.dealer.node_down(node)
-        self.sessions.node_down(node)
+        for claims in self.claims.values():
+            claims.node_down(node)
+        waiting = self._unconfirmed.pop(node, None)
+        if waiting:
+            self._unconfirmed_count -= len(waiting)
+            for _, _, confirmed in waiting:
+                _settle(confirmed, False)
+            self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                        f"{len(waiting)} publication(s) sent to node {node} "
+                                        "not confirmed: it died")
         if self.realm is None:
             return
         for field, value in zip(left[::2], left[1::2]):
