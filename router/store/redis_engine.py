@@ -656,9 +656,9 @@ class RedisEngine:
         for shared in self.realms.values():
             shared.announce_interest()
             shared.flush()
-            if shared.left is not None:
+            if shared.left is not None:  # next turn: a failure there is its own
                 left, shared.left = shared.left, None
-                publish_left(shared, self.node, *left, None)
+                self.reactor.callLater(0, publish_left, shared, self.node, *left, None)
         self._read_registrations()
 
     def _commands_down(self) -> None:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 from twisted.internet import task
 
-from router.core.incidents import STORE_FAILED
+from router.core.incidents import ENGINE_UNAVAILABLE, STORE_FAILED
 from router.core.model import SessionInfo
 from router.core.testament import publish_testaments
 from router.mqtt.persistence import StoredWill
@@ -231,8 +231,10 @@ class NodeWatch:
             self.reap(node.decode())
 
     def _not_beaten(self, failure: Any) -> None:
-        log.warning("node %s: heartbeat not written to Redis (%s)", self.engine.node,
-                    failure.getErrorMessage())
+        self.engine.incidents.count("", "engine", ENGINE_UNAVAILABLE,
+                                    f"heartbeat not written to Redis "
+                                    f"({failure.getErrorMessage()}): other nodes find this "
+                                    "one dead if it lasts longer than cluster.node_timeout")
 
     def reap(self, node: str) -> None:
         """Act for dead node ``node`` in every realm, then take it out of the nodes set."""
