@@ -95,9 +95,10 @@ def test_will_testament_sessions_and_registrations_of_a_killed_node(cluster, tmp
     base = unique("fail")
     watcher = connected(nodes["b"])
     assert watcher.subscribe((f"{base}/#", 1)) == [1]
-    for publisher in (connected(dying), connected(nodes["c"])):  # both know the interest
-        count_until_probe(publisher, watcher, f"{base}/probe", Counter())
-        publisher.close()
+    probers = [connected(dying), connected(nodes["c"])]
+    for prober in probers:  # both nodes know the interest
+        count_until_probe(prober, watcher, f"{base}/probe", Counter())
+    probers[0].close()  # before the sessions are counted: a1 writes it before the others
     connected(dying, version=V311, will={"topic": f"{base}/will", "payload": b"gone",
                                          "qos": 1})
 
@@ -139,7 +140,8 @@ def test_will_testament_sessions_and_registrations_of_a_killed_node(cluster, tmp
 
     run(scenario())
     assert "1 testament(s), 1 will(s)" in reaped_log(nodes, "a1", 1)
-    watcher.close()
+    for client in (watcher, probers[1]):
+        client.close()
 
 
 def test_offline_session_of_a_killed_node_queues_and_resumes_on_another_node(cluster,
