@@ -221,8 +221,9 @@ class MqttFrontend:
                 self._send_will(client_id, info, _as_will(will))
             return
         if will is not None and session.connection is None:
-            self._keep_will(session, _as_will(will))
-            self._publish_will(session, _as_will(will))
+            due = _as_will(will)
+            self._keep_will(session, due)  # this node publishes it now, or dies first
+            self._publish_will(session, due)
 
     def _keep_will(self, session: MqttSession, will: Will | None) -> None:
         """Keep the store's copy of the will of the session's connection current (only
@@ -457,6 +458,7 @@ class MqttFrontend:
 
 
 def _as_will(stored: StoredWill) -> Will:
+    """The will as the connection had it."""
     message = stored.message
     return Will(message.topic, message.payload, message.qos, message.retain,
                 message.properties)
