@@ -128,8 +128,8 @@ class Testaments:
                           for testament in buckets[scope]])
         stored: defer.Deferred = defer.Deferred()
         store.when_durable(lambda ok: stored.callback(answer) if ok else stored.errback(
-            RouterError(errors.UNAVAILABLE, "done on this node, but not (yet) copied to the cluster "
-                                            "(Redis): lost if this node dies")))
+            RouterError(errors.UNAVAILABLE, "done on this node, but not (yet) copied to the "
+                                            "cluster (Redis): lost if this node dies")))
         return stored
 
     def _publish_all(self, peer: Peer) -> None:
