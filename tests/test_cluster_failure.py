@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 import time
 from collections import Counter
 
+import paho.mqtt.client as paho
 import pytest
+from paho.mqtt.enums import CallbackAPIVersion
 
 from router.store.resp import BlockingRedis
 from tests.clients import connect, next_item, run
@@ -264,4 +267,90 @@ def test_a_reconnect_waiting_for_a_killed_node_resumes_when_it_is_found_dead(clu
     assert time.monotonic() - started < NODE_TIMEOUT + HEARTBEAT + MARGIN
     assert receive(resumed, {f"m{i}".encode() for i in range(count)})
     for client in (resumed, publisher):
+        client.close()
+
+
+class RetryingPublisher:
+    """An MQTT 3.1.1 publisher as an application runs it: persistent session, automatic
+    reconnect, every QoS >= 1 message kept by paho until acknowledged and sent again after
+    a reconnect (the router closes a 3.1.1 connection whose message it could not store)."""
+
+    def __init__(self, node: RouterProcess) -> None:
+        self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=unique("retrying"),
+                                  protocol=paho.MQTTv311, clean_session=False)
+        self.client.reconnect_delay_set(0.05, 0.5)
+        self.client.max_queued_messages_set(0)
+        self.acknowledged: set[int] = set()
+        self.reconnects = 0
+        self._done = threading.Condition()
+        self.client.on_publish = self._on_publish
+        self.client.on_connect = self._on_connect
+        host, port, _ = node.address("mqtt")
+        self.client.connect(host, port, 30)
+        self.client.loop_start()
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        self.reconnects += 1
+
+    def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
+        with self._done:
+            self.acknowledged.add(mid)
+            self._done.notify_all()
+
+    def publish_all(self, messages: list[tuple[str, bytes, int]]) -> list[int]:
+        return [self.client.publish(topic, payload, qos).mid for topic, payload, qos in messages]
+
+    def wait_acknowledged(self, mids: list[int], timeout: float) -> None:
+        with self._done:
+            assert self._done.wait_for(lambda: self.acknowledged >= set(mids), timeout), \
+                f"{len(set(mids) - self.acknowledged)} messages never acknowledged"
+
+    def close(self) -> None:
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+def test_node_killed_mid_stream_loses_nothing_acknowledged(cluster, tmp_path):
+    """An MQTT 3.1.1 and an MQTT 5 persistent subscriber leave their sessions on node a3;
+    1,000 QoS 1 and 1,000 QoS 2 messages are published on b, and a3 is killed with kill -9
+    when about a third of them are queued. The publisher's client resends what was not
+    acknowledged; both subscribers resume on c with every QoS 1 message at least once and
+    every QoS 2 message exactly once."""
+    redis, nodes = cluster
+    count = 1000
+    dying = start_node(tmp_path, redis, "a3")
+    topic = unique("midstream") + "/t"
+    prober = connected(nodes["b"])
+    ids = {V311: unique("mid311"), V5: unique("mid5")}
+    for version, client_id in ids.items():
+        subscriber = MqttClient(dying, version, client_id=client_id, clean=False,
+                                session_expiry=300 if version == V5 else None)
+        assert not subscriber.connect().session_present
+        assert subscriber.subscribe((topic, 2)) == [2]
+        count_until_probe(prober, subscriber, topic, Counter())
+        subscriber.disconnect()
+    publisher = RetryingPublisher(nodes["b"])
+    messages = [(topic, f"q{qos}-{i}".encode(), qos) for i in range(count) for qos in (1, 2)]
+    mids = publisher.publish_all(messages)
+    wait_queued(redis, ids[V311], count * 2 // 3)
+    dying.kill9()
+    publisher.wait_acknowledged(mids, timeout=60)
+    assert publisher.reconnects > 1, "the kill never cost an acknowledgement"
+    expected = {payload for _, payload, _ in messages}
+    for version, client_id in ids.items():
+        resumed = MqttClient(nodes["c"], version, client_id=client_id, clean=False,
+                             session_expiry=300 if version == V5 else None)
+        assert resumed.connect().session_present
+        received: Counter[bytes] = Counter()
+        while not expected <= received.keys():
+            message = resumed.next_message(timeout=NODE_TIMEOUT + HEARTBEAT + MARGIN)
+            if message.qos:
+                received[message.payload] += 1
+        count_until_probe(prober, resumed, topic, received)
+        assert received.keys() - {PROBE} == expected
+        twice = [payload for payload, seen in received.items()
+                 if payload.startswith(b"q2-") and seen > 1]
+        assert not twice, f"QoS 2 messages delivered more than once: {twice[:5]}"
+        resumed.close()
+    for client in (publisher, prober):
         client.close()
