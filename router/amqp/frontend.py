@@ -16,11 +16,10 @@ from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_patte
 from router.amqp.body import Inbound
 from router.amqp.conditions import INVALID_FIELD, AttachRefused, router_error_condition
 from router.amqp.outlet import Outlet
-from router.amqp.persistence import AmqpStore, StoredDurable, link_id, link_key
+from router.amqp.persistence import AmqpStore, LinkClaims, StoredDurable, link_id, link_key
 from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
 from router.amqp.subscriber import AmqpSubscriber
 from router.core.dealer import Scheduler
-from router.core.engine import Claims
 from router.core.errors import RouterError
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions
@@ -45,10 +44,11 @@ class AmqpFrontend:
         self.store = store
         self.scheduler = scheduler
         self.durable: dict[tuple[str, str], AmqpSubscriber] = {}
-        self.claims: Claims | None = store if isinstance(store, Claims) else None
+        self.claims: LinkClaims | None = store if isinstance(store, LinkClaims) else None
         """Set when durable links follow their client among nodes (the Redis engine)."""
         if self.claims is not None:
             self.claims.release = self.release
+            self.claims.adopt = self.adopt
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         self.store.when_durable(callback)
@@ -157,6 +157,16 @@ class AmqpFrontend:
                 subscriber.connection.steal(subscriber)  # its deliveries in flight, counted
             self._unhook(subscriber)
         self.store.when_durable(lambda ok: done())
+
+    def adopt(self, owned: str, stored: StoredDurable | None) -> None:
+        """The durable link's node died: the link, unless it expired meanwhile (then
+        ``stored`` is None), lives here now, detached, queueing for its client; its expiry
+        runs from when it was detached (from now if it was attached)."""
+        key = link_key(owned)
+        if key in self.durable:  # this node's own claim brought it here
+            return
+        if (stored is None or not self._restore_one(stored)) and self.claims is not None:
+            self.claims.disown(owned)
 
     def subscribe(self, connection: Outlet, link, address: str | None, qos: int,
                   policy: str, durable: bool, group: str | None = None) -> AmqpSubscriber:

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import logging
 
 import msgpack
 
 from router.amqp.body import bytes_message
+from router.core.engine import Claims
 from router.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,16 @@ class StoredDurable:
     queued: list[Outgoing] = field(default_factory=list)
     group: str | None = None
     """The shared group the link is a member of (``amqp_shared``), if any."""
+
+
+@runtime_checkable
+class LinkClaims(Claims, Protocol):
+    """The Redis engine's :class:`Claims` of durable links: also the adoption of the links
+    of a node that died."""
+
+    adopt: Callable[[str, "StoredDurable | None"], None]
+    """Set by the frontend: ``adopt(link id, stored)`` of a durable link whose node died:
+    the link, if Redis holds it and it has not expired, now lives here."""
 
 
 def expired(timeout: float, detached_at: float | None, now: float) -> bool:

@@ -17,6 +17,10 @@ when it does not answer: a stopped node; or at once when that node is found dead
 :meth:`RedisClaims.node_down`), so nothing the old owner queued is missed. A
 "take" (or a second claim here) that arrives while this node's own claim of that id is
 still under way waits for it to finish.
+
+The node that reaps a dead one becomes the owner of the dead node's ids in the reaping
+script (:data:`router.store.redis_failure.REAP`, every owner hash of the realm) and loads
+each one's state as an own claim (:meth:`RedisClaims.adopt_owned`).
 """
 
 from __future__ import annotations
@@ -178,6 +182,18 @@ class RedisClaims(Generic[Stored]):
         done = self._message("released", owned)
         self.release(owned, lambda: self._shared.write(
             command("PUBLISH", TAKEOVER_CHANNEL_PREFIX + node.encode(), done)))
+
+    def adopt_owned(self, owned: str, adopted: Callable[[Stored | None], None]) -> None:
+        """This node now owns ``owned`` (its node died; the reaping script made this node
+        its owner): load its state as an own claim, then ``adopted(state)``; None if Redis
+        holds none, or if a claim of this node is under way (it brings the state here).
+        Another node's "take" waits for the load, then gets "released" as from any owner."""
+        after = self._claims.get(owned)
+        if after is not None:
+            after.append(partial(adopted, None))
+            return
+        self._claims[owned] = []
+        self._load(owned, adopted)
 
     def disown(self, owned: str) -> None:
         """The state ended here: no node owns the id any more (unless one claimed it)."""

@@ -208,6 +208,8 @@ class RedisRealm:
         self.sessions = RedisMqttSessionStore(self, name)
         self.claims: dict[str, RedisClaims] = {"mqtt": self.sessions}
         """Protocol -> the ids of its client state that follow their client among nodes."""
+        self.links: RedisAmqpStore | None = None
+        """The realm's durable AMQP links, where it has an AMQP frontend."""
         self.testaments = RedisTestaments(self)
         self.left: tuple[list, list] | None = None
         """Testaments and wills this node's previous run left, until published."""
@@ -334,9 +336,10 @@ class RedisRealm:
 
     def reap_command(self, node: str, alive_key: bytes) -> tuple:
         """The :data:`router.store.redis_failure.REAP` call for dead node ``node``."""
-        return ("EVAL", REAP, 7, alive_key, testaments_key(self.name, node),
+        owners = [claims.owner_key for claims in self.claims.values()]
+        return ("EVAL", REAP, 6 + len(owners), alive_key, testaments_key(self.name, node),
                 self.sessions.wills_key(node), self.members.sessions_key,
-                self.members.subscriptions_key, self.keys["interest"], self.sessions.owner_key,
+                self.members.subscriptions_key, self.keys["interest"], *owners,
                 node, self.engine.node, self.name, NODE_DOWN_CHANNEL)
 
     def node_down(self, node: str, left: list) -> None:
@@ -632,7 +635,7 @@ class RedisEngine:
         node (``local`` keeps the QoS 2 tags of durable sender links)."""
         shared = self.realms[realm]
         store = RedisAmqpStore(shared, realm, local)
-        shared.claims["amqp"] = store
+        shared.claims["amqp"] = shared.links = store
         return store
 
     def start(self, realms: dict[str, "Realm"], incidents: Incidents) -> None:

@@ -25,8 +25,10 @@ A node whose alive key is gone is dead: detected within ``node_timeout`` +
 (with the dealer's release of its registrations, in one transaction) only while the alive
 key is still gone, so a node that restarted meanwhile keeps what it has: publishes its
 sessions' testaments and its clients' wills, removes its sessions, subscriptions, interest
-and registrations, and becomes the owner of its MQTT clients, whose sessions it then loads
-(:meth:`RedisMqttSessionStore.adopt_clients`).
+and registrations, and becomes the owner of its MQTT clients and AMQP durable links, whose
+state it then loads (:meth:`RedisMqttSessionStore.adopt_clients`,
+:meth:`RedisAmqpStore.adopt_links`): they queue here until their client comes back on any
+node.
 """
 
 from __future__ import annotations
@@ -97,21 +99,29 @@ for _, key in ipairs({KEYS[4], KEYS[5]}) do
 end
 redis.call('HDEL', KEYS[6], ARGV[1])
 local adopted = {}
-local owners = redis.call('HGETALL', KEYS[7])
-for i = 1, #owners, 2 do
-  if owners[i + 1] == ARGV[1] then
-    redis.call('HSET', KEYS[7], owners[i], ARGV[2])
-    adopted[#adopted + 1] = owners[i]
+for k = 7, #KEYS do
+  local ids = {}
+  local owners = redis.call('HGETALL', KEYS[k])
+  for i = 1, #owners, 2 do
+    if owners[i + 1] == ARGV[1] then
+      redis.call('HSET', KEYS[k], owners[i], ARGV[2])
+      ids[#ids + 1] = owners[i]
+    end
   end
+  adopted[#adopted + 1] = ids
 end
 redis.call('PUBLISH', ARGV[4], cmsgpack.pack({ARGV[3], ARGV[1], left}))
 return {testaments, wills, adopted}
 """
 """KEYS the dead node's alive key, testaments and wills; the realm's sessions,
-subscriptions, interest and MQTT owner hashes; ARGV the dead node, this node, the realm, the
-node-down channel (every node then forgets the dead node's interest, see
+subscriptions and interest hashes, then its owner hashes (MQTT clients, AMQP durable links:
+:mod:`router.store.redis_claims`); ARGV the dead node, this node, the realm, the node-down
+channel (every node then forgets the dead node's interest, see
 :meth:`RedisRealm.node_down`). Nothing (nil) if the node is alive again, else {testaments,
-wills, adopted clients}."""
+wills, {the ids this node now owns, per owner hash}}."""
+
+ADOPTED = {"mqtt": "MQTT session(s)", "amqp": "AMQP durable link(s)"}
+"""What the ids of each owner hash are, for the log of a reaping."""
 
 REAPED = """
 if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[1]) end
@@ -155,7 +165,8 @@ def publish_left(shared: "RedisRealm", node: str, testaments: list, wills: list,
                  adopted: list | None) -> None:
     """Publish what node ``node`` (dead, or this node's previous run) left in realm
     ``shared``: its sessions' testaments; its clients' wills, with their sessions if
-    ``adopted`` (None: this node's previous run, whose sessions were loaded at start)."""
+    ``adopted`` (the ids this node now owns, per :attr:`RedisRealm.claims` entry; None:
+    this node's previous run, whose state was loaded at start), and its durable links."""
     realm = shared.realm
     if realm is None:
         return
@@ -165,15 +176,21 @@ def publish_left(shared: "RedisRealm", node: str, testaments: list, wills: list,
                                               authmethod), stored)
     by_client = {client.decode(): StoredWill.unpack(blob)
                  for client, blob in zip(wills[::2], wills[1::2])}
+    adopted_of: dict[str, list[str]] = {}
     if adopted is None:
         for client_id, will in by_client.items():
             shared.sessions.adopt(client_id, None, will)
     else:
-        shared.sessions.adopt_clients([client.decode() for client in adopted], by_client)
+        adopted_of = {protocol: [owned.decode() for owned in ids]
+                      for protocol, ids in zip(shared.claims, adopted)}
+        shared.sessions.adopt_clients(adopted_of["mqtt"], by_client)
+        if shared.links is not None:
+            shared.links.adopt_links(adopted_of["amqp"])
     if adopted is not None or testaments or wills:
+        counts = ", ".join(f"{len(ids)} {ADOPTED[protocol]}"
+                           for protocol, ids in adopted_of.items())
         log.info("realm %s: node %s left %d testament(s), %d will(s)%s", shared.name, node,
-                 len(testaments) // 2, len(by_client),
-                 "" if adopted is None else f"; {len(adopted)} MQTT session(s) adopted")
+                 len(testaments) // 2, len(by_client), f"; {counts} adopted" if counts else "")
 
 
 def take_left(shared: "RedisRealm", redis: BlockingRedis) -> tuple[list, list]:

@@ -13,6 +13,10 @@ reactor turn goes to Redis in one pipelined batch); ownership and takeover (hash
   (:meth:`Outgoing.pack`); hash ``wr:amqp-count:<realm>:<link>``: sequence number -> its
   delivery count, so counting an attempt rewrites a number, not the message.
 
+A node reaping a dead one becomes the owner of its durable links in the reaping script and
+loads each of them as an own claim (:meth:`RedisAmqpStore.adopt_links`): detached and
+subscribed there, they queue until their client attaches on any node (or they expire).
+
 The QoS 2 delivery tags of durable *sender* links (exactly-once publishing) stay in the
 node's SQLite, as on a single node (:class:`AmqpStore`).
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Callable
 
 import msgpack
@@ -50,6 +55,17 @@ class RedisAmqpStore(RedisClaims[StoredDurable], AmqpStore):
         self._expiry_key = f"wr:amqp-expiry:{realm}".encode()
         self.max_expiry = math.inf
         """The realm's ``amqp.max_link_expiry``: caps the timeouts read (set by :meth:`load`)."""
+        self.adopt: Callable[[str, StoredDurable | None], None] = lambda owned, stored: None
+        """Set by the AMQP frontend."""
+
+    def adopt_links(self, links: list[str]) -> None:
+        """This node now owns ``links`` (their node died; the reaping script made it their
+        owner): load each one as an own claim, then hand it to the frontend."""
+        for owned in links:
+            self.adopt_owned(owned, partial(self._adopted, owned))
+
+    def _adopted(self, owned: str, stored: StoredDurable | None) -> None:
+        self.adopt(owned, stored)
 
     def _keys(self, owned: str) -> tuple[bytes, bytes]:
         """The queue and delivery count keys of one link."""

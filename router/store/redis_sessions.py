@@ -17,8 +17,7 @@ one pipelined batch); ownership and takeover (hash ``wr:mqtt-owner:<realm>``, ch
   (:mod:`router.store.redis_failure`).
 
 A node reaping a dead one becomes the owner of its clients in the reaping script and loads
-each of their sessions as an own claim (:meth:`RedisMqttSessionStore.adopt_clients`):
-another node's "take" waits for it, then gets "released" as from any owner.
+each of their sessions as an own claim (:meth:`RedisMqttSessionStore.adopt_clients`).
 """
 
 from __future__ import annotations
@@ -61,13 +60,7 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
         with its will. Wills of other clients of the dead node (they connected elsewhere
         meanwhile) are not due: a takeover drops a will, as on one node."""
         for client_id in clients:
-            will = wills.get(client_id)
-            after = self._claims.get(client_id)
-            if after is not None:  # this node's own claim loads the session
-                after.append(partial(self.adopt, client_id, None, will))
-                continue
-            self._claims[client_id] = []
-            self._load(client_id, partial(self._adopted, client_id, will))
+            self.adopt_owned(client_id, partial(self._adopted, client_id, wills.get(client_id)))
 
     def _adopted(self, client_id: str, will: StoredWill | None,
                  stored: StoredSession | None) -> None:
