@@ -2,8 +2,9 @@
 
 A node is killed with kill -9: another node finds its alive key gone (within
 ``node_timeout`` + ``heartbeat_interval``), publishes the wills and testaments it left,
-removes its sessions and registrations, and adopts its MQTT persistent sessions, which then
-queue what is published and move to any node their client reconnects to.
+removes its sessions and registrations, and adopts its MQTT persistent sessions and AMQP
+durable links, which then queue what is published and move to any node their client
+reconnects to.
 """
 
 from __future__ import annotations
@@ -14,14 +15,20 @@ import threading
 import time
 from collections import Counter
 
+import msgpack
 import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
+from proton import Terminus
 
+from router.amqp.persistence import link_id
 from router.store.resp import BlockingRedis
+from tests import amqp_clients
+from tests.amqp_clients import Receive, Send, message, send
 from tests.clients import connect, next_item, run
 from tests.harness import RedisServer, RouterProcess, redis_cluster
 from tests.mqtt_clients import V5, V311, MqttClient, mqtt_realm, unique
+from tests.test_cluster_amqp import collect, durable, until_probe
 from tests.test_cluster_sessions import PROBE, count_until_probe, wait_queued
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
@@ -40,6 +47,7 @@ N = 200
 
 def start_node(base, redis: RedisServer, name: str, **cluster) -> RouterProcess:
     listeners = [{"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
+                 {"type": "amqp", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
                  {"type": "rawsocket", "host": "127.0.0.1", "port": 0}]
     limits = {"heartbeat_interval": HEARTBEAT, "node_timeout": NODE_TIMEOUT,
               "session_takeover_timeout": TAKEOVER_TIMEOUT, **cluster}
@@ -190,6 +198,90 @@ def test_offline_session_of_a_killed_node_queues_and_resumes_on_another_node(clu
     assert all(received[f"q2-{i}".encode()] == 1 for i in range(N))
     for client in (resumed, publisher):
         client.close()
+
+
+def test_durable_amqp_link_of_a_killed_node_queues_and_resumes_on_another_node(cluster,
+                                                                              tmp_path):
+    """A durable receiver detaches on a6 with one message queued; a6 is killed: its reaper
+    adopts the link and queues what AMQP and MQTT clients publish on b meanwhile; the link
+    attached on c gets the earlier message and the 100 later ones, each once, in order."""
+    redis, nodes = cluster
+    dying = start_node(tmp_path, redis, "a6")
+    address = f"amqpdur/{unique('adopt')}"
+    container, link = unique("container"), unique("link")
+    owned = link_id(container, link)
+    mqtt = connected(nodes["b"])
+    publisher = amqp_clients.connect(nodes["b"])
+    sender = publisher.create_sender(address, options=Send(1))
+    first, receiver = durable(dying, container, link, address)
+    until_probe(mqtt, address, receiver)
+    receiver.link.detach()
+    first.close()
+    send(sender, message(b"early", qos=1))
+    wait_queued(redis, owned, 1, protocol="amqp")  # a6 queued it for the detached link
+    dying.kill9()
+    assert "1 AMQP durable link(s) adopted" in reaped_log(nodes, "a6",
+                                                          NODE_TIMEOUT + HEARTBEAT + MARGIN)
+    # the adopting node queues from now on: a QoS 1 probe lands in Redis once its
+    # interest reached b
+    wait_queued(redis, owned, 2, lambda: mqtt.publish(address, PROBE, 1), "amqp")
+
+    expected = [(b"early", 0)]
+    for i in range(50):
+        send(sender, message(f"amqp-{i}".encode(), qos=1))
+        mqtt.publish(address, f"mqtt-{i}".encode(), 1)
+        expected += [(f"amqp-{i}".encode(), 0), (f"mqtt-{i}".encode(), 0)]
+    started = time.monotonic()
+    again, receiver = durable(nodes["c"], container, link, address)
+    assert time.monotonic() - started < TAKEOVER_TIMEOUT / 3
+    assert collect(receiver, len(expected)) == expected
+    # the link lives on c now: a probe from b reaches it there, behind no duplicate
+    until_probe(mqtt, address, receiver)
+    for connection in (again, publisher):
+        connection.close()
+    mqtt.close()
+
+
+def test_expired_durable_amqp_link_of_a_killed_node_is_dropped(cluster, tmp_path):
+    """A durable receiver with a 1 s expiry detaches on a7, which is killed at once: its
+    reaper finds the link expired (no node queued for it meanwhile) and drops it from
+    Redis, so attaching it again on c starts afresh, without a takeover wait."""
+    redis, nodes = cluster
+    dying = start_node(tmp_path, redis, "a7")
+    address = f"amqpdur/{unique('expired')}"
+    container, link = unique("container"), unique("link")
+    owned = link_id(container, link)
+    first = amqp_clients.connect(dying, container_id=container)
+    receiver = first.create_receiver(address, credit=10, name=link, options=Receive(
+        1, durable=True, expiry=Terminus.EXPIRE_WITH_LINK, timeout=1))
+    receiver.link.detach()
+    first.close()
+    store = BlockingRedis("127.0.0.1", redis.port, 0)
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # until a7 stored the detach, then kill it before the link expires
+            expiry = store.call("HGET", "wr:amqp-expiry:realm1", owned)
+            if expiry is not None and msgpack.unpackb(expiry)[1] is not None:
+                break
+            assert time.monotonic() < deadline, "a7 never stored the detach"
+            time.sleep(0.02)  # polling Redis, not waiting in place of a check
+        dying.kill9()
+        assert "1 AMQP durable link(s) adopted" in reaped_log(
+            nodes, "a7", NODE_TIMEOUT + HEARTBEAT + MARGIN)
+        deadline = time.monotonic() + 10
+        while (store.call("HEXISTS", "wr:amqp-link:realm1", owned)
+               or store.call("HEXISTS", "wr:amqp-owner:realm1", owned)):
+            assert time.monotonic() < deadline, "the expired link stayed in Redis"
+            time.sleep(0.02)  # polling Redis, not waiting in place of a check
+    finally:
+        store.close()
+    mqtt = connected(nodes["b"])
+    started = time.monotonic()
+    again, receiver = durable(nodes["c"], container, link, address)
+    assert time.monotonic() - started < TAKEOVER_TIMEOUT / 3
+    until_probe(mqtt, address, receiver)  # nothing but probes: no queue came back
+    again.close()
+    mqtt.close()
 
 
 def test_a_normal_disconnect_leaves_no_will_and_a_restarted_node_is_not_reaped(cluster,

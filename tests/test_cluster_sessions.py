@@ -99,13 +99,13 @@ def left_offline(node: RouterProcess, publisher: MqttClient, version: int, clien
 
 
 def wait_queued(redis: RedisServer, client_id: str, count: int,
-                publish=lambda: None) -> None:
-    """Until Redis holds ``count`` queued messages for ``client_id`` (calling ``publish``
-    between looks)."""
+                publish=lambda: None, protocol: str = "mqtt") -> None:
+    """Until Redis holds ``count`` queued messages for ``client_id`` (an AMQP link id with
+    ``protocol`` "amqp"), calling ``publish`` between looks."""
     store = BlockingRedis("127.0.0.1", redis.port, 0)
     deadline = time.monotonic() + 10
     try:
-        while store.call("HLEN", f"wr:mqtt-queue:realm1:{client_id}") < count:
+        while store.call("HLEN", f"wr:{protocol}-queue:realm1:{client_id}") < count:
             assert time.monotonic() < deadline, f"{count} messages never queued in Redis"
             publish()
             time.sleep(0.02)  # polling Redis, not waiting in place of a check
