@@ -129,6 +129,8 @@ class Node:
         self.engine = make_engine(config, self.store, reactor)
         if isinstance(self.engine, RedisEngine):
             self.engine.on_pressure = lambda pressed: self.intake.set_paused(pressed, "Redis")
+            self.engine.on_adopting = lambda adopting: self.intake.set_paused(
+                adopting, "dead-node adoption")
         self.router = build_router(config, reactor, self.engine, self.eventlog)
         self.engine.start(self.router.realms, self.router.incidents)
         self.store.incidents = self.router.incidents

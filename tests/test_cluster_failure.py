@@ -446,3 +446,58 @@ def test_node_killed_mid_stream_loses_nothing_acknowledged(cluster, tmp_path):
         resumed.close()
     for client in (publisher, prober):
         client.close()
+
+
+@pytest.mark.parametrize("publishing_node", ["b", "c"])
+def test_nothing_acknowledged_misses_an_adopted_session(cluster, tmp_path, publishing_node):
+    """An MQTT 5 publisher on b (or c) publishes without pause while the node that has an
+    offline persistent session dies, is found dead and reaped: every message it got a
+    successful PUBACK for, also those published while the reaper was still loading the
+    session, is in that session when its client comes back. (Either node may reap; the
+    other one then sends the reaper what the dead node had subscribed.)"""
+    redis, nodes = cluster
+    name = f"a8{publishing_node}"
+    dying = start_node(tmp_path, redis, name)
+    topic = unique("window") + "/t"
+    client_id = unique("adopted")
+    publisher = connected(nodes[publishing_node])
+    subscriber = MqttClient(dying, V311, client_id=client_id, clean=False)
+    assert not subscriber.connect().session_present
+    assert subscriber.subscribe((topic, 1)) == [1]
+    count_until_probe(publisher, subscriber, topic, Counter())
+    subscriber.disconnect()
+    acknowledged, refused = [], 0
+    number = 0
+
+    def publish() -> None:
+        nonlocal number, refused
+        payload = f"m{number}".encode()
+        number += 1
+        if publisher.publish(topic, payload, 1) == 0:
+            acknowledged.append(payload)
+        else:
+            refused += 1
+
+    for _ in range(50):
+        publish()
+    dying.kill9()
+    deadline = time.monotonic() + NODE_TIMEOUT + HEARTBEAT + MARGIN
+    while not any(f"node {name} left " in line
+                  for node in nodes.values() for line in node.log_lines):
+        assert time.monotonic() < deadline, f"node {name} was not reaped"
+        publish()
+    for _ in range(300):  # on into the adoption and after it
+        publish()
+    resumed = MqttClient(nodes["c"], V311, client_id=client_id, clean=False)
+    assert resumed.connect().session_present
+    wanted, received = set(acknowledged), set()
+    try:
+        while not wanted <= received:
+            received.add(resumed.next_message().payload)
+    except AssertionError:  # nothing more came
+        missing = sorted(wanted - received)
+        raise AssertionError(f"{len(missing)} acknowledged messages lost, "
+                             f"e.g. {missing[:5]}") from None
+    assert refused  # the death did cost acknowledgements before it was found
+    for client in (resumed, publisher):
+        client.close()

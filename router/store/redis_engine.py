@@ -159,6 +159,14 @@ class RemoteInterest:
         if patterns:
             self._patterns[node] = patterns
 
+    def inherit(self, dead: str, heir: str) -> None:
+        """Node ``dead`` is gone and ``heir`` adopted what it had: ``heir`` gets its
+        patterns too, until ``heir`` announces its own."""
+        inherited = self._patterns.get(dead, set())
+        self.replace(dead, set())
+        if inherited:
+            self.replace(heir, self._patterns.get(heir, set()) | inherited)
+
     def nodes(self, topic: Topic) -> set[str]:
         """The nodes with a pattern matching ``topic``."""
         found: set[str] = set()
@@ -185,6 +193,11 @@ class RedisRealm:
         self.remote = RemoteInterest()
         self.local: Counter[tuple[Topic, str]] = Counter()
         self._interest_due = False
+        self._holding = 0
+        """Reapings under way on this node: publications from other nodes wait in
+        ``_held`` meanwhile (see :meth:`hold_forwarded`)."""
+        self._held: list[tuple[Publication, str | None, int]] = []
+        self._announce_after_hold = False
         self.retention = RetainedStore(policy, encode_retained)
         self.retention.listeners.append(self._retained_changed)
         self.keys = {kind: f"wr:{kind}:{name}".encode()
@@ -239,6 +252,9 @@ class RedisRealm:
 
     def announce_interest(self) -> None:
         self._interest_due = False
+        if self._holding:  # the other nodes keep sending here what the dead node had
+            self._announce_after_hold = True
+            return
         engine = self.engine
         if engine.commands is None:
             return  # the connection announces it when it comes up (sessions restored first)
@@ -342,11 +358,15 @@ class RedisRealm:
                 self.members.subscriptions_key, self.keys["interest"], *owners,
                 node, self.engine.node, self.name, NODE_DOWN_CHANNEL)
 
-    def node_down(self, node: str, left: list) -> None:
-        """Node ``node`` died and was reaped: it holds no pattern any more, its sessions
-        left (meta events for this node's subscribers), its calls' answers, releases of
-        client state and confirmations will not come (what waits for them fails now)."""
-        self.remote.replace(node, set())
+    def node_down(self, node: str, left: list, reaper: str) -> None:
+        """Node ``node`` died and ``reaper`` reaped it: ``reaper`` gets what matches the
+        dead node's patterns, its sessions left (meta events for this node's subscribers),
+        its calls' answers, releases of client state and confirmations will not come (what
+        waits for them fails now)."""
+        if reaper == self.engine.node:
+            self.remote.replace(node, set())
+        else:
+            self.remote.inherit(node, reaper)
         self.dealer.node_down(node)
         for claims in self.claims.values():
             claims.node_down(node)
@@ -369,11 +389,47 @@ class RedisRealm:
                  number: int = 0) -> None:
         """A publication from another node: the local fan-out; a QoS >= 1 one is confirmed
         to its sender after this turn's session writes."""
+        if self._holding:
+            held = self._held
+            held.append((publication, sender, number))
+            if len(held) >= self.engine.limits.max_pending_commands:
+                self.engine.incidents.count(
+                    self.name, "engine", ENGINE_BEHIND, f"{len(held)} publications held "
+                    "while adopting a dead node's clients: delivered before it finished")
+                self._deliver_held()
+            return
         if self.realm is not None and not publication.expired():
             self.realm.broker.dispatch(publication)
         if number:
             self._confirms[sender] = number
             self._flush_soon()
+
+    def hold_forwarded(self) -> None:
+        """A reaping starts: hold what other nodes send until :meth:`release_forwarded`.
+        Once they hear of the death they send here what matched the dead node's patterns,
+        and the sessions it adopts must be subscribed before that is delivered."""
+        self._holding += 1
+        self._announce_after_hold = True  # replaces the dead node's patterns it inherits
+        self.engine.adopting(True)
+
+    def release_forwarded(self) -> None:
+        """A reaping ended (adopted state loaded and subscribed, or failed): deliver what
+        was held, in order, and announce this node's interest, now with what it adopted."""
+        self.engine.adopting(False)
+        self._holding -= 1
+        if self._holding:
+            return
+        self._deliver_held()
+        if self._announce_after_hold:
+            self._announce_after_hold = False
+            self.announce_interest()
+
+    def _deliver_held(self) -> None:
+        held, self._held = self._held, []
+        holding, self._holding = self._holding, 0
+        for publication, sender, number in held:
+            self.received(publication, sender, number)
+        self._holding = holding
 
     # retained events ------------------------------------------------------
 
@@ -599,6 +655,10 @@ class RedisEngine:
         self.incidents = Incidents()
         """Replaced by the router's own in :meth:`start`."""
         self.on_pressure: Callable[[bool], None] = lambda pressed: None
+        self.on_adopting: Callable[[bool], None] = lambda adopting: None
+        """Stop (True) / restart (False) reading from publishers while this node adopts a
+        dead node's clients: a local publication must not miss them either."""
+        self._adopting = 0
         """Stop (True) / restart (False) reading from publishers: Redis is behind; the node
         sets it to its intake gate."""
         self.realms: dict[str, RedisRealm] = {}
@@ -685,6 +745,12 @@ class RedisEngine:
     def _subscriber_down(self) -> None:
         self._subscribed = False
 
+    def adopting(self, started: bool) -> None:
+        """One realm's reaping started or ended; reading pauses while any is under way."""
+        self._adopting += 1 if started else -1
+        if self._adopting == (1 if started else 0):
+            self.on_adopting(started)
+
     def _pressure(self, pressed: bool) -> None:
         if pressed:
             self.incidents.count("", "engine", ENGINE_BEHIND,
@@ -757,10 +823,10 @@ class RedisEngine:
             if shared is not None:
                 shared.apply_retained(key, blob, token, node)
         elif channel == NODE_DOWN_CHANNEL:
-            realm, node, left = msgpack.unpackb(data, raw=False)
+            realm, node, left, reaper = msgpack.unpackb(data, raw=False)
             shared = self.realms.get(realm)
             if shared is not None:
-                shared.node_down(node, left)
+                shared.node_down(node, left, reaper)
         elif channel == INTEREST_CHANNEL:
             realm, node, packed = msgpack.unpackb(data, raw=False)
             shared = self.realms.get(realm)

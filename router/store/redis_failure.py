@@ -15,10 +15,14 @@ Keys and channels, beside those of :mod:`router.store.redis_engine`:
   node's WAMP sessions (written in the realm's per-turn batch; removed once published).
 * hash ``wr:mqtt-will:<realm>:<node>`` (:mod:`router.store.redis_sessions`): the wills of
   the node's MQTT connections.
-* channel ``wr:node-down``: MessagePack ``[realm, node, [field, value, ...]]`` of the
-  ``wr:sessions:<realm>`` entries a dead node had, sent by its reaper: every node
+* channel ``wr:node-down``: MessagePack ``[realm, node, [field, value, ...], reaper]``
+  (the ``wr:sessions:<realm>`` entries a dead node had), sent by its reaper: every node
   publishes ``wamp.session.on_leave`` for them to its own subscribers, fails the calls it
-  forwarded to that node and stops waiting for it to release MQTT sessions.
+  forwarded to that node, stops waiting for it to release MQTT sessions, and sends what
+  matched the dead node's patterns to the reaper instead, until the reaper announces its
+  own (which then cover the sessions and links it adopted). The reaper holds what other
+  nodes send it from before its reaping script until the adopted state is loaded and
+  subscribed, so nothing published meanwhile misses an adopted session.
 
 A node whose alive key is gone is dead: detected within ``node_timeout`` +
 ``heartbeat_interval`` of its last refresh. Its reaper runs :data:`REAP` for each realm
@@ -110,7 +114,7 @@ for k = 7, #KEYS do
   end
   adopted[#adopted + 1] = ids
 end
-redis.call('PUBLISH', ARGV[4], cmsgpack.pack({ARGV[3], ARGV[1], left}))
+redis.call('PUBLISH', ARGV[4], cmsgpack.pack({ARGV[3], ARGV[1], left, ARGV[2]}))
 return {testaments, wills, adopted}
 """
 """KEYS the dead node's alive key, testaments and wills; the realm's sessions,
@@ -265,6 +269,7 @@ class NodeWatch:
             reaping = (command("MULTI") + command(*shared.reap_command(node, alive_key))
                        + command(*shared.dealer.release_dead(node, alive_key))
                        + command("EXEC"))
+            shared.hold_forwarded()
             engine.request(reaping, 3).addCallback(self._reaped, shared, node).addErrback(
                 self._reap_failed, shared, node)
         engine.send(command("EVAL", REAPED, 3, alive_key, REAPER_PREFIX + node.encode(),
@@ -274,12 +279,18 @@ class NodeWatch:
         reaped, _ = replies
         if reaped is None:
             log.info("realm %s: node %s is alive again: not reaped", shared.name, node)
+            shared.release_forwarded()
             return
         publish_left(shared, node, *reaped)
+        # the adopted states load in requests sent just now: once this one is answered,
+        # they are loaded and subscribed here
+        self.engine.request(command("PING")).addBoth(
+            lambda _: shared.release_forwarded())
 
     def _reap_failed(self, failure: Any, shared: "RedisRealm", node: str) -> None:
         log.error("realm %s: node %s not (fully) reaped: %s", shared.name, node,
                   failure.getTraceback())
+        shared.release_forwarded()
 
     def close(self) -> list[tuple]:
         """Stop beating; the commands that say this node stopped cleanly."""
