@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -15,7 +16,7 @@ from spark_analytics import aggregates
 from spark_analytics.charts import draw_charts
 from spark_analytics.page import render_page
 from spark_analytics.progress import Progress
-from spark_analytics.reader import read_events
+from spark_analytics.reader import read_events, reads_json
 from spark_analytics.storage import HadoopFiles, join, to_url, upload_folder
 from spark_analytics.tables import write_table
 
@@ -28,13 +29,16 @@ class NoEvents(Exception):
 
 @dataclass(frozen=True)
 class Inputs:
-    """What the tables are built from, each cached: the records; the publish cube
-    (:func:`aggregates.publish_cube`) that serves every publish table without a new scan; and
-    the records other than publishes (a small share of a log), for the tables about those."""
+    """What the tables are built from: the records and the records other than publishes (a
+    small share of a log), both cached when read from JSON; and, always cached, the two
+    publish aggregates more than one table sums from (:func:`aggregates.topic_minutes`,
+    :func:`aggregates.publisher_topics`). Every other table aggregates the records directly:
+    a scan is cheap, a big intermediate to shuffle and cache is not."""
 
     events: DataFrame
-    cube: DataFrame
     others: DataFrame
+    topic_minutes: DataFrame
+    publisher_topics: DataFrame
 
 
 def from_events(build: Callable[[DataFrame], DataFrame]) -> Callable[[Inputs], DataFrame]:
@@ -43,15 +47,6 @@ def from_events(build: Callable[[DataFrame], DataFrame]) -> Callable[[Inputs], D
 
 def from_others(build: Callable[[DataFrame], DataFrame]) -> Callable[[Inputs], DataFrame]:
     return lambda inputs: build(inputs.others)
-
-
-def from_cube(build: Callable[[DataFrame], DataFrame]) -> Callable[[Inputs], DataFrame]:
-    return lambda inputs: build(inputs.cube)
-
-
-def from_both(
-        build: Callable[[DataFrame, DataFrame], DataFrame]) -> Callable[[Inputs], DataFrame]:
-    return lambda inputs: build(inputs.events, inputs.cube)
 
 
 @dataclass(frozen=True)
@@ -64,13 +59,16 @@ class TableSpec:
 
 
 TABLES = (
-    TableSpec("summary", "per-realm totals and percentiles", from_both(aggregates.summary)),
+    TableSpec("summary", "per-realm totals and percentiles",
+              lambda inputs: aggregates.summary(inputs.events, inputs.publisher_topics)),
     TableSpec("topics", "topics: volume, peak minute, QoS, retention, fan-out",
-              from_both(aggregates.topics), TOP_ROWS),
-    TableSpec("events_per_minute", "events per minute", from_cube(aggregates.events_per_minute)),
-    TableSpec("qos", "QoS split", from_cube(aggregates.qos)),
-    TableSpec("fanout", "fan-out distribution", from_cube(aggregates.fanout)),
-    TableSpec("publishers", "top publishers", from_cube(aggregates.publishers), TOP_ROWS),
+              lambda inputs: aggregates.topics(inputs.events, inputs.topic_minutes), TOP_ROWS),
+    TableSpec("events_per_minute", "events per minute",
+              from_events(aggregates.events_per_minute)),
+    TableSpec("qos", "QoS split", from_events(aggregates.qos)),
+    TableSpec("fanout", "fan-out distribution", from_events(aggregates.fanout)),
+    TableSpec("publishers", "top publishers",
+              lambda inputs: aggregates.publishers(inputs.publisher_topics), TOP_ROWS),
     TableSpec("protocols", "protocol mix", from_events(aggregates.protocols)),
     TableSpec("sessions", "session counts and durations",
               from_others(aggregates.sessions)),
@@ -87,18 +85,53 @@ TABLES = (
     TableSpec("subscriptions", "subscribers per pattern",
               from_others(aggregates.subscriptions), TOP_ROWS),
     TableSpec("unreceived_topics", "topics published with no receivers",
-              from_cube(aggregates.unreceived_topics), TOP_ROWS),
+              from_events(aggregates.unreceived_topics), TOP_ROWS),
     TableSpec("top_topics_per_minute", "traffic over time of the top topics",
-              from_cube(aggregates.top_topics_per_minute)),
+              lambda inputs: aggregates.top_topics_per_minute(inputs.topic_minutes)),
     TableSpec("session_churn", "session churn", from_others(aggregates.session_churn)),
-    TableSpec("payload_sizes", "payload-size distribution", from_cube(aggregates.payload_sizes)),
+    TableSpec("payload_sizes", "payload-size distribution",
+              from_events(aggregates.payload_sizes)),
 )
-REPORT_STAGES = 1 + len(TABLES) + 2  # read, tables, charts, page
+REPORT_STAGES = 2 + len(TABLES) + 2  # read, intermediates, tables, charts, page
 
 
 def describe_scope(realm: str | None, since: date | None) -> str:
     scope = f"realm {realm}" if realm else "all realms"
     return f"{scope}, {'since ' + since.isoformat() if since else 'all dates'}"
+
+
+@contextmanager
+def one_shuffle_partition(spark: SparkSession) -> Iterator[None]:
+    """Plan the queries started inside on one shuffle partition. The tables are small
+    aggregates written as one file each: the input's partition count only adds a sampling
+    job to each table's sort and a scheduled task per empty partition (the partial
+    aggregation before the shuffle still runs on every input partition)."""
+    key = "spark.sql.shuffle.partitions"
+    partitions = spark.conf.get(key)
+    spark.conf.set(key, "1")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, partitions)
+
+
+def build_tables(inputs: Inputs, out: str, built: list[DataFrame], progress: Progress
+                 ) -> tuple[dict[str, list[dict]], dict[str, int]]:
+    """Write each table (cached, added to ``built``); returns the rows the page shows and
+    each table's row count."""
+    rows: dict[str, list[dict]] = {}
+    total_rows: dict[str, int] = {}
+    for spec in TABLES:
+        with progress.stage(spec.label):
+            table = spec.build(inputs).cache()
+            built.append(table)
+            write_table(table, join(out, "tables", spec.name))
+            shown = table if spec.shown_rows is None else table.limit(spec.shown_rows)
+            rows[spec.name] = [row.asDict() for row in shown.collect()]
+            # a count is one more job: only when the shown rows may not be all of them
+            total_rows[spec.name] = table.count() if len(rows[spec.name]) == spec.shown_rows \
+                else len(rows[spec.name])
+    return rows, total_rows
 
 
 def build_report(spark: SparkSession, logs: str | os.PathLike, out: str | os.PathLike,
@@ -111,29 +144,29 @@ def build_report(spark: SparkSession, logs: str | os.PathLike, out: str | os.Pat
     files = HadoopFiles(spark)
     progress = progress or Progress(REPORT_STAGES)
     with progress.stage("reading event logs"):
-        # parsing JSON is most of the cost: the records are parsed once, and the tables share
-        # two cached passes over them (the publish cube and the non-publish records)
-        events = (read_events(spark, files, logs, realm, since)
-                  .select(*aggregates.USED_COLUMNS).cache())
+        events = read_events(spark, files, logs, realm, since).select(*aggregates.USED_COLUMNS)
+        # parsing JSON is most of the cost, so JSON records are parsed once and cached;
+        # compacted days alone are Parquet, which each table scans again (only the columns
+        # it needs) faster than a cache of the records is built and scanned
+        parse_once = reads_json(files, logs, realm, since)
+        if parse_once:
+            events = events.cache()
         records = events.count()
     if records == 0:
         events.unpersist()
         raise NoEvents(f"no event-log records under {logs} ({describe_scope(realm, since)})")
-    rows: dict[str, list[dict]] = {}
-    total_rows: dict[str, int] = {}
-    cube = aggregates.publish_cube(events).cache()
-    others = events.where(~aggregates.is_kind("publish")).cache()
-    inputs = Inputs(events, cube, others)
-    built: list[DataFrame] = [cube, others]
-    for spec in TABLES:
-        with progress.stage(spec.label):
-            table = spec.build(inputs).cache()
-            built.append(table)
-            write_table(table, join(out, "tables", spec.name))
-            shown = table if spec.shown_rows is None else table.limit(spec.shown_rows)
-            rows[spec.name] = [row.asDict() for row in shown.collect()]
-            total_rows[spec.name] = len(rows[spec.name]) if spec.shown_rows is None \
-                else table.count()
+    with progress.stage("shared intermediates"):
+        others = events.where(~aggregates.is_kind("publish"))
+        inputs = Inputs(events, others.cache() if parse_once else others,
+                        aggregates.topic_minutes(events).cache(),
+                        aggregates.publisher_topics(events).cache())
+        built: list[DataFrame] = [inputs.others, inputs.topic_minutes, inputs.publisher_topics]
+        # built now, with the session's shuffle partitions (they are as big as the input)
+        for shared in built:
+            if shared.is_cached:
+                shared.count()
+    with one_shuffle_partition(spark):
+        rows, total_rows = build_tables(inputs, out, built, progress)
     for table in (*built, events):
         table.unpersist()
     # charts and page are drawn on the driver into a local folder, then copied to ``out``

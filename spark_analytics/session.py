@@ -20,6 +20,12 @@ QUICK_JIT_MAX_BYTES = 32 * 1024 * 1024
 # many small parts became thousands of tasks. (Spark still spreads the input over every core.)
 FILE_OPTIONS = {"spark.sql.files.maxPartitionBytes": str(512 * 1024 * 1024),
                 "spark.sql.files.openCostInBytes": str(256 * 1024)}
+# Percentiles (percentile_approx) aggregate through Spark's object hash aggregation, which
+# falls back to sorting all of a task's rows once it holds more than 128 groups: the topics
+# table (one group per topic) and the slowest consumers (one per session) spent most of their
+# time sorting. A group's buffer holds no more than that group's values (compressed as it
+# grows), so the memory stays bounded by the task's rows however many groups there are.
+AGGREGATE_OPTIONS = {"spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "16384"}
 
 # Spark's default log4j2 profile prints INFO/WARN chatter and a banner; this one keeps errors
 # only, on stderr, so stdout carries nothing but what the command itself prints.
@@ -97,6 +103,7 @@ def start_session(sizing: Sizing, master: str = "local[*]", driver_memory: str =
                  .config("spark.sql.session.timeZone", "UTC")
                  .config("spark.sql.shuffle.partitions", sizing.shuffle_partitions)
                  .config(map=FILE_OPTIONS)
+                 .config(map=AGGREGATE_OPTIONS)
                  .getOrCreate())
     finally:
         Path(log_config).unlink()
