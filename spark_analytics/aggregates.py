@@ -91,22 +91,16 @@ def size_bucket(size: Column) -> Column:
 
 
 def topic_minutes(events: DataFrame) -> DataFrame:
-    """Publishes per realm, topic and epoch minute (``events``): the grain of a topic's peak
-    minute and of the top topics over time, which the report caches for both."""
+    """Publishes per realm, topic and epoch minute (``events``)."""
     return (publishes(events)
             .groupBy("realm", "topic", epoch_minute(F.col("ts")).alias("minute"))
             .agg(F.count("*").alias("events")))
 
 
-def publisher_topics(events: DataFrame) -> DataFrame:
-    """Publishes and bytes per realm, publisher (authid) and topic: the publishers table and
-    the summary's distinct topics and publishers, which the report caches for both."""
-    return (publishes(events).groupBy("realm", "authid", "topic")
-            .agg(F.count("*").alias("events"), F.sum("payload_bytes").alias("bytes")))
-
-
-def summary(events: DataFrame, publisher_topics: DataFrame) -> DataFrame:
-    """One row per realm: time range, totals and the headline percentiles."""
+def summary(events: DataFrame, topics: DataFrame, publishers: DataFrame) -> DataFrame:
+    """One row per realm: time range, totals and the headline percentiles; the distinct
+    topics and publishers are the rows of the (small, already built) ``topics`` and
+    ``publishers`` tables, a topic or authid with no publish has no row there."""
     publish = is_kind("publish")
     totals = events.groupBy("realm").agg(
         F.count("*").alias("records"),
@@ -119,10 +113,11 @@ def summary(events: DataFrame, publisher_topics: DataFrame) -> DataFrame:
         F.count_if(is_kind("ack")).alias("acks"),
         percentiles(F.when(is_kind("ack"), F.col("latency_ms")), "ack_latency_ms"),
     )
-    # distinct counts in their own aggregation: mixed with the percentiles, Spark would
-    # expand every row once per distinct column and compute the percentiles over all copies
-    distinct = publisher_topics.groupBy("realm").agg(
-        F.count_distinct("topic").alias("topics"), F.count_distinct("authid").alias("publishers"))
+    # not distinct counts next to the percentiles: Spark would expand every record once per
+    # distinct column and compute the percentiles over all copies
+    distinct = (topics.groupBy("realm").agg(F.count("topic").alias("topics"))
+                .join(publishers.groupBy("realm").agg(F.count("authid").alias("publishers")),
+                      "realm", "full"))
     table = (totals.join(distinct, "realm", "left")
              .fillna(0, subset=["topics", "publishers"]))
     return split_percentiles(table, "receivers", "ack_latency_ms").select(
@@ -131,7 +126,7 @@ def summary(events: DataFrame, publisher_topics: DataFrame) -> DataFrame:
         *(f"ack_latency_ms_{suffix}" for suffix in PERCENTILES)).orderBy("realm")
 
 
-def topics(events: DataFrame, topic_minutes: DataFrame) -> DataFrame:
+def topics(events: DataFrame) -> DataFrame:
     """Per realm and topic: volume, rate and peak minute, QoS split, retention, fan-out."""
     publish = is_kind("publish")
     totals = (events.where(F.col("topic").isNotNull()).groupBy("realm", "topic")
@@ -140,12 +135,13 @@ def topics(events: DataFrame, topic_minutes: DataFrame) -> DataFrame:
                    F.count_if(publish & (F.col("receivers") == 0)).alias("unreceived"),
                    (F.max(F.when(publish, F.col("ts"))) - F.min(F.when(publish, F.col("ts"))))
                    .alias("active_seconds")))
-    rates = topic_minutes.withColumnRenamed("events", "minute_events").groupBy("realm", "topic").agg(
+    rates = (topic_minutes(events).withColumnRenamed("events", "minute_events")
+             .groupBy("realm", "topic").agg(
         # the busiest minute; on a tie the earliest (min of (-events, minute))
         minute_time(F.min_by("minute", F.struct(-F.col("minute_events"), F.col("minute"))))
         .alias("peak_minute"),
         F.max("minute_events").alias("peak_minute_events"),
-    )
+    ))
     table = (totals.where(F.col("events") > 0).join(rates, ["realm", "topic"], "left")
              .withColumn("events_per_minute",
                          F.col("events") * 60 / F.greatest(F.col("active_seconds"), F.lit(60.0)))
@@ -189,10 +185,12 @@ def fanout(events: DataFrame) -> DataFrame:
             .orderBy("realm", "receivers"))
 
 
-def publishers(publisher_topics: DataFrame) -> DataFrame:
+def publishers(events: DataFrame) -> DataFrame:
     """Publishers (by authid) with their volume, busiest first."""
     # per topic first, then per publisher: cheaper than a distinct count next to the sums
-    table = publisher_topics.groupBy("realm", "authid").agg(
+    per_topic = (publishes(events).groupBy("realm", "authid", "topic")
+                 .agg(F.count("*").alias("events"), F.sum("payload_bytes").alias("bytes")))
+    table = per_topic.groupBy("realm", "authid").agg(
         F.sum("events").alias("events"), F.coalesce(F.sum("bytes"), F.lit(0)).alias("bytes"),
         F.count("topic").alias("topics"))
     return with_share_of_realm(table, "events").orderBy(F.desc("events"), "realm", "authid")
@@ -309,22 +307,21 @@ def subscriptions(events: DataFrame) -> DataFrame:
             .orderBy(F.desc("subscribes"), "realm", "pattern"))
 
 
-def unreceived_topics(events: DataFrame) -> DataFrame:
-    """Topics with publishes that reached no receiver, most such publishes first."""
-    return (publishes(events).groupBy("realm", "topic")
-            .agg(F.count_if(F.col("receivers") == 0).alias("unreceived"),
-                 F.count("*").alias("events"))
+def unreceived_topics(topics: DataFrame) -> DataFrame:
+    """Topics with publishes that reached no receiver, most such publishes first (from the
+    ``topics`` table, which counts both)."""
+    return (topics.select("realm", "topic", "unreceived", "events")
             .where(F.col("unreceived") > 0)
             .withColumn("unreceived_share", F.col("unreceived") / F.col("events"))
             .orderBy(F.desc("unreceived"), "realm", "topic"))
 
 
-def top_topics_per_minute(topic_minutes: DataFrame) -> DataFrame:
-    """Publishes per minute of the busiest topics (``TOP_TOPICS_OVER_TIME`` of all realms)."""
-    top = (topic_minutes.groupBy("realm", "topic").agg(F.sum("events").alias("total"))
-           .orderBy(F.desc("total"), "realm", "topic").limit(TOP_TOPICS_OVER_TIME)
+def top_topics_per_minute(events: DataFrame, topics: DataFrame) -> DataFrame:
+    """Publishes per minute of the busiest topics (``TOP_TOPICS_OVER_TIME`` of all realms,
+    the first rows of the ``topics`` table): only their publishes are counted per minute."""
+    top = (topics.orderBy(F.desc("events"), "realm", "topic").limit(TOP_TOPICS_OVER_TIME)
            .select("realm", "topic"))
-    return (topic_minutes.join(F.broadcast(top), ["realm", "topic"])
+    return (topic_minutes(events.join(F.broadcast(top), ["realm", "topic"]))
             .withColumn("minute", minute_time(F.col("minute")))
             .orderBy("realm", "topic", "minute"))
 

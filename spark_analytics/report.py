@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from spark_analytics.storage import HadoopFiles, join, to_url, upload_folder
 from spark_analytics.tables import write_table
 
 TOP_ROWS = 20
+TABLE_JOBS = 4
+"""Tables built at the same time (see :func:`build_tables`)."""
 
 
 class NoEvents(Exception):
@@ -30,15 +33,12 @@ class NoEvents(Exception):
 @dataclass(frozen=True)
 class Inputs:
     """What the tables are built from: the records and the records other than publishes (a
-    small share of a log), both cached when read from JSON; and, always cached, the two
-    publish aggregates more than one table sums from (:func:`aggregates.topic_minutes`,
-    :func:`aggregates.publisher_topics`). Every other table aggregates the records directly:
-    a scan is cheap, a big intermediate to shuffle and cache is not."""
+    small share of a log), both cached when read from JSON; and the tables built so far
+    (cached, small), which some tables are summed from instead of the records."""
 
     events: DataFrame
     others: DataFrame
-    topic_minutes: DataFrame
-    publisher_topics: DataFrame
+    tables: dict[str, DataFrame]
 
 
 def from_events(build: Callable[[DataFrame], DataFrame]) -> Callable[[Inputs], DataFrame]:
@@ -56,19 +56,22 @@ class TableSpec:
     build: Callable[[Inputs], DataFrame]
     shown_rows: int | None = None
     """How many rows the page and charts need (None: all; the files always hold all)."""
+    needs: tuple[str, ...] = ()
+    """Tables ``build`` reads from ``Inputs.tables``: they come before it in ``TABLES``."""
 
 
 TABLES = (
-    TableSpec("summary", "per-realm totals and percentiles",
-              lambda inputs: aggregates.summary(inputs.events, inputs.publisher_topics)),
     TableSpec("topics", "topics: volume, peak minute, QoS, retention, fan-out",
-              lambda inputs: aggregates.topics(inputs.events, inputs.topic_minutes), TOP_ROWS),
+              from_events(aggregates.topics), TOP_ROWS),
+    TableSpec("publishers", "top publishers", from_events(aggregates.publishers), TOP_ROWS),
+    TableSpec("summary", "per-realm totals and percentiles",
+              lambda inputs: aggregates.summary(inputs.events, inputs.tables["topics"],
+                                                inputs.tables["publishers"]),
+              needs=("topics", "publishers")),
     TableSpec("events_per_minute", "events per minute",
               from_events(aggregates.events_per_minute)),
     TableSpec("qos", "QoS split", from_events(aggregates.qos)),
     TableSpec("fanout", "fan-out distribution", from_events(aggregates.fanout)),
-    TableSpec("publishers", "top publishers",
-              lambda inputs: aggregates.publishers(inputs.publisher_topics), TOP_ROWS),
     TableSpec("protocols", "protocol mix", from_events(aggregates.protocols)),
     TableSpec("sessions", "session counts and durations",
               from_others(aggregates.sessions)),
@@ -85,14 +88,17 @@ TABLES = (
     TableSpec("subscriptions", "subscribers per pattern",
               from_others(aggregates.subscriptions), TOP_ROWS),
     TableSpec("unreceived_topics", "topics published with no receivers",
-              from_events(aggregates.unreceived_topics), TOP_ROWS),
+              lambda inputs: aggregates.unreceived_topics(inputs.tables["topics"]), TOP_ROWS,
+              needs=("topics",)),
     TableSpec("top_topics_per_minute", "traffic over time of the top topics",
-              lambda inputs: aggregates.top_topics_per_minute(inputs.topic_minutes)),
+              lambda inputs: aggregates.top_topics_per_minute(inputs.events,
+                                                              inputs.tables["topics"]),
+              needs=("topics",)),
     TableSpec("session_churn", "session churn", from_others(aggregates.session_churn)),
     TableSpec("payload_sizes", "payload-size distribution",
               from_events(aggregates.payload_sizes)),
 )
-REPORT_STAGES = 2 + len(TABLES) + 2  # read, intermediates, tables, charts, page
+REPORT_STAGES = 1 + len(TABLES) + 2  # read, tables, charts, page
 
 
 def describe_scope(realm: str | None, since: date | None) -> str:
@@ -115,23 +121,39 @@ def one_shuffle_partition(spark: SparkSession) -> Iterator[None]:
         spark.conf.set(key, partitions)
 
 
-def build_tables(inputs: Inputs, out: str, built: list[DataFrame], progress: Progress
+def build_table(spec: TableSpec, inputs: Inputs, out: str) -> tuple[list[dict], int]:
+    """Write one table (cached, into ``inputs.tables``); returns the rows the page shows and
+    the table's row count."""
+    table = inputs.tables[spec.name] = spec.build(inputs).cache()
+    write_table(table, join(out, "tables", spec.name))
+    shown = table if spec.shown_rows is None else table.limit(spec.shown_rows)
+    rows = [row.asDict() for row in shown.collect()]
+    # a count is one more job: only when the shown rows may not be all of them
+    return rows, table.count() if len(rows) == spec.shown_rows else len(rows)
+
+
+def build_tables(inputs: Inputs, out: str, progress: Progress
                  ) -> tuple[dict[str, list[dict]], dict[str, int]]:
-    """Write each table (cached, added to ``built``); returns the rows the page shows and
-    each table's row count."""
-    rows: dict[str, list[dict]] = {}
-    total_rows: dict[str, int] = {}
-    for spec in TABLES:
-        with progress.stage(spec.label):
-            table = spec.build(inputs).cache()
-            built.append(table)
-            write_table(table, join(out, "tables", spec.name))
-            shown = table if spec.shown_rows is None else table.limit(spec.shown_rows)
-            rows[spec.name] = [row.asDict() for row in shown.collect()]
-            # a count is one more job: only when the shown rows may not be all of them
-            total_rows[spec.name] = table.count() if len(rows[spec.name]) == spec.shown_rows \
-                else len(rows[spec.name])
-    return rows, total_rows
+    """Write every table; returns the rows the page shows and each table's row count.
+
+    The tables are built by concurrent Spark jobs: each is a few small jobs (aggregate,
+    write Parquet, write CSV, collect) whose planning and scheduling on the driver, one after
+    the other, left the cores idle for most of a report over a compacted log. A table that
+    needs others waits for them; they were submitted before it, so they never wait for it."""
+    futures: dict[str, Future] = {}
+
+    def build(spec: TableSpec) -> tuple[list[dict], int]:
+        for name in spec.needs:
+            futures[name].result()
+        with progress.task(spec.label):
+            return build_table(spec, inputs, out)
+
+    with ThreadPoolExecutor(TABLE_JOBS) as pool:
+        for spec in TABLES:
+            futures[spec.name] = pool.submit(build, spec)
+        results = {name: future.result() for name, future in futures.items()}
+    return ({name: rows for name, (rows, _) in results.items()},
+            {name: count for name, (_, count) in results.items()})
 
 
 def build_report(spark: SparkSession, logs: str | os.PathLike, out: str | os.PathLike,
@@ -155,19 +177,11 @@ def build_report(spark: SparkSession, logs: str | os.PathLike, out: str | os.Pat
     if records == 0:
         events.unpersist()
         raise NoEvents(f"no event-log records under {logs} ({describe_scope(realm, since)})")
-    with progress.stage("shared intermediates"):
-        others = events.where(~aggregates.is_kind("publish"))
-        inputs = Inputs(events, others.cache() if parse_once else others,
-                        aggregates.topic_minutes(events).cache(),
-                        aggregates.publisher_topics(events).cache())
-        built: list[DataFrame] = [inputs.others, inputs.topic_minutes, inputs.publisher_topics]
-        # built now, with the session's shuffle partitions (they are as big as the input)
-        for shared in built:
-            if shared.is_cached:
-                shared.count()
+    others = events.where(~aggregates.is_kind("publish"))
+    inputs = Inputs(events, others.cache() if parse_once else others, {})
     with one_shuffle_partition(spark):
-        rows, total_rows = build_tables(inputs, out, built, progress)
-    for table in (*built, events):
+        rows, total_rows = build_tables(inputs, out, progress)
+    for table in (*inputs.tables.values(), inputs.others, events):
         table.unpersist()
     # charts and page are drawn on the driver into a local folder, then copied to ``out``
     # through Hadoop's file system, like the tables
