@@ -224,7 +224,7 @@ def main() -> None:
               f"{json_bytes / 2**20:,.0f} MiB ({how})", flush=True)
 
         started = time.perf_counter()
-        spark = start_session(Sizing.for_input(json_bytes), args.master, args.driver_memory)
+        spark = start_session(Sizing.for_files(files), args.master, args.driver_memory)
         session_seconds = time.perf_counter() - started
         pid = spark_driver_pid()
         cores = spark.sparkContext.defaultParallelism
@@ -246,7 +246,7 @@ def main() -> None:
             parquet_bytes = sum(entry.size for entry in parquet)
             # as the command line sizes a report by the files it reads: now the Parquet
             spark.conf.set("spark.sql.shuffle.partitions",
-                           Sizing.for_input(parquet_bytes).shuffle_partitions)
+                           Sizing.for_files(parquet).shuffle_partitions)
             compacted = step("report after compact", lambda: build_report(
                 spark, logs, work / "out-parquet", progress=Progress(REPORT_STAGES)))
         finally:

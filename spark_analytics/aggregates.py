@@ -135,13 +135,13 @@ def topics(events: DataFrame) -> DataFrame:
                    F.count_if(publish & (F.col("receivers") == 0)).alias("unreceived"),
                    (F.max(F.when(publish, F.col("ts"))) - F.min(F.when(publish, F.col("ts"))))
                    .alias("active_seconds")))
-    rates = (topic_minutes(events).withColumnRenamed("events", "minute_events")
-             .groupBy("realm", "topic").agg(
+    per_minute = topic_minutes(events).withColumnRenamed("events", "minute_events")
+    rates = per_minute.groupBy("realm", "topic").agg(
         # the busiest minute; on a tie the earliest (min of (-events, minute))
         minute_time(F.min_by("minute", F.struct(-F.col("minute_events"), F.col("minute"))))
         .alias("peak_minute"),
         F.max("minute_events").alias("peak_minute_events"),
-    ))
+    )
     table = (totals.where(F.col("events") > 0).join(rates, ["realm", "topic"], "left")
              .withColumn("events_per_minute",
                          F.col("events") * 60 / F.greatest(F.col("active_seconds"), F.lit(60.0)))

@@ -7,13 +7,21 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from spark_analytics.storage import Entry
+
 SHUFFLE_BYTES_PER_PARTITION = 64 * 1024 * 1024
 MAX_SHUFFLE_PARTITIONS = 200
 QUICK_JIT_MAX_BYTES = 32 * 1024 * 1024
+PARQUET_EXPANSION = 10
+"""A byte of compacted Parquet holds the records of about ten bytes of JSON parts (11 on
+bench/eventlog_report.py's log). The records make a run long, so Parquet bytes count ten
+times when a session is sized: else a compacted log of a million records (21 MiB) chose the
+quick-compile JIT, whose small code cache filled up and left the JVM interpreting."""
 # The writer closes a part every 300 s by default: 288 small files per realm and day. Spark
 # packs files into read partitions up to maxPartitionBytes, counting each file as at least
 # openCostInBytes; its 4 MiB default makes a small part cost as much as a big one, so a log of
@@ -61,7 +69,14 @@ class Sizing:
 
     @classmethod
     def for_input(cls, input_bytes: int) -> Sizing:
+        """Sized for this many bytes of JSON parts."""
         return cls(shuffle_partitions_for(input_bytes), input_bytes < QUICK_JIT_MAX_BYTES)
+
+    @classmethod
+    def for_files(cls, files: Iterable[Entry]) -> Sizing:
+        """Sized for the files a run reads, Parquet weighed as the JSON it replaced."""
+        return cls.for_input(sum(entry.size * (PARQUET_EXPANSION if entry.name.endswith(
+            ".parquet") else 1) for entry in files))
 
 
 def _point_java_home() -> None:
