@@ -90,26 +90,17 @@ def size_bucket(size: Column) -> Column:
         F.pow(F.lit(2), F.floor(F.log2(size) + 1e-9))).cast("long")
 
 
-CUBE_KEYS = ("realm", "topic", "authid", "protocol", "qos", "receivers", "minute", "size_from")
-
-
-def publish_cube(events: DataFrame) -> DataFrame:
-    """Publishes counted at the finest grain any publish table needs (``CUBE_KEYS``): one scan
-    of the records, and a result small enough to cache, from which those tables are summed
-    instead of each scanning the records again."""
+def topic_minutes(events: DataFrame) -> DataFrame:
+    """Publishes per realm, topic and epoch minute (``events``)."""
     return (publishes(events)
-            .groupBy("realm", "topic", "authid", "protocol", "qos", "receivers",
-                     epoch_minute(F.col("ts")).alias("minute"),
-                     size_bucket(F.col("payload_bytes")).alias("size_from"))
-            .agg(F.count("*").alias("events"), F.sum("payload_bytes").alias("bytes")))
+            .groupBy("realm", "topic", epoch_minute(F.col("ts")).alias("minute"))
+            .agg(F.count("*").alias("events")))
 
 
-def cube_events() -> Column:
-    return F.sum("events")
-
-
-def summary(events: DataFrame, cube: DataFrame) -> DataFrame:
-    """One row per realm: time range, totals and the headline percentiles."""
+def summary(events: DataFrame, topics: DataFrame, publishers: DataFrame) -> DataFrame:
+    """One row per realm: time range, totals and the headline percentiles; the distinct
+    topics and publishers are the rows of the (small, already built) ``topics`` and
+    ``publishers`` tables, a topic or authid with no publish has no row there."""
     publish = is_kind("publish")
     totals = events.groupBy("realm").agg(
         F.count("*").alias("records"),
@@ -122,10 +113,11 @@ def summary(events: DataFrame, cube: DataFrame) -> DataFrame:
         F.count_if(is_kind("ack")).alias("acks"),
         percentiles(F.when(is_kind("ack"), F.col("latency_ms")), "ack_latency_ms"),
     )
-    # distinct counts in their own aggregation: mixed with the percentiles, Spark would
-    # expand every row once per distinct column and compute the percentiles over all copies
-    distinct = cube.groupBy("realm").agg(
-        F.count_distinct("topic").alias("topics"), F.count_distinct("authid").alias("publishers"))
+    # not distinct counts next to the percentiles: Spark would expand every record once per
+    # distinct column and compute the percentiles over all copies
+    distinct = (topics.groupBy("realm").agg(F.count("topic").alias("topics"))
+                .join(publishers.groupBy("realm").agg(F.count("authid").alias("publishers")),
+                      "realm", "full"))
     table = (totals.join(distinct, "realm", "left")
              .fillna(0, subset=["topics", "publishers"]))
     return split_percentiles(table, "receivers", "ack_latency_ms").select(
@@ -134,7 +126,7 @@ def summary(events: DataFrame, cube: DataFrame) -> DataFrame:
         *(f"ack_latency_ms_{suffix}" for suffix in PERCENTILES)).orderBy("realm")
 
 
-def topics(events: DataFrame, cube: DataFrame) -> DataFrame:
+def topics(events: DataFrame) -> DataFrame:
     """Per realm and topic: volume, rate and peak minute, QoS split, retention, fan-out."""
     publish = is_kind("publish")
     totals = (events.where(F.col("topic").isNotNull()).groupBy("realm", "topic")
@@ -143,7 +135,7 @@ def topics(events: DataFrame, cube: DataFrame) -> DataFrame:
                    F.count_if(publish & (F.col("receivers") == 0)).alias("unreceived"),
                    (F.max(F.when(publish, F.col("ts"))) - F.min(F.when(publish, F.col("ts"))))
                    .alias("active_seconds")))
-    per_minute = cube.groupBy("realm", "topic", "minute").agg(cube_events().alias("minute_events"))
+    per_minute = topic_minutes(events).withColumnRenamed("events", "minute_events")
     rates = per_minute.groupBy("realm", "topic").agg(
         # the busiest minute; on a tie the earliest (min of (-events, minute))
         minute_time(F.min_by("minute", F.struct(-F.col("minute_events"), F.col("minute"))))
@@ -166,11 +158,11 @@ def topics(events: DataFrame, cube: DataFrame) -> DataFrame:
     ).orderBy(F.desc("events"), "realm", "topic")
 
 
-def events_per_minute(cube: DataFrame) -> DataFrame:
+def events_per_minute(events: DataFrame) -> DataFrame:
     """Publishes and bytes per realm and UTC minute, for the traffic-over-time chart."""
-    return (cube.groupBy("realm", "minute")
-            .agg(cube_events().alias("events"),
-                 F.coalesce(F.sum("bytes"), F.lit(0)).alias("bytes"))
+    return (publishes(events).groupBy("realm", epoch_minute(F.col("ts")).alias("minute"))
+            .agg(F.count("*").alias("events"),
+                 F.coalesce(F.sum("payload_bytes"), F.lit(0)).alias("bytes"))
             .withColumn("minute", minute_time(F.col("minute")))
             .orderBy("realm", "minute"))
 
@@ -180,24 +172,24 @@ def with_share_of_realm(table: DataFrame, count_column: str) -> DataFrame:
     return table.withColumn("share", F.col(count_column) / realm_total)
 
 
-def qos(cube: DataFrame) -> DataFrame:
+def qos(events: DataFrame) -> DataFrame:
     """Publishes per realm and QoS level, with each level's share of the realm."""
-    table = cube.groupBy("realm", "qos").agg(cube_events().alias("events"))
+    table = publishes(events).groupBy("realm", "qos").agg(F.count("*").alias("events"))
     return with_share_of_realm(table, "events").orderBy("realm", "qos")
 
 
-def fanout(cube: DataFrame) -> DataFrame:
+def fanout(events: DataFrame) -> DataFrame:
     """How many publishes reached how many receivers: the fan-out distribution."""
-    return (cube.where(F.col("receivers").isNotNull())
-            .groupBy("realm", "receivers").agg(cube_events().alias("publishes"))
+    return (publishes(events).where(F.col("receivers").isNotNull())
+            .groupBy("realm", "receivers").agg(F.count("*").alias("publishes"))
             .orderBy("realm", "receivers"))
 
 
-def publishers(cube: DataFrame) -> DataFrame:
+def publishers(events: DataFrame) -> DataFrame:
     """Publishers (by authid) with their volume, busiest first."""
     # per topic first, then per publisher: cheaper than a distinct count next to the sums
-    per_topic = cube.groupBy("realm", "authid", "topic").agg(
-        cube_events().alias("events"), F.sum("bytes").alias("bytes"))
+    per_topic = (publishes(events).groupBy("realm", "authid", "topic")
+                 .agg(F.count("*").alias("events"), F.sum("payload_bytes").alias("bytes")))
     table = per_topic.groupBy("realm", "authid").agg(
         F.sum("events").alias("events"), F.coalesce(F.sum("bytes"), F.lit(0)).alias("bytes"),
         F.count("topic").alias("topics"))
@@ -315,24 +307,21 @@ def subscriptions(events: DataFrame) -> DataFrame:
             .orderBy(F.desc("subscribes"), "realm", "pattern"))
 
 
-def unreceived_topics(cube: DataFrame) -> DataFrame:
-    """Topics with publishes that reached no receiver, most such publishes first."""
-    return (cube.groupBy("realm", "topic")
-            .agg(F.sum(F.when(F.col("receivers") == 0, F.col("events")).otherwise(0))
-                 .alias("unreceived"),
-                 cube_events().alias("events"))
+def unreceived_topics(topics: DataFrame) -> DataFrame:
+    """Topics with publishes that reached no receiver, most such publishes first (from the
+    ``topics`` table, which counts both)."""
+    return (topics.select("realm", "topic", "unreceived", "events")
             .where(F.col("unreceived") > 0)
             .withColumn("unreceived_share", F.col("unreceived") / F.col("events"))
             .orderBy(F.desc("unreceived"), "realm", "topic"))
 
 
-def top_topics_per_minute(cube: DataFrame) -> DataFrame:
-    """Publishes per minute of the busiest topics (``TOP_TOPICS_OVER_TIME`` of all realms)."""
-    per_minute = cube.groupBy("realm", "topic", "minute").agg(cube_events().alias("events"))
-    top = (per_minute.groupBy("realm", "topic").agg(F.sum("events").alias("total"))
-           .orderBy(F.desc("total"), "realm", "topic").limit(TOP_TOPICS_OVER_TIME)
+def top_topics_per_minute(events: DataFrame, topics: DataFrame) -> DataFrame:
+    """Publishes per minute of the busiest topics (``TOP_TOPICS_OVER_TIME`` of all realms,
+    the first rows of the ``topics`` table): only their publishes are counted per minute."""
+    top = (topics.orderBy(F.desc("events"), "realm", "topic").limit(TOP_TOPICS_OVER_TIME)
            .select("realm", "topic"))
-    return (per_minute.join(F.broadcast(top), ["realm", "topic"])
+    return (topic_minutes(events.join(F.broadcast(top), ["realm", "topic"]))
             .withColumn("minute", minute_time(F.col("minute")))
             .orderBy("realm", "topic", "minute"))
 
@@ -347,9 +336,10 @@ def session_churn(events: DataFrame) -> DataFrame:
             .orderBy("realm", "minute"))
 
 
-def payload_sizes(cube: DataFrame) -> DataFrame:
+def payload_sizes(events: DataFrame) -> DataFrame:
     """Publishes per realm, protocol and payload-size bucket (see :func:`size_bucket`)."""
-    return (cube.where(F.col("size_from").isNotNull())
+    return (publishes(events).withColumn("size_from", size_bucket(F.col("payload_bytes")))
+            .where(F.col("size_from").isNotNull())
             .groupBy("realm", "protocol", "size_from")
-            .agg(cube_events().alias("publishes"))
+            .agg(F.count("*").alias("publishes"))
             .orderBy("realm", "protocol", "size_from"))

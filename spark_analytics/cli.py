@@ -115,7 +115,7 @@ def sized_session(args: argparse.Namespace, fixed: Sizing | None = None
         if spark is not None:
             spark.stop()
         return None, 0, 0
-    sizing = fixed or Sizing.for_input(input_bytes)
+    sizing = fixed or Sizing.for_files(files)
     if spark is None:
         spark = start_session(sizing, args.master, args.driver_memory)
     else:

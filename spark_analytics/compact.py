@@ -12,6 +12,7 @@ the Parquet for a day once its ``_SUCCESS`` marker exists, and the JSON otherwis
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timezone
 
 from pyspark.sql import SparkSession
@@ -37,20 +38,24 @@ def closed_days(files: Files, logs: str, realm: str | None,
 
 def compact_logs(spark: SparkSession, logs: str | os.PathLike, realm: str | None = None,
                  today: date | None = None) -> list[tuple[str, str]]:
-    """Compact every closed day not compacted yet; returns the (realm, date) pairs written."""
+    """Compact every closed day not compacted yet; returns the (realm, date) pairs written.
+
+    Each day is one single-task job (one output file), so the days run as concurrent jobs,
+    as many at a time as Spark has cores: one after the other they left all cores but one
+    idle."""
     logs = to_url(logs)
     files = HadoopFiles(spark)
     today = today or datetime.now(timezone.utc).date()
     done = set(compacted_days(files, logs))
-    written = []
-    for day_realm, day in closed_days(files, logs, realm, today):
-        if (day_realm, day) in done:
-            continue
-        source = join(logs, f"realm={day_realm}", f"date={day}")
+    days = [day for day in closed_days(files, logs, realm, today) if day not in done]
+
+    def compact_day(day: tuple[str, str]) -> None:
+        source = join(logs, f"realm={day[0]}", f"date={day[1]}")
         records = (spark.read.schema(event_ddl()).options(**JSON_OPTIONS).json(source)
                    .where(F.col("kind").isNotNull()).drop(*DAY_COLUMNS))
         # one file per day: a day is a few hundred MiB of JSON at most, far less as Parquet
-        (records.coalesce(1).write.mode("overwrite")
-         .parquet(compacted_folder(logs, day_realm, day)))
-        written.append((day_realm, day))
-    return written
+        records.coalesce(1).write.mode("overwrite").parquet(compacted_folder(logs, *day))
+
+    with ThreadPoolExecutor(max(1, spark.sparkContext.defaultParallelism)) as pool:
+        list(pool.map(compact_day, days))
+    return days

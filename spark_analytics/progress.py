@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ class Progress:
         self.total = total
         self.done = 0
         self.out = out
+        self._lock = threading.Lock()
 
     @contextmanager
     def stage(self, label: str) -> Iterator[None]:
@@ -30,3 +32,18 @@ class Progress:
             raise
         self.out.write(f" {time.perf_counter() - started:.1f} s\n")
         self.out.flush()
+
+    @contextmanager
+    def task(self, label: str) -> Iterator[None]:
+        """A stage that runs alongside others: one whole line once it ends, in the order they
+        end, so concurrent stages never write into each other's lines."""
+        started = time.perf_counter()
+        outcome = "failed"
+        try:
+            yield
+            outcome = f"{time.perf_counter() - started:.1f} s"
+        finally:
+            with self._lock:
+                self.done += 1
+                self.out.write(f"[{self.done}/{self.total}] {label} ... {outcome}\n")
+                self.out.flush()

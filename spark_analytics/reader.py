@@ -77,6 +77,13 @@ def input_files(files: Files, logs: str, realm: str | None = None,
     return found
 
 
+def reads_json(files: Files, logs: str, realm: str | None = None,
+               since: date | None = None) -> bool:
+    """Whether a read with these filters parses any JSON part (False: compacted days only)."""
+    return any(not entry.name.endswith(COMPACTED_FILE_GLOB.lstrip("*"))
+               for entry in input_files(files, logs, realm, since))
+
+
 def read_events(spark: SparkSession, files: Files, logs: str, realm: str | None = None,
                 since: date | None = None) -> DataFrame:
     """All valid records under ``logs``; the realm/date filters prune whole folders. A day

@@ -7,19 +7,33 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from spark_analytics.storage import Entry
+
 SHUFFLE_BYTES_PER_PARTITION = 64 * 1024 * 1024
 MAX_SHUFFLE_PARTITIONS = 200
 QUICK_JIT_MAX_BYTES = 32 * 1024 * 1024
+PARQUET_EXPANSION = 10
+"""A byte of compacted Parquet holds the records of about ten bytes of JSON parts (11 on
+bench/eventlog_report.py's log). The records make a run long, so Parquet bytes count ten
+times when a session is sized: else a compacted log of a million records (21 MiB) chose the
+quick-compile JIT, whose small code cache filled up and left the JVM interpreting."""
 # The writer closes a part every 300 s by default: 288 small files per realm and day. Spark
 # packs files into read partitions up to maxPartitionBytes, counting each file as at least
 # openCostInBytes; its 4 MiB default makes a small part cost as much as a big one, so a log of
 # many small parts became thousands of tasks. (Spark still spreads the input over every core.)
 FILE_OPTIONS = {"spark.sql.files.maxPartitionBytes": str(512 * 1024 * 1024),
                 "spark.sql.files.openCostInBytes": str(256 * 1024)}
+# Percentiles (percentile_approx) aggregate through Spark's object hash aggregation, which
+# falls back to sorting all of a task's rows once it holds more than 128 groups: the topics
+# table (one group per topic) and the slowest consumers (one per session) spent most of their
+# time sorting. A group's buffer holds no more than that group's values (compressed as it
+# grows), so the memory stays bounded by the task's rows however many groups there are.
+AGGREGATE_OPTIONS = {"spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "16384"}
 
 # Spark's default log4j2 profile prints INFO/WARN chatter and a banner; this one keeps errors
 # only, on stderr, so stdout carries nothing but what the command itself prints.
@@ -55,7 +69,14 @@ class Sizing:
 
     @classmethod
     def for_input(cls, input_bytes: int) -> Sizing:
+        """Sized for this many bytes of JSON parts."""
         return cls(shuffle_partitions_for(input_bytes), input_bytes < QUICK_JIT_MAX_BYTES)
+
+    @classmethod
+    def for_files(cls, files: Iterable[Entry]) -> Sizing:
+        """Sized for the files a run reads, Parquet weighed as the JSON it replaced."""
+        return cls.for_input(sum(entry.size * (PARQUET_EXPANSION if entry.name.endswith(
+            ".parquet") else 1) for entry in files))
 
 
 def _point_java_home() -> None:
@@ -97,6 +118,7 @@ def start_session(sizing: Sizing, master: str = "local[*]", driver_memory: str =
                  .config("spark.sql.session.timeZone", "UTC")
                  .config("spark.sql.shuffle.partitions", sizing.shuffle_partitions)
                  .config(map=FILE_OPTIONS)
+                 .config(map=AGGREGATE_OPTIONS)
                  .getOrCreate())
     finally:
         Path(log_config).unlink()

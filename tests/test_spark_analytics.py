@@ -25,7 +25,7 @@ import pytest
 from router.eventlog.schema import FIELD_NAMES
 from spark_analytics.compact import compact_logs
 from spark_analytics.reader import input_files, read_events
-from spark_analytics.report import build_report
+from spark_analytics.report import REPORT_STAGES, build_report
 from spark_analytics.session import Sizing, start_session
 from spark_analytics.storage import HadoopFiles, LocalFiles, to_url
 from spark_analytics.stream import run_stream
@@ -292,7 +292,8 @@ def test_cli_report_keeps_only_the_chosen_realm_and_dates(filtered_cli_report):
     stdout, stderr = process.communicate(timeout=110)
     assert process.returncode == 0, stderr
     assert stdout.strip() == str(out / "report.html")
-    assert "[1/22] reading event logs" in stderr and "[22/22] HTML page" in stderr
+    assert f"[1/{REPORT_STAGES}] reading event logs" in stderr
+    assert f"[{REPORT_STAGES}/{REPORT_STAGES}] HTML page" in stderr
     topics = read_table(out / "tables" / "topics")
     assert [(row["realm"], row["topic"], row["events"]) for row in topics] == \
         [("alpha", "sensor.wind", str(len(alpha_day_2())))]
