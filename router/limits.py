@@ -179,7 +179,8 @@ class GatedProtocol:
     def connectionMade(self) -> None:
         super().connectionMade()  # type: ignore[misc]
         transport = self.transport  # type: ignore[attr-defined]
-        transport.bufferSize = READ_CHUNK
+        # under TLS the socket is read by the TCP transport beneath the TLS protocol
+        getattr(transport, "transport", transport).bufferSize = READ_CHUNK
         limits = self.factory.limits  # type: ignore[attr-defined]
         self.gate = limits.admit(getattr(transport.getPeer(), "host", "unknown"),
                                  transport.abortConnection)
