@@ -29,7 +29,8 @@ from tests.clients import connect, next_item, run
 from tests.harness import RedisServer, RouterProcess, redis_cluster
 from tests.mqtt_clients import V5, V311, MqttClient, mqtt_realm, unique
 from tests.test_cluster_amqp import collect, durable, until_probe
-from tests.test_cluster_sessions import PROBE, count_until_probe, wait_queued
+from tests.test_cluster_sessions import (PROBE, count_until_probe, left_offline, persistent,
+                                         wait_queued)
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="redis-server is not installed (README command 2)")
@@ -164,11 +165,7 @@ def test_offline_session_of_a_killed_node_queues_and_resumes_on_another_node(clu
     topic = unique("adopt") + "/t"
     client_id = unique("orphan")
     publisher = connected(nodes["b"])
-    subscriber = MqttClient(dying, V311, client_id=client_id, clean=False)
-    assert not subscriber.connect().session_present
-    assert subscriber.subscribe((topic, 2)) == [2]
-    count_until_probe(publisher, subscriber, topic, Counter())
-    subscriber.disconnect()
+    left_offline(dying, publisher, V311, client_id, topic, 2)
     early = 20
     for i in range(early):
         publisher.publish(topic, f"early-{i}".encode(), 1)
@@ -343,11 +340,7 @@ def test_a_reconnect_waiting_for_a_killed_node_resumes_when_it_is_found_dead(clu
     topic = unique("soon") + "/t"
     client_id = unique("hasty")
     publisher = connected(nodes["b"])
-    subscriber = MqttClient(dying, V5, client_id=client_id, clean=False, session_expiry=300)
-    subscriber.connect()
-    assert subscriber.subscribe((topic, 1)) == [1]
-    count_until_probe(publisher, subscriber, topic, Counter())
-    subscriber.disconnect()
+    left_offline(dying, publisher, V5, client_id, topic, 1)
     count = 5
     for i in range(count):
         publisher.publish(topic, f"m{i}".encode(), 1)
@@ -415,12 +408,7 @@ def test_node_killed_mid_stream_loses_nothing_acknowledged(cluster, tmp_path):
     prober = connected(nodes["b"])
     ids = {V311: unique("mid311"), V5: unique("mid5")}
     for version, client_id in ids.items():
-        subscriber = MqttClient(dying, version, client_id=client_id, clean=False,
-                                session_expiry=300 if version == V5 else None)
-        assert not subscriber.connect().session_present
-        assert subscriber.subscribe((topic, 2)) == [2]
-        count_until_probe(prober, subscriber, topic, Counter())
-        subscriber.disconnect()
+        left_offline(dying, prober, version, client_id, topic, 2)
     publisher = RetryingPublisher(nodes["b"])
     messages = [(topic, f"q{qos}-{i}".encode(), qos) for i in range(count) for qos in (1, 2)]
     mids = publisher.publish_all(messages)
@@ -430,8 +418,7 @@ def test_node_killed_mid_stream_loses_nothing_acknowledged(cluster, tmp_path):
     assert publisher.reconnects > 1, "the kill never cost an acknowledgement"
     expected = {payload for _, payload, _ in messages}
     for version, client_id in ids.items():
-        resumed = MqttClient(nodes["c"], version, client_id=client_id, clean=False,
-                             session_expiry=300 if version == V5 else None)
+        resumed = persistent(nodes["c"], version, client_id)
         assert resumed.connect().session_present
         received: Counter[bytes] = Counter()
         while not expected <= received.keys():
@@ -461,11 +448,7 @@ def test_nothing_acknowledged_misses_an_adopted_session(cluster, tmp_path, publi
     topic = unique("window") + "/t"
     client_id = unique("adopted")
     publisher = connected(nodes[publishing_node])
-    subscriber = MqttClient(dying, V311, client_id=client_id, clean=False)
-    assert not subscriber.connect().session_present
-    assert subscriber.subscribe((topic, 1)) == [1]
-    count_until_probe(publisher, subscriber, topic, Counter())
-    subscriber.disconnect()
+    left_offline(dying, publisher, V311, client_id, topic, 1)
     acknowledged, refused = [], 0
     number = 0
 
