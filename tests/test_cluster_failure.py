@@ -29,8 +29,8 @@ from tests.clients import connect, next_item, run
 from tests.harness import RedisServer, RouterProcess, redis_cluster
 from tests.mqtt_clients import V5, V311, MqttClient, mqtt_realm, unique
 from tests.test_cluster_amqp import collect, durable, until_probe
-from tests.test_cluster_sessions import (PROBE, count_until_probe, left_offline, persistent,
-                                         wait_queued)
+from tests.test_cluster_sessions import (PROBE, count_until_probe, killed_with_a_queue,
+                                         left_offline, persistent, wait_queued)
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="redis-server is not installed (README command 2)")
@@ -165,12 +165,9 @@ def test_offline_session_of_a_killed_node_queues_and_resumes_on_another_node(clu
     topic = unique("adopt") + "/t"
     client_id = unique("orphan")
     publisher = connected(nodes["b"])
-    left_offline(dying, publisher, V311, client_id, topic, 2)
     early = 20
-    for i in range(early):
-        publisher.publish(topic, f"early-{i}".encode(), 1)
-    wait_queued(redis, client_id, early)  # the dying node wrote them to Redis
-    dying.kill9()
+    killed_with_a_queue(dying, publisher, redis, V311, client_id, topic, 2,
+                        [f"early-{i}".encode() for i in range(early)])
     assert "adopted" in reaped_log(nodes, "a2", NODE_TIMEOUT + HEARTBEAT + MARGIN)
     # the adopting node queues from now on: a QoS 1 probe lands in Redis once its
     # interest reached b
@@ -340,12 +337,9 @@ def test_a_reconnect_waiting_for_a_killed_node_resumes_when_it_is_found_dead(clu
     topic = unique("soon") + "/t"
     client_id = unique("hasty")
     publisher = connected(nodes["b"])
-    left_offline(dying, publisher, V5, client_id, topic, 1)
     count = 5
-    for i in range(count):
-        publisher.publish(topic, f"m{i}".encode(), 1)
-    wait_queued(redis, client_id, count)
-    dying.kill9()
+    killed_with_a_queue(dying, publisher, redis, V5, client_id, topic, 1,
+                        [f"m{i}".encode() for i in range(count)])
     started = time.monotonic()
     resumed = MqttClient(nodes["c"], V5, client_id=client_id, clean=False, session_expiry=300)
     assert resumed.connect(timeout=TAKEOVER_TIMEOUT).session_present

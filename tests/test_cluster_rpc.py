@@ -77,6 +77,15 @@ async def callees(nodes, uri: str, policy: str) -> dict:
     return sessions
 
 
+async def caller_of(nodes, uri: str, policy: str) -> tuple:
+    """Callees on b and c under ``policy`` (:func:`callees`) and a caller on a that knows
+    both registrations: (caller, callee sessions)."""
+    sessions = await callees(nodes, uri, policy)
+    caller = await connect(nodes["a"])
+    await synced(caller, sessions["c"])
+    return caller, sessions
+
+
 async def close_all(*sessions) -> None:
     for session in sessions:
         await session.close()
@@ -129,9 +138,7 @@ def test_roundrobin_alternates_between_callees_on_two_nodes(cluster):
 
     async def scenario():
         uri = procedure()
-        sessions = await callees(nodes, uri, "roundrobin")
-        caller = await connect(nodes["a"])
-        await synced(caller, sessions["c"])
+        caller, sessions = await caller_of(nodes, uri, "roundrobin")
         assert [await caller.call(uri) for _ in range(6)] == ["b", "c"] * 3
         await close_all(caller, *sessions.values())
 
@@ -143,9 +150,7 @@ def test_random_reaches_callees_on_both_nodes(cluster):
 
     async def scenario():
         uri = procedure()
-        sessions = await callees(nodes, uri, "random")
-        caller = await connect(nodes["a"])
-        await synced(caller, sessions["c"])
+        caller, sessions = await caller_of(nodes, uri, "random")
         results = [await caller.call(uri) for _ in range(40)]
         assert 5 <= results.count("b") <= 35, results  # fails with odds of about 1e-6
         await close_all(caller, *sessions.values())
@@ -160,9 +165,7 @@ def test_first_and_last_pick_by_registration_order_in_the_cluster(cluster, polic
 
     async def scenario():
         uri = procedure()
-        sessions = await callees(nodes, uri, policy)
-        caller = await connect(nodes["a"])
-        await synced(caller, sessions["c"])
+        caller, sessions = await caller_of(nodes, uri, policy)
         assert [await caller.call(uri) for _ in range(3)] == [picked] * 3
         await sessions.pop(picked).close()
         await synced(caller, sessions[then])  # the leave is known at a now

@@ -98,6 +98,18 @@ def left_offline(node: RouterProcess, publisher: MqttClient, version: int, clien
     subscriber.disconnect()
 
 
+def killed_with_a_queue(dying: RouterProcess, publisher: MqttClient, redis: RedisServer,
+                        version: int, client_id: str, topic: str, qos: int,
+                        payloads: list[bytes]) -> None:
+    """A persistent session left offline on ``dying`` (subscribed to ``topic`` at ``qos``),
+    ``payloads`` published to it at QoS 1 and written to Redis, then ``dying`` killed -9."""
+    left_offline(dying, publisher, version, client_id, topic, qos)
+    for payload in payloads:
+        publisher.publish(topic, payload, 1)
+    wait_queued(redis, client_id, len(payloads))
+    dying.kill9()
+
+
 def wait_queued(redis: RedisServer, client_id: str, count: int,
                 publish=lambda: None, protocol: str = "mqtt") -> None:
     """Until Redis holds ``count`` queued messages for ``client_id`` (an AMQP link id with
@@ -248,12 +260,9 @@ def test_session_of_a_killed_node_resumes_after_the_takeover_timeout(nodes, redi
     topic = unique("dead") + "/t"
     client_id = unique("orphan")
     publisher = connected(nodes["b"])
-    left_offline(dying, publisher, V311, client_id, topic, 1)
     count = 20
-    for i in range(count):
-        publisher.publish(topic, f"m{i}".encode(), 1)
-    wait_queued(redis, client_id, count)  # d has written every one to Redis
-    dying.kill9()
+    killed_with_a_queue(dying, publisher, redis, V311, client_id, topic, 1,
+                        [f"m{i}".encode() for i in range(count)])
 
     started = time.monotonic()
     resumed = persistent(nodes["c"], V311, client_id)
