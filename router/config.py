@@ -159,9 +159,9 @@ class NodeConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     engine: EngineConfig = field(default_factory=lambda: EngineConfig())
     sys_interval: float = 10.0
-    cluster: ClusterLimits = field(default_factory=ClusterLimits)
-    """Calls forwarded to other nodes (Redis engine only)."""
     """Seconds between ``$SYS`` / ``wamp.router.on_stats`` publications (0: none)."""
+    cluster: ClusterLimits = field(default_factory=ClusterLimits)
+    """What a node has under way with Redis and the other nodes (Redis engine only)."""
 
 
 @dataclass(frozen=True)

@@ -165,8 +165,8 @@ class AmqpFrontend:
         key = link_key(owned)
         if key in self.durable:  # this node's own claim brought it here
             return
-        if (stored is None or not self._restore_one(stored)) and self.claims is not None:
-            self.claims.disown(owned)
+        if stored is None or not self._restore_one(stored):
+            self.claims.disown(owned)  # type: ignore[union-attr]  # adopt needs claims
 
     def subscribe(self, connection: Outlet, link, address: str | None, qos: int,
                   policy: str, durable: bool, group: str | None = None) -> AmqpSubscriber:

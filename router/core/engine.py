@@ -71,9 +71,10 @@ class TestamentStore(Protocol):
     """Keeps a copy of each session's testaments beyond this node, so that they are
     published even if the node dies (the Redis engine's other nodes do it then)."""
 
-    def save(self, info: SessionInfo, testaments: list[list]) -> None:
+    def save(self, info: SessionInfo, testaments: list[list]) -> bool:
         """``info``'s testaments now are ``testaments`` (each ``[topic, args, kwargs,
-        publish options]``, in publication order); an empty list forgets the session."""
+        publish options]``, in publication order); an empty list forgets the session.
+        False when they cannot be copied at all (then :meth:`when_durable` is not asked)."""
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         """``callback(ok)`` once every change saved so far is stored (or failed to be)."""

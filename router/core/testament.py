@@ -20,7 +20,7 @@ from router.core.engine import TestamentStore
 from router.core.errors import ProtocolViolation, RouterError
 from router.core.incidents import REFUSED
 from router.core.model import SessionInfo
-from router.core.options import PublishOptions, parse_publish_options
+from router.core.options import parse_publish_options
 from router.core.peer import Peer
 from router.core.realm import Realm
 from router.core.topic import from_uri
@@ -36,7 +36,6 @@ class Testament:
     topic: str
     args: list | None
     kwargs: dict | None
-    options: PublishOptions
     raw_options: dict
     """As the session gave them: what a copy beyond this node keeps."""
 
@@ -86,7 +85,7 @@ class Testaments:
         if t_kwargs is not None and type(t_kwargs) is not dict:
             raise RouterError(errors.INVALID_ARGUMENT, "'kwargs' must be a dict")
         try:
-            options = parse_publish_options(raw_options)
+            parse_publish_options(raw_options)  # refused now, not when it is published
         except ProtocolViolation as exc:
             raise RouterError(errors.INVALID_ARGUMENT, str(exc)) from exc
         self._realm.check_uri(topic)
@@ -101,7 +100,7 @@ class Testaments:
             raise RouterError(errors.LIMIT_EXCEEDED,
                               f"this session already has {self._max} testaments, the realm's "
                               "maximum (wamp.max_testaments)")
-        buckets[scope].append(Testament(topic, t_args, t_kwargs, options, raw_options))
+        buckets[scope].append(Testament(topic, t_args, t_kwargs, raw_options))
         return self._copy(caller, buckets, None)
 
     def flush(self, caller: SessionInfo, args: list,
@@ -124,12 +123,14 @@ class Testaments:
         store = self._store
         if store is None:
             return answer
-        store.save(info, [testament.stored() for scope in SCOPES
-                          for testament in buckets[scope]])
+        not_copied = RouterError(errors.UNAVAILABLE, "done on this node, but not (yet) copied "
+                                 "to the cluster (Redis): lost if this node dies")
+        if not store.save(info, [testament.stored() for scope in SCOPES
+                                 for testament in buckets[scope]]):
+            return defer.fail(not_copied)
         stored: defer.Deferred = defer.Deferred()
         store.when_durable(lambda ok: stored.callback(answer) if ok else stored.errback(
-            RouterError(errors.UNAVAILABLE, "done on this node, but not (yet) copied to the "
-                                            "cluster (Redis): lost if this node dies")))
+            not_copied))
         return stored
 
     def _publish_all(self, peer: Peer) -> None:

@@ -213,8 +213,7 @@ class MqttFrontend:
                 session = self.sessions[client_id]
                 self._save(session, stored.disconnected_at)
         if session is None:
-            if self.claims is not None:
-                self.claims.disown(client_id)
+            self.claims.disown(client_id)  # type: ignore[union-attr]  # adopt needs claims
             if will is not None:  # the session ended with its node: the will is due now
                 info = SessionInfo(self.router.new_session_id(), self.realm.name, will.authid,
                                    will.authrole, will.authmethod, protocol="mqtt")

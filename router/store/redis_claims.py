@@ -213,9 +213,11 @@ class RedisClaims(Generic[Stored]):
                 stored: Stored | None) -> None:
         """Answer the claim, then let go for the nodes that asked meanwhile."""
         after = self._claims.pop(owned, [])
-        answer(stored)
-        for then in after:
-            then()
+        try:
+            answer(stored)
+        finally:  # a bug in one client's answer must not leave the others waiting
+            for then in after:
+                then()
 
     def load_owned(self) -> list[Stored]:
         """Start-up: the states this node owned when it stopped (an owner entry without

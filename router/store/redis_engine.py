@@ -313,8 +313,8 @@ class RedisRealm:
         self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
                                     f"topic {publication.name}: not sent to {nodes} node(s): "
                                     f"{why}")
-        if publication.qos:
-            self._track(defer.succeed(False))
+        if publication.qos:  # failed once the publisher's acknowledgement waits for it
+            self._track(task.deferLater(self.engine.reactor, 0, lambda: False))
 
     def _handed(self, listeners: int, confirmed: defer.Deferred, publication: Publication,
                 node: str) -> None:
@@ -528,8 +528,8 @@ class RedisRealm:
             self._batch_failed, len(writes)))
 
     def _batch_failed(self, failure: Any, commands: int) -> bool:
-        self.engine.incidents.count(self.name, "mqtt", STORE_FAILED,
-                                    f"{commands} session-state write(s) not stored in Redis "
+        self.engine.incidents.count(self.name, "engine", STORE_FAILED,
+                                    f"{commands} client-state write(s) not stored in Redis "
                                     f"({failure.getErrorMessage()})")
         return False
 
@@ -655,12 +655,12 @@ class RedisEngine:
         self.incidents = Incidents()
         """Replaced by the router's own in :meth:`start`."""
         self.on_pressure: Callable[[bool], None] = lambda pressed: None
+        """Stop (True) / restart (False) reading from publishers: Redis is behind; the node
+        sets it to its intake gate."""
         self.on_adopting: Callable[[bool], None] = lambda adopting: None
         """Stop (True) / restart (False) reading from publishers while this node adopts a
         dead node's clients: a local publication must not miss them either."""
         self._adopting = 0
-        """Stop (True) / restart (False) reading from publishers: Redis is behind; the node
-        sets it to its intake gate."""
         self.realms: dict[str, RedisRealm] = {}
         self.commands: RespProtocol | None = None
         self._subscribed = False
@@ -787,6 +787,15 @@ class RedisEngine:
                 self._read_registrations()
             return
         channel, data = message[1], message[2]
+        try:
+            self._received(channel, data)
+        except Exception:  # one bad message must not cost the connection the ones after it
+            log.exception("a message on %r could not be handled", channel)
+            self.incidents.count("", "engine", ENGINE_UNAVAILABLE,
+                                 f"a message on {channel!r} could not be handled")
+
+    def _received(self, channel: bytes, data: bytes) -> None:
+        """Act on one message of a subscribed channel."""
         if channel == self.qos_channel:
             sender, number, data = msgpack.unpackb(data, raw=False)
             realm, publication = unpack_publication(data)
@@ -850,6 +859,7 @@ class RedisEngine:
             self._sweeper.stop()
         forget = self.watch.close()
         for shared in self.realms.values():
+            shared.flush()  # what this turn wrote goes first
             forget += [shared.dealer.release_node(), *shared.members.forget_node(),
                        ("DEL", shared.testaments.key, shared.sessions.will_key)]
         self.send(b"".join(command(*args) for args in forget), len(forget))

@@ -149,10 +149,10 @@ class RedisTestaments:
         self.key = testaments_key(shared.name, shared.engine.node)
         self.when_durable = shared.when_durable
 
-    def save(self, info: SessionInfo, testaments: list[list]) -> None:
+    def save(self, info: SessionInfo, testaments: list[list]) -> bool:
         if not testaments:
             self._shared.write(command("HDEL", self.key, info.session_id))
-            return
+            return True
         try:
             blob = msgpack.packb([info.authid, info.authrole, info.authmethod, testaments],
                                  use_bin_type=True)
@@ -161,8 +161,9 @@ class RedisTestaments:
                 self._shared.name, "wamp", STORE_FAILED,
                 f"session {info.session_id}: testaments not copied to Redis ({exc}): "
                 "published only if its node runs when it leaves")
-            return
+            return False
         self._shared.write(command("HSET", self.key, info.session_id, blob))
+        return True
 
 
 def publish_left(shared: "RedisRealm", node: str, testaments: list, wills: list,

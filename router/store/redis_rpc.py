@@ -202,12 +202,8 @@ class RedisDealer:
 
     def register(self, peer: Peer, registration: Registration,
                  answer: Callable[[RouterError | None], None]) -> None:
-        commands = self.engine.commands
-        if commands is None:
-            answer(RouterError(errors.CANCELED, "the cluster (Redis) is not reachable"))
-            return
         info = peer.info
-        request = commands.request(command(
+        request = self.engine.request(command(
             "EVAL", REGISTER, 3, *self.keys, _field(registration), registration.policy,
             self.engine.node, info.session_id, registration.id, time.time(), self.name))
         request.addCallbacks(self._claimed, self._claim_failed, callbackArgs=(answer,),

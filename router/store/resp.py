@@ -69,6 +69,11 @@ def parse(buffer: bytearray, position: int) -> tuple[Any, int] | object:
     raise ValueError(f"not a RESP reply: {bytes(buffer[position:end + 2])!r}")
 
 
+SKIPPED = object()
+"""Stands for a reply :meth:`RespProtocol.request` does not wait for, but whose error
+fails the request (``None`` stands for a reply nobody waits for at all)."""
+
+
 class Busy(ConnectionError):
     """Not sent: ``max_pending`` commands are waiting for their replies already."""
 
@@ -91,7 +96,9 @@ class RespProtocol(protocol.Protocol):
 
     def __init__(self, max_pending: int = 10_000) -> None:
         self._buffer = bytearray()
-        self._waiting: deque[defer.Deferred | None] = deque()
+        self._waiting: deque[defer.Deferred | object | None] = deque()
+        self._batch_error: RedisError | None = None
+        """The first error among the skipped replies of the request being answered."""
         self.max_pending = max_pending
         self._high = max(1, max_pending // 2)
         self._low = max_pending // 4
@@ -115,13 +122,14 @@ class RespProtocol(protocol.Protocol):
 
     def request(self, data: bytes, skipped: int = 0) -> defer.Deferred:
         """Send encoded commands; the Deferred fires with the reply of the last one (errback:
-        RedisError), the ``skipped`` replies before it are not waited for. Fails with
+        RedisError, also when one of the ``skipped`` replies before it, not waited for, was
+        an error: a batch is stored only if all of it is). Fails with
         :class:`Busy`, sending nothing, when the bound has no room for them all."""
         waiting = self._waiting
         if len(waiting) + skipped + 1 > self.max_pending:
             return defer.fail(Busy(f"{len(waiting)} commands unanswered by Redis"))
         waiter: defer.Deferred = defer.Deferred()
-        waiting.extend([None] * skipped)
+        waiting.extend([SKIPPED] * skipped)
         waiting.append(waiter)
         self._write(data)
         return waiter
@@ -164,15 +172,23 @@ class RespProtocol(protocol.Protocol):
             self.on_pressure(False)
         if waiter is None:
             return
+        if waiter is SKIPPED:
+            if isinstance(reply, RedisError) and self._batch_error is None:
+                self._batch_error = reply
+            return
+        error, self._batch_error = self._batch_error, None
         if isinstance(reply, RedisError):
-            waiter.errback(reply)
+            error = reply
+        if error is not None:
+            waiter.errback(error)  # type: ignore[union-attr]
         else:
-            waiter.callback(reply)
+            waiter.callback(reply)  # type: ignore[union-attr]
 
     def connectionLost(self, reason: Any = None) -> None:
         waiting, self._waiting = self._waiting, deque()
+        self._batch_error = None
         for waiter in waiting:
-            if waiter is not None:
+            if waiter is not None and waiter is not SKIPPED:
                 waiter.errback(ConnectionError("the connection to Redis was lost"))
         if self.pressed:
             self.pressed = False
