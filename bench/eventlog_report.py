@@ -11,8 +11,10 @@ Then, in one Spark session and in this order, it times the operator's whole path
 1. the bare read: every JSON part with the writer's schema, grouped by realm and topic (the
    baseline issue 17 defines; run first, so it also pays the JVM's warm-up);
 2. the report on the raw JSON parts (what a report of today's, still open, day costs);
-3. ``compact`` of every closed day into Parquet (run once per day, e.g. from cron);
-4. the report after compaction, reading the Parquet (what every later report costs).
+3. ``compact`` of every closed day into rollups and Parquet records (run once per day, e.g.
+   from cron);
+4. the report after compaction, merging the days' stored rollups (what every later report
+   costs).
 
 It prints each time, each report's ratio to the bare read and the Spark driver JVM's peak
 resident memory after each step. The figure the issue's goal (report / bare read <= 1.5)
@@ -52,6 +54,7 @@ from spark_analytics.compact import compact_logs  # noqa: E402
 from spark_analytics.reader import COMPACTED, event_ddl, input_files  # noqa: E402
 from spark_analytics.storage import LocalFiles, to_url  # noqa: E402
 from spark_analytics.report import REPORT_STAGES, build_report  # noqa: E402
+from spark_analytics.rollups import ROLLUPS_FOLDER  # noqa: E402
 from spark_analytics.session import Sizing, start_session  # noqa: E402
 
 DAY = 86_400
@@ -176,7 +179,8 @@ def prepare_log(work: Path, events: int, days: int) -> str:
     logs, marker = work / "logs", work / "generated"
     wanted = f"events={events} days={days}"
     if logs.is_dir() and marker.is_file() and marker.read_text() == wanted:
-        shutil.rmtree(logs / COMPACTED, ignore_errors=True)
+        for folder in (COMPACTED, ROLLUPS_FOLDER):
+            shutil.rmtree(logs / folder, ignore_errors=True)
         return "reused"
     shutil.rmtree(logs, ignore_errors=True)
     seconds = timed(lambda: generate(logs, events, days))

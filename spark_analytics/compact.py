@@ -1,12 +1,19 @@
-"""``compact``: rewrite closed days of JSON parts as Parquet, which later reports read instead.
+"""``compact``: turn closed days of JSON parts into rollups and Parquet records.
 
 The writer leaves hundreds of small JSON parts per realm and day (a part every 300 s by
 default); parsing them is most of a report's cost. A closed day (before today, UTC, with no
-part still open, on any node) becomes one Parquet folder ``<logs>/_parquet/realm=<r>/date=<d>/``
-holding every node's records of that day (``node`` is kept as a column); Spark's
-file listing skips names starting with ``_``, so the JSON read of ``<logs>`` never sees it.
-The JSON parts stay where they are (the writer's retention removes them); the report reads
-the Parquet for a day once its ``_SUCCESS`` marker exists, and the JSON otherwise.
+part still open, on any node) is parsed once, into
+
+- its records, every node's, as one Parquet folder ``<logs>/_parquet/realm=<r>/date=<d>/``
+  (``node`` is kept as a column), for queries of one's own;
+- its rollups (:mod:`spark_analytics.rollups`), computed from that Parquet, one small file
+  each under ``<logs>/_rollups/<rollup>/realm=<r>/date=<d>/``, which later reports merge
+  instead of reading the day's records again;
+- last, the marker ``<logs>/_parquet/realm=<r>/date=<d>/_COMPACTED``: only a day with it
+  counts as compacted, so a day a crash left half done is compacted again.
+
+Spark's file listing skips names starting with ``_``, so the JSON read of ``<logs>`` never
+sees either. The JSON parts stay where they are (the writer's retention removes them).
 """
 
 from __future__ import annotations
@@ -19,8 +26,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from router.eventlog.schema import DAY_COLUMNS
-from spark_analytics.reader import (JSON_OPTIONS, compacted_days, compacted_folder, day_files,
-                                    day_of, event_ddl)
+from spark_analytics.aggregates import USED_COLUMNS
+from spark_analytics.reader import (COMPACTED, COMPACTED_MARKER, JSON_OPTIONS, compacted_days,
+                                    compacted_folder, day_files, day_of, event_ddl)
+from spark_analytics.rollups import all_rollups, store_rollup
 from spark_analytics.storage import Files, HadoopFiles, join, to_url
 
 OPEN_PART_GLOB = ".part-*.jsonl"
@@ -40,22 +49,33 @@ def compact_logs(spark: SparkSession, logs: str | os.PathLike, realm: str | None
                  today: date | None = None) -> list[tuple[str, str]]:
     """Compact every closed day not compacted yet; returns the (realm, date) pairs written.
 
-    Each day is one single-task job (one output file), so the days run as concurrent jobs,
-    as many at a time as Spark has cores: one after the other they left all cores but one
-    idle."""
+    Each day's records become one Parquet file, the days as concurrent single-task jobs (as
+    many at a time as Spark has cores: one after the other they left all cores but one idle).
+    Then each rollup of all those days is one job over the Parquet just written (columns, not
+    JSON, are read again); the rollups run as concurrent jobs too. Last, each day's marker."""
     logs = to_url(logs)
     files = HadoopFiles(spark)
     today = today or datetime.now(timezone.utc).date()
     done = set(compacted_days(files, logs))
     days = [day for day in closed_days(files, logs, realm, today) if day not in done]
+    if not days:
+        return []
 
-    def compact_day(day: tuple[str, str]) -> None:
+    def write_records(day: tuple[str, str]) -> None:
         source = join(logs, f"realm={day[0]}", f"date={day[1]}")
         records = (spark.read.schema(event_ddl()).options(**JSON_OPTIONS).json(source)
                    .where(F.col("kind").isNotNull()).drop(*DAY_COLUMNS))
         # one file per day: a day is a few hundred MiB of JSON at most, far less as Parquet
         records.coalesce(1).write.mode("overwrite").parquet(compacted_folder(logs, *day))
 
-    with ThreadPoolExecutor(max(1, spark.sparkContext.defaultParallelism)) as pool:
-        list(pool.map(compact_day, days))
+    parallel = max(1, spark.sparkContext.defaultParallelism)
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(write_records, days))
+    records = (spark.read.schema(event_ddl()).option("basePath", join(logs, COMPACTED))
+               .parquet(*(compacted_folder(logs, *day) for day in days))
+               .select(*USED_COLUMNS, "date"))
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(lambda rollup: store_rollup(rollup, records, logs), all_rollups()))
+    for day in days:
+        files.touch(join(compacted_folder(logs, *day), COMPACTED_MARKER))
     return days

@@ -18,6 +18,8 @@ PART_FILE_GLOB = "*.jsonl"
 COMPACTED = "_parquet"
 """Where ``compact`` writes closed days as Parquet; Spark's listing skips ``_`` names."""
 COMPACTED_FILE_GLOB = "*.parquet"
+COMPACTED_MARKER = "_COMPACTED"
+"""Written in a compacted day's folder once its records and rollups are all stored."""
 JSON_OPTIONS = {"mode": "PERMISSIVE", "pathGlobFilter": PART_FILE_GLOB}
 
 
@@ -56,8 +58,9 @@ def day_files(files: Files, logs: str, realm: str | None, name_glob: str) -> lis
 
 def compacted_days(files: Files, logs: str, realm: str | None = None,
                    since: date | None = None) -> list[tuple[str, str]]:
-    """(realm, date) of each day ``compact`` finished writing (its ``_SUCCESS`` marker)."""
-    markers = files.glob(join(logs, COMPACTED, f"realm={realm or '*'}", "date=*", "_SUCCESS"))
+    """(realm, date) of each day ``compact`` finished writing (its marker)."""
+    markers = files.glob(join(logs, COMPACTED, f"realm={realm or '*'}", "date=*",
+                              COMPACTED_MARKER))
     days = (day_of(marker.parent_names) for marker in markers)
     return [day for day in days if in_scope(day, since)]
 
@@ -84,21 +87,30 @@ def reads_json(files: Files, logs: str, realm: str | None = None,
                for entry in input_files(files, logs, realm, since))
 
 
-def read_events(spark: SparkSession, files: Files, logs: str, realm: str | None = None,
-                since: date | None = None) -> DataFrame:
-    """All valid records under ``logs``; the realm/date filters prune whole folders. A day
-    that ``compact`` wrote is read from its Parquet, and its JSON parts are skipped."""
+def read_json_events(spark: SparkSession, logs: str, compacted: list[tuple[str, str]],
+                     realm: str | None = None, since: date | None = None) -> DataFrame:
+    """The valid records of the JSON parts under ``logs``, skipping the ``compacted`` days'
+    folders; the realm/date filters prune whole folders."""
     events = (spark.read.schema(event_ddl()).options(**JSON_OPTIONS)
               .option("basePath", logs).json(logs))
-    compacted = compacted_days(files, logs, realm, since)
     if compacted:
         day_key = F.concat_ws("/", "realm", "date")
         # a filter on partition columns only: Spark prunes those folders, never opening them
         events = events.where(~day_key.isin(*(f"{r}/{d}" for r, d in compacted)))
+    return scoped(events, realm, since)
+
+
+def read_events(spark: SparkSession, files: Files, logs: str, realm: str | None = None,
+                since: date | None = None) -> DataFrame:
+    """All valid records under ``logs``: a day that ``compact`` wrote is read from its
+    Parquet, and its JSON parts are skipped."""
+    compacted = compacted_days(files, logs, realm, since)
+    events = read_json_events(spark, logs, compacted, realm, since)
+    if compacted:
         parquet = (spark.read.schema(event_ddl()).option("basePath", join(logs, COMPACTED))
                    .parquet(*(compacted_folder(logs, *day) for day in compacted)))
-        events = events.unionByName(parquet)
-    return scoped(events, realm, since)
+        events = events.unionByName(scoped(parquet, realm, since))
+    return events
 
 
 def scoped(events: DataFrame, realm: str | None, since: date | None) -> DataFrame:

@@ -1,11 +1,11 @@
-"""The report job: read the logs once, build each table, write Parquet, CSV, PNGs and HTML."""
+"""The report job: merge the logs' rollups, build each table, write Parquet, CSV, PNGs, HTML."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
@@ -17,8 +17,9 @@ from spark_analytics import aggregates
 from spark_analytics.charts import draw_charts
 from spark_analytics.page import render_page
 from spark_analytics.progress import Progress
-from spark_analytics.reader import read_events, reads_json
-from spark_analytics.storage import HadoopFiles, join, to_url, upload_folder
+from spark_analytics.reader import compacted_days, read_json_events, reads_json
+from spark_analytics.rollups import Rollup, all_rollups, merged, read_stored_rollup
+from spark_analytics.storage import Files, HadoopFiles, join, to_url, upload_folder
 from spark_analytics.tables import write_table
 
 TOP_ROWS = 20
@@ -32,21 +33,16 @@ class NoEvents(Exception):
 
 @dataclass(frozen=True)
 class Inputs:
-    """What the tables are built from: the records and the records other than publishes (a
-    small share of a log), both cached when read from JSON; and the tables built so far
-    (cached, small), which some tables are summed from instead of the records."""
+    """What the tables are built from: the merged rollups (cached, small) and the tables built
+    so far (cached, small), which some tables are finished from."""
 
-    events: DataFrame
-    others: DataFrame
+    rollups: aggregates.Rollups
     tables: dict[str, DataFrame]
 
 
-def from_events(build: Callable[[DataFrame], DataFrame]) -> Callable[[Inputs], DataFrame]:
-    return lambda inputs: build(inputs.events)
-
-
-def from_others(build: Callable[[DataFrame], DataFrame]) -> Callable[[Inputs], DataFrame]:
-    return lambda inputs: build(inputs.others)
+def from_rollups(build: Callable[[aggregates.Rollups], DataFrame]
+                 ) -> Callable[[Inputs], DataFrame]:
+    return lambda inputs: build(inputs.rollups)
 
 
 @dataclass(frozen=True)
@@ -62,41 +58,40 @@ class TableSpec:
 
 TABLES = (
     TableSpec("topics", "topics: volume, peak minute, QoS, retention, fan-out",
-              from_events(aggregates.topics), TOP_ROWS),
-    TableSpec("publishers", "top publishers", from_events(aggregates.publishers), TOP_ROWS),
+              from_rollups(aggregates.topics), TOP_ROWS),
+    TableSpec("publishers", "top publishers", from_rollups(aggregates.publishers), TOP_ROWS),
     TableSpec("summary", "per-realm totals and percentiles",
-              lambda inputs: aggregates.summary(inputs.events, inputs.tables["topics"],
+              lambda inputs: aggregates.summary(inputs.rollups, inputs.tables["topics"],
                                                 inputs.tables["publishers"]),
               needs=("topics", "publishers")),
     TableSpec("events_per_minute", "events per minute",
-              from_events(aggregates.events_per_minute)),
-    TableSpec("qos", "QoS split", from_events(aggregates.qos)),
-    TableSpec("fanout", "fan-out distribution", from_events(aggregates.fanout)),
-    TableSpec("protocols", "protocol mix", from_events(aggregates.protocols)),
-    TableSpec("sessions", "session counts and durations",
-              from_others(aggregates.sessions)),
+              from_rollups(aggregates.events_per_minute)),
+    TableSpec("qos", "QoS split", from_rollups(aggregates.qos)),
+    TableSpec("fanout", "fan-out distribution", from_rollups(aggregates.fanout)),
+    TableSpec("protocols", "protocol mix", from_rollups(aggregates.protocols)),
+    TableSpec("sessions", "session counts and durations", from_rollups(aggregates.sessions)),
     TableSpec("ack_latency", "acknowledgement latency percentiles",
-              from_events(aggregates.ack_latency), TOP_ROWS),
+              from_rollups(aggregates.ack_latency), TOP_ROWS),
     TableSpec("ack_latency_by_protocol", "acknowledgement latency per protocol",
-              from_others(aggregates.ack_latency_by_protocol)),
+              from_rollups(aggregates.ack_latency_by_protocol)),
     TableSpec("slowest_consumers", "slowest consumers",
-              from_others(aggregates.slowest_consumers), TOP_ROWS),
-    TableSpec("refused", "refused and failed operations", from_others(aggregates.refused)),
-    TableSpec("drops", "drops by reason", from_others(aggregates.drops)),
+              from_rollups(aggregates.slowest_consumers), TOP_ROWS),
+    TableSpec("refused", "refused and failed operations", from_rollups(aggregates.refused)),
+    TableSpec("drops", "drops by reason", from_rollups(aggregates.drops)),
     TableSpec("retained_per_hour", "retained store per hour",
-              from_others(aggregates.retained_per_hour)),
+              from_rollups(aggregates.retained_per_hour)),
     TableSpec("subscriptions", "subscribers per pattern",
-              from_others(aggregates.subscriptions), TOP_ROWS),
+              from_rollups(aggregates.subscriptions), TOP_ROWS),
     TableSpec("unreceived_topics", "topics published with no receivers",
               lambda inputs: aggregates.unreceived_topics(inputs.tables["topics"]), TOP_ROWS,
               needs=("topics",)),
     TableSpec("top_topics_per_minute", "traffic over time of the top topics",
-              lambda inputs: aggregates.top_topics_per_minute(inputs.events,
+              lambda inputs: aggregates.top_topics_per_minute(inputs.rollups,
                                                               inputs.tables["topics"]),
               needs=("topics",)),
-    TableSpec("session_churn", "session churn", from_others(aggregates.session_churn)),
+    TableSpec("session_churn", "session churn", from_rollups(aggregates.session_churn)),
     TableSpec("payload_sizes", "payload-size distribution",
-              from_events(aggregates.payload_sizes)),
+              from_rollups(aggregates.payload_sizes)),
 )
 REPORT_STAGES = 1 + len(TABLES) + 2  # read, tables, charts, page
 
@@ -156,6 +151,40 @@ def build_tables(inputs: Inputs, out: str, progress: Progress
             {name: count for name, (_, count) in results.items()})
 
 
+def read_rollups(spark: SparkSession, files: Files, logs: str, realm: str | None,
+                 since: date | None) -> dict[str, DataFrame]:
+    """Every rollup merged over the days in scope (cached): the stored rollups of compacted
+    days and the rollups of the JSON parts of the others, whose records are parsed once (the
+    cost of a report on JSON) and cached while the rollups are computed from them. The
+    rollups are read, merged and cached as concurrent jobs."""
+    compacted = compacted_days(files, logs, realm, since)
+    records = None
+    if reads_json(files, logs, realm, since) or not compacted:
+        records = read_json_events(spark, logs, compacted, realm, since).select(
+            *aggregates.USED_COLUMNS).cache()
+        records.count()
+
+    def read(rollup: Rollup) -> DataFrame:
+        parts = [read_stored_rollup(spark, logs, rollup, compacted)] if compacted else []
+        if records is not None:
+            parts.append(rollup.compute(records))
+        rows = merged(rollup, parts).cache()
+        rows.count()
+        return rows
+
+    with ThreadPoolExecutor(TABLE_JOBS) as pool:
+        rollups = dict(zip((rollup.name for rollup in all_rollups()),
+                           pool.map(read, all_rollups())))
+    if records is not None:
+        records.unpersist()
+    return rollups
+
+
+def unpersist(frames: Iterable[DataFrame]) -> None:
+    for frame in frames:
+        frame.unpersist()
+
+
 def build_report(spark: SparkSession, logs: str | os.PathLike, out: str | os.PathLike,
                  realm: str | None = None, since: date | None = None,
                  progress: Progress | None = None) -> str:
@@ -166,23 +195,15 @@ def build_report(spark: SparkSession, logs: str | os.PathLike, out: str | os.Pat
     files = HadoopFiles(spark)
     progress = progress or Progress(REPORT_STAGES)
     with progress.stage("reading event logs"):
-        events = read_events(spark, files, logs, realm, since).select(*aggregates.USED_COLUMNS)
-        # parsing JSON is most of the cost, so JSON records are parsed once and cached;
-        # compacted days alone are Parquet, which each table scans again (only the columns
-        # it needs) faster than a cache of the records is built and scanned
-        parse_once = reads_json(files, logs, realm, since)
-        if parse_once:
-            events = events.cache()
-        records = events.count()
+        rollups = read_rollups(spark, files, logs, realm, since)
+        records = sum(row["records"] for row in rollups["realms"].select("records").collect())
     if records == 0:
-        events.unpersist()
+        unpersist(rollups.values())
         raise NoEvents(f"no event-log records under {logs} ({describe_scope(realm, since)})")
-    others = events.where(~aggregates.is_kind("publish"))
-    inputs = Inputs(events, others.cache() if parse_once else others, {})
+    inputs = Inputs(rollups, {})
     with one_shuffle_partition(spark):
         rows, total_rows = build_tables(inputs, out, progress)
-    for table in (*inputs.tables.values(), inputs.others, events):
-        table.unpersist()
+    unpersist([*inputs.tables.values(), *rollups.values()])
     # charts and page are drawn on the driver into a local folder, then copied to ``out``
     # through Hadoop's file system, like the tables
     with tempfile.TemporaryDirectory(prefix="spark-analytics-page-") as drawn:

@@ -34,6 +34,11 @@ FILE_OPTIONS = {"spark.sql.files.maxPartitionBytes": str(512 * 1024 * 1024),
 # time sorting. A group's buffer holds no more than that group's values (compressed as it
 # grows), so the memory stays bounded by the task's rows however many groups there are.
 AGGREGATE_OPTIONS = {"spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "16384"}
+# ``compact`` writes rollups and records partitioned by realm and date: a folder ``realm=007``
+# must read back as the realm "007", not the number 7; and an overwrite replaces only the
+# days written, not every other day of the folder.
+PARTITION_OPTIONS = {"spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+                     "spark.sql.sources.partitionOverwriteMode": "dynamic"}
 
 # Spark's default log4j2 profile prints INFO/WARN chatter and a banner; this one keeps errors
 # only, on stderr, so stdout carries nothing but what the command itself prints.
@@ -104,8 +109,11 @@ def start_session(sizing: Sizing, master: str = "local[*]", driver_memory: str =
     with os.fdopen(handle, "w") as config_file:
         config_file.write(QUIET_LOG4J2)
     java_options = f"-Dlog4j2.configurationFile=file:{log_config}"
-    # a cluster's executors run the same short tasks: the same JIT choice helps them too
-    executor_options = "-XX:TieredStopAtLevel=1" if sizing.quick_jit else ""
+    # a cluster's executors run the same short tasks: the same JIT choice helps them too. C1
+    # alone reserves 48 MiB of code cache, which the report's many queries fill (the JVM then
+    # stops compiling and interprets); tiered compilation's default reservation is kept
+    executor_options = ("-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+                        if sizing.quick_jit else "")
     if sizing.quick_jit:
         java_options += " " + executor_options
     try:
@@ -118,6 +126,7 @@ def start_session(sizing: Sizing, master: str = "local[*]", driver_memory: str =
                  .config("spark.sql.session.timeZone", "UTC")
                  .config("spark.sql.shuffle.partitions", sizing.shuffle_partitions)
                  .config(map=FILE_OPTIONS)
+                 .config(map=PARTITION_OPTIONS)
                  .config(map=AGGREGATE_OPTIONS)
                  .getOrCreate())
     finally:

@@ -74,6 +74,9 @@ class Files(Protocol):
     def upload(self, local: Path, url: str) -> None:
         """Copy a file written on the driver to ``url`` (replacing it; parents created)."""
 
+    def touch(self, url: str) -> None:
+        """Create an empty file at ``url`` (replacing it; parents created): a marker."""
+
 
 class LocalFiles:
     """``file:`` URLs through the local file system: usable before any Spark session."""
@@ -89,6 +92,12 @@ class LocalFiles:
         assert target is not None, url
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(local.read_bytes())
+
+    def touch(self, url: str) -> None:
+        target = local_path(url)
+        assert target is not None, url
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"")
 
 
 class HadoopFiles:
@@ -114,6 +123,10 @@ class HadoopFiles:
         target = self._path(url)
         self._fs(target).copyFromLocalFile(False, True, self._path(local.resolve().as_uri()),
                                            target)
+
+    def touch(self, url: str) -> None:
+        target = self._path(url)
+        self._fs(target).create(target, True).close()
 
 
 def upload_folder(files: Files, local: Path, url: str) -> list[str]:
