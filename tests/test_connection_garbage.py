@@ -1,4 +1,5 @@
-"""A closed connection is freed when it closes, not by the cycle collector.
+"""A closed connection is freed when it closes, not by the cycle collector, and a queued
+message is not one more object for the collector to scan per receiver.
 
 Objects in a reference cycle outlive their last use until a full collection; the router
 makes full collections rare (they stop the reactor for as long as they take to scan every
@@ -19,12 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from router.mqtt.packets import Puback, Publish
 from tests.amqp_clients import connect as amqp_connect
 from tests.clients import raw_connect, run
 from tests.harness import RouterProcess
-from tests.mqtt_clients import V5, V311, RawMqtt
+from tests.mqtt_clients import V5, V311, ClientPool, RawMqtt
 from tests.test_limits import (ALL_LISTENERS, RawWamp, listeners, open_socket, realm,
                                wait_all_closed)
+from tests.test_session_memory import MESSAGES, PAYLOAD
 
 PROBE = Path(__file__).resolve().parent / "garbage_probe"
 TIMEOUT = 10.0
@@ -117,3 +120,45 @@ def test_connections_closed_at_the_handshake_timeout_leave_no_cycles(router):
     wait_all_closed(socks, TIMEOUT)
     after = garbage_after_closes(router)
     assert connection_garbage(before, after) == {}
+
+
+def publish_qos1(router, topic: str, count: int) -> None:
+    publisher = RawMqtt(router)
+    publisher.connect_ok(V311, client_id="garbage-publisher")
+    codec = publisher.codec
+    publisher.send_bytes(b"".join(codec.encode(Publish(topic, PAYLOAD, 1, False, False, i))
+                                  for i in range(1, count + 1)))
+    for packet_id in range(1, count + 1):
+        assert isinstance(publisher.recv(), Puback)
+    publisher.close()
+
+
+def test_queued_messages_are_not_objects_for_the_collector_each(router):
+    """Each message goes to two sessions: an offline one, whose queue keeps it, and an
+    online one, which got it (so its wire bytes are cached with it). The queue holds
+    the messages themselves: no object per queued delivery, no tracked cache per message."""
+    topic = "com/garbage/q"
+    pool = ClientPool(router)
+    try:
+        pool(V311, client_id="garbage-offline", clean=False).subscribe((topic, 1))
+        pool.close()
+        online = pool(V311, client_id="garbage-online")
+        online.subscribe((topic, 1))
+        before = request_report(router)["tracked"]
+        publish_qos1(router, topic, MESSAGES)
+        for _ in range(MESSAGES):
+            online.next_message()
+        deadline = time.monotonic() + TIMEOUT
+        while True:  # until the online client's acknowledgements are all in
+            tracked = request_report(router)["tracked"]
+            grown = {name: tracked.get(name, 0) - before.get(name, 0)
+                     for name in ("StoredMessage", "Outbound", "dict")}
+            if grown["Outbound"] < MESSAGES / 100 or time.monotonic() > deadline:
+                break
+        assert grown["StoredMessage"] >= MESSAGES, grown
+        assert grown["Outbound"] < MESSAGES / 100, grown
+        assert grown["dict"] < MESSAGES / 100, grown
+    finally:
+        pool.close()
+        pool(V311, client_id="garbage-offline", clean=True).disconnect()  # queue discarded
+        pool.close()
