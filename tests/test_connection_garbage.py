@@ -62,7 +62,8 @@ def garbage_after_closes(router) -> dict[str, int]:
     while True:
         report = request_report(router)
         if not CONNECTION_TYPES & set(report["live"]) or time.monotonic() > deadline:
-            assert not CONNECTION_TYPES & set(report["live"]), report["live"]
+            assert not CONNECTION_TYPES & set(report["live"]), {
+                name: report["live"][name] for name in CONNECTION_TYPES & set(report["live"])}
             return report["garbage"]
 
 
