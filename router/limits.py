@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from autobahn.websocket.types import ConnectionDeny
+from twisted.internet import defer
 from twisted.internet.interfaces import ISSLTransport
 from twisted.internet.protocol import connectionDone
 
@@ -97,6 +98,18 @@ class ConnectionLimits:
             return sent
 
         transport.writeSomeData = counted_send
+
+    @staticmethod
+    def uncount_bytes(protocol: Any) -> None:
+        """Undo :meth:`count_bytes` once the connection is lost. Each wrapper holds a bound
+        method of the object it is set on: a reference cycle that would keep the closed
+        connection, with whatever its transport still buffers, until a full collection;
+        without the wrappers the connection is freed as soon as the last reference goes."""
+        vars(protocol).pop("dataReceived", None)
+        transport = getattr(protocol, "transport", None)
+        if transport is not None:
+            vars(transport).pop("writeSomeData", None)
+            vars(transport).pop("write", None)
 
     def count(self, detail: str) -> None:
         """One refused or timed-out connection of this listener."""
@@ -189,6 +202,7 @@ class GatedProtocol:
     def connectionLost(self, reason=connectionDone) -> None:
         self.release()
         super().connectionLost(reason)  # type: ignore[misc]
+        ConnectionLimits.uncount_bytes(self)
 
     def deny_if_refused(self) -> None:
         """WebSocket: an over-cap connection's opening handshake gets HTTP 503."""
@@ -206,3 +220,15 @@ class GatedProtocol:
     def release(self) -> None:
         if self.gate is not None:
             self.gate.release()
+
+
+class ReleasesClosedFuture:
+    """Mixin (first base) for an autobahn protocol: autobahn resolves ``is_closed`` with
+    the protocol itself, a reference cycle (protocol -> Deferred -> protocol) that keeps
+    every closed connection, and what it still references, until a full collection. Once
+    the connection is lost the future is replaced by one resolved with None: nothing in
+    the router waits on it."""
+
+    def connectionLost(self, reason=connectionDone) -> None:
+        super().connectionLost(reason)  # type: ignore[misc]
+        self.is_closed = defer.succeed(None)

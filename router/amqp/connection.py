@@ -658,6 +658,10 @@ class AmqpConnection:
 
     def connection_lost(self) -> None:
         self._closed = True
+        # the SASL layer refers back to this connection (``wake``) and to the protocol (its
+        # authenticator): gone with the connection, so that no reference cycle keeps them;
+        # a password check still running answers into the SASL object alone
+        self.sasl = None
         if self._tick_call is not None and self._tick_call.active():
             self._tick_call.cancel()
         for handler in list(self.links.values()):

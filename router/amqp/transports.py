@@ -30,8 +30,10 @@ class AmqpTcpProtocol(GatedProtocol, FlowingProtocol, Protocol):
                                   self.flow.lose_connection)
         self.connection = AmqpConnection(frontend, self.held.write, self.held.close, self.peer,
                                          self.flow)
-        self.connection.handshake_done = self.handshake_done
-        self.connection.verifying = self.verifying
+        # the gate's methods, not the protocol's (which holds the connection): no reference
+        # cycle, so a closed connection is freed at once, not by a full collection
+        self.connection.handshake_done = self.gate.passed
+        self.connection.verifying = self.gate.verifying
         self._sasl_ready = False
         self._header_bytes = 0
 

@@ -343,13 +343,19 @@ class MqttConnection:
                        dup: bool = False) -> bytes:
         """A PUBLISH's bytes; without a packet id (QoS 0) they can be shared by receivers."""
         if packet_id is not None and message.expires_at is None:
-            key = (self.version, dup)
-            template = message.encodings.get(key)
-            if template is None:
-                template = message.encodings[key] = self.codec.encode_publish_template(
+            # int keys and bytes values only: a dict of atoms is not tracked by the
+            # collector, so a queued message's cache is not one more object to scan
+            key = self.version * 2 + dup
+            encodings = message.encodings
+            head = encodings.get(key)
+            if head is None:
+                head, tail = self.codec.encode_publish_template(
                     Publish(message.topic, message.payload, message.qos, message.retain, dup,
                             packet_id, message.properties))
-            head, tail = template
+                encodings[key] = head
+                encodings[-1 - key] = tail
+            else:
+                tail = encodings[-1 - key]
             return head + packet_id.to_bytes(2, "big") + tail
         return self.codec.encode(self._publish_packet(message, message.topic, packet_id, dup,
                                                       message.properties))

@@ -43,8 +43,8 @@ class StoredMessage:
     retain: bool
     properties: dict = field(default_factory=dict)
     expires_at: float | None = None
-    # wire bytes per (protocol version, dup), shared by the receivers of one publication;
-    # never stored
+    # wire bytes per (protocol version, dup), shared by the receivers of one publication
+    # (PUBLISH head under version * 2 + dup, the rest under -1 minus that); never stored
     encodings: dict = field(default_factory=dict, compare=False, repr=False)
 
     def pack(self) -> bytes:

@@ -90,7 +90,11 @@ class MqttSession:
         self._may_overlap = False
         """Two of its filters can match one topic (one has a wildcard)."""
         self._last_publication: int | None = None
-        self.outbound: dict[int, Outbound] = {}  # by seq, in queue order
+        self.outbound: dict[int, Outbound | StoredMessage] = {}
+        """By seq, in queue order. A message that only waits in the queue is held as its
+        (shared) StoredMessage; its Outbound, one more object for the collector to scan
+        per queued message (10,000 per full queue), is made when it is sent, or at once
+        if it came through a shared group (which it may have to be handed back to)."""
         self._queued: deque[int] = deque()
         self._by_packet_id: dict[int, Outbound] = {}
         self.inbound_qos2: set[int] = set()
@@ -235,7 +239,8 @@ class MqttSession:
         broker = self.frontend.realm.broker
         moved = set()
         for entry in list(self.outbound.values()):
-            if entry.group is None or (group is not None and entry.group is not group):
+            if (type(entry) is not Outbound or entry.group is None
+                    or (group is not None and entry.group is not group)):
                 continue
             if entry.state != QUEUED and not (leaving and entry.message.qos == 1):
                 continue
@@ -256,12 +261,12 @@ class MqttSession:
             if connection is not None and connection.flow.paused:
                 connection.flow.overflow()
             return
-        entry = Outbound(next(self._seq), None, QUEUED, message, 0.0, group, publication)
-        self.outbound[entry.seq] = entry
-        self._queued.append(entry.seq)
+        seq = next(self._seq)
+        self.outbound[seq] = (message if group is None
+                              else Outbound(seq, None, QUEUED, message, 0.0, group, publication))
+        self._queued.append(seq)
         if self.persistent:
-            self.frontend.store.enqueue(self.client_id, StoredOutbound(
-                entry.seq, None, QUEUED, message))
+            self.frontend.store.enqueue(self.client_id, StoredOutbound(seq, None, QUEUED, message))
         self.pump()
 
     def _count(self, reason: str, message: StoredMessage) -> None:
@@ -278,12 +283,16 @@ class MqttSession:
         flow = connection.flow
         while (self._queued and len(self._by_packet_id) < connection.send_quota
                and not flow.paused):
-            entry = self.outbound[self._queued.popleft()]
+            seq = self._queued.popleft()
+            entry = self.outbound[seq]
+            message = entry if type(entry) is StoredMessage else entry.message
             now = time.time()
-            if entry.message.expires_at is not None and entry.message.expires_at <= now:
-                self._drop(entry)
-                self._expired(entry.message.topic)
+            if message.expires_at is not None and message.expires_at <= now:
+                self._forget(seq)
+                self._expired(message.topic)
                 continue
+            if type(entry) is StoredMessage:
+                entry = self.outbound[seq] = Outbound(seq, None, QUEUED, message)
             entry.packet_id = self._allocate_packet_id()
             entry.state = SENT
             entry.sent_at = now
@@ -385,9 +394,12 @@ class MqttSession:
         realm.incidents.count(realm.name, "mqtt", EXPIRED, f"client {self.client_id}: {topic}")
 
     def _drop(self, entry: Outbound) -> None:
-        self.outbound.pop(entry.seq, None)
+        self._forget(entry.seq)
+
+    def _forget(self, seq: int) -> None:
+        self.outbound.pop(seq, None)
         if self.persistent:
-            self.frontend.store.delete_outbound(self.client_id, entry.seq)
+            self.frontend.store.delete_outbound(self.client_id, seq)
 
     # inbound QoS 2 ----------------------------------------------------------------
 
@@ -412,12 +424,12 @@ class MqttSession:
 
     def restore_outbound(self, stored: list[StoredOutbound]) -> None:
         for item in stored:
-            entry = Outbound(item.seq, item.packet_id, item.state, item.message)
-            self.outbound[entry.seq] = entry
             if item.state == QUEUED or item.packet_id is None:
-                entry.state = QUEUED
-                self._queued.append(entry.seq)
+                self.outbound[item.seq] = item.message
+                self._queued.append(item.seq)
             else:
+                entry = Outbound(item.seq, item.packet_id, item.state, item.message)
+                self.outbound[entry.seq] = entry
                 self._by_packet_id[item.packet_id] = entry
         if self.outbound:
             self._seq = itertools.count(max(self.outbound) + 1)

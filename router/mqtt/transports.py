@@ -10,7 +10,7 @@ from twisted.internet.protocol import Factory, Protocol, connectionDone
 
 from router.flow import ConnectionFlow, FlowingProtocol
 from router.held import HeldTransport
-from router.limits import GatedProtocol
+from router.limits import GatedProtocol, ReleasesClosedFuture
 from router.mqtt.connection import MqttConnection
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.packets import ReasonCode
@@ -24,7 +24,10 @@ def _attach(connection: MqttConnection, held: HeldTransport, protocol: GatedProt
     (CONNECT ends the handshake; over a cap, CONNECT is refused)."""
     connection.held = held
     connection.client_cn = lambda: peer_common_name(transport)
-    connection.handshake_done = protocol.handshake_done
+    # the gate's own method, not the protocol's: the protocol holds the connection, so a
+    # bound method of the protocol here would be a reference cycle (freed only by a full
+    # collection, long after the connection closed)
+    connection.handshake_done = protocol.gate.passed
     if protocol.gate.refused:
         connection.refusal = ReasonCode.QUOTA_EXCEEDED
     return connection
@@ -58,7 +61,8 @@ class MqttTcpFactory(Factory):
         self.new_flow = new_flow
 
 
-class MqttWebSocketProtocol(GatedProtocol, FlowingProtocol, WebSocketServerProtocol):
+class MqttWebSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtocol,
+                            WebSocketServerProtocol):
     """MQTT packets in binary WebSocket messages (a packet may span messages)."""
 
     connection: MqttConnection | None = None

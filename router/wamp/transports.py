@@ -18,7 +18,7 @@ from autobahn.wamp.serializer import Serializer
 from autobahn.websocket.types import ConnectionDeny
 
 from router.flow import ConnectionFlow, FlowingProtocol
-from router.limits import GatedProtocol
+from router.limits import GatedProtocol, ReleasesClosedFuture
 from router.wamp.codec import WireMessage
 from router.wamp.session import WampSession
 
@@ -30,7 +30,8 @@ RAWSOCKET_ERROR_RESERVED_BITS = 3
 RAWSOCKET_ERROR_MAX_CONNECTIONS = 4
 
 
-class RouterWebSocketProtocol(GatedProtocol, FlowingProtocol, WampWebSocketServerProtocol):
+class RouterWebSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtocol,
+                              WampWebSocketServerProtocol):
     """WAMP over WebSocket, router side."""
 
     def onConnect(self, request):
@@ -77,7 +78,8 @@ class RouterWebSocketFactory(WampWebSocketServerFactory):
                                 maxFramePayloadSize=max_message_size)
 
 
-class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, WampRawSocketServerProtocol):
+class RouterRawSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtocol,
+                              WampRawSocketServerProtocol):
     """WAMP over RawSocket, router side, with the spec's handshake error replies."""
 
     def dataReceived(self, data: bytes) -> None:
