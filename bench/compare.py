@@ -457,15 +457,21 @@ def machine_and_versions(crossbar: Path | None, mosquitto: str | None) -> list[s
 
 
 def git_head() -> str:
-    """The checked-out commit, read from .git without running git."""
+    """The checked-out commit, read from .git without running git (in a worktree, ``.git``
+    is a file naming the worktree's own folder, whose refs live in the main repository's)."""
     git = ROOT / ".git"
+    if git.is_file():
+        git = (ROOT / git.read_text().strip().removeprefix("gitdir: ")).resolve()
+    common = git / "commondir"
+    shared = (git / common.read_text().strip()).resolve() if common.exists() else git
     head = (git / "HEAD").read_text().strip()
     if not head.startswith("ref: "):
         return head[:12]
     ref = head[5:]
-    if (git / ref).exists():
-        return (git / ref).read_text().strip()[:12]
-    packed = git / "packed-refs"
+    for folder in (git, shared):
+        if (folder / ref).exists():
+            return (folder / ref).read_text().strip()[:12]
+    packed = shared / "packed-refs"
     for line in packed.read_text().splitlines() if packed.exists() else []:
         if line.endswith(" " + ref):
             return line.split()[0][:12]

@@ -145,12 +145,7 @@ def summary(rollups: Rollups, topics: DataFrame, publishers: DataFrame) -> DataF
 
 def topics(rollups: Rollups) -> DataFrame:
     """Per realm and topic: volume, rate and peak minute, QoS split, retention, fan-out."""
-    rates = rollups["topic_minutes"].groupBy("realm", "topic").agg(
-        # the busiest minute; on a tie the earliest (min of (-events, minute))
-        minute_time(F.min_by("minute", F.struct(-F.col("events"), F.col("minute"))))
-        .alias("peak_minute"),
-        F.max("events").alias("peak_minute_events"),
-    )
+    rates = rollups["topic_peaks"].withColumn("peak_minute", minute_time(F.col("peak_minute")))
     table = (rollups["topics"].where(F.col("events") > 0)
              .withColumn("active_seconds", F.col("last_publish") - F.col("first_publish"))
              .withColumn("receivers", long_percentiles("receivers"))
@@ -304,10 +299,13 @@ def unreceived_topics(topics: DataFrame) -> DataFrame:
 
 def top_topics_per_minute(rollups: Rollups, topics: DataFrame) -> DataFrame:
     """Publishes per minute of the busiest topics (``TOP_TOPICS_OVER_TIME`` of all realms,
-    the first rows of the ``topics`` table)."""
+    the first rows of the ``topics`` table). Their names filter the per-minute rollup before
+    it is merged, so only their rows are read (the filter reaches the Parquet scans)."""
     top = (topics.orderBy(F.desc("events"), "realm", "topic").limit(TOP_TOPICS_OVER_TIME)
-           .select("realm", "topic"))
-    return (rollups["topic_minutes"].join(F.broadcast(top), ["realm", "topic"])
+           .select("realm", "topic").collect())
+    minutes = rollups["topic_minutes"].where(F.col("topic").isin(*{row.topic for row in top}))
+    pairs = minutes.sparkSession.createDataFrame(top, "realm string, topic string")
+    return (minutes.join(F.broadcast(pairs), ["realm", "topic"])
             .select("realm", "topic", minute_time(F.col("minute")).alias("minute"), "events")
             .orderBy("realm", "topic", "minute"))
 

@@ -18,7 +18,7 @@ from spark_analytics.charts import draw_charts
 from spark_analytics.page import render_page
 from spark_analytics.progress import Progress
 from spark_analytics.reader import compacted_days, read_json_events, reads_json
-from spark_analytics.rollups import Rollup, all_rollups, merged, read_stored_rollup
+from spark_analytics.rollups import all_rollups, merged, read_stored_rollup
 from spark_analytics.storage import Files, HadoopFiles, join, to_url, upload_folder
 from spark_analytics.tables import write_table
 
@@ -94,6 +94,9 @@ TABLES = (
               from_rollups(aggregates.payload_sizes)),
 )
 REPORT_STAGES = 1 + len(TABLES) + 2  # read, tables, charts, page
+SHARED_ROLLUPS = ("realms", "realm_minutes", "publish_mix", "incidents")
+"""Rollups more than one table reads: cached once merged (the others are merged by the
+table that reads them, whose rows are cached)."""
 
 
 def describe_scope(realm: str | None, since: date | None) -> str:
@@ -152,32 +155,26 @@ def build_tables(inputs: Inputs, out: str, progress: Progress
 
 
 def read_rollups(spark: SparkSession, files: Files, logs: str, realm: str | None,
-                 since: date | None) -> dict[str, DataFrame]:
-    """Every rollup merged over the days in scope (cached): the stored rollups of compacted
-    days and the rollups of the JSON parts of the others, whose records are parsed once (the
-    cost of a report on JSON) and cached while the rollups are computed from them. The
-    rollups are read, merged and cached as concurrent jobs."""
+                 since: date | None) -> tuple[dict[str, DataFrame], DataFrame | None]:
+    """Every rollup merged over the days in scope: the stored rollups of compacted days with
+    the rollups of the JSON parts of the others. Returns the merged rollups (queries, each
+    run by the tables that read it; the few that several tables read are cached) and the
+    JSON records, parsed once and cached (None when every day is compacted): unpersist them
+    once the tables are built."""
     compacted = compacted_days(files, logs, realm, since)
     records = None
     if reads_json(files, logs, realm, since) or not compacted:
         records = read_json_events(spark, logs, compacted, realm, since).select(
             *aggregates.USED_COLUMNS).cache()
         records.count()
-
-    def read(rollup: Rollup) -> DataFrame:
+    rollups = {}
+    for rollup in all_rollups():
         parts = [read_stored_rollup(spark, logs, rollup, compacted)] if compacted else []
         if records is not None:
             parts.append(rollup.compute(records))
-        rows = merged(rollup, parts).cache()
-        rows.count()
-        return rows
-
-    with ThreadPoolExecutor(TABLE_JOBS) as pool:
-        rollups = dict(zip((rollup.name for rollup in all_rollups()),
-                           pool.map(read, all_rollups())))
-    if records is not None:
-        records.unpersist()
-    return rollups
+        rows = merged(rollup, parts)
+        rollups[rollup.name] = rows.cache() if rollup.name in SHARED_ROLLUPS else rows
+    return rollups, records
 
 
 def unpersist(frames: Iterable[DataFrame]) -> None:
@@ -195,15 +192,16 @@ def build_report(spark: SparkSession, logs: str | os.PathLike, out: str | os.Pat
     files = HadoopFiles(spark)
     progress = progress or Progress(REPORT_STAGES)
     with progress.stage("reading event logs"):
-        rollups = read_rollups(spark, files, logs, realm, since)
-        records = sum(row["records"] for row in rollups["realms"].select("records").collect())
-    if records == 0:
-        unpersist(rollups.values())
+        rollups, records = read_rollups(spark, files, logs, realm, since)
+        read = [records] if records is not None else []
+        count = sum(row["records"] for row in rollups["realms"].select("records").collect())
+    if count == 0:
+        unpersist([*rollups.values(), *read])
         raise NoEvents(f"no event-log records under {logs} ({describe_scope(realm, since)})")
     inputs = Inputs(rollups, {})
     with one_shuffle_partition(spark):
         rows, total_rows = build_tables(inputs, out, progress)
-    unpersist([*inputs.tables.values(), *rollups.values()])
+    unpersist([*inputs.tables.values(), *rollups.values(), *read])
     # charts and page are drawn on the driver into a local folder, then copied to ``out``
     # through Hadoop's file system, like the tables
     with tempfile.TemporaryDirectory(prefix="spark-analytics-page-") as drawn:

@@ -111,6 +111,21 @@ def ack_values() -> tuple[Value, ...]:
             latest("latency_ms_max", F.max("latency_ms")))
 
 
+def publishes_per_minute(records: DataFrame) -> DataFrame:
+    """Publishes per realm, topic and minute (and date, when the records carry theirs)."""
+    keys = [column("realm"), column("topic"), epoch_minute(column("ts")).alias("minute")]
+    if "date" in records.columns:
+        keys.append(column("date"))
+    return records.where(is_kind("publish")).groupBy(*keys).agg(F.count("*").alias("events"))
+
+
+def busiest_minute() -> Column:
+    """Of per-minute counts: the busiest minute, on a tie the earliest. A minute never spans
+    two days (the writer files a record by its own time), so the busiest minute of several
+    days is the busiest of their busiest minutes."""
+    return F.min_by("minute", F.struct(-F.col("events"), F.col("minute")))
+
+
 def all_rollups() -> tuple[Rollup, ...]:
     """The rollups every table is finished from (built per call: a Column belongs to the
     active session)."""
@@ -142,6 +157,11 @@ def all_rollups() -> tuple[Rollup, ...]:
         ), rows=column("topic").isNotNull()),
         Rollup("topic_minutes", keyed("realm", "topic", minute=epoch_minute(column("ts"))),
                (summed("events", F.count("*")),), rows=publish),
+        Rollup("topic_peaks", keyed("realm", "topic"), (
+            Value("peak_minute", busiest_minute(), lambda name: F.min_by(
+                name, F.struct(-F.col("peak_minute_events"), F.col(name)))),
+            latest("peak_minute_events", F.max("events")),
+        ), source=publishes_per_minute),
         Rollup("realm_minutes", keyed("realm", minute=epoch_minute(column("ts"))), (
             summed("events", F.count_if(publish)),
             summed("bytes", F.sum(when_publish("payload_bytes"))),
