@@ -36,8 +36,9 @@ class NoEvents(Exception):
 
 @dataclass(frozen=True)
 class Inputs:
-    """What the tables are built from: the merged rollups (cached, small) and the tables built
-    so far (cached, small), which some tables are finished from."""
+    """What the tables are built from: the merged rollups (queries; the few that several
+    tables read are cached, see :data:`SHARED_ROLLUPS`) and the tables built so far (cached,
+    small), which some tables are finished from."""
 
     rollups: aggregates.Rollups
     tables: dict[str, DataFrame]

@@ -2,10 +2,10 @@
 
 Each table of the report is finished from one or more rollups. A rollup groups records by its
 keys and keeps only values that merge: counts and sums (merged by summing), first and last
-times (min, max) and KLL quantile sketches (merged sketch into sketch). ``compact`` stores each
-closed day's rollups beside its Parquet records; a report merges the stored rollups of
-compacted days with the rollups it computes from the JSON parts of the other days, so its cost
-no longer grows with the records of compacted days. Merging is exact for counts, sums and
+times (min, max) and KLL quantile sketches (merged sketch into sketch). ``compact`` stores
+each closed day's rollups under ``_rollups/``, next to its Parquet records; a report merges the
+stored rollups of compacted days with the rollups it computes from the JSON parts of the other
+days, so its cost no longer grows with the records of compacted days. Merging is exact for counts, sums and
 times; a merged sketch answers within the sketch's rank error (see :data:`SKETCH_K`).
 """
 
@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_analytics.aggregates import (RETAINED_KINDS, acks_with_topic,
-                                        epoch_hour, epoch_minute, is_kind, size_bucket,
-                                        topic_counters)
 from router.eventlog.schema import DAY_COLUMNS
+from spark_analytics.aggregates import (RETAINED_KINDS, acks_with_topic, epoch_hour,
+                                        epoch_minute, is_kind, size_bucket, topic_counters)
 from spark_analytics.reader import event_ddl
 from spark_analytics.storage import join
 
@@ -94,28 +93,24 @@ class Rollup:
             *(value.merge(value.name).alias(value.name) for value in self.values))
 
 
-def column(name: str) -> Column:
-    return F.col(name)
-
-
 def keyed(*names: str, **derived: Column) -> dict[str, Column]:
-    return {**{name: column(name) for name in names}, **derived}
+    return {**{name: F.col(name) for name in names}, **derived}
 
 
 def when_publish(values: str) -> Column:
-    return F.when(is_kind("publish"), column(values))
+    return F.when(is_kind("publish"), F.col(values))
 
 
 def ack_values() -> tuple[Value, ...]:
-    return (summed("acks", F.count("*")), double_sketch("latency_ms", column("latency_ms")),
+    return (summed("acks", F.count("*")), double_sketch("latency_ms", F.col("latency_ms")),
             latest("latency_ms_max", F.max("latency_ms")))
 
 
 def publishes_per_minute(records: DataFrame) -> DataFrame:
     """Publishes per realm, topic and minute (and date, when the records carry theirs)."""
-    keys = [column("realm"), column("topic"), epoch_minute(column("ts")).alias("minute")]
+    keys = [F.col("realm"), F.col("topic"), epoch_minute(F.col("ts")).alias("minute")]
     if "date" in records.columns:
-        keys.append(column("date"))
+        keys.append(F.col("date"))
     return records.where(is_kind("publish")).groupBy(*keys).agg(F.count("*").alias("events"))
 
 
@@ -142,27 +137,27 @@ def all_rollups() -> tuple[Rollup, ...]:
             summed("left", F.count_if(leave)),
             long_sketch("receivers", when_publish("receivers")),
             summed("acks", F.count_if(ack)),
-            double_sketch("ack_latency_ms", F.when(ack, column("latency_ms"))),
-            summed("duration_sum", F.sum(F.when(leave, column("duration")))),
-            summed("duration_count", F.count(F.when(leave, column("duration")))),
-            double_sketch("duration", F.when(leave, column("duration"))),
-            latest("duration_max", F.max(F.when(leave, column("duration")))),
+            double_sketch("ack_latency_ms", F.when(ack, F.col("latency_ms"))),
+            summed("duration_sum", F.sum(F.when(leave, F.col("duration")))),
+            summed("duration_count", F.count(F.when(leave, F.col("duration")))),
+            double_sketch("duration", F.when(leave, F.col("duration"))),
+            latest("duration_max", F.max(F.when(leave, F.col("duration")))),
         )),
         Rollup("topics", keyed("realm", "topic"), (
             *(summed(name, counter) for name, counter in topic_counters().items()),
             long_sketch("receivers", when_publish("receivers")),
-            summed("unreceived", F.count_if(publish & (column("receivers") == 0))),
+            summed("unreceived", F.count_if(publish & (F.col("receivers") == 0))),
             earliest("first_publish", F.min(when_publish("ts"))),
             latest("last_publish", F.max(when_publish("ts"))),
-        ), rows=column("topic").isNotNull()),
-        Rollup("topic_minutes", keyed("realm", "topic", minute=epoch_minute(column("ts"))),
+        ), rows=F.col("topic").isNotNull()),
+        Rollup("topic_minutes", keyed("realm", "topic", minute=epoch_minute(F.col("ts"))),
                (summed("events", F.count("*")),), rows=publish),
         Rollup("topic_peaks", keyed("realm", "topic"), (
             Value("peak_minute", busiest_minute(), lambda name: F.min_by(
                 name, F.struct(-F.col("peak_minute_events"), F.col(name)))),
             latest("peak_minute_events", F.max("events")),
         ), source=publishes_per_minute),
-        Rollup("realm_minutes", keyed("realm", minute=epoch_minute(column("ts"))), (
+        Rollup("realm_minutes", keyed("realm", minute=epoch_minute(F.col("ts"))), (
             summed("events", F.count_if(publish)),
             summed("bytes", F.sum(when_publish("payload_bytes"))),
             summed("joined", F.count_if(join_)),
@@ -173,7 +168,7 @@ def all_rollups() -> tuple[Rollup, ...]:
                rows=publish),
         Rollup("publish_mix",
                keyed("realm", "protocol", "qos", "receivers",
-                     size_from=size_bucket(column("payload_bytes"))),
+                     size_from=size_bucket(F.col("payload_bytes"))),
                (summed("publishes", F.count("*")),), rows=publish),
         Rollup("protocols", keyed("realm", "protocol"), (
             summed("sessions", F.count_if(join_)), summed("events", F.count_if(publish))),
@@ -188,9 +183,9 @@ def all_rollups() -> tuple[Rollup, ...]:
         Rollup("incidents", keyed("realm", "kind", "protocol", "operation", "reason"), (
             summed("occurrences", F.sum(F.coalesce("count", F.lit(1)))),
             summed("counted", F.sum("count"))), rows=is_kind("refused") | is_kind("incident")),
-        Rollup("retained_hours", keyed("realm", hour=epoch_hour(column("ts"))),
+        Rollup("retained_hours", keyed("realm", hour=epoch_hour(F.col("ts"))),
                tuple(summed(kind, F.count_if(is_kind(kind))) for kind in RETAINED_KINDS),
-               rows=column("kind").startswith("retained_")),
+               rows=F.col("kind").startswith("retained_")),
         Rollup("subscriptions", keyed("realm", "pattern", "match", "session"), (
             summed("subscribes", F.count_if(is_kind("subscribe"))),
             summed("unsubscribes", F.count_if(is_kind("unsubscribe")))),
