@@ -5,8 +5,9 @@ keys and keeps only values that merge: counts and sums (merged by summing), firs
 times (min, max) and KLL quantile sketches (merged sketch into sketch). ``compact`` stores
 each closed day's rollups under ``_rollups/``, next to its Parquet records; a report merges the
 stored rollups of compacted days with the rollups it computes from the JSON parts of the other
-days, so its cost no longer grows with the records of compacted days. Merging is exact for counts, sums and
-times; a merged sketch answers within the sketch's rank error (see :data:`SKETCH_K`).
+days, so its cost no longer grows with the records of compacted days. Merging is exact for
+counts, sums and times; a merged sketch answers within the sketch's rank error (see
+:data:`SKETCH_K`).
 """
 
 from __future__ import annotations
