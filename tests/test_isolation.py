@@ -128,6 +128,10 @@ def test_dates_uuids_and_decimals_reach_every_receiver_as_text(router, mqtt):
             assert (await publisher.recv())[:2] == [PUBLISHED, 1]
             got = {name: (await client.recv())[4] for name, client in receivers.items()}
             assert got == {"json": [as_text], "msgpack": [as_text], "cbor": [as_values]}
+            # the retained store holds no such value: refused, as the README says
+            publisher.send_bytes(cbor_publish(2, topic, [sent], retain=True))
+            error = await publisher.recv()
+            assert error[:3] == [ERROR, PUBLISH, 2] and error[4] == "wamp.error.invalid_argument"
 
     run(scenario())
     assert json.loads(mqtt_subscriber.next_message().payload) == as_text
