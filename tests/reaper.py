@@ -3,7 +3,8 @@
 * After each test's body (passed, failed, or interrupted by pytest-timeout, whose ``signal``
   method raises in the test like a failure), every RouterProcess and RedisServer the body
   made and left running is ended (:func:`tests.harness.stops_what_it_creates`). Processes
-  of fixtures are their finalizers' business.
+  of fixtures are their finalizers' business (so a fixture must not be first asked for
+  from a test body, with ``request.getfixturevalue``: its router would be ended).
 * When the session ends, whatever descendant process of pytest still runs (a fixture
   whose teardown was cut short, a Spark daemon, a mosquitto client) is ended too, and
   listed: a leak is reported, not hidden.
