@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, settings
 
 from tests.harness import RouterProcess, realm_file
 from tests.mqtt_clients import ClientPool
+from tests.reaper import pytest_runtest_call, pytest_sessionfinish  # noqa: F401 (hooks)
 
 # The properties run beside router and Spark processes on a small machine: how long one
 # example or one draw takes says nothing about the code under test, so no timing checks.

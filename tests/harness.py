@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import weakref
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -28,6 +29,37 @@ OPEN_ROLE = [
     {"uri": "wamp.session.", "match": "prefix", "allow": ["subscribe", "call"]},
     {"uri": "wamp.subscription.", "match": "prefix", "allow": ["subscribe", "call"]},
 ]
+
+
+_created: list[weakref.ref] = []
+"""Every RouterProcess and RedisServer made, in order (see :func:`stops_what_it_creates`)."""
+
+
+def end(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if ``proc`` is still running after ``grace`` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def stops_what_it_creates() -> Iterator[None]:
+    """Every RouterProcess and RedisServer made inside whose process still runs on the way
+    out is ended, whatever happened (a failed assertion, a pytest-timeout): a test body that
+    starts a node and times out before it stops it leaves nothing running."""
+    mark = len(_created)
+    try:
+        yield
+    finally:
+        made, _created[mark:] = _created[mark:], []
+        for ref in made:
+            owner = ref()
+            if owner is not None and owner.proc is not None:
+                end(owner.proc)
 
 
 def realm_file(name: str, roles: dict | None = None, anonymous_role: str | None = "anonymous",
@@ -58,6 +90,7 @@ class RouterProcess:
         self._lines: queue.Queue[str | None] = queue.Queue()
         self.urls: dict[str, str] = {}
         self.write_config()
+        _created.append(weakref.ref(self))
 
     @property
     def config_path(self) -> Path:
@@ -85,7 +118,11 @@ class RouterProcess:
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self._lines = queue.Queue()
         threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
-        line = self.wait_for_log(r"ready: ", timeout)
+        try:
+            line = self.wait_for_log(r"ready: ", timeout)
+        except AssertionError:
+            end(self.proc)  # not ready in time: not left running either
+            raise
         self.urls = {}
         self.schemes = {}
         for url in line.split("ready: ", 1)[1].split():
@@ -157,6 +194,7 @@ class RedisServer:
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(workdir)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        _created.append(weakref.ref(self))
         for line in self.proc.stdout:  # type: ignore[union-attr]
             if "Ready to accept connections" in line:
                 break
@@ -170,8 +208,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+        end(self.proc)
 
 
 @contextlib.contextmanager
@@ -187,6 +224,7 @@ def redis_cluster(base: Path, start_node: Callable[..., "RouterProcess"],
             nodes[name] = start_node(base, redis, name)
         yield redis, nodes
     finally:
-        for node in nodes.values():
-            node.stop()
-        redis.stop()
+        with contextlib.ExitStack() as stopping:  # each is stopped, even if one fails to
+            stopping.callback(redis.stop)
+            for node in nodes.values():
+                stopping.callback(node.stop)

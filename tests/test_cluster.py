@@ -9,6 +9,7 @@ behind anything that could have arrived.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import itertools
 import os
 import shutil
@@ -229,6 +230,31 @@ def test_mqtt_wamp_and_amqp_clients_on_different_nodes(cluster):
     for client in (mqtt_subscriber, mqtt_publisher):
         client.close()
     connection.close()
+
+
+def test_a_date_from_a_cbor_publisher_reaches_other_nodes_as_text(cluster):
+    """The README's rule for values JSON has no type for holds across nodes too."""
+    _, nodes = cluster
+    name = topic("date")
+    mqtt_subscriber = MqttClient(nodes["b"])
+    mqtt_subscriber.connect()
+    mqtt_subscriber.subscribe((name.replace(".", "/"), 0))
+    moment = datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.timezone.utc)
+
+    async def scenario():
+        subscriber = await connect(nodes["b"], "rawsocket", "json")
+        events = await subscriber.events(name)
+        publisher = await connect(nodes["a"], "rawsocket", "cbor")
+        await reaches(publisher, name, events)
+        await publisher.publish(name, moment, options=PublishOptions(acknowledge=True))
+        assert (await next_event(events))[0] == ["2024-05-01T12:30:00+00:00"]
+        await subscriber.close()
+        await publisher.close()
+
+    run(scenario())
+    received = mqtt_subscriber.collect_until(b'"2024-05-01T12:30:00+00:00"')
+    assert all(message.payload == b'"probe"' for message in received)
+    mqtt_subscriber.close()
 
 
 def test_retained_set_on_one_node_is_read_on_others_also_after_kill_9(cluster, tmp_path):

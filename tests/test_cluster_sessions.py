@@ -341,3 +341,37 @@ def test_acknowledgement_waits_for_the_node_that_stores_the_message(nodes, redis
             client.close()
     finally:
         stopped.stop()
+
+
+def test_acknowledgements_fail_at_the_confirm_timeout_while_redis_is_stopped(tmp_path):
+    """SIGSTOP of redis-server: the writes a PUBACK waits for (an offline session's queue, a
+    retained message) are never answered; the PUBACK says 0x80 once
+    ``cluster.confirm_timeout`` has run (checked once a second), while Redis is still
+    stopped, not when it comes back."""
+    redis = RedisServer(tmp_path)
+    node = start_node(tmp_path, redis, "alone")
+    publisher = RawMqtt(node)
+    try:
+        topic = unique("stopped") + "/t"
+        subscriber = persistent(node, V5, unique("kept"))
+        subscriber.connect()
+        assert subscriber.subscribe((topic, 1)) == [1]
+        subscriber.disconnect()  # offline: the node queues for it in Redis
+        publisher.connect_ok(V5, unique("p"))
+        publisher.send(Publish(topic, b"stored", 1, packet_id=1))
+        assert publisher.recv() == Puback(1)
+        os.kill(redis.proc.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            publisher.send(Publish(topic, b"queued", 1, packet_id=2))
+            publisher.send(Publish(unique("kept") + "/r", b"retained", 1, True, packet_id=3))
+            answers = [publisher.recv(CONFIRM_TIMEOUT + 10) for _ in range(2)]
+            waited = time.monotonic() - started
+        finally:
+            os.kill(redis.proc.pid, signal.SIGCONT)
+        assert answers == [Puback(2, 0x80), Puback(3, 0x80)]
+        assert waited >= CONFIRM_TIMEOUT - 0.1, waited
+    finally:
+        publisher.close()
+        node.stop()
+        redis.stop()

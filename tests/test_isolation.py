@@ -1,11 +1,18 @@
 """One receiver's failure is its own: a payload some wire formats cannot carry reaches every
 receiver that can take it, is counted for the others, and the publisher gets a true answer.
 
-The publisher speaks CBOR, which can carry values (a datetime tag, ``undefined``) that
-MessagePack, MQTT's JSON bytes and AMQP's bytes cannot. Receivers on every protocol listen.
+The publisher speaks CBOR, which can carry values (a tag of its own, ``undefined``) that
+JSON, MessagePack, MQTT's JSON bytes and AMQP's bodies cannot. Receivers on every protocol
+listen. Dates, UUIDs and decimals are the exception, by one rule for all of those receivers:
+they get them as text (README, "Payloads across protocols").
 """
 
 from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import uuid
 
 import cbor2
 import pytest
@@ -19,6 +26,7 @@ from tests.mqtt_clients import mqtt_realm, unique
 PUBLISH, PUBLISHED, ERROR, SUBSCRIBE, SUBSCRIBED, EVENT = 16, 17, 8, 32, 33, 36
 CALL, RESULT, REGISTER, REGISTERED, INVOCATION, YIELD = 48, 50, 64, 65, 68, 70
 EPOCH_TAG = 1  # CBOR tag 1: epoch-based date/time, which cbor2 decodes to a datetime
+PRIVATE_TAG = 80_000  # a CBOR tag nobody registered: cbor2 keeps it a CBORTag
 
 
 @pytest.fixture(scope="module")
@@ -55,28 +63,29 @@ def test_an_unencodable_event_skips_only_the_receivers_that_cannot_take_it(route
         async with Sessions(router) as sessions:
             json_subscribers = [await raw_connect(router, "websocket", "json") for _ in range(2)]
             msgpack_subscriber = await raw_connect(router, "rawsocket", "msgpack")
+            cbor_subscriber = await raw_connect(router, "rawsocket", "cbor")
             publisher = await raw_connect(router, "websocket", "cbor")
-            sessions.raw.extend(json_subscribers + [msgpack_subscriber, publisher])
-            for client in json_subscribers + [msgpack_subscriber, publisher]:
+            others = json_subscribers + [msgpack_subscriber]
+            sessions.raw.extend(others + [cbor_subscriber, publisher])
+            for client in others + [cbor_subscriber, publisher]:
                 assert (await client.hello())[0] == 2
-            subscriptions = [await subscribed(client, topic)
-                             for client in json_subscribers + [msgpack_subscriber]]
+            for client in others + [cbor_subscriber]:
+                await subscribed(client, topic)
 
-            publisher.send_bytes(cbor_publish(1, topic, [cbor2.CBORTag(EPOCH_TAG, 1.7e9)]))
+            tagged = cbor2.CBORTag(PRIVATE_TAG, "x")
+            publisher.send_bytes(cbor_publish(1, topic, [tagged]))
             assert (await publisher.recv())[:2] == [PUBLISHED, 1]
-            for client, subscription in zip(json_subscribers, subscriptions):
-                event = await client.recv()
-                assert event[:2] == [EVENT, subscription]
-                assert event[4][0].startswith("2023-11-14T22:13:20")  # JSON: an ISO string
+            event = await cbor_subscriber.recv()
+            assert event[0] == EVENT and event[4] == [tagged], event
 
             publisher.send_bytes(cbor_publish(2, topic, ["after"]))
             assert (await publisher.recv())[:2] == [PUBLISHED, 2]
-            for client in json_subscribers + [msgpack_subscriber]:
-                event = await client.recv()  # MessagePack: "after" comes first, nothing else
+            for client in others + [cbor_subscriber]:
+                event = await client.recv()  # JSON, MessagePack: "after" comes first
                 assert event[0] == EVENT and event[4] == ["after"], event
 
     run(scenario())
-    # MQTT (JSON bytes) and AMQP (native values) have no datetime: "after" comes next
+    # MQTT (JSON bytes) and AMQP (native values) cannot take the tag: "after" comes next
     mqtt_subscriber.expect(topic.replace(".", "/"), b'"after"')
     msg, delivery = received(amqp_receiver)
     assert msg.body == "after"  # a WAMP string arg is an amqp-value string
@@ -84,6 +93,52 @@ def test_an_unencodable_event_skips_only_the_receivers_that_cannot_take_it(route
     amqp.close()
     router.wait_for_log(r"realm realm1, (wamp|mqtt|amqp): unencodable")
     assert not [line for line in router.log_lines if "Unhandled" in line or "CRITICAL" in line]
+
+
+def test_dates_uuids_and_decimals_reach_every_receiver_as_text(router, mqtt):
+    """One rule for every receiver whose format has no such type (WAMP JSON and MessagePack,
+    MQTT's JSON payload, AMQP's body): the text; a CBOR receiver gets the values as sent."""
+    topic = f"com.iso.{unique('d')}"
+    mqtt_subscriber = mqtt()
+    mqtt_subscriber.subscribe((topic.replace(".", "/"), 0))
+    amqp = amqp_connect(router)
+    amqp_receiver = amqp.create_receiver(topic, credit=10, options=Receive(0))
+    identifier = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    sent = {"at": cbor2.CBORTag(EPOCH_TAG, 1_700_000_000.25), "on": datetime.date(2024, 5, 1),
+            "id": identifier, "price": decimal.Decimal("12.50")}
+    as_values = {"at": datetime.datetime(2023, 11, 14, 22, 13, 20, 250_000,
+                                         tzinfo=datetime.timezone.utc),
+                 "on": datetime.date(2024, 5, 1), "id": identifier,
+                 "price": decimal.Decimal("12.50")}
+    as_text = {"at": "2023-11-14T22:13:20.250000+00:00", "on": "2024-05-01",
+               "id": "12345678-1234-5678-1234-567812345678", "price": "12.50"}
+
+    async def scenario():
+        async with Sessions(router) as sessions:
+            receivers = {"json": await raw_connect(router, "websocket", "json"),
+                         "msgpack": await raw_connect(router, "rawsocket", "msgpack"),
+                         "cbor": await raw_connect(router, "rawsocket", "cbor")}
+            publisher = await raw_connect(router, "websocket", "cbor")
+            sessions.raw.extend([*receivers.values(), publisher])
+            for client in [*receivers.values(), publisher]:
+                assert (await client.hello())[0] == 2
+            for client in receivers.values():
+                await subscribed(client, topic)
+            publisher.send_bytes(cbor_publish(1, topic, [sent]))
+            assert (await publisher.recv())[:2] == [PUBLISHED, 1]
+            got = {name: (await client.recv())[4] for name, client in receivers.items()}
+            assert got == {"json": [as_text], "msgpack": [as_text], "cbor": [as_values]}
+            # the retained store holds no such value: refused, as the README says
+            publisher.send_bytes(cbor_publish(2, topic, [sent], retain=True))
+            error = await publisher.recv()
+            assert error[:3] == [ERROR, PUBLISH, 2] and error[4] == "wamp.error.invalid_argument"
+
+    run(scenario())
+    assert json.loads(mqtt_subscriber.next_message().payload) == as_text
+    msg, delivery = received(amqp_receiver)
+    assert msg.body == as_text  # an amqp-value map of strings
+    settle(amqp_receiver, delivery, None)
+    amqp.close()
 
 
 def test_a_retained_event_that_cannot_be_stored_is_refused_before_anyone_gets_it(router):

@@ -17,10 +17,11 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from router.mqtt.packets import Connack, Disconnect, Publish, ReasonCode
+from router.mqtt.packets import (Connack, Disconnect, Pubcomp, Publish, Pubrec, Pubrel,
+                                 ReasonCode)
 from tests.harness import ROOT, RouterProcess
 from tests.mqtt_clients import (SECRETS, V5, V311, VERSION_IDS, VERSIONS, ClientPool, RawMqtt,
-                                listeners, mqtt_realm, options, unique)
+                                listeners, mqtt_realm, options, publish_properties, unique)
 
 SENTINEL = b"sentinel"
 ALIAS_MAXIMUM = 3
@@ -218,6 +219,47 @@ def test_inbound_topic_alias_maximum_comes_from_config(clients, router):
         raw.connect_ok(V5, unique("raw"))
         raw.send(Publish(f"{base}/y", b"over", properties={"topic_alias": ALIAS_MAXIMUM + 1}))
         assert raw.recv() == Disconnect(ReasonCode.TOPIC_ALIAS_INVALID)
+        raw.wait_closed()
+    finally:
+        raw.close()
+
+
+# --- message expiry and receive maximum --------------------------------------------------------
+
+
+def test_message_expiry_interval_is_the_received_one_minus_whole_seconds_waited(clients):
+    base = unique("mx")
+    receiver = clients(V5)
+    assert receiver.subscribe((f"{base}/q0", 0), (f"{base}/q1", 1)) == [0, 1]
+    publisher = clients(V5)
+    for interval in (1, 3600):
+        for qos in (0, 1):
+            started = time.monotonic()
+            publisher.publish(f"{base}/q{qos}", str(interval).encode(), qos=qos,
+                              properties=publish_properties(MessageExpiryInterval=interval))
+            message = receiver.next_message()
+            waited = time.monotonic() - started
+            assert (message.topic, message.payload) == (f"{base}/q{qos}", str(interval).encode())
+            sent = message.properties.MessageExpiryInterval
+            # delivered within a second it keeps its interval (was 0 for 1 and 3599 for 3600)
+            assert interval - int(waited) <= sent <= interval, (interval, qos, sent, waited)
+
+
+def test_qos2_flows_hold_the_receive_maximum_until_pubcomp(router):
+    raw = RawMqtt(router)
+    try:
+        maximum = raw.connect_ok(V5, unique("rm")).properties["receive_maximum"]
+        topic = unique("rm")
+        for packet_id in range(1, maximum + 1):  # every flow left open after PUBREC
+            raw.send(Publish(topic, b"x", qos=2, packet_id=packet_id))
+            assert raw.recv() == Pubrec(packet_id)
+        # completing one flow frees exactly one slot
+        raw.send(Pubrel(1))
+        assert raw.recv() == Pubcomp(1)
+        raw.send(Publish(topic, b"x", qos=2, packet_id=maximum + 1))
+        assert raw.recv() == Pubrec(maximum + 1)
+        raw.send(Publish(topic, b"x", qos=2, packet_id=maximum + 2))
+        assert raw.recv() == Disconnect(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED)
         raw.wait_closed()
     finally:
         raw.close()

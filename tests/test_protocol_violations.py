@@ -393,6 +393,53 @@ def test_rawsocket_bad_magic_fails_connection(pv_router):
     run(scenario())
 
 
+async def rawsocket_hello(router, length_exponent: int) -> list[list]:
+    """A JSON RawSocket client announcing a maximum of 2 ** (9 + ``length_exponent``)
+    octets sends HELLO; returns the messages it gets before the router closes (or the
+    first one, if that is a WELCOME)."""
+    reader, writer = await open_tcp(router, "rawsocket")
+    try:
+        writer.write(bytes([0x7F, length_exponent << 4 | 1, 0, 0]))
+        reply = await asyncio.wait_for(reader.readexactly(4), TIMEOUT)
+        assert reply[0] == 0x7F and reply[1] & 0x0F == 1, reply
+        hello = json.dumps([HELLO, "realm1", {"roles": ROLES}]).encode()
+        writer.write(struct.pack("!I", len(hello)) + hello)
+        messages = []
+        while True:
+            try:
+                header = await asyncio.wait_for(reader.readexactly(4), TIMEOUT)
+            except asyncio.IncompleteReadError as closed:
+                assert closed.partial == b"", closed.partial
+                return messages
+            length = struct.unpack("!I", header)[0] & 0xFFFFFF
+            messages.append(json.loads(await reader.readexactly(length)))
+            if messages[-1][0] == WELCOME:
+                return messages
+    finally:
+        writer.close()
+
+
+def test_welcome_over_the_clients_rawsocket_limit_aborts_the_session(pv_router):
+    """The router's WELCOME (its roles alone are about 600 octets of JSON) does not fit in
+    512: the session is aborted and never exists, and the incident is counted."""
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            welcome = await rawsocket_hello(pv_router, 1)  # 1024 octets: it fits
+            assert [message[0] for message in welcome] == [WELCOME]
+            assert len(json.dumps(welcome[0])) > 512
+            messages = await rawsocket_hello(pv_router, 0)
+            assert [message[0] for message in messages] == [ABORT], messages
+            assert messages[0][2] == "wamp.error.payload_size_exceeded"
+            line = pv_router.wait_for_log(r"realm1, wamp: too_large: session \d+: WELCOME")
+            session_id = int(line.split("session ", 1)[1].split(":", 1)[0])
+            with pytest.raises(ApplicationError) as failure:
+                await witness.sub.call("wamp.session.get", session_id)
+            assert failure.value.error == "wamp.error.no_such_session"
+            await witness.check()
+
+    run(scenario())
+
+
 # WebSocket path ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", ["/wrong", "/", "/ws/extra", "/WS"])

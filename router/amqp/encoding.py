@@ -12,6 +12,8 @@ import struct
 
 from proton import symbol, timestamp, uint
 
+from router.core.payload import as_text
+
 _LONG = struct.Struct(">q")
 _DOUBLE = struct.Struct(">d")
 _FIXED_WIDTH = {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16}
@@ -105,7 +107,8 @@ def _variable(small: int, large: int, data: bytes) -> bytes:
 
 def encode(value) -> bytes:
     """One plain value (as WAMP and MQTT give them, plus symbol, uint and timestamp)
-    in its AMQP encoding; OverflowError / TypeError for what AMQP cannot hold."""
+    in its AMQP encoding; OverflowError / TypeError for what AMQP cannot hold (a date
+    from a CBOR peer is a string, see :func:`router.core.payload.as_text`)."""
     if value is None:
         return b"\x40"
     if value is True:
@@ -139,4 +142,6 @@ def encode(value) -> bytes:
             items.append(encode(key))
             items.append(encode(item))
         return compound(0xC1, 0xD1, items)
-    raise TypeError(f"{type(value).__name__} has no AMQP encoding here")
+    # dates, UUIDs and decimals (from CBOR peers) as text, as for every JSON receiver;
+    # anything else: TypeError
+    return _variable(0xA1, 0xB1, as_text(value).encode("utf-8"))

@@ -10,6 +10,7 @@ Configured per realm (``payload_mapping``):
     ``x``; only ``kwargs`` as JSON of ``kwargs``; several args as a JSON array; args
     and kwargs as ``{"args": [...], "kwargs": {...}}``; nothing as empty bytes.
     Binary values inside JSON follow WAMP's convention: ``"\u0000" + base64``.
+    Values JSON has no type for follow :func:`as_text`.
 ``binary``
     bytes -> WAMP: always ``args=[bytes]``. WAMP -> bytes: as for ``json``.
 
@@ -20,7 +21,10 @@ byte-oriented receivers get unchanged.
 from __future__ import annotations
 
 import base64
+import datetime
+import decimal
 import json
+import uuid
 
 from router.core.errors import Unencodable
 from router.core.model import Publication
@@ -83,11 +87,25 @@ def _encode(publication: Publication) -> bytes:
 def json_bytes(value: object) -> bytes:
     """Compact UTF-8 JSON, binary values as WAMP's ``"\\u0000" + base64`` strings."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False,
-                      default=_binary_as_text).encode("utf-8")
+                      default=json_default).encode("utf-8")
 
 
-def _binary_as_text(value: object) -> str:
-    """WAMP's JSON convention for binary values: a NUL character, then base64."""
+def json_default(value: object) -> str:
+    """What JSON writers (MQTT payloads here, WAMP's JSON serializer) make of a value JSON
+    has no type for: binary as WAMP's convention (a NUL character, then base64), the rest
+    as :func:`as_text` says."""
     if isinstance(value, (bytes, bytearray)):
         return "\x00" + base64.b64encode(bytes(value)).decode("ascii")
-    raise TypeError(f"{type(value).__name__} cannot be sent as JSON")
+    return as_text(value)
+
+
+def as_text(value: object) -> str:
+    """The one rule for values a CBOR publisher can send that JSON has no type for, used by
+    every receiver whose format lacks them too (WAMP JSON and MessagePack, MQTT payloads,
+    AMQP bodies): a date or time is its ISO 8601 text, a UUID and a decimal their usual
+    text. Anything else (other CBOR tags, sets, ...) raises TypeError: unencodable."""
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (uuid.UUID, decimal.Decimal)):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} has no JSON, MessagePack or AMQP form")

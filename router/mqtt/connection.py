@@ -8,6 +8,7 @@ session it attaches to (and everything routing-related) lives elsewhere.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Callable
@@ -59,7 +60,10 @@ class MqttConnection:
         self._keep_alive_call = None
         self._will = None
         self._closed = False
-        self._inbound_unacknowledged = 0
+        self._inbound_open: set[int] = set()
+        """Packet ids of this connection's QoS > 0 publishes that hold a slot of the
+        Receive Maximum (MQTT 5 4.9): until PUBACK, or for QoS 2 until PUBCOMP (or a
+        PUBREC with an error). At most SERVER_RECEIVE_MAXIMUM + 1 (then 0x93)."""
         self._connect_state: str | None = None
         """"checking" while CONNECT is authenticated, "waiting" when the answer comes later
         (packets after CONNECT stay in the codec until then), else None."""
@@ -207,16 +211,16 @@ class MqttConnection:
         packet_id = packet.packet_id
         if not self.flow.publisher:
             self.flow.became_publisher()
+        if packet.qos and self.version == 5:
+            self._inbound_open.add(packet_id)
+            if len(self._inbound_open) > SERVER_RECEIVE_MAXIMUM:
+                raise MqttProtocolError(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+                                        "more unacknowledged QoS > 0 publishes than allowed")
         if packet.qos == 2 and not session.remember_inbound(packet_id):
             # a duplicate, routed already: acknowledge once its receipt is on disk too
             self.frontend.when_durable(
                 lambda ok: self._send(Pubrec(packet_id)) if ok else self.store_failed("PUBREC"))
             return
-        if packet.qos and self.version == 5:
-            self._inbound_unacknowledged += 1
-            if self._inbound_unacknowledged > SERVER_RECEIVE_MAXIMUM:
-                raise MqttProtocolError(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
-                                        "more unacknowledged QoS > 0 publishes than allowed")
         ack = Puback if packet.qos == 1 else Pubrec
         reason = self._publish(topic, packet, (lambda ok: self._stored(ack, packet_id, ok))
                                if packet.qos else None)
@@ -240,9 +244,9 @@ class MqttConnection:
         else:
             self.store_failed(ack.__name__.upper())
 
-    def _acknowledge(self, ack) -> None:
-        if self._inbound_unacknowledged:
-            self._inbound_unacknowledged -= 1
+    def _acknowledge(self, ack: "Puback | Pubrec") -> None:
+        if type(ack) is Puback or ack.reason_code >= 0x80:  # else the slot waits for PUBCOMP
+            self._inbound_open.discard(ack.packet_id)
         if not self._closed:
             self._send(ack)
 
@@ -283,10 +287,18 @@ class MqttConnection:
         return topic
 
     def _on_pubrel(self, packet: Pubrel) -> None:
-        found = self.session.release_inbound(packet.packet_id)
+        packet_id = packet.packet_id
+        found = self.session.release_inbound(packet_id)
         reason = ReasonCode.SUCCESS if found else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
-        self.frontend.when_durable(lambda ok: self._send(Pubcomp(packet.packet_id, reason))
-                                   if ok else self.store_failed("PUBCOMP"))
+
+        def complete(ok: bool) -> None:
+            if not ok:
+                self.store_failed("PUBCOMP")
+                return
+            self._inbound_open.discard(packet_id)  # a QoS 2 flow's slot frees at PUBCOMP
+            self._send(Pubcomp(packet_id, reason))
+
+        self.frontend.when_durable(complete)
 
     # acknowledgements of our publishes --------------------------------------------------
 
@@ -365,7 +377,10 @@ class MqttConnection:
                         properties: dict) -> Publish:
         if message.expires_at is not None:
             properties = dict(properties)
-            properties["message_expiry_interval"] = max(0, int(message.expires_at - time.time()))
+            # the received interval minus the time waited (MQTT-3.3.2-6), rounded up: a
+            # message sent at once keeps its interval, and one not yet expired never says 0
+            properties["message_expiry_interval"] = max(
+                1, math.ceil(message.expires_at - time.time()))
         return Publish(topic, message.payload, message.qos if packet_id else 0, message.retain,
                        dup, packet_id, properties)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgpack
 
 from router.core.model import Eligibility, Publication, SessionInfo
+from router.core.payload import as_text
 from router.core.retention import RetainedEvent, earliest
 from router.core.topic import from_uri
 
@@ -63,7 +64,8 @@ def unpack_topic(blob: bytes) -> list[bytes]:
 
 
 def pack_publication(realm: str, publication: Publication) -> bytes:
-    """A publication as another node needs it to run its own fan-out."""
+    """A publication as another node needs it to run its own fan-out; dates, UUIDs and
+    decimals (from CBOR publishers) go as the text every receiver but CBOR gets anyway."""
     publisher = publication.publisher
     eligibility = publication.eligibility
     return msgpack.packb([
@@ -74,7 +76,7 @@ def pack_publication(realm: str, publication: Publication) -> bytes:
         publication.disclose, eligibility.to_json() if eligibility is not None else None,
         publication.qos, publication.payload, publication.properties, publication.expires_at,
         publication.amqp, publication.timestamp, publication.payload_bytes,
-    ], use_bin_type=True)
+    ], use_bin_type=True, default=as_text)
 
 
 def unpack_publication(data: bytes, exclude_me: bool = False) -> tuple[str, Publication]:

@@ -206,7 +206,8 @@ class RedisRealm:
         """Session-state commands of this reactor turn, sent in one batch."""
         self._issued = 0
         self._pending: deque[list] = deque()
-        """[number, ok or None while unanswered] of each durable request, oldest first."""
+        """[number, ok or None while unanswered, deadline] of each durable request, oldest
+        first (so by deadline too)."""
         self._waiters: deque[tuple[int, int, Callable[[bool], None]]] = deque()
         self._failures: list[int] = []
         self._flush_due = False
@@ -536,11 +537,29 @@ class RedisRealm:
     def _track(self, written: defer.Deferred) -> None:
         """Count a request that :meth:`when_durable` waits for (False or a failure: lost)."""
         self._issued += 1
-        entry = [self._issued, None]
+        entry = [self._issued, None, time.monotonic() + self.engine.limits.confirm_timeout]
         self._pending.append(entry)
         written.addBoth(self._answered, entry)
 
+    def expire_unanswered(self) -> None:
+        """Fail the durable requests Redis has not answered within ``cluster.confirm_timeout``
+        (it is stopped or stalled, the connection still up): the acknowledgements waiting
+        for them fail now, not when Redis comes back. A late answer changes nothing."""
+        pending = self._pending
+        now = time.monotonic()
+        expired = 0
+        while pending and pending[0][2] <= now:  # the head is always unanswered
+            expired += 1
+            self._answered(False, pending[0])
+        if expired:
+            self.engine.incidents.count(
+                self.name, "engine", ENGINE_UNAVAILABLE,
+                f"{expired} write(s) not answered by Redis within "
+                f"{self.engine.limits.confirm_timeout:g} s: their acknowledgements fail")
+
     def _answered(self, result: Any, entry: list) -> None:
+        if entry[1] is not None:  # expired already
+            return
         ok = result is not False and not isinstance(result, Failure)
         entry[1] = ok
         if not ok:
@@ -850,7 +869,8 @@ class RedisEngine:
     def sweep(self) -> None:
         for shared in self.realms.values():
             shared.sweep()
-            shared.expire_unconfirmed()
+            shared.expire_unconfirmed()  # first: it counts its own incidents
+            shared.expire_unanswered()
 
     def close(self) -> None:
         """Take this node's registrations, sessions, testaments, wills and alive key out of

@@ -11,17 +11,37 @@ from __future__ import annotations
 
 from autobahn.wamp import message
 from autobahn.wamp.exception import InvalidUriError, ProtocolError
-from autobahn.wamp.serializer import CBORSerializer, MsgPackSerializer, Serializer
+from autobahn.wamp.serializer import (CBORSerializer, MsgPackObjectSerializer,
+                                      MsgPackSerializer, Serializer)
 
 import struct
 from dataclasses import dataclass
 
+import msgpack
+
 from router.core.errors import ProtocolViolation, Unencodable
+from router.core.payload import as_text
 from router.wamp.json_serializer import FastJsonSerializer
 
 MESSAGE_CLASSES = Serializer.MESSAGE_TYPE_MAP
 
-SERIALIZER_CLASSES = {"json": FastJsonSerializer, "msgpack": MsgPackSerializer,
+
+class _MsgPackObjectSerializer(MsgPackObjectSerializer):
+    """autobahn's, with dates, UUIDs and decimals (from CBOR peers) as text: MessagePack
+    receivers get the values JSON receivers get (:func:`router.core.payload.as_text`)."""
+
+    def serialize(self, obj: object) -> bytes:
+        return msgpack.packb(obj, use_bin_type=True, default=as_text)
+
+
+class RouterMsgPackSerializer(MsgPackSerializer):
+    """The ``msgpack`` WAMP serializer (WebSocket ``wamp.2.msgpack``, RawSocket id 2)."""
+
+    def __init__(self) -> None:
+        Serializer.__init__(self, _MsgPackObjectSerializer())
+
+
+SERIALIZER_CLASSES = {"json": FastJsonSerializer, "msgpack": RouterMsgPackSerializer,
                       "cbor": CBORSerializer}
 
 

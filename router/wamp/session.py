@@ -55,6 +55,8 @@ AUTHENTICATION_FAILED = "wamp.error.authentication_failed"
 NO_SUCH_PRINCIPAL = "wamp.error.no_such_principal"
 SERVER_BUSY = "wamp.error.server_busy"
 """ABORT reason when too many logins are being verified (try again later)."""
+PAYLOAD_SIZE_EXCEEDED = "wamp.error.payload_size_exceeded"
+"""ABORT reason when WELCOME is over the client's RawSocket maximum message size."""
 CHALLENGE_METHODS = ("ticket", "wampcra", "cryptosign")
 
 ERROR, EVENT, RESULT, INVOCATION, INTERRUPT = 8, 36, 50, 68, 69
@@ -294,13 +296,22 @@ class WampSession:
                                 authprovider="static", protocol=self._protocol_name,
                                 transport={"type": self._protocol_name,
                                            "peer": self._peer_address()})
-        self._realm = realm
         self._settings = self._all_settings.get(realm.name, self._settings)
         self._state = ESTABLISHED
         self._transport.handshake_done()
-        self._send(WireMessage([m.Welcome.MESSAGE_TYPE, session_id, {
-            "realm": realm.name, "authid": authid, "authrole": authrole,
-            "authmethod": authmethod, "authprovider": "static", "roles": ROUTER_ROLES}]))
+        try:
+            self._transport.send(WireMessage([m.Welcome.MESSAGE_TYPE, session_id, {
+                "realm": realm.name, "authid": authid, "authrole": authrole,
+                "authmethod": authmethod, "authprovider": "static", "roles": ROUTER_ROLES}]))
+        except PayloadExceededError as exc:
+            # the client cannot learn of this session: it must never exist (never attached)
+            self._router.incidents.count(realm.name, "wamp", TOO_LARGE,
+                                         f"session {session_id}: WELCOME: {exc}: aborted")
+            self._abort(PAYLOAD_SIZE_EXCEEDED, "WELCOME exceeds your maximum message size")
+            return
+        except TransportLost:
+            pass
+        self._realm = realm
         self._router.track(self)
         realm.attach(self)
 
