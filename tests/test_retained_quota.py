@@ -4,10 +4,12 @@ count against no bound; every eviction is counted and logged; owners survive a r
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.clients import run
-from tests.harness import RouterProcess
+from tests.harness import RedisServer, RouterProcess, redis_cluster
 from tests.metrics_scrape import scrape, value
 from tests.mqtt_clients import SECRETS, MqttClient, listeners, mqtt_realm, unique
 from tests.retention_helpers import ERROR, joined
@@ -204,3 +206,36 @@ def test_owners_survive_a_restart(tmp_path, how):
         for each in clients:
             each.close()
         router.stop()
+
+
+def eventually_retained(router, prefix: str, expected: set[str], timeout: float = 20.0) -> None:
+    """Wait until a new subscriber on ``router`` sees exactly ``expected`` retained under
+    ``prefix`` (another node's change reaches this node through Redis a moment later)."""
+    deadline = time.monotonic() + timeout
+    while (seen := retained_under(router, prefix)) != expected:
+        assert time.monotonic() < deadline, f"retained under {prefix}: {seen}, not {expected}"
+
+
+def test_quota_holds_across_redis_nodes(tmp_path):
+    realm = mqtt_realm("realm1", retention={"max_topics_per_principal": 3})
+
+    def start_node(base, redis: RedisServer, name: str) -> RouterProcess:
+        return RouterProcess(base / name, [realm], listeners=listeners("realm1", wamp=False),
+                             extra_config={"engine": {"type": "redis", "url": redis.url,
+                                                      "node": name}}).start()
+
+    with redis_cluster(tmp_path, start_node, ("a", "b")) as (_, nodes):
+        on_a = client(nodes["a"])
+        try:
+            retain_all(on_a, [f"c/anon/{n}" for n in range(3)])
+        finally:
+            on_a.close()
+        eventually_retained(nodes["b"], "c", {f"c/anon/{n}" for n in range(3)})
+        on_b = client(nodes["b"])  # another anonymous client, on the other node
+        try:  # node b charges the anonymous clients for what node a stored: their oldest goes
+            retain_all(on_b, ["c/anon/3"])
+        finally:
+            on_b.close()
+        expected = {f"c/anon/{n}" for n in range(1, 4)}
+        assert retained_under(nodes["b"], "c") == expected
+        eventually_retained(nodes["a"], "c", expected)
