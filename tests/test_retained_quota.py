@@ -8,6 +8,11 @@ import time
 
 import pytest
 
+from router.core.model import Eligibility, Publication, SessionInfo
+from router.core.retention import (QUOTA, REALM_LIMIT, RetainedStore, RetainRefused,
+                                   RetentionPolicy)
+from router.core.topic import from_uri
+from router.store.codec import encode_retained
 from tests.clients import run
 from tests.harness import RedisServer, RouterProcess, redis_cluster
 from tests.metrics_scrape import scrape, value
@@ -16,6 +21,99 @@ from tests.retention_helpers import ERROR, joined
 
 SENTINEL = b"sentinel"
 QUOTA_EXCEEDED = 0x97
+
+
+# the pure store -------------------------------------------------------------------------
+
+ALICE = SessionInfo(1, "realm1", "alice", "user", "ticket")
+BOB = SessionInfo(2, "realm1", "bob", "user", "ticket")
+_ids = iter(range(1, 1_000_000))
+
+
+def store_with(clock=time.time, **policy) -> tuple[RetainedStore, list[tuple[str, str, str]]]:
+    """A store with ``policy`` and the list its evictions go to: (topic, owner, reason)."""
+    store = RetainedStore(RetentionPolicy(**policy), encode_retained, clock)
+    evicted: list[tuple[str, str, str]] = []
+    store.evicted = lambda topic, owner, reason, cause: evicted.append(
+        (".".join(topic), str(owner), reason))
+    return store, evicted
+
+
+def retain(store: RetainedStore, publisher: SessionInfo | None, topic: str,
+           payload: str = "x", **extra) -> None:
+    store.retain(Publication(next(_ids), from_uri(topic), [payload], None, publisher,
+                             retain=True, **extra))
+
+
+def kept(store: RetainedStore) -> set[str]:
+    return {".".join(topic) for topic, _ in store.topics(("t",), "prefix")}
+
+
+def test_overwriting_a_topic_moves_it_to_the_new_publishers_quota():
+    store, evicted = store_with(max_topics_per_principal=2)
+    retain(store, ALICE, "t.a1")
+    retain(store, ALICE, "t.a2")
+    retain(store, BOB, "t.a1")  # bob's now: alice holds one topic
+    retain(store, ALICE, "t.a3")
+    assert evicted == []
+    retain(store, ALICE, "t.a4")
+    assert evicted == [("t.a2", "alice", QUOTA)]
+    assert kept(store) == {"t.a1", "t.a3", "t.a4"}
+
+
+def test_a_restricted_entry_that_expires_gives_the_topic_back_to_its_general_owner():
+    now = [time.time()]
+    store, evicted = store_with(lambda: now[0], max_topics_per_principal=1)
+    retain(store, ALICE, "t.shared")
+    retain(store, BOB, "t.shared", eligibility=Eligibility(eligible_authid=frozenset({"x"})),
+           retain_ttl=60)  # newest entry: bob's topic now
+    retain(store, ALICE, "t.alice")
+    assert evicted == []
+    now[0] += 61
+    assert store.expire() == 1  # bob's entry: alice's general event is left, hers again
+    retain(store, ALICE, "t.alice2")  # quotas are enforced when their owner retains
+    assert evicted == [("t.alice", "alice", QUOTA), ("t.shared", "alice", QUOTA)]
+    assert kept(store) == {"t.alice2"}
+
+
+def test_byte_quota_evicts_the_owners_oldest_and_an_event_over_it_is_refused():
+    store, evicted = store_with()
+    retain(store, ALICE, "t.a0", "y" * 200)
+    size = store.bytes  # one entry's encoding: the quota is three and a half of them
+    store.policy = RetentionPolicy(max_bytes_per_principal=size * 7 // 2)
+    for n in range(1, 6):
+        retain(store, ALICE, f"t.a{n}", "y" * 200)
+    assert evicted == [("t.a0", "alice", QUOTA), ("t.a1", "alice", QUOTA),
+                       ("t.a2", "alice", QUOTA)]
+    retain(store, BOB, "t.b0", "y" * 200)  # another owner's quota is its own
+    assert len(evicted) == 3
+    with pytest.raises(RetainRefused):
+        retain(store, ALICE, "t.big", "z" * size * 4)
+    assert kept(store) == {"t.a3", "t.a4", "t.a5", "t.b0"}
+
+
+def test_at_the_realm_bound_the_largest_holder_loses_its_oldest_the_publisher_on_a_tie():
+    store, evicted = store_with(max_topics=3)
+    retain(store, ALICE, "t.a0")
+    retain(store, BOB, "t.b0")
+    retain(store, BOB, "t.b1")
+    retain(store, ALICE, "t.a1")  # 2 against 2: the publisher's oldest goes
+    retain(store, BOB, "t.b2")  # 3 against 1: bob's oldest goes
+    assert evicted == [("t.a0", "alice", REALM_LIMIT), ("t.b0", "bob", REALM_LIMIT)]
+    assert kept(store) == {"t.a1", "t.b1", "t.b2"}
+
+
+def test_the_routers_own_topics_count_against_no_bound():
+    store, evicted = store_with(max_topics=2, max_topics_per_principal=2)
+    for n in range(5):
+        retain(store, None, f"t.sys{n}")
+    retain(store, ALICE, "t.a0")
+    retain(store, ALICE, "t.a1")
+    assert evicted == []
+    assert len(kept(store)) == 7
+
+
+# the router over real sockets ------------------------------------------------------------
 
 
 def quota_router(workdir, retention: dict, **extra_config) -> RouterProcess:
