@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import time
 
+import msgpack
 import pytest
 
 from router.core.model import Eligibility, Publication, SessionInfo
-from router.core.retention import (QUOTA, REALM_LIMIT, RetainedStore, RetainRefused,
-                                   RetentionPolicy)
+from router.core.retention import (QUOTA, REALM_LIMIT, Owner, RetainedStore, RetainRefused,
+                                   RetentionPolicy, owner_of)
 from router.core.topic import from_uri
-from router.store.codec import encode_retained
+from router.store.codec import decode_retained, encode_retained
 from tests.clients import run
 from tests.harness import RedisServer, RouterProcess, redis_cluster
 from tests.metrics_scrape import scrape, value
@@ -111,6 +112,17 @@ def test_the_routers_own_topics_count_against_no_bound():
     retain(store, ALICE, "t.a1")
     assert evicted == []
     assert len(kept(store)) == 7
+
+
+def test_the_owner_is_stored_with_the_entry_and_old_entries_are_charged_to_their_authid():
+    anonymous = SessionInfo(3, "realm1", "mqtt-assigned-7", "anonymous", "anonymous")
+    publication = Publication(9, ("t", "x"), [1], None, anonymous, retain=True)
+    blob = encode_retained(publication, None, owner_of(anonymous))
+    assert decode_retained(blob, "realm1").owner == Owner("anonymous", "anonymous")
+    old = msgpack.unpackb(blob, raw=False)
+    del old["owner"]  # as stored before owners were
+    decoded = decode_retained(msgpack.packb(old, use_bin_type=True), "realm1")
+    assert decoded.owner == Owner("authid", "mqtt-assigned-7")
 
 
 # the router over real sockets ------------------------------------------------------------
