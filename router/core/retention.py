@@ -24,7 +24,8 @@ against no bound. Bounds, checked after each retain:
   acknowledgement stays true;
 * the realm over its bound (``max_topics`` / ``max_bytes``) loses the oldest topic of
   the owner holding the most (topics or bytes, whichever is over; the publisher on a
-  tie), so a flood evicts the flooder's own events as soon as it holds the most;
+  tie of topics), found in O(log owners), so a flood evicts the flooder's own events as
+  soon as it holds the most;
 * one event larger than either byte bound could never be kept: the publish is refused
   (:class:`RetainRefused`) before anyone receives it.
 
@@ -152,6 +153,13 @@ class RetainedStore:
         self._owned_topics = 0
         self._owned_bytes = 0
         """Topics and bytes of every owner together: what the realm bounds limit."""
+        self._by_count: dict[int, dict[Owner, None]] = {}
+        """Number of topics -> the owners holding that many, and ``_most``, the highest:
+        the owner holding the most is found in O(1), however many owners there are."""
+        self._most = 0
+        self._heaviest: list[tuple[int, int, Owner]] = []
+        """Max-heap of (-bytes, tie-breaker, owner); items whose bytes are no longer the
+        owner's are stale and skipped, and the heap is rebuilt when they outnumber the owners."""
         self._expiry: list[tuple[float, int, Topic, RetainedEvent]] = []
         """Heap of (expires_at, tie-breaker, topic, entry); items of entries no longer
         in ``_timed`` are stale and skipped."""
@@ -268,6 +276,7 @@ class RetainedStore:
         holding = self._owners.get(owner)
         if holding is None:
             holding = self._owners[owner] = _Holding(owner)
+        held = len(holding.topics)
         holding.bytes += size
         self._owned_bytes += size
         if topics > 0:
@@ -276,7 +285,31 @@ class RetainedStore:
             del holding.topics[topic]
             if not holding.topics:
                 del self._owners[owner]
-        self._owned_topics += topics
+        if topics:
+            self._owned_topics += topics
+            self._recount(owner, held, held + topics)
+        if size and holding.topics:
+            heap = self._heaviest
+            heapq.heappush(heap, (-holding.bytes, next(self._pushes), owner))
+            if len(heap) > 2 * len(self._owners) + 16:
+                self._heaviest = [(-h.bytes, next(self._pushes), h.owner)
+                                  for h in self._owners.values()]
+                heapq.heapify(self._heaviest)
+
+    def _recount(self, owner: Owner, before: int, after: int) -> None:
+        """``owner`` went from holding ``before`` topics to ``after`` (one more or less)."""
+        by_count = self._by_count
+        if before:
+            owners = by_count[before]
+            del owners[owner]
+            if not owners:
+                del by_count[before]
+        if after:
+            by_count.setdefault(after, {})[owner] = None
+        if after > self._most:
+            self._most = after
+        elif before == self._most and before not in by_count:
+            self._most = after
 
     def _track(self, topic: Topic, old: Iterable[RetainedEvent],
                new: list[RetainedEvent]) -> None:
@@ -306,14 +339,43 @@ class RetainedStore:
             holding = self._owners.get(owner)
         while (self._owned_topics > policy.max_topics
                or self._owned_bytes > policy.max_bytes):
-            by_count = self._owned_topics > policy.max_topics
-            candidates = [h for h in self._owners.values()
-                          if len(h.topics) > 1 or kept not in h.topics]
-            if not candidates:
+            largest = (self._most_topics(owner) if self._owned_topics > policy.max_topics
+                       else self._most_bytes(owner))
+            if largest is None:
                 break
-            largest = max(candidates, key=lambda h: (len(h.topics) if by_count else h.bytes,
-                                                     h.owner == owner))
             self._evict(largest, kept, REALM_LIMIT, cause)
+
+    def _most_topics(self, publisher: Owner) -> "_Holding | None":
+        """The owner holding the most topics, ``publisher`` on a tie; None if that is only
+        the publisher with the one topic it just set."""
+        most = self._most
+        owners = self._by_count[most]
+        if publisher in owners and most > 1:
+            return self._owners[publisher]
+        for owner in owners:
+            if owner != publisher:
+                return self._owners[owner]
+        return None
+
+    def _most_bytes(self, publisher: Owner) -> "_Holding | None":
+        """The owner holding the most bytes, passing over ``publisher`` if all it holds is
+        the topic it just set."""
+        heap = self._heaviest
+        passed = None
+        found = None
+        while heap:
+            negative, _, owner = heap[0]
+            holding = self._owners.get(owner)
+            if holding is None or holding.bytes != -negative:
+                heapq.heappop(heap)  # stale
+            elif owner == publisher and len(holding.topics) == 1:
+                passed = heapq.heappop(heap)
+            else:
+                found = holding
+                break
+        if passed is not None:
+            heapq.heappush(heap, passed)
+        return found
 
     def _evict(self, holding: "_Holding", kept: Topic, reason: str,
                cause: Publication) -> bool:
