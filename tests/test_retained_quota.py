@@ -8,12 +8,15 @@ import time
 
 import msgpack
 import pytest
+from proton import Delivery
 
 from router.core.model import Eligibility, Publication, SessionInfo
 from router.core.retention import (QUOTA, REALM_LIMIT, Owner, RetainedStore, RetainRefused,
                                    RetentionPolicy, owner_of)
 from router.core.topic import from_uri
 from router.store.codec import decode_retained, encode_retained
+from tests.amqp_clients import Send, message, send
+from tests.amqp_clients import connect as amqp_connect
 from tests.clients import run
 from tests.harness import RedisServer, RouterProcess, redis_cluster
 from tests.metrics_scrape import scrape, value
@@ -133,6 +136,7 @@ def quota_router(workdir, retention: dict, **extra_config) -> RouterProcess:
     with MQTT, WAMP and metrics listeners."""
     realm = mqtt_realm("realm1", retention=retention)
     return RouterProcess(workdir, [realm], listeners=listeners("realm1") + [
+        {"type": "amqp", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
         {"type": "metrics", "host": "127.0.0.1", "port": 0}],
         extra_config=extra_config).start()
 
@@ -269,12 +273,21 @@ def test_a_retained_event_over_the_byte_quota_is_refused_whole(tmp_path):
             assert reply[4] == "wamp.error.limit_exceeded"
 
         run(wamp())
+        connection = amqp_connect(router)
+        try:
+            sender = connection.create_sender("big.three", options=Send(1))
+            delivery = send(sender, message(b"z" * 5000, retain=True))
+            assert delivery.remote_state == Delivery.REJECTED
+            assert delivery.remote.condition.name == "amqp:resource-limit-exceeded"
+        finally:
+            connection.close()
         assert retained_under(router, "big") == set()
         samples = scrape(router)
         assert value(samples, "router_incidents_total", realm="realm1", protocol="mqtt",
                      reason="retained_refused") == 1
-        assert value(samples, "router_incidents_total", realm="realm1", protocol="wamp",
-                     reason="retained_refused") == 1
+        for protocol in ("wamp", "amqp"):
+            assert value(samples, "router_incidents_total", realm="realm1", protocol=protocol,
+                         reason="retained_refused") == 1
     finally:
         for each in clients:
             each.close()
