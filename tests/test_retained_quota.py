@@ -339,6 +339,22 @@ def eventually_retained(router, prefix: str, expected: set[str], timeout: float 
         assert time.monotonic() < deadline, f"retained under {prefix}: {seen}, not {expected}"
 
 
+def listening(sender: RouterProcess, receiver: RouterProcess, timeout: float = 20.0) -> None:
+    """Wait until ``receiver`` hears of retained changes made on ``sender``: a node is ready
+    before its Redis subscription is, and what is announced before that does not reach it.
+    The probes are alice's: they count against nobody else's quota."""
+    prober = client(sender, username="alice", password=SECRETS["alice"])
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            retain_all(prober, ["probe/alice"])
+            if retained_under(receiver, "probe") == {"probe/alice"}:
+                return
+            assert time.monotonic() < deadline, "node never heard of the other's changes"
+    finally:
+        prober.close()
+
+
 def test_quota_holds_across_redis_nodes(tmp_path):
     realm = mqtt_realm("realm1", retention={"max_topics_per_principal": 3})
 
@@ -348,6 +364,7 @@ def test_quota_holds_across_redis_nodes(tmp_path):
                                                       "node": name}}).start()
 
     with redis_cluster(tmp_path, start_node, ("a", "b")) as (_, nodes):
+        listening(nodes["a"], nodes["b"])
         on_a = client(nodes["a"])
         try:
             retain_all(on_a, [f"c/anon/{n}" for n in range(3)])
