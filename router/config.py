@@ -461,7 +461,8 @@ def _positive(reader: _Reader, key: str, kind: type | tuple, default: Any) -> An
 
 
 def _retention(reader: _Reader, check: str) -> RetentionPolicy:
-    reader.reject_unknown({"default_ttl", "max_topics", "max_bytes", "max_restricted", "decline"})
+    reader.reject_unknown({"default_ttl", "max_topics", "max_bytes", "max_restricted", "decline",
+                           "max_topics_per_principal", "max_bytes_per_principal"})
     defaults = RetentionPolicy()
     declined_reader = reader.child("decline", reader.get("decline", list, []))
     declined = []
@@ -474,6 +475,10 @@ def _retention(reader: _Reader, check: str) -> RetentionPolicy:
         max_topics=_positive(reader, "max_topics", int, defaults.max_topics),
         max_bytes=_positive(reader, "max_bytes", int, defaults.max_bytes),
         max_restricted=_positive(reader, "max_restricted", int, defaults.max_restricted),
+        max_topics_per_principal=_positive(reader, "max_topics_per_principal", int,
+                                           defaults.max_topics_per_principal),
+        max_bytes_per_principal=_positive(reader, "max_bytes_per_principal", int,
+                                          defaults.max_bytes_per_principal),
         declined=tuple(declined))
 
 

@@ -27,6 +27,8 @@ class AttachRefused(Exception):
 
 
 def router_error_condition(exc: RouterError) -> str:
+    if exc.uri == errors.LIMIT_EXCEEDED:
+        return RESOURCE_LIMIT_EXCEEDED
     return UNAUTHORIZED if exc.uri == errors.NOT_AUTHORIZED else INVALID_FIELD
 
 

@@ -52,6 +52,15 @@ UNREPRESENTABLE = "unrepresentable"
 """A message not delivered to a pattern subscriber whose protocol cannot name its topic
 (a WAMP or dotted AMQP receiver and a topic that is no URI of the realm, an MQTT or "/"
 AMQP receiver and a topic with "/" or a wildcard character inside a level)."""
+RETAINED_QUOTA = "retained_quota"
+"""A retained topic evicted because its owner (principal, or anonymous clients together)
+went over ``retention.max_topics_per_principal`` / ``max_bytes_per_principal``: the
+owner's own topic set longest ago."""
+RETAINED_REALM_LIMIT = "retained_realm_limit"
+"""A retained topic evicted because the realm went over ``retention.max_topics`` /
+``max_bytes``: the oldest topic of the owner holding the most."""
+RETAINED_REFUSED = "retained_refused"
+"""A retained publish refused whole: its one event is larger than the byte bounds."""
 
 ENGINE_UNAVAILABLE = "engine_unavailable"
 """A publication not sent to the other nodes, or a retained change not stored, because the

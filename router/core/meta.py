@@ -226,6 +226,7 @@ def install_retention_admin(realm: Realm) -> None:
             listed.append({
                 "topic": display(topic),
                 **({} if dotted_form(topic) else {"levels": list(topic)}),
+                "owner": str(entries[-1].owner) if entries[-1].owner is not None else None,
                 "events": [{"publication": e.publication.publication_id,
                             "timestamp": rfc3339(e.publication.timestamp),
                             "expires": rfc3339(e.expires_at) if e.expires_at else None,

@@ -19,13 +19,15 @@ from router.core.dealer import Dealer, Registration, Scheduler
 from router.core.engine import RealmEngine
 from router.core.errors import RouterError, Unencodable
 from router.core.ids import random_id
-from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, UNENCODABLE,
+from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, RETAINED_QUOTA,
+                                   RETAINED_REALM_LIMIT, RETAINED_REFUSED, UNENCODABLE,
                                    Incidents)
 from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer
+from router.core.retention import QUOTA, Owner, RetainRefused
 from router.core.shared import SharedGroup, SharedGroups
-from router.core.stats import RealmStats
+from router.core.stats import RealmStats, family
 from router.core.topic import SERVER_OWNED, Topic, display, from_uri, is_reserved
 from router.core.uri import EXACT, is_valid_uri
 
@@ -54,6 +56,8 @@ class Realm:
         self.activity = activity
         engine = engine if engine is not None else RealmEngine()
         self.retention = engine.retention
+        if self.retention is not None:
+            self.retention.evicted = self._retained_evicted
         self.persistence = engine.persistence
         self.history = engine.history
         self._forward = engine.forward
@@ -189,10 +193,33 @@ class Realm:
         whole publish, so the publisher's answer is true for every receiver."""
         try:
             self.retention.retain(publication)  # type: ignore[union-attr]
+        except RetainRefused as exc:  # only a client's publication has a quota
+            protocol = family(publication.publisher.protocol)  # type: ignore[union-attr]
+            self.incidents.count(self.name, protocol, RETAINED_REFUSED,
+                                 f"topic {publication.name}: {exc}")
+            raise RouterError(errors.LIMIT_EXCEEDED, f"the retained event is too large ({exc}); "
+                              "nothing was published") from None
         except (TypeError, ValueError) as exc:
             raise RouterError(errors.INVALID_ARGUMENT,
                               "the payload cannot be stored as a retained event "
                               f"({type(exc).__name__}: {exc}); nothing was published") from None
+
+    def _retained_evicted(self, topic: Topic, owner: Owner, reason: str,
+                          cause: Publication) -> None:
+        """Count and log (sparingly) a retained topic evicted to make room for ``cause``,
+        under the protocol of the client whose publish caused it."""
+        protocol = family(cause.publisher.protocol)  # type: ignore[union-attr]
+        policy = self.retention.policy  # type: ignore[union-attr]
+        if reason == QUOTA:
+            self.incidents.count(self.name, protocol, RETAINED_QUOTA,
+                                 f"topic {display(topic)} evicted: its owner ({owner}) is over "
+                                 f"its quota of {policy.max_topics_per_principal} topics / "
+                                 f"{policy.max_bytes_per_principal} bytes")
+        else:
+            self.incidents.count(self.name, protocol, RETAINED_REALM_LIMIT,
+                                 f"topic {display(topic)} evicted: the realm is over "
+                                 f"{policy.max_topics} topics / {policy.max_bytes} bytes and "
+                                 f"its owner ({owner}) holds the most")
 
     def _delivery_failed(self, peer: Peer, publication: Publication, exc: Exception) -> None:
         """One receiver could not take a publication: count it; every other receiver got it."""

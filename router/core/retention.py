@@ -11,8 +11,25 @@ Per topic the store keeps a short list of retained events, newest last:
 
 A subscriber gets, per matching topic, the newest entry it is eligible for and
 that has not expired. Topic lookups for prefix and wildcard subscriptions walk
-a component trie. Limits per realm bound topics and bytes; over a limit, the
-topic whose retained event was set longest ago is evicted first.
+a component trie.
+
+Every topic is charged to its owner: the principal who published its newest entry
+(:func:`owner_of`; anonymous clients share one owner per role, so reconnecting gets no
+fresh quota). The router's own topics (``$SYS``, no publisher) have no owner and count
+against no bound. Bounds, checked after each retain:
+
+* an owner over its quota (``max_topics_per_principal`` / ``max_bytes_per_principal``)
+  loses its own topic set longest ago, until it fits again: a publisher only ever pushes
+  out its own retained events, and the one it just published is kept, so its
+  acknowledgement stays true;
+* the realm over its bound (``max_topics`` / ``max_bytes``) loses the oldest topic of
+  the owner holding the most (topics or bytes, whichever is over; the publisher on a
+  tie of topics), found in O(log owners), so a flood evicts the flooder's own events as
+  soon as it holds the most;
+* one event larger than either byte bound could never be kept: the publish is refused
+  (:class:`RetainRefused`) before anyone receives it.
+
+Each eviction is told to :attr:`RetainedStore.evicted` with its reason.
 
 An entry expires at the earlier of its retention TTL and its message expiry (MQTT 5
 message expiry interval). The expiry heap is pruned lazily: an entry superseded or
@@ -28,7 +45,7 @@ import itertools
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from router.core.model import Publication, SessionInfo
 from router.core.topic import Topic, topic_matches
@@ -44,8 +61,43 @@ class RetentionPolicy:
     max_topics: int = 100_000
     max_bytes: int = 256 * 1024 * 1024
     max_restricted: int = 8
+    max_topics_per_principal: int = 100_000
+    """Topics one owner may hold (equal to ``max_topics`` by default: fair eviction at
+    the realm bound already protects the others; lower it to reserve room)."""
+    max_bytes_per_principal: int = 256 * 1024 * 1024
     declined: tuple[tuple[Topic, str], ...] = ()
     """(pattern levels, match) on which ``retain`` is silently ignored."""
+
+
+class Owner(NamedTuple):
+    """Whom a retained topic is charged to: ``("authid", <authid>)`` for a principal,
+    ``("anonymous", <authrole>)`` for every anonymous client of that role together."""
+
+    kind: str
+    name: str
+
+    def __str__(self) -> str:
+        return self.name if self.kind == "authid" else f"anonymous clients (role {self.name})"
+
+
+def owner_of(publisher: SessionInfo | None) -> Owner | None:
+    """The owner a publication is charged to; None for the router's own (outside every
+    bound). Anonymous clients are one class: their authid is per connection."""
+    if publisher is None:
+        return None
+    if publisher.authmethod == "anonymous":
+        return Owner("anonymous", publisher.authrole)
+    return Owner("authid", publisher.authid)
+
+
+QUOTA = "quota"
+"""Eviction reason: the owner went over its own quota."""
+REALM_LIMIT = "realm_limit"
+"""Eviction reason: the realm went over its bound."""
+
+
+class RetainRefused(Exception):
+    """A retained event larger than the byte bounds allow: no eviction could make room."""
 
 
 @dataclass(slots=True, eq=False)
@@ -57,6 +109,9 @@ class RetainedEvent:
     blob: bytes | None = None
     """That encoding (opaque to the core), offered once to the change listeners and then
     dropped: keeping it would double a retained event's memory. Later saves re-encode."""
+    owner: Owner | None = None
+    """Whom it is charged to, kept with the entry: a restored publisher has lost its
+    authmethod, so the owner cannot be worked out again after a restart."""
 
     @property
     def general(self) -> bool:
@@ -72,8 +127,12 @@ def earliest(first: float | None, second: float | None) -> float | None:
     return first if first < second else second
 
 
-Encoder = Callable[[Publication, "float | None"], bytes]
-"""Encodes a retained entry for persistence; raises TypeError/ValueError if it cannot."""
+Encoder = Callable[[Publication, "float | None", "Owner | None"], bytes]
+"""Encodes a retained entry (publication, expiry, owner) for persistence; raises
+TypeError/ValueError if it cannot."""
+
+Evicted = Callable[[Topic, Owner, str, Publication], None]
+"""Told (topic, its owner, reason, the publication whose retain caused it) per eviction."""
 
 ChangeListener = Callable[[Topic, list[RetainedEvent], str, "Publication | None"], None]
 """Called with (topic, entries, action, publication) after every change: action is one of
@@ -90,7 +149,17 @@ class RetainedStore:
         self._encoder = encoder
         self._clock = clock
         self._topics: TopicTrie[list[RetainedEvent]] = TopicTrie()
-        self._recency: OrderedDict[Topic, None] = OrderedDict()
+        self._owners: dict[Owner, _Holding] = {}
+        self._owned_topics = 0
+        self._owned_bytes = 0
+        """Topics and bytes of every owner together: what the realm bounds limit."""
+        self._by_count: dict[int, dict[Owner, None]] = {}
+        """Number of topics -> the owners holding that many, and ``_most``, the highest:
+        the owner holding the most is found in O(1), however many owners there are."""
+        self._most = 0
+        self._heaviest: list[tuple[int, int, Owner]] = []
+        """Max-heap of (-bytes, tie-breaker, owner); items whose bytes are no longer the
+        owner's are stale and skipped, and the heap is rebuilt when they outnumber the owners."""
         self._expiry: list[tuple[float, int, Topic, RetainedEvent]] = []
         """Heap of (expires_at, tie-breaker, topic, entry); items of entries no longer
         in ``_timed`` are stale and skipped."""
@@ -99,6 +168,7 @@ class RetainedStore:
         self._pushes = itertools.count()
         self.bytes = 0
         self.listeners: list[ChangeListener] = []
+        self.evicted: Evicted | None = None
 
     def __len__(self) -> int:
         return len(self._topics)
@@ -111,19 +181,29 @@ class RetainedStore:
     def retain(self, publication: Publication) -> RetainedEvent:
         """Make ``publication`` the topic's retained event (for its audience).
 
-        Raises TypeError/ValueError if the payload cannot be encoded for storage.
+        Raises TypeError/ValueError if the payload cannot be encoded for storage,
+        :class:`RetainRefused` if it is larger than a byte bound (nothing changed then).
         """
         topic = publication.topic
-        ttl = publication.retain_ttl or self.policy.default_ttl
+        policy = self.policy
+        ttl = publication.retain_ttl or policy.default_ttl
         expires_at = earliest(publication.timestamp + ttl if ttl else None,
                               publication.expires_at)
-        blob = self._encoder(publication, expires_at)
-        event = RetainedEvent(publication, expires_at, len(blob), blob)
+        owner = owner_of(publication.publisher)
+        holding = self._owners.get(owner) if owner is not None else None
+        if holding is not None:
+            owner = holding.owner  # one Owner object per principal, not one per entry
+        blob = self._encoder(publication, expires_at, owner)
+        if owner is not None and len(blob) > min(policy.max_bytes_per_principal,
+                                                 policy.max_bytes):
+            raise RetainRefused(f"{len(blob)} bytes, over the retained quota of "
+                                f"{min(policy.max_bytes_per_principal, policy.max_bytes)}")
+        event = RetainedEvent(publication, expires_at, len(blob), blob, owner)
         entries = self._topics.get(topic) or []
         self._set(topic, self.supersede(entries, event), "set", publication)
-        self._recency[topic] = None
-        self._recency.move_to_end(topic)
-        self._enforce_limits()
+        if owner is not None:
+            self._owners[owner].topics.move_to_end(topic)
+            self._enforce_limits(topic, owner, publication)
         return event
 
     def supersede(self, entries: list[RetainedEvent], event: RetainedEvent) -> list[RetainedEvent]:
@@ -152,19 +232,16 @@ class RetainedStore:
         self._set(topic, [], "clear", None)
         return len(entries)
 
-    def restore(self, topic: Topic, entries: list[RetainedEvent]) -> None:
-        """Load persisted entries at start-up (no change notification)."""
-        self._topics.set(topic, entries)
-        self._recency[topic] = None
-        self.bytes += sum(e.size for e in entries)
-        self._track(topic, (), entries)
+    def restore(self, topics: Iterable[tuple[Topic, list[RetainedEvent]]]) -> None:
+        """Load persisted topics at start-up (no change notification), oldest first, so
+        that evictions after a restart still take each owner's oldest."""
+        for topic, entries in sorted(topics, key=lambda item: item[1][-1].publication.timestamp):
+            self._replace(topic, entries)
 
     def revert(self, topic: Topic, entries: list[RetainedEvent]) -> None:
         """Go back to what the store holds after a write of ``topic`` failed: memory never
         claims a retained event that a restart would not bring back (no notification)."""
         self._replace(topic, entries)
-        if entries:
-            self._recency.setdefault(topic, None)
 
     def _set(self, topic: Topic, entries: list[RetainedEvent], action: str,
              publication: Publication | None) -> None:
@@ -175,15 +252,64 @@ class RetainedStore:
             entry.blob = None
 
     def _replace(self, topic: Topic, entries: list[RetainedEvent]) -> None:
-        """A topic's entries become ``entries``: bytes, expiry heap and trie follow."""
+        """A topic's entries become ``entries``: bytes, owners, expiry heap and trie follow."""
         old = self._topics.get(topic) or []
-        self.bytes += sum(e.size for e in entries) - sum(e.size for e in old)
+        old_size = sum(e.size for e in old)
+        new_size = sum(e.size for e in entries)
+        self.bytes += new_size - old_size
+        old_owner = old[-1].owner if old else None
+        new_owner = entries[-1].owner if entries else None
+        moved = new_owner != old_owner
+        if old_owner is not None:
+            self._charge(old_owner, topic, -old_size, -1 if moved else 0)
+        if new_owner is not None:
+            self._charge(new_owner, topic, new_size, 1 if moved else 0)
         self._track(topic, old, entries)
         if entries:
             self._topics.set(topic, entries)
         else:
             self._topics.pop(topic)
-            self._recency.pop(topic, None)
+
+    def _charge(self, owner: Owner, topic: Topic, size: int, topics: int) -> None:
+        """Add ``size`` bytes (negative: take them back) to ``owner``; ``topics`` 1: the
+        topic joins the owner's (newest), -1: it leaves them, 0: it stays where it is."""
+        holding = self._owners.get(owner)
+        if holding is None:
+            holding = self._owners[owner] = _Holding(owner)
+        held = len(holding.topics)
+        holding.bytes += size
+        self._owned_bytes += size
+        if topics > 0:
+            holding.topics[topic] = None
+        elif topics < 0:
+            del holding.topics[topic]
+            if not holding.topics:
+                del self._owners[owner]
+        if topics:
+            self._owned_topics += topics
+            self._recount(owner, held, held + topics)
+        if size and holding.topics:
+            heap = self._heaviest
+            heapq.heappush(heap, (-holding.bytes, next(self._pushes), owner))
+            if len(heap) > 2 * len(self._owners) + 16:
+                self._heaviest = [(-h.bytes, next(self._pushes), h.owner)
+                                  for h in self._owners.values()]
+                heapq.heapify(self._heaviest)
+
+    def _recount(self, owner: Owner, before: int, after: int) -> None:
+        """``owner`` went from holding ``before`` topics to ``after`` (one more or less)."""
+        by_count = self._by_count
+        if before:
+            owners = by_count[before]
+            del owners[owner]
+            if not owners:
+                del by_count[before]
+        if after:
+            by_count.setdefault(after, {})[owner] = None
+        if after > self._most:
+            self._most = after
+        elif before == self._most and before not in by_count:
+            self._most = after
 
     def _track(self, topic: Topic, old: Iterable[RetainedEvent],
                new: list[RetainedEvent]) -> None:
@@ -201,12 +327,68 @@ class RetainedStore:
                             for entry, topic in timed.items()]
             heapq.heapify(self._expiry)
 
-    def _enforce_limits(self) -> None:
+    def _enforce_limits(self, kept: Topic, owner: Owner, cause: Publication) -> None:
+        """After ``owner`` set ``kept``: its own quota first, then the realm's bounds (see
+        the module docstring); ``kept`` itself is never evicted."""
         policy = self.policy
-        while self._recency and (len(self._topics) > policy.max_topics
-                                 or self.bytes > policy.max_bytes):
-            oldest = next(iter(self._recency))
-            self._set(oldest, [], "evict", None)
+        holding = self._owners.get(owner)
+        while holding is not None and (len(holding.topics) > policy.max_topics_per_principal
+                                       or holding.bytes > policy.max_bytes_per_principal):
+            if not self._evict(holding, kept, QUOTA, cause):
+                break
+            holding = self._owners.get(owner)
+        while (self._owned_topics > policy.max_topics
+               or self._owned_bytes > policy.max_bytes):
+            largest = (self._most_topics(owner) if self._owned_topics > policy.max_topics
+                       else self._most_bytes(owner))
+            if largest is None:
+                break
+            self._evict(largest, kept, REALM_LIMIT, cause)
+
+    def _most_topics(self, publisher: Owner) -> "_Holding | None":
+        """The owner holding the most topics, ``publisher`` on a tie; None if that is only
+        the publisher with the one topic it just set."""
+        most = self._most
+        owners = self._by_count[most]
+        if publisher in owners and most > 1:
+            return self._owners[publisher]
+        for owner in owners:
+            if owner != publisher:
+                return self._owners[owner]
+        return None
+
+    def _most_bytes(self, publisher: Owner) -> "_Holding | None":
+        """The owner holding the most bytes, passing over ``publisher`` if all it holds is
+        the topic it just set."""
+        heap = self._heaviest
+        passed = None
+        found = None
+        while heap:
+            negative, _, owner = heap[0]
+            holding = self._owners.get(owner)
+            if holding is None or holding.bytes != -negative:
+                heapq.heappop(heap)  # stale
+            elif owner == publisher and len(holding.topics) == 1:
+                passed = heapq.heappop(heap)
+            else:
+                found = holding
+                break
+        if passed is not None:
+            heapq.heappush(heap, passed)
+        return found
+
+    def _evict(self, holding: "_Holding", kept: Topic, reason: str,
+               cause: Publication) -> bool:
+        """Evict the oldest topic of ``holding`` other than ``kept``; False if it has none."""
+        for oldest in holding.topics:
+            if oldest != kept:
+                break
+        else:
+            return False
+        self._set(oldest, [], "evict", None)
+        if self.evicted is not None:
+            self.evicted(oldest, holding.owner, reason, cause)
+        return True
 
     def expire(self) -> int:
         """Drop entries whose TTL or message expiry has passed; returns how many."""
@@ -249,3 +431,14 @@ class RetainedStore:
                 if entry.publication.admits(session):
                     yield entry.publication
                     break
+
+
+class _Holding:
+    """One owner's retained topics, the one set longest ago first, and their bytes."""
+
+    __slots__ = ("owner", "topics", "bytes")
+
+    def __init__(self, owner: Owner) -> None:
+        self.owner = owner
+        self.topics: OrderedDict[Topic, None] = OrderedDict()
+        self.bytes = 0

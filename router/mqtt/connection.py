@@ -268,6 +268,8 @@ class MqttConnection:
                 return ReasonCode.NOT_AUTHORIZED
             if exc.uri == errors.INVALID_ARGUMENT:
                 return ReasonCode.PAYLOAD_FORMAT_INVALID
+            if exc.uri == errors.LIMIT_EXCEEDED:  # a retained event over the retained quota
+                return ReasonCode.QUOTA_EXCEEDED
             return ReasonCode.TOPIC_NAME_INVALID
         return ReasonCode.SUCCESS
 

@@ -7,12 +7,15 @@ import msgpack
 
 from router.core.model import Eligibility, Publication, SessionInfo
 from router.core.payload import as_text
-from router.core.retention import RetainedEvent, earliest
+from router.core.retention import Owner, RetainedEvent, earliest
 from router.core.topic import from_uri
 
 
-def encode_retained(publication: Publication, expires_at: float | None) -> bytes:
-    """One retained entry as bytes; raises TypeError for payloads MessagePack cannot hold."""
+def encode_retained(publication: Publication, expires_at: float | None,
+                    owner: Owner | None) -> bytes:
+    """One retained entry as bytes; raises TypeError for payloads MessagePack cannot hold.
+    The owner travels with the entry, so SQLite rows and Redis hashes (one format) keep
+    each principal's retained quota across restarts and among nodes."""
     publisher = publication.publisher
     return msgpack.packb({
         "id": publication.publication_id,
@@ -31,6 +34,7 @@ def encode_retained(publication: Publication, expires_at: float | None) -> bytes
         "properties": publication.properties,
         "amqp": publication.amqp,
         "message_expires": publication.expires_at,
+        "owner": owner,
     }, use_bin_type=True)
 
 
@@ -48,15 +52,22 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
                               timestamp=data["ts"], qos=data.get("qos", 0),
                               payload=data.get("payload"), properties=data.get("properties"), amqp=data.get("amqp"),
                               expires_at=data.get("message_expires"))
+    owner = data.get("owner")
+    if owner is not None:
+        owner = Owner(*owner)
+    elif publisher is not None:  # stored before owners were: charged to its authid
+        owner = Owner("authid", publisher.authid)
     # entries stored before the retained expiry took the message expiry into account
-    return RetainedEvent(publication, earliest(data["expires"], publication.expires_at), len(blob))
+    return RetainedEvent(publication, earliest(data["expires"], publication.expires_at), len(blob),
+                         owner=owner)
 
 
 def pack_topic(entries: list[RetainedEvent]) -> bytes:
     """A topic's row: its entries' encodings (made again where the store dropped them)."""
-    return msgpack.packb([entry.blob if entry.blob is not None
-                          else encode_retained(entry.publication, entry.expires_at)
-                          for entry in entries], use_bin_type=True)
+    return msgpack.packb([
+        entry.blob if entry.blob is not None
+        else encode_retained(entry.publication, entry.expires_at, entry.owner)
+        for entry in entries], use_bin_type=True)
 
 
 def unpack_topic(blob: bytes) -> list[bytes]:

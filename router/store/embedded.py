@@ -68,13 +68,10 @@ def restore_retained(retention: RetainedStore, store: SqliteStore, realm: str) -
     session (older than the newest general event) are dropped.
     """
     now = time.time()
-    restored = 0
-    for topic, blobs in store.load_retained(realm):
-        live = live_entries(blobs, realm, now)
-        if live:
-            retention.restore(topic, live)
-            restored += 1
-    return restored
+    topics = [(topic, live) for topic, blobs in store.load_retained(realm)
+              if (live := live_entries(blobs, realm, now))]
+    retention.restore(topics)
+    return len(topics)
 
 
 def live_entries(blobs: list[bytes], realm: str, now: float) -> list[RetainedEvent]:

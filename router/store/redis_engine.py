@@ -632,10 +632,9 @@ class RedisRealm:
         self.left = take_left(self, redis)
         found = redis.call("HGETALL", self.keys["retained"])
         now = time.time()
-        for key, blob in zip(found[::2], found[1::2]):
-            entries = live_entries(unpack_topic(blob), self.name, now)
-            if entries:
-                self.retention.restore(_topic_from_key(key), entries)
+        self.retention.restore(
+            (_topic_from_key(key), entries) for key, blob in zip(found[::2], found[1::2])
+            if (entries := live_entries(unpack_topic(blob), self.name, now)))
 
     def sweep(self) -> None:
         """Remove topics whose retained entries have all expired from Redis."""
