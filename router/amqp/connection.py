@@ -64,7 +64,7 @@ from router.amqp.conditions import (INTERNAL_ERROR, INVALID_FIELD, LINK_STOLEN,
 from router.amqp.sasl import Identity, SaslServer
 from router.amqp.subscriber import AmqpSubscriber
 from router.core.errors import RouterError
-from router.core.incidents import DISCONNECTED, REFUSED, UNSUPPORTED
+from router.core.incidents import DISCONNECTED, OVER_LIMIT, UNSUPPORTED
 from router.core.model import SessionInfo
 from router.core.options import valid_group_name
 from router.core.qos import POLICIES
@@ -354,7 +354,7 @@ class AmqpConnection:
         limit = self.frontend.settings.max_links
         if len(self.links) + len(self._claiming) >= limit:
             realm = self.frontend.realm
-            realm.incidents.count(realm.name, "amqp", REFUSED,
+            realm.incidents.count(realm.name, "amqp", OVER_LIMIT,
                                   f"connection {self.peer}: link {link.name!r}: "
                                   f"max_links ({limit}) reached", level=logging.INFO)
             self._refuse(link, RESOURCE_LIMIT_EXCEEDED,

@@ -52,6 +52,9 @@ UNREPRESENTABLE = "unrepresentable"
 """A message not delivered to a pattern subscriber whose protocol cannot name its topic
 (a WAMP or dotted AMQP receiver and a topic that is no URI of the realm, an MQTT or "/"
 AMQP receiver and a topic with "/" or a wildcard character inside a level)."""
+OVER_LIMIT = "over_limit"
+"""A subscription, registration or link refused for a per-session (per-connection) bound
+(``max_subscriptions``, ``max_registrations``, ``amqp.max_links``)."""
 
 ENGINE_UNAVAILABLE = "engine_unavailable"
 """A publication not sent to the other nodes, or a retained change not stored, because the

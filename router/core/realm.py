@@ -19,7 +19,7 @@ from router.core.dealer import Dealer, Registration, Scheduler
 from router.core.engine import RealmEngine
 from router.core.errors import RouterError, Unencodable
 from router.core.ids import random_id
-from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, REFUSED,
+from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, OVER_LIMIT,
                                    UNENCODABLE, Incidents)
 from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
@@ -243,7 +243,7 @@ class Realm:
                   limit: int | None = None) -> Subscription:
         """Subscribe ``peer`` to a pattern its frontend validated and converted to levels;
         ``limit``: the subscriptions a session of its protocol may hold (past it
-        ``limit_exceeded``, counted as ``refused``)."""
+        ``limit_exceeded``, counted as ``over_limit``)."""
         self.authorize(peer.info, "subscribe", topic, options.match)
         try:
             subscription = self.broker.subscribe(peer, topic, options.match,
@@ -265,9 +265,9 @@ class Realm:
         return subscription
 
     def _count_limit(self, info: SessionInfo, what: str, exc: RouterError) -> None:
-        """Count a request refused for a per-session bound (incident ``refused``)."""
+        """Count a request refused for a per-session bound (incident ``over_limit``)."""
         if exc.uri == errors.LIMIT_EXCEEDED:
-            self.incidents.count(self.name, info.protocol.split(".", 1)[0], REFUSED,
+            self.incidents.count(self.name, info.protocol.split(".", 1)[0], OVER_LIMIT,
                                  f"session {info.session_id}: {what}: {exc.message}",
                                  level=logging.INFO)
 
