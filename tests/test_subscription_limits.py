@@ -160,6 +160,32 @@ def test_packets_after_a_big_subscribe_wait_for_it(big_router):
         client.close()
 
 
+def test_a_big_subscribe_with_a_bad_last_filter_changes_nothing(big_router):
+    """Its filters are decoded over reactor turns, all before any is applied: a malformed
+    packet closes the connection and leaves the persistent session as it was."""
+    client_id, names = unique("malformed"), [f"malformed/{n}" for n in range(BIG)]
+    client = RawMqtt(big_router)
+    try:
+        client.connect_ok(version=V311, client_id=client_id, clean=False)
+        client.send_bytes(client.codec.encode(
+            Subscribe(1, [(name, SubscriptionOptions(1)) for name in names + ["bad/#/x"]])))
+        client.wait_closed(timeout=60)
+    finally:
+        client.close()
+    again = RawMqtt(big_router)
+    try:
+        assert again.connect_ok(version=V311, client_id=client_id, clean=False).session_present
+        sentinel = unique("sentinel")
+        again.send(Subscribe(2, [(sentinel, SubscriptionOptions(0))]))
+        assert isinstance(again.recv(), Suback)
+        again.send(Publish(names[0], b"not subscribed"))
+        again.send(Publish(sentinel, b"sentinel"))
+        received = again.recv()
+        assert isinstance(received, Publish) and received.payload == b"sentinel", received
+    finally:
+        again.close()
+
+
 # --- caps (item 7) ---------------------------------------------------------------------------
 
 
