@@ -114,11 +114,12 @@ def _assert_served_meanwhile(pinger: Pinger, start: float, end: float, least: in
         f"another client waited {max(trips):.3f} s of the packet's {end - start:.3f} s"
 
 
-def test_big_subscribe_and_unsubscribe_leave_other_clients_served(big_router, mqtt):
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_big_subscribe_and_unsubscribe_leave_other_clients_served(big_router, mqtt, transport):
     """Item 6: 20,000 filters in one SUBSCRIBE (33 s of a frozen router before), then
     10,000 in one UNSUBSCRIBE (6.2 s): all granted, and another client's PINGs answered
     all along."""
-    client = mqtt(V5, client_id=unique("big"), clean=False, session_expiry=60)
+    client = mqtt(V5, transport, client_id=unique("big"), clean=False, session_expiry=60)
     names = [f"big/{n}/state" for n in range(BIG)]
     pinger = Pinger(big_router)
     pinger.start()
