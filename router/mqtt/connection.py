@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, TypeVar
 
 from router.core import errors
 from router.core.errors import RouterError
@@ -65,11 +65,11 @@ class MqttConnection:
         self._closed = False
         self._inbound_unacknowledged = 0
         self._connect_state: str | None = None
+        """"checking" while CONNECT is authenticated, "waiting" when the answer comes later
+        (packets after CONNECT stay in the codec until then), else None."""
         self._spreading = False
         """A packet's work goes on over several reactor turns (:mod:`router.mqtt.spread`):
         the packets after it wait in the codec, and reads pause, until it is done."""
-        """"checking" while CONNECT is authenticated, "waiting" when the answer comes later
-        (packets after CONNECT stay in the codec until then), else None."""
         self.refusal: int | None = None
         """Set by the transport for a connection over a cap: CONNECT gets this CONNACK."""
         self.handshake_done: Callable[[], None] = lambda: None
@@ -538,7 +538,7 @@ class MqttConnection:
             self.frontend.disconnected(self, self.session, self._will)
 
 
-def _taken(items: Iterable[T]) -> Iterator[None]:
+def _taken(items: Iterable[T]) -> Generator[None, None, list[T]]:
     """Take every item (a lazily decoded packet's filters), yielding after each; returns
     them as a list."""
     taken = []
