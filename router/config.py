@@ -485,7 +485,7 @@ def _retention(reader: _Reader, check: str) -> RetentionPolicy:
 def _mqtt(reader: _Reader) -> MqttSettings:
     reader.reject_unknown({"payload_mapping", "qos_policy", "max_qos", "max_packet_size",
                            "max_queued", "max_session_expiry", "max_keepalive",
-                           "topic_alias_maximum"})
+                           "topic_alias_maximum", "max_subscriptions"})
     defaults = MqttSettings()
     mapping = reader.get("payload_mapping", str, defaults.payload_mapping)
     if mapping not in MAPPINGS:
@@ -502,7 +502,8 @@ def _mqtt(reader: _Reader) -> MqttSettings:
                         _positive(reader, "max_queued", int, defaults.max_queued),
                         _expiry_cap(reader, "max_session_expiry", defaults.max_session_expiry),
                         _two_byte(reader, "max_keepalive", defaults.max_keepalive),
-                        _two_byte(reader, "topic_alias_maximum", defaults.topic_alias_maximum))
+                        _two_byte(reader, "topic_alias_maximum", defaults.topic_alias_maximum),
+                        _positive(reader, "max_subscriptions", int, defaults.max_subscriptions))
 
 
 def _two_byte(reader: _Reader, key: str, default: int) -> int:
@@ -523,7 +524,7 @@ def _expiry_cap(reader: _Reader, key: str, default: int) -> int:
 
 def _amqp(reader: _Reader, mqtt: MqttSettings) -> AmqpSettings:
     reader.reject_unknown({"payload_mapping", "qos_policy", "max_queued", "inbound_window",
-                           "max_link_expiry"})
+                           "max_link_expiry", "max_links"})
     defaults = AmqpSettings()
     return AmqpSettings(payload_mapping=_one_of(reader, "payload_mapping", MAPPINGS,
                                                 mqtt.payload_mapping),
@@ -532,7 +533,8 @@ def _amqp(reader: _Reader, mqtt: MqttSettings) -> AmqpSettings:
                         inbound_window=_positive(reader, "inbound_window", int,
                                                  defaults.inbound_window),
                         max_link_expiry=_expiry_cap(reader, "max_link_expiry",
-                                                    defaults.max_link_expiry))
+                                                    defaults.max_link_expiry),
+                        max_links=_positive(reader, "max_links", int, defaults.max_links))
 
 
 def _one_of(reader: _Reader, key: str, allowed: tuple[str, ...], default: str) -> str:
@@ -545,7 +547,8 @@ def _one_of(reader: _Reader, key: str, allowed: tuple[str, ...], default: str) -
 
 def _wamp(reader: _Reader) -> WampSettings:
     reader.reject_unknown({"granted_qos", "qos_policy", "ack_timeout", "max_redeliveries",
-                           "max_testaments", "max_unacked"})
+                           "max_testaments", "max_unacked", "max_subscriptions",
+                           "max_registrations"})
     defaults = WampSettings()
     granted = reader.get("granted_qos", int, defaults.granted_qos)
     if granted not in QOS_LEVELS:
@@ -557,7 +560,9 @@ def _wamp(reader: _Reader) -> WampSettings:
                         float(_positive(reader, "ack_timeout", (int, float), defaults.ack_timeout)),
                         reader.get("max_redeliveries", int, defaults.max_redeliveries),
                         _positive(reader, "max_testaments", int, defaults.max_testaments),
-                        _positive(reader, "max_unacked", int, defaults.max_unacked))
+                        _positive(reader, "max_unacked", int, defaults.max_unacked),
+                        _positive(reader, "max_subscriptions", int, defaults.max_subscriptions),
+                        _positive(reader, "max_registrations", int, defaults.max_registrations))
 
 
 def _history_rule(reader: _Reader, check: str) -> HistoryRule:

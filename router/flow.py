@@ -119,6 +119,9 @@ class ConnectionFlow:
         """Paused and over the bound: QoS 0 is dropped (checked per QoS 0 message)."""
         self.publisher = False
         """Registered with the intake gate (on the first publish)."""
+        self.holding = False
+        """Reads paused by the connection itself (a packet whose work takes several reactor
+        turns): the intake gate does not resume them."""
         self._clock = clock
         self._intake = intake
         self._on_closed = closed
@@ -179,7 +182,17 @@ class ConnectionFlow:
         self.transport.pauseProducing()
 
     def resume_reading(self) -> None:
-        self.transport.resumeProducing()
+        if not self.holding:
+            self.transport.resumeProducing()
+
+    def hold_reading(self, hold: bool) -> None:
+        """Pause reads (``hold``) until the connection has handled what it read; resumed
+        unless the intake gate holds them too."""
+        self.holding = hold
+        if hold:
+            self.transport.pauseProducing()
+        elif not (self.publisher and self._intake.paused):
+            self.transport.resumeProducing()
 
     # life cycle -------------------------------------------------------------------------
 

@@ -22,6 +22,10 @@ class WampSettings:
     """Testaments one session may hold (both scopes together); more are refused."""
     max_unacked: int = 1000
     """Acknowledged events a session may have unanswered; more are dropped (counted)."""
+    max_subscriptions: int = 10_000
+    """Subscriptions one session may hold; more are refused (``limit_exceeded``)."""
+    max_registrations: int = 10_000
+    """Registrations one session may hold; more are refused (``limit_exceeded``)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,8 @@ class MqttSettings:
     topic_alias_maximum: int = 16
     """Topic aliases per connection, inbound (announced in CONNACK) and outbound (at most
     the client's own maximum)."""
+    max_subscriptions: int = 10_000
+    """Subscriptions one session may hold; a filter past it gets SUBACK 0x97 (0x80)."""
 
 
 @dataclass(frozen=True)
@@ -61,3 +67,6 @@ class AmqpSettings:
     max_link_expiry: int = 86_400
     """Seconds a durable receiver link outlives its detach at most (expiry policy ``never``
     and longer timeouts included)."""
+    max_links: int = 1_000
+    """Links one connection may have attached; one more is refused
+    (``amqp:resource-limit-exceeded``)."""

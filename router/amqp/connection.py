@@ -64,7 +64,7 @@ from router.amqp.conditions import (INTERNAL_ERROR, INVALID_FIELD, LINK_STOLEN,
 from router.amqp.sasl import Identity, SaslServer
 from router.amqp.subscriber import AmqpSubscriber
 from router.core.errors import RouterError
-from router.core.incidents import DISCONNECTED, UNSUPPORTED
+from router.core.incidents import DISCONNECTED, OVER_LIMIT, UNSUPPORTED
 from router.core.model import SessionInfo
 from router.core.options import valid_group_name
 from router.core.qos import POLICIES
@@ -350,6 +350,15 @@ class AmqpConnection:
         if key in self.links or key in self._claiming:
             self._refuse(link, INVALID_FIELD,
                          f"a {key[0]} link named {link.name!r} is already attached")
+            return
+        limit = self.frontend.settings.max_links
+        if len(self.links) + len(self._claiming) >= limit:
+            realm = self.frontend.realm
+            realm.incidents.count(realm.name, "amqp", OVER_LIMIT,
+                                  f"connection {self.peer}: link {link.name!r}: "
+                                  f"max_links ({limit}) reached", level=logging.INFO)
+            self._refuse(link, RESOURCE_LIMIT_EXCEEDED,
+                         f"the connection has {limit} links attached, the maximum")
             return
         if link.is_sender and durable_source(link.remote_source):
             self._claiming[key] = link

@@ -10,11 +10,14 @@ subscription and serializer and send the same bytes to all its receivers.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import Counter
 from datetime import datetime, timezone
 from time import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from router.core import errors
+from router.core.errors import RouterError
 from router.core.ids import router_scope_ids
 from router.core.model import Publication
 from router.core.peer import Peer
@@ -60,6 +63,9 @@ class SubscriptionIndex:
         self.exact: dict[Topic, Subscription] = {}
         self.prefix: dict[Topic, Subscription] = {}
         self._prefix_shapes: list[tuple[int, int]] = []
+        self._shape_counts: Counter[tuple[int, int]] = Counter()
+        """Prefix subscriptions per shape: the sorted shapes change only when a shape comes
+        or goes, not on every prefix subscription."""
         self.wildcard: TopicTrie[Subscription] = TopicTrie()
         self.filters: TopicTrie[Subscription] = TopicTrie()
         self.by_id: dict[int, Subscription] = {}
@@ -80,7 +86,10 @@ class SubscriptionIndex:
             self.exact[subscription.topic] = subscription
         elif subscription.match == PREFIX:
             self.prefix[subscription.topic] = subscription
-            self._refresh_prefix_shapes()
+            shape = _shape(subscription.topic)
+            self._shape_counts[shape] += 1
+            if self._shape_counts[shape] == 1:
+                insort(self._prefix_shapes, shape)
         else:
             self._trie(subscription.match).set(subscription.topic, subscription)
 
@@ -90,12 +99,13 @@ class SubscriptionIndex:
             del self.exact[subscription.topic]
         elif subscription.match == PREFIX:
             del self.prefix[subscription.topic]
-            self._refresh_prefix_shapes()
+            shape = _shape(subscription.topic)
+            self._shape_counts[shape] -= 1
+            if not self._shape_counts[shape]:
+                del self._shape_counts[shape]
+                self._prefix_shapes.remove(shape)
         else:
             self._trie(subscription.match).pop(subscription.topic)
-
-    def _refresh_prefix_shapes(self) -> None:
-        self._prefix_shapes = sorted({(len(prefix), len(prefix[-1])) for prefix in self.prefix})
 
     def matching(self, topic: Topic) -> Iterator[Subscription]:
         """Every subscription whose (pattern, match) matches ``topic``."""
@@ -119,6 +129,12 @@ class SubscriptionIndex:
             yield from self.filters.match_filters(topic)
 
 
+def _shape(prefix: Topic) -> tuple[int, int]:
+    """(levels, length of the last level) of a prefix: the prefixes :meth:`matching`
+    probes a topic for."""
+    return len(prefix), len(prefix[-1])
+
+
 MetaPublisher = Callable[[str, list], None]
 """Publishes a router meta event on a ``wamp.`` URI."""
 DeliveryFailure = Callable[[Peer, Publication, Exception], None]
@@ -140,18 +156,27 @@ class Broker:
         """Shared groups (see :mod:`router.core.shared`): one member per publication."""
         self._ids = router_scope_ids()
         self._by_session: dict[int, set[Subscription]] = {}
+        self.meta_subscriptions = 0
+        """Subscriptions and groups in the ``wamp.`` namespace: while there are none, a
+        meta event has no receiver and is not even made."""
         self._meta_publish = meta_publish
         self._delivery_failed = delivery_failed
         self._interest = interest
 
-    def subscribe(self, peer: Peer, topic: Topic, match: str,
-                  group: str | None = None) -> Subscription:
+    def subscribe(self, peer: Peer, topic: Topic, match: str, group: str | None = None,
+                  limit: int | None = None) -> Subscription:
         """Add ``peer`` to the subscription for (topic, match), or to the shared ``group`` on
-        it (each publication to one member); idempotent per session."""
+        it (each publication to one member); idempotent per session. ``limit``: how many
+        the session may hold; a new one past it raises ``limit_exceeded``."""
         if group is None:
             subscription = self.index.lookup(topic, match)
         else:
             subscription = self.shared.lookup(topic, match, group)
+        if (limit is not None and len(self._by_session.get(peer.info.session_id, ())) >= limit
+                and (subscription is None
+                     or peer.info.session_id not in subscription.subscribers)):
+            raise RouterError(errors.LIMIT_EXCEEDED,
+                              f"the session holds {limit} subscriptions, the maximum")
         created = subscription is None
         if subscription is None:
             if group is None:
@@ -159,7 +184,9 @@ class Broker:
                 self.index.add(subscription)
             else:
                 subscription = self.shared.create(next(self._ids), topic, match, group)
-            if self._interest is not None and not subscription.is_meta:
+            if subscription.is_meta:
+                self.meta_subscriptions += 1
+            elif self._interest is not None:
                 self._interest(subscription, True)
         session_id = peer.info.session_id
         already = session_id in subscription.subscribers
@@ -198,7 +225,9 @@ class Broker:
                 self.index.remove(subscription)
             else:
                 self.shared.remove(subscription)
-            if not subscription.is_meta:
+            if subscription.is_meta:
+                self.meta_subscriptions -= 1
+            else:
                 if self._interest is not None:
                     self._interest(subscription, False)
                 self._meta("wamp.subscription.on_delete", [session_id, subscription.id])

@@ -176,14 +176,23 @@ class Dealer:
         self.cluster: ClusterDealer | None = None
         """Set by a clustered engine: registrations and calls span every node."""
         self.by_id: dict[int, Registration] = {}
+        self._by_session: dict[int, dict[Registration, None]] = {}
+        """The registrations each session is a callee of, in order: counted against its
+        limit, and dropped when it leaves, without a look at anyone else's."""
         self.procedures: dict[str, RouterProcedure] = {}
         self._invocation_ids: dict[int, int] = {}
         self._by_invocation: dict[tuple[int, int], Invocation] = {}
         self._by_call: dict[tuple[int, int], Invocation] = {}
 
-    def register(self, peer: Peer, uri: str, match: str, policy: str) -> Registration:
+    def register(self, peer: Peer, uri: str, match: str, policy: str,
+                 limit: int | None = None) -> Registration:
+        """Add ``peer`` as a callee of ``uri``; ``limit``: how many registrations the session
+        may hold (one more raises ``limit_exceeded``)."""
         if policy not in INVOKE_POLICIES:
             raise RouterError(errors.INVALID_ARGUMENT, f"unknown invocation policy '{policy}'")
+        if limit is not None and len(self._by_session.get(peer.info.session_id, ())) >= limit:
+            raise RouterError(errors.LIMIT_EXCEEDED,
+                              f"the session holds {limit} registrations, the maximum")
         registration = self.registrations.get(uri, match)
         if registration is None:
             registration = Registration(next(self._ids), uri, match, policy)
@@ -196,6 +205,7 @@ class Dealer:
             raise RouterError(errors.PROCEDURE_ALREADY_EXISTS,
                               f"'{uri}' is already registered")
         registration.callees.append(peer)
+        self._by_session.setdefault(peer.info.session_id, {})[registration] = None
         return registration
 
     def unregister(self, peer: Peer, registration_id: int) -> Registration:
@@ -211,6 +221,11 @@ class Dealer:
     def drop_callee(self, registration: Registration, peer: Peer) -> None:
         """Remove one callee here only (a cluster is told by the caller of this, if at all)."""
         registration.callees.remove(peer)
+        held = self._by_session.get(peer.info.session_id)
+        if held is not None:
+            held.pop(registration, None)
+            if not held:
+                del self._by_session[peer.info.session_id]
         if registration.callees:
             return
         del self.by_id[registration.id]
@@ -366,7 +381,7 @@ class Dealer:
     def remove_session(self, peer: Peer) -> None:
         """Unregister a leaving session and settle the calls it was part of."""
         session_id = peer.info.session_id
-        registrations = [r for r in self.by_id.values() if peer in r.callees]
+        registrations = list(self._by_session.get(session_id, ()))
         for registration in registrations:
             self.drop_callee(registration, peer)
         if self.cluster is not None:

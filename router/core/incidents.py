@@ -61,6 +61,9 @@ RETAINED_REALM_LIMIT = "retained_realm_limit"
 ``max_bytes``: the oldest topic of the owner holding the most."""
 RETAINED_REFUSED = "retained_refused"
 """A retained publish refused whole: its one event is larger than the byte bounds."""
+OVER_LIMIT = "over_limit"
+"""A subscription, registration or link refused for a per-session (per-connection) bound
+(``max_subscriptions``, ``max_registrations``, ``amqp.max_links``)."""
 
 ENGINE_UNAVAILABLE = "engine_unavailable"
 """A publication not sent to the other nodes, or a retained change not stored, because the

@@ -19,9 +19,9 @@ from router.core.dealer import Dealer, Registration, Scheduler
 from router.core.engine import RealmEngine
 from router.core.errors import RouterError, Unencodable
 from router.core.ids import random_id
-from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, RETAINED_QUOTA,
-                                   RETAINED_REALM_LIMIT, RETAINED_REFUSED, UNENCODABLE,
-                                   Incidents)
+from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, OVER_LIMIT,
+                                   RETAINED_QUOTA, RETAINED_REALM_LIMIT, RETAINED_REFUSED,
+                                   UNENCODABLE, Incidents)
 from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer
@@ -250,6 +250,8 @@ class Realm:
 
     def publish_meta(self, topic: str, args: list) -> None:
         """Publish a router-originated meta event (nobody to exclude, nothing to authorize)."""
+        if not self.broker.meta_subscriptions:
+            return  # nobody can receive it: not made (a big SUBSCRIBE makes thousands)
         publication = Publication(random_id(), from_uri(topic), args, None, None)
         publication.uri_view = topic
         self.broker.dispatch(publication, meta_only=True)
@@ -264,10 +266,18 @@ class Realm:
             self._retain(publication)
         self.broker.dispatch(publication)
 
-    def subscribe(self, peer: Peer, topic: Topic, options: SubscribeOptions) -> Subscription:
-        """Subscribe ``peer`` to a pattern its frontend validated and converted to levels."""
+    def subscribe(self, peer: Peer, topic: Topic, options: SubscribeOptions,
+                  limit: int | None = None) -> Subscription:
+        """Subscribe ``peer`` to a pattern its frontend validated and converted to levels;
+        ``limit``: the subscriptions a session of its protocol may hold (past it
+        ``limit_exceeded``, counted as ``over_limit``)."""
         self.authorize(peer.info, "subscribe", topic, options.match)
-        subscription = self.broker.subscribe(peer, topic, options.match, options.shared_group)
+        try:
+            subscription = self.broker.subscribe(peer, topic, options.match,
+                                                 options.shared_group, limit)
+        except RouterError as exc:
+            self._count_limit(peer.info, f"subscribe {display(topic)}", exc)
+            raise
         if self.activity is not None:
             self.activity.subscribed(peer.info, subscription, options.get_retained)
         return subscription
@@ -281,19 +291,32 @@ class Realm:
             self.activity.unsubscribed(peer.info, subscription)
         return subscription
 
+    def _count_limit(self, info: SessionInfo, what: str, exc: RouterError) -> None:
+        """Count a request refused for a per-session bound (incident ``over_limit``)."""
+        if exc.uri == errors.LIMIT_EXCEEDED:
+            self.incidents.count(self.name, info.protocol.split(".", 1)[0], OVER_LIMIT,
+                                 f"session {info.session_id}: {what}: {exc.message}",
+                                 level=logging.INFO)
+
     # rpc ------------------------------------------------------------------
 
     def register(self, peer: Peer, procedure: str, match: str, policy: str,
-                 answer: Callable[[Registration, RouterError | None], None]) -> None:
+                 answer: Callable[[Registration, RouterError | None], None],
+                 limit: int | None = None) -> None:
         """Register ``peer``; ``answer(registration, None)`` once calls can reach it (at once
         on a single node, once the cluster accepted it on many), ``answer(registration,
-        error)`` when the cluster refused it. Local refusals raise."""
+        error)`` when the cluster refused it. Local refusals raise (``limit``: the
+        registrations the session may hold; past it ``limit_exceeded``, counted)."""
         self.check_uri(procedure, match)
         levels = from_uri(procedure)
         if is_reserved(levels):
             raise RouterError(errors.NOT_AUTHORIZED, "the 'wamp.' namespace is reserved")
         self.authorize(peer.info, "register", levels, match)
-        registration = self.dealer.register(peer, procedure, match, policy)
+        try:
+            registration = self.dealer.register(peer, procedure, match, policy, limit)
+        except RouterError as exc:
+            self._count_limit(peer.info, f"register {procedure}", exc)
+            raise
         cluster = self.dealer.cluster
         if cluster is None:
             answer(registration, None)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from router.core.topic import valid_topic_filter, valid_topic_name
 from router.mqtt.packets import (Auth, Connack, Connect, Disconnect, Packet, Pingreq, Pingresp,
@@ -84,6 +84,18 @@ def topic_matches(topic_filter: str, topic_name: str) -> bool:
         if level != "+" and level != name_levels[index]:
             return False
     return len(filter_levels) == len(name_levels)
+
+
+def _topic_filters(reader: "_Reader") -> Iterator[str]:
+    while not reader.at_end():
+        yield _checked_filter(reader.string())
+
+
+def _checked_filter(topic_filter: str) -> str:
+    if not valid_topic_filter(topic_filter):
+        raise MqttProtocolError(ReasonCode.TOPIC_FILTER_INVALID,
+                                f"invalid topic filter {topic_filter!r}")
+    return topic_filter
 
 
 def _is_shared_subscription(topic_filter: str) -> bool:
@@ -447,11 +459,16 @@ class MqttCodec:
     send. ``client_side=True`` swaps the directions (for tests and clients);
     the version is then taken from the CONNECT it encodes. ``max_packet_size``
     bounds an incoming packet's total size, checked as soon as its fixed header
-    is complete so an oversized body is never waited for.
+    is complete so an oversized body is never waited for. ``lazy_filters``: the filters
+    of a SUBSCRIBE or UNSUBSCRIBE are an iterator, each decoded and checked as it is
+    taken, so that the handler of a packet with 20,000 of them can spread that work over
+    reactor turns (see :mod:`router.mqtt.spread`); else they are decoded at once, a list.
     """
 
-    def __init__(self, *, client_side: bool = False, max_packet_size: int | None = None) -> None:
+    def __init__(self, *, client_side: bool = False, max_packet_size: int | None = None,
+                 lazy_filters: bool = False) -> None:
         self.max_packet_size = max_packet_size
+        self._lazy_filters = lazy_filters
         self.protocol_version: int | None = None
         """4 (MQTT 3.1.1) or 5 once CONNECT has been accepted (decoded or, client side, sent)."""
         self._client_side = client_side
@@ -732,17 +749,17 @@ class MqttCodec:
     def _decode_subscribe(self, reader: _Reader) -> Subscribe:
         packet_id = _read_packet_id(reader)
         properties = self._properties(reader, Subscribe)
-        subscriptions = []
+        if reader.at_end():
+            raise _protocol_error("SUBSCRIBE without topic filters")
+        subscriptions = self._subscriptions(reader)
+        return Subscribe(packet_id, subscriptions if self._lazy_filters else list(subscriptions),
+                         properties)
+
+    def _subscriptions(self, reader: _Reader) -> Iterator[tuple[str, SubscriptionOptions]]:
         while not reader.at_end():
             topic_filter = reader.string()
             options = self._decode_subscription_options(reader.byte(), topic_filter)
-            if not valid_topic_filter(topic_filter):
-                raise MqttProtocolError(ReasonCode.TOPIC_FILTER_INVALID,
-                                        f"invalid topic filter {topic_filter!r}")
-            subscriptions.append((topic_filter, options))
-        if not subscriptions:
-            raise _protocol_error("SUBSCRIBE without topic filters")
-        return Subscribe(packet_id, subscriptions, properties)
+            yield _checked_filter(topic_filter), options
 
     def _decode_subscription_options(self, options: int, topic_filter: str) -> SubscriptionOptions:
         reserved_bits = 0b11000000 if self.protocol_version == MQTT_5 else 0b11111100
@@ -775,16 +792,11 @@ class MqttCodec:
     def _decode_unsubscribe(self, reader: _Reader) -> Unsubscribe:
         packet_id = _read_packet_id(reader)
         properties = self._properties(reader, Unsubscribe)
-        topic_filters = []
-        while not reader.at_end():
-            topic_filter = reader.string()
-            if not valid_topic_filter(topic_filter):
-                raise MqttProtocolError(ReasonCode.TOPIC_FILTER_INVALID,
-                                        f"invalid topic filter {topic_filter!r}")
-            topic_filters.append(topic_filter)
-        if not topic_filters:
+        if reader.at_end():
             raise _protocol_error("UNSUBSCRIBE without topic filters")
-        return Unsubscribe(packet_id, topic_filters, properties)
+        topic_filters = _topic_filters(reader)
+        return Unsubscribe(packet_id, topic_filters if self._lazy_filters else list(topic_filters),
+                           properties)
 
     def _decode_unsuback(self, reader: _Reader) -> Unsuback:
         packet_id = _read_packet_id(reader)

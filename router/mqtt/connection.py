@@ -11,7 +11,7 @@ import logging
 import math
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, TypeVar
 
 from router.core import errors
 from router.core.errors import RouterError
@@ -21,6 +21,7 @@ from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp
                                  Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
                                  Subscribe, Unsuback, Unsubscribe)
 from router.mqtt.persistence import StoredMessage
+from router.mqtt.spread import spread
 
 if TYPE_CHECKING:
     from router.flow import ConnectionFlow
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVER_RECEIVE_MAXIMUM = 100
+
+T = TypeVar("T")
 
 
 class MqttConnection:
@@ -47,7 +50,8 @@ class MqttConnection:
         self._close = close
         self.peer = peer
         self.transport_name = transport_name
-        self.codec = MqttCodec(max_packet_size=frontend.settings.max_packet_size)
+        self.codec = MqttCodec(max_packet_size=frontend.settings.max_packet_size,
+                               lazy_filters=True)
         self.session: MqttSession | None = None
         self.send_quota = 65535
         self._client_max_packet = None
@@ -67,6 +71,9 @@ class MqttConnection:
         self._connect_state: str | None = None
         """"checking" while CONNECT is authenticated, "waiting" when the answer comes later
         (packets after CONNECT stay in the codec until then), else None."""
+        self._spreading = False
+        """A packet's work goes on over several reactor turns (:mod:`router.mqtt.spread`):
+        the packets after it wait in the codec, and reads pause, until it is done."""
         self.refusal: int | None = None
         """Set by the transport for a connection over a cap: CONNECT gets this CONNACK."""
         self.handshake_done: Callable[[], None] = lambda: None
@@ -82,23 +89,36 @@ class MqttConnection:
         if self._closed:
             return
         self.codec.receive_data(data)
-        if self._connect_state == "waiting":
+        if self._connect_state == "waiting" or self._spreading:
+            if self._spreading:
+                self._touch()  # the client is alive; its packets wait for ours to be done
             if self.codec.buffered() > self.frontend.settings.max_packet_size:
-                self._fail(ReasonCode.QUOTA_EXCEEDED, "too much data before CONNACK", False)
+                self._fail(ReasonCode.QUOTA_EXCEEDED, "too much data before CONNACK"
+                           if self._connect_state else "too much data held back", False)
             return
         self._process()
 
     def _process(self) -> None:
-        """Handle the complete packets in the codec (stopping while CONNECT is checked)."""
-        try:
+        """Handle the complete packets in the codec (stopping while CONNECT is checked, or
+        while a packet's work goes on in later turns)."""
+        self._guarded(self._handle_buffered)
+
+    def _handle_buffered(self) -> None:
+        packet = self.codec.next_packet()
+        if packet is not None:
+            self._touch()  # once per read: the keep-alive clock needs no finer grain
+        while packet is not None:
+            self._handle(packet)
+            if self._closed or self._connect_state == "waiting" or self._spreading:
+                break
             packet = self.codec.next_packet()
-            if packet is not None:
-                self._touch()  # once per read: the keep-alive clock needs no finer grain
-            while packet is not None:
-                self._handle(packet)
-                if self._closed or self._connect_state == "waiting":
-                    break
-                packet = self.codec.next_packet()
+
+    def _guarded(self, work: Callable[[], None]) -> None:
+        """Run packet handling: a protocol error closes the connection with its reason."""
+        if self._closed:
+            return
+        try:
+            work()
         except MqttProtocolError as error:
             self._fail(error.reason_code, error.message, error.send_connack)
         except Exception:  # a router bug must cost this connection only, and be seen
@@ -322,18 +342,63 @@ class MqttConnection:
     # subscribe ----------------------------------------------------------------------------
 
     def _on_subscribe(self, packet: Subscribe) -> None:
-        identifiers = packet.properties.get("subscription_identifier") or [None]
-        codes = [self.frontend.subscribe(self.session, topic_filter, options, identifiers[0])
-                 for topic_filter, options in packet.subscriptions]
-        self._send(Suback(packet.packet_id, [code for code, _ in codes]))
-        for code, deliver_retained in codes:
-            if deliver_retained is not None:
-                deliver_retained()
+        identifier = (packet.properties.get("subscription_identifier") or [None])[0]
+        frontend, session = self.frontend, self.session
+        codes: list[int] = []
+        retained: list[Callable[[], None]] = []
+
+        def work() -> Iterator[None]:
+            # every filter decoded and checked before any is applied: a malformed
+            # packet closes the connection having changed nothing
+            subscriptions = yield from _taken(packet.subscriptions)
+            for topic_filter, options in subscriptions:
+                code, deliver_retained = frontend.subscribe(session, topic_filter, options,
+                                                            identifier)
+                codes.append(code)
+                if deliver_retained is not None:
+                    retained.append(deliver_retained)
+                yield
+
+        def turn_over(finished: bool) -> None:
+            # SUBACK once every filter is in place; the retained messages of each turn's
+            # subscriptions go in that turn, before a live event of a later turn could
+            # (a PUBLISH may precede the SUBACK, MQTT-3.8.4)
+            if finished:
+                self._send(Suback(packet.packet_id, codes))
+            for deliver in retained:
+                deliver()
+            retained.clear()
+
+        self._spread(work(), turn_over)
 
     def _on_unsubscribe(self, packet: Unsubscribe) -> None:
-        codes = [self.frontend.unsubscribe(self.session, topic_filter)
-                 for topic_filter in packet.topic_filters]
-        self._send(Unsuback(packet.packet_id, codes))
+        frontend, session = self.frontend, self.session
+        codes: list[int] = []
+
+        def work() -> Iterator[None]:
+            for topic_filter in (yield from _taken(packet.topic_filters)):
+                codes.append(frontend.unsubscribe(session, topic_filter))
+                yield
+
+        def turn_over(finished: bool) -> None:
+            if finished:
+                self._send(Unsuback(packet.packet_id, codes))
+
+        self._spread(work(), turn_over)
+
+    def _spread(self, work: Iterator[None], turn_over: Callable[[bool], None]) -> None:
+        """A packet's work, a few milliseconds per reactor turn; while it takes more than
+        one, the packets after it wait and reading pauses (TCP holds the client back)."""
+        def turn_done(finished: bool) -> None:
+            turn_over(finished)
+            if finished == self._spreading:
+                self._spreading = not finished
+                self.flow.hold_reading(not finished)
+                if finished:
+                    self._process()
+
+        spread(work, turn_done,
+               lambda run: self.frontend.scheduler.callLater(0, self._guarded, run))
 
     def _on_pingreq(self, packet: Pingreq) -> None:
         self._send(Pingresp())
@@ -488,6 +553,16 @@ class MqttConnection:
             self._keep_alive_call.cancel()
         if self.session is not None:
             self.frontend.disconnected(self, self.session, self._will)
+
+
+def _taken(items: Iterable[T]) -> Generator[None, None, list[T]]:
+    """Take every item (a lazily decoded packet's filters), yielding after each; returns
+    them as a list."""
+    taken = []
+    for item in items:
+        taken.append(item)
+        yield
+    return taken
 
 
 _HANDLERS = {

@@ -369,11 +369,14 @@ class MqttFrontend:
         existed = topic_filter in session.subscriptions
         granted = min(options.qos, self.settings.max_qos)
         try:
-            core = self._core_subscribe(session, topic_filter, options.retain_handling != 2)
+            core = self._core_subscribe(session, topic_filter, options.retain_handling != 2,
+                                        self.settings.max_subscriptions)
         except InvalidSharedFilter as exc:
             self.count_refusal(session, f"subscribe {topic_filter}", exc)
             return ReasonCode.TOPIC_FILTER_INVALID, None
         except RouterError as exc:
+            if exc.uri == errors.LIMIT_EXCEEDED:  # counted by the realm
+                return ReasonCode.QUOTA_EXCEEDED, None
             self.count_refusal(session, f"subscribe {topic_filter}", exc)
             return (ReasonCode.NOT_AUTHORIZED if exc.uri == errors.NOT_AUTHORIZED
                     else ReasonCode.TOPIC_FILTER_INVALID), None
@@ -388,13 +391,13 @@ class MqttFrontend:
         return granted, deliver
 
     def _core_subscribe(self, session: MqttSession, topic_filter: str,
-                        get_retained: bool = False) -> Subscription:
+                        get_retained: bool = False, limit: int | None = None) -> Subscription:
         """The core subscription (or shared group, for ``$share/...``) of a filter; raises
-        InvalidSharedFilter or RouterError."""
+        InvalidSharedFilter or RouterError (``limit``: see :meth:`Realm.subscribe`)."""
         group, plain_filter = split_shared(topic_filter)
         levels, match = mqtt_pattern(plain_filter)
         return self.realm.subscribe(session, levels, SubscribeOptions(
-            match, get_retained=get_retained, shared_group=group))
+            match, get_retained=get_retained, shared_group=group), limit)
 
     def unsubscribe(self, session: MqttSession, topic_filter: str) -> int:
         subscription = session.remove_subscription(topic_filter)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Union
+from typing import Any, Iterator, Union
 
 Properties = dict[str, Any]
 
@@ -167,10 +167,12 @@ class SubscriptionOptions:
 
 @dataclass(frozen=True, slots=True)
 class Subscribe:
-    """Client -> server: ``subscriptions`` is a list of (topic filter, options) pairs."""
+    """Client -> server: ``subscriptions`` is a list of (topic filter, options) pairs (an
+    iterator where the router decodes them as it goes, see ``MqttCodec``)."""
 
     packet_id: int
-    subscriptions: list[tuple[str, SubscriptionOptions]]
+    subscriptions: list[tuple[str, SubscriptionOptions]] | Iterator[tuple[str,
+                                                                            SubscriptionOptions]]
     properties: Properties = field(default_factory=dict)
 
 
@@ -185,10 +187,11 @@ class Suback:
 
 @dataclass(frozen=True, slots=True)
 class Unsubscribe:
-    """Client -> server: the topic filters to remove."""
+    """Client -> server: the topic filters to remove (a list, or an iterator as for
+    :class:`Subscribe`)."""
 
     packet_id: int
-    topic_filters: list[str]
+    topic_filters: list[str] | Iterator[str]
     properties: Properties = field(default_factory=dict)
 
 

@@ -87,6 +87,9 @@ class MqttSession:
         self.connection: Outlet | None = None
         self.subscriptions: dict[str, MqttSubscription] = {}
         self._by_core_id: dict[int, MqttSubscription] = {}
+        self._patterns = 0
+        """How many of its subscriptions have a wildcard: kept as they come and go, so a
+        change costs the same however many the session holds."""
         self._may_overlap = False
         """Two of its filters can match one topic (one has a wildcard)."""
         self._last_publication: int | None = None
@@ -116,9 +119,11 @@ class MqttSession:
     def add_subscription(self, subscription: MqttSubscription, persist: bool = True) -> None:
         previous = self.subscriptions.get(subscription.topic_filter)
         if previous is not None:
-            self._by_core_id.pop(previous.core.id, None)
+            self._unindex(previous)
         self.subscriptions[subscription.topic_filter] = subscription
         self._by_core_id[subscription.core.id] = subscription
+        if subscription.core.match != EXACT:
+            self._patterns += 1
         self._subscriptions_changed()
         if self.persistent and persist:
             self.frontend.store.save_subscription(self.client_id, subscription.topic_filter,
@@ -127,15 +132,19 @@ class MqttSession:
     def remove_subscription(self, topic_filter: str) -> MqttSubscription | None:
         subscription = self.subscriptions.pop(topic_filter, None)
         if subscription is not None:
-            self._by_core_id.pop(subscription.core.id, None)
+            self._unindex(subscription)
             self._subscriptions_changed()
             if self.persistent:
                 self.frontend.store.delete_subscription(self.client_id, topic_filter)
         return subscription
 
+    def _unindex(self, subscription: MqttSubscription) -> None:
+        if self._by_core_id.pop(subscription.core.id, None) is not None:
+            if subscription.core.match != EXACT:
+                self._patterns -= 1
+
     def _subscriptions_changed(self) -> None:
-        self._may_overlap = len(self._by_core_id) > 1 and any(
-            each.core.match != EXACT for each in self._by_core_id.values())
+        self._may_overlap = len(self._by_core_id) > 1 and self._patterns > 0
 
     # delivery (core Peer) ---------------------------------------------------------
 

@@ -193,6 +193,11 @@ class RedisRealm:
         self.remote = RemoteInterest()
         self.local: Counter[tuple[Topic, str]] = Counter()
         self._interest_due = False
+        self._announce_after = 0.0
+        """Reactor time before which the next announcement of this node's interest waits:
+        each announcement packs every pattern, so a burst of changes (one client's 20,000
+        filters, handled over many reactor turns) is announced a few times, not once per
+        turn (see :meth:`announce_interest`)."""
         self._holding = 0
         """Reapings under way on this node: publications from other nodes wait in
         ``_held`` meanwhile (see :meth:`hold_forwarded`)."""
@@ -238,7 +243,8 @@ class RedisRealm:
 
     def interest(self, subscription: Subscription, present: bool) -> None:
         """A local subscription or group came or went; peers hear of it in one message per
-        reactor turn, however many subscribes arrived in it."""
+        reactor turn, however many subscribes arrived in it (a later turn's changes wait
+        while the last message is recent, see :meth:`announce_interest`)."""
         self.members.subscription(subscription, present)
         key = (subscription.topic, subscription.match)
         if present:
@@ -249,9 +255,15 @@ class RedisRealm:
                 del self.local[key]
         if not self._interest_due:
             self._interest_due = True
-            self.engine.reactor.callLater(0, self.announce_interest)
+            reactor = self.engine.reactor
+            reactor.callLater(max(0.0, self._announce_after - reactor.seconds()),
+                              self.announce_interest)
 
     def announce_interest(self) -> None:
+        """Tell the other nodes every pattern this node's sessions hold. The next one waits
+        ten times as long as this one took, so that announcing costs the reactor a tenth
+        of its time at most however fast subscriptions change (the other nodes' probes
+        see the same interest a little later)."""
         self._interest_due = False
         if self._holding:  # the other nodes keep sending here what the dead node had
             self._announce_after_hold = True
@@ -259,11 +271,14 @@ class RedisRealm:
         engine = self.engine
         if engine.commands is None:
             return  # the connection announces it when it comes up (sessions restored first)
+        started = time.monotonic()
         packed = msgpack.packb(sorted(self.local), use_bin_type=True)
         engine.send(command("HSET", self.keys["interest"], engine.node, packed)
                     + command("PUBLISH", INTEREST_CHANNEL,
                               msgpack.packb([self.name, engine.node, packed],
                                             use_bin_type=True)), 2)
+        self._announce_after = (engine.reactor.seconds()
+                                + 10 * (time.monotonic() - started))
 
     # publications ---------------------------------------------------------
 

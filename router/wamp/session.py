@@ -368,7 +368,8 @@ class WampSession:
         options = parse_subscribe_options(raw[2])
         try:
             self._realm.check_uri(msg.topic, options.match)
-            subscription = self._realm.subscribe(self, from_uri(msg.topic), options)
+            subscription = self._realm.subscribe(self, from_uri(msg.topic), options,
+                                                 self._settings.max_subscriptions)
         except RouterError as exc:
             self._send_error(m.Subscribe.MESSAGE_TYPE, msg.request, exc)
             return
@@ -518,7 +519,8 @@ class WampSession:
     def _on_register(self, msg: m.Register, raw: list) -> None:
         try:
             self._realm.register(self, msg.procedure, msg.match or EXACT,
-                                 msg.invoke or "single", partial(self._registered, msg.request))
+                                 msg.invoke or "single", partial(self._registered, msg.request),
+                                 self._settings.max_registrations)
         except RouterError as exc:
             self._send_error(m.Register.MESSAGE_TYPE, msg.request, exc)
 

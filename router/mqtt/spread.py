@@ -1,0 +1,37 @@
+"""The work of one packet spread over reactor turns.
+
+A SUBSCRIBE or UNSUBSCRIBE may carry tens of thousands of filters; handled in one go it
+would keep every other client of the router waiting for as long. Its handler is a
+generator that yields after each small unit of work (decoding one filter, applying one);
+it runs for at most :data:`TURN_BUDGET` seconds per reactor turn, then the reactor reads
+and writes the other connections, and the next turn goes on where this one stopped. The
+connection holds back the packets that follow meanwhile (see ``MqttConnection``), so its
+own packets keep their order.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator
+
+TURN_BUDGET = 0.004
+"""Seconds of one packet's work per reactor turn: small against the round trip any
+other client may expect, large against the cost of a turn (one ``callLater(0)``)."""
+
+
+def spread(work: Iterator[None], turn_over: Callable[[bool], None],
+           later: Callable[[Callable[[], None]], None]) -> None:
+    """Run ``work`` to its end, :data:`TURN_BUDGET` seconds of it per reactor turn.
+
+    After each turn ``turn_over(finished)``; while not finished, ``later(run)`` must run
+    ``run`` in a later reactor turn (or not at all: the connection is gone)."""
+    def run() -> None:
+        deadline = time.monotonic() + TURN_BUDGET
+        for _ in work:
+            if time.monotonic() >= deadline:
+                turn_over(False)
+                later(run)
+                return
+        turn_over(True)
+
+    run()

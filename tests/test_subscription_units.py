@@ -1,0 +1,91 @@
+"""Units behind subscription work in proportion to the change (issue 24, items 6 and 7):
+incremental bookkeeping of prefix shapes, per-session caps in broker and dealer, and the
+spreading of one packet's work over reactor turns."""
+
+from __future__ import annotations
+
+import pytest
+from twisted.internet.task import Clock
+
+from router.core import errors
+from router.core.broker import Broker, Subscription, SubscriptionIndex
+from router.core.dealer import Dealer
+from router.core.errors import RouterError
+from router.core.shared import SharedGroups
+from router.mqtt import spread as spread_module
+from router.mqtt.spread import spread
+from tests.test_core_units import FakePeer
+
+
+def _ids(index: SubscriptionIndex, topic: tuple[str, ...]) -> set[int]:
+    return {subscription.id for subscription in index.matching(topic)}
+
+
+def test_prefix_shapes_follow_the_prefixes_that_come_and_go():
+    index = SubscriptionIndex()
+    same_shape = [Subscription(n, ("com", f"a{n}"), "prefix") for n in (1, 2)]
+    other = Subscription(3, ("com", "abc"), "prefix")
+    for subscription in same_shape + [other]:
+        index.add(subscription)
+    assert _ids(index, ("com", "a1x")) == {1}
+    assert _ids(index, ("com", "abcd")) == {3}
+    index.remove(same_shape[0])  # the shape stays: another prefix has it
+    assert _ids(index, ("com", "a2x")) == {2}
+    assert _ids(index, ("com", "a1x")) == set()
+    index.remove(same_shape[1])
+    index.remove(other)
+    assert _ids(index, ("com", "a2x")) == set()
+    index.add(Subscription(4, ("com", "a2"), "prefix"))  # the shape comes back
+    assert _ids(index, ("com", "a2x")) == {4}
+
+
+def test_broker_caps_what_a_session_holds_not_what_it_asks_again():
+    broker = Broker(SharedGroups())
+    peer, other = FakePeer(1), FakePeer(2)
+    first = broker.subscribe(peer, ("a",), "exact", limit=2)
+    broker.subscribe(peer, ("b",), "exact", group="g", limit=2)  # a shared one counts too
+    assert broker.subscribe(peer, ("a",), "exact", limit=2) is first
+    with pytest.raises(RouterError) as refused:
+        broker.subscribe(peer, ("c",), "exact", limit=2)
+    assert refused.value.uri == errors.LIMIT_EXCEEDED
+    broker.subscribe(other, ("c",), "exact", limit=2)  # per session
+    broker.unsubscribe(peer, first.id)
+    broker.subscribe(peer, ("c",), "exact", limit=2)
+
+
+def test_dealer_caps_registrations_and_a_leaving_session_drops_only_its_own():
+    dealer = Dealer(Clock())
+    peer, other = FakePeer(1), FakePeer(2)
+    kept = dealer.register(other, "com.shared", "exact", "roundrobin")
+    dealer.register(peer, "com.shared", "exact", "roundrobin", limit=2)
+    mine = dealer.register(peer, "com.mine", "exact", "single", limit=2)
+    with pytest.raises(RouterError) as refused:
+        dealer.register(peer, "com.more", "exact", "single", limit=2)
+    assert refused.value.uri == errors.LIMIT_EXCEEDED
+    dealer.unregister(peer, mine.id)
+    dealer.register(peer, "com.more", "exact", "single", limit=2)
+    dealer.remove_session(peer)
+    assert kept.callees == [other]
+    assert set(dealer.by_id) == {kept.id}
+
+
+def test_spread_gives_the_reactor_back_between_units_and_keeps_their_order(monkeypatch):
+    monkeypatch.setattr(spread_module, "TURN_BUDGET", 0.0)  # one unit per turn
+    done, turns, scheduled = [], [], []
+
+    def work():
+        for n in range(3):
+            done.append(n)
+            yield
+
+    spread(work(), turns.append, scheduled.append)
+    while scheduled:
+        scheduled.pop(0)()
+    assert done == [0, 1, 2]
+    assert turns == [False, False, False, True]  # the last turn finds the work at its end
+
+
+def test_spread_finishes_small_work_in_the_same_turn():
+    turns, scheduled = [], []
+    spread(iter([None] * 10), turns.append, scheduled.append)
+    assert turns == [True] and scheduled == []
