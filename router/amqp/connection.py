@@ -179,9 +179,7 @@ class AmqpConnection:
                 if self.sasl.state == "verifying":
                     self.verifying(True)
                 return
-            identity = self.sasl.identity or Identity("anonymous",
-                                                      self.frontend.realm.anonymous_role,
-                                                      "anonymous")
+            identity = self.sasl.identity or self.frontend.anonymous_identity()
             self._start_engine(identity)
             data = self.sasl.rest
         try:

@@ -14,15 +14,18 @@ from typing import Callable
 
 from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_pattern
 from router.amqp.body import Inbound
-from router.amqp.conditions import INVALID_FIELD, AttachRefused, router_error_condition
+from router.amqp.conditions import (INVALID_FIELD, UNAUTHORIZED, AttachRefused,
+                                    router_error_condition)
 from router.amqp.outlet import Outlet
 from router.amqp.persistence import AmqpStore, LinkClaims, StoredDurable, link_id, link_key
 from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
 from router.amqp.subscriber import AmqpSubscriber
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
+from router.core.incidents import NOT_AUTHORIZED
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions
+from router.core.ownership import ANONYMOUS, anonymous_authid, owner
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
 from router.settings import AmqpSettings
@@ -89,7 +92,7 @@ class AmqpFrontend:
             authid, reason = client_cn, "no principal for the client certificate's CN"
         elif mechanism == "ANONYMOUS":
             if self.realm.anonymous_role is not None:
-                answer(Identity("anonymous", self.realm.anonymous_role, "anonymous"))
+                answer(self.anonymous_identity())
                 return
             reason = "anonymous access is off"
         elif mechanism == "EXTERNAL":
@@ -119,6 +122,11 @@ class AmqpFrontend:
                         answer(SYS_TEMP)
                     return
         refuse(reason)
+
+    def anonymous_identity(self) -> Identity:
+        """An anonymous client's identity: an authid of the router's choosing, its own."""
+        return Identity(anonymous_authid(self.router.new_session_id()),
+                        self.realm.anonymous_role, ANONYMOUS)  # type: ignore[arg-type]
 
     # connections -------------------------------------------------------------------------
 
@@ -179,11 +187,18 @@ class AmqpFrontend:
         key = (connection.connection.remote_container or "", link.name) if durable else None
         if key is not None and key in self.durable:
             existing = self.durable[key]
+            if (owner(existing.info.authid, existing.info.authmethod)
+                    != owner(info.authid, info.authmethod)):
+                # checked before anything of it is touched: its link, queue and client stay
+                reason = (f"the durable link {link.name!r} of container {key[0]!r} belongs "
+                          "to another principal")
+                self.router.incidents.count(self.realm.name, "amqp", NOT_AUTHORIZED,
+                                            f"{info.authid}: {reason}", level=logging.INFO)
+                raise AttachRefused(UNAUTHORIZED, reason)
             if existing.connection is not None and existing.link is not None:
                 existing.connection.steal(existing)
             if (existing.address == address and existing.qos == qos
-                    and existing.policy == policy and existing.group == group
-                    and existing.info.authid == info.authid):
+                    and existing.policy == policy and existing.group == group):
                 return existing
             self.destroy(existing, disown=False)
         subscriber = AmqpSubscriber(

@@ -14,11 +14,12 @@ from typing import Callable
 from router.core import errors
 from router.core.broker import Subscription
 from router.core.credentials import Principal
-from router.core.dealer import Scheduler
+from router.core.dealer import DelayedCall, Scheduler
 from router.core.errors import RouterError
 from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
+from router.core.ownership import anonymous_authid, owner
 from router.core.payload import from_bytes
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
@@ -57,6 +58,8 @@ class MqttFrontend:
         self.store = store
         self.scheduler = scheduler
         self.sessions: dict[str, MqttSession] = {}
+        self._pending_wills: dict[str, DelayedCall] = {}
+        """Client id -> the timer of its will, waiting for the will delay to pass."""
         self._principals: dict[str, Principal] = router.principals[realm.name]
         self.claims: SessionClaims | None = (store if isinstance(store, SessionClaims)
                                              else None)
@@ -82,7 +85,33 @@ class MqttFrontend:
     def authenticate(self, connection: Outlet, packet: Connect,
                      answer: Callable[[int | Identity], None]) -> None:
         """``answer`` a CONNACK failure reason or (authid or None for anonymous, authrole,
-        method): at once, or on the reactor once the password is checked in a thread."""
+        method): at once, or on the reactor once the password is checked in a thread. A
+        client id whose session belongs to another owner is refused here, before anything
+        of that session is touched (see :mod:`router.core.ownership`)."""
+
+        def owned(result: int | Identity) -> None:
+            answer(result if isinstance(result, int)
+                   else self._check_owner(connection, packet.client_id, result))
+
+        self._authenticate(connection, packet, owned)
+
+    def _check_owner(self, connection: Outlet, client_id: str,
+                     identity: Identity) -> int | Identity:
+        """The identity, or NOT_AUTHORIZED when the client id's session on this node
+        belongs to another owner (its session, queue and connection are left alone)."""
+        existing = self.sessions.get(client_id) if client_id else None
+        authid, _, authmethod = identity
+        if existing is None or (owner(existing.info.authid, existing.info.authmethod)
+                                == owner(authid or "", authmethod)):
+            return identity
+        self.router.incidents.count(
+            self.realm.name, "mqtt", NOT_AUTHORIZED,
+            f"client {client_id} from {connection.peer} ({authid or 'anonymous'}): "
+            "the client id's session belongs to another principal", level=logging.INFO)
+        return ReasonCode.NOT_AUTHORIZED
+
+    def _authenticate(self, connection: Outlet, packet: Connect,
+                      answer: Callable[[int | Identity], None]) -> None:
         if "authentication_method" in packet.properties:
             log.info("MQTT client %s asked for enhanced authentication (%s): not supported",
                      connection.peer, packet.properties["authentication_method"])
@@ -150,19 +179,24 @@ class MqttFrontend:
         """(session, session present): the client's session on this node, taken over from
         its previous connection or new."""
         authid, authrole, authmethod = identity
+        session_id = self.router.new_session_id()
         if authid is None:
-            authid = client_id  # anonymous: the client id is the identity, as sessions are
+            authid = anonymous_authid(session_id)
         expiry = self._requested_expiry(connection, packet)
+        self._cancel_will(client_id)  # a new connection for the client id (MQTT-3.1.2-8)
         existing = self.sessions.get(client_id)
         if existing is not None and existing.connection is not None:
-            existing.connection.kill("takeover", None)
+            existing.connection.kill("takeover", None)  # its will is published when it is gone
             existing.connection = None
-        if existing is not None and (packet.clean_start or existing.info.authid != authid):
+        if existing is not None and (packet.clean_start or owner(
+                existing.info.authid, existing.info.authmethod) != owner(authid, authmethod)):
+            # another owner's session: only one read from another node's store in the
+            # instant between the ownership check and the claim (see ``connect``)
             self.destroy(existing, disown=False)
             existing = None
         session_present = existing is not None
         if existing is None:
-            info = SessionInfo(self.router.new_session_id(), self.realm.name, authid, authrole,
+            info = SessionInfo(session_id, self.realm.name, authid, authrole,
                                authmethod, protocol=connection.transport_name,
                                transport={"type": connection.transport_name,
                                           "peer": connection.peer})
@@ -190,7 +224,7 @@ class MqttFrontend:
             connection.kill("takeover", None)
             if session.persistent:
                 self._save(session, time.time())  # its expiry runs from now
-        session.moved = True
+        self._cancel_will(client_id)  # the node that took the client decides on it now
         self._forget(session)
         self._keep_will(session, None)  # the node that took the client keeps its will now
         self.store.when_durable(lambda ok: done())
@@ -288,7 +322,11 @@ class MqttFrontend:
                      will: Will | None) -> None:
         self.router.connections.discard(connection)
         if session.connection is not connection:
-            return  # taken over by a newer connection
+            # taken over by a newer connection for the client id: a will is published now,
+            # unless it had a delay, which that connection came before (MQTT-3.1.2-8)
+            if will is not None and not will.properties.get("will_delay_interval", 0):
+                self._send_will(session.client_id, session.info, will)
+            return
         session.connection = None
         if will is not None:
             self._publish_will(session, will)
@@ -327,16 +365,23 @@ class MqttFrontend:
     def _publish_will(self, session: MqttSession, will: Will) -> None:
         delay = will.properties.get("will_delay_interval", 0)
         if delay:
-            self.scheduler.callLater(min(delay, session.expiry), self._delayed_will, session,
-                                     will)
+            self._pending_wills[session.client_id] = self.scheduler.callLater(
+                min(delay, session.expiry), self._delayed_will, session, will)
             return
         self._keep_will(session, None)
         self._send_will(session.client_id, session.info, will)
 
     def _delayed_will(self, session: MqttSession, will: Will) -> None:
-        if session.connection is None and not session.moved:
-            self._keep_will(session, None)
-            self._send_will(session.client_id, session.info, will)
+        del self._pending_wills[session.client_id]
+        self._keep_will(session, None)
+        self._send_will(session.client_id, session.info, will)
+
+    def _cancel_will(self, client_id: str) -> None:
+        """A new connection for the client id came before the will's delay passed: no will
+        (MQTT-3.1.2-8, MQTT-3.1.3-9), whether it resumes the session or starts a new one."""
+        pending = self._pending_wills.pop(client_id, None)
+        if pending is not None:
+            pending.cancel()
 
     def _send_will(self, client_id: str, info: SessionInfo, will: Will) -> None:
         try:
