@@ -142,19 +142,31 @@ class AmqpFrontend:
 
     # subscriptions -----------------------------------------------------------------------
 
-    def claim(self, key: tuple[str, str], then: Callable[[], None]) -> None:
-        """``then()`` once this node owns the durable link ``key``: at once on a single
-        node; among nodes once the node that had it let go, its state restored here."""
+    def claim(self, key: tuple[str, str], info: SessionInfo,
+              then: Callable[[AttachRefused | None], None]) -> None:
+        """``then(None)`` once this node owns the durable link ``key`` for the connection
+        of ``info``: at once on a single node; among nodes once the node that had it let
+        go, its state restored here. ``then(refusal)`` when the link belongs to another
+        owner on another node (Redis keeps who holds each link): nothing of it touched."""
         if self.claims is None:
-            then()
+            then(None)
             return
 
         def claimed(stored: StoredDurable | None) -> None:
             if stored is not None and key not in self.durable:
                 self._restore_one(stored)
-            then()
+            then(None)
 
-        self.claims.claim(link_id(*key), True, claimed)
+        self.claims.claim(link_id(*key), owner(info.authid, info.authmethod), True, claimed,
+                          lambda: then(self._foreign(key, info)))
+
+    def _foreign(self, key: tuple[str, str], info: SessionInfo) -> AttachRefused:
+        """The refusal of an attach of another owner's durable link ``key`` (counted)."""
+        reason = (f"the durable link {key[1]!r} of container {key[0]!r} belongs to another "
+                  "principal")
+        self.router.incidents.count(self.realm.name, "amqp", NOT_AUTHORIZED,
+                                    f"{info.authid}: {reason}", level=logging.INFO)
+        return AttachRefused(UNAUTHORIZED, reason)
 
     def release(self, owned: str, done: Callable[[], None]) -> None:
         """Another node claimed a durable link: close it here (``amqp:link:stolen``), keep
@@ -190,11 +202,7 @@ class AmqpFrontend:
             if (owner(existing.info.authid, existing.info.authmethod)
                     != owner(info.authid, info.authmethod)):
                 # checked before anything of it is touched: its link, queue and client stay
-                reason = (f"the durable link {link.name!r} of container {key[0]!r} belongs "
-                          "to another principal")
-                self.router.incidents.count(self.realm.name, "amqp", NOT_AUTHORIZED,
-                                            f"{info.authid}: {reason}", level=logging.INFO)
-                raise AttachRefused(UNAUTHORIZED, reason)
+                raise self._foreign(key, info)
             if existing.connection is not None and existing.link is not None:
                 existing.connection.steal(existing)
             if (existing.address == address and existing.qos == qos

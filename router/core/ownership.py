@@ -27,8 +27,9 @@ def assigned_to_anonymous(authid: str) -> bool:
     return authid.startswith(ANONYMOUS + "-")
 
 
-def owner(authid: str, authmethod: str) -> str | None:
-    """The owner of state created by this identity: the principal's authid, or None for
-    the anonymous clients as a class (told apart by the authmethod, so a principal whose
-    name looks like an anonymous authid never owns anonymous state)."""
-    return None if authmethod == ANONYMOUS else authid
+def owner(authid: str, authmethod: str) -> str:
+    """The owner of state created by this identity, as one string (stores keep it):
+    ``principal:<authid>``, or ``anonymous`` for the anonymous clients as a class (told
+    apart by the authmethod, so a principal whose name looks like an anonymous authid never
+    owns anonymous state)."""
+    return ANONYMOUS if authmethod == ANONYMOUS else f"principal:{authid}"

@@ -151,11 +151,16 @@ class MqttConnection:
         if self._connect_state == "attaching":
             self._connect_state = "waiting"
 
-    def _attached(self, packet: Connect, resume: bool, session: "MqttSession",
+    def _attached(self, packet: Connect, resume: bool, session: "MqttSession | int",
                   session_present: bool, assigned_id: str | None) -> None:
-        """CONNACK; then, if the answer came later, the packets that followed CONNECT."""
+        """CONNACK; then, if the answer came later, the packets that followed CONNECT.
+        ``session`` is a refusal's reason code when the client id is another owner's."""
         resume = resume or self._connect_state == "waiting"
         self._connect_state = None
+        if isinstance(session, int):
+            self._send(Connack(False, session))
+            self._close_now()
+            return
         if self._closed:  # gone while its session was fetched from another node
             self.frontend.disconnected(self, session, None)
             return

@@ -90,25 +90,29 @@ class MqttFrontend:
         of that session is touched (see :mod:`router.core.ownership`)."""
 
         def owned(result: int | Identity) -> None:
-            answer(result if isinstance(result, int)
-                   else self._check_owner(connection, packet.client_id, result))
+            if not isinstance(result, int) and self._foreign(connection, packet.client_id,
+                                                             result):
+                result = ReasonCode.NOT_AUTHORIZED
+            answer(result)
 
         self._authenticate(connection, packet, owned)
 
-    def _check_owner(self, connection: Outlet, client_id: str,
-                     identity: Identity) -> int | Identity:
-        """The identity, or NOT_AUTHORIZED when the client id's session on this node
-        belongs to another owner (its session, queue and connection are left alone)."""
-        existing = self.sessions.get(client_id) if client_id else None
+    def _foreign(self, connection: Outlet, client_id: str, identity: Identity) -> bool:
+        """Whether the client id's session on this node belongs to another owner than
+        ``identity`` (then the refusal is counted; the session is left alone)."""
+        existing = self.sessions.get(client_id)
         authid, _, authmethod = identity
         if existing is None or (owner(existing.info.authid, existing.info.authmethod)
                                 == owner(authid or "", authmethod)):
-            return identity
+            return False
+        self._count_foreign(connection, client_id, authid)
+        return True
+
+    def _count_foreign(self, connection: Outlet, client_id: str, authid: str | None) -> None:
         self.router.incidents.count(
             self.realm.name, "mqtt", NOT_AUTHORIZED,
-            f"client {client_id} from {connection.peer} ({authid or 'anonymous'}): "
+            f"client {client_id} from {connection.peer} ({authid or 'anonymous'}) refused: "
             "the client id's session belongs to another principal", level=logging.INFO)
-        return ReasonCode.NOT_AUTHORIZED
 
     def _authenticate(self, connection: Outlet, packet: Connect,
                       answer: Callable[[int | Identity], None]) -> None:
@@ -151,10 +155,12 @@ class MqttFrontend:
         return None, self.realm.anonymous_role, "anonymous"
 
     def connect(self, connection: Outlet, packet: Connect, identity: Identity,
-                answer: Callable[[MqttSession, bool, str | None], None]) -> None:
+                answer: Callable[[MqttSession | int, bool, str | None], None]) -> None:
         """``answer(session, session present, assigned client id)`` of an authenticated
         CONNECT: at once, or, when sessions follow their client among nodes, once this node
-        owns the client id (the node that had it let go: its state is read from there)."""
+        owns the client id (the node that had it let go: its state is read from there); or
+        ``answer(CONNACK refusal, False, None)`` when the client id's session belongs to
+        another owner, found out only there (Redis keeps who holds each client id)."""
         client_id, assigned = packet.client_id, None
         if not client_id:
             client_id = assigned = f"auto-{self.router.new_session_id():x}"
@@ -168,11 +174,19 @@ class MqttFrontend:
                     self.store.delete_session(client_id)
                 elif stored is not None:
                     self._restore_one(stored, time.time())
+            if self._foreign(connection, client_id, identity):  # brought by another claim
+                answer(ReasonCode.NOT_AUTHORIZED, False, None)
+                return
             session, present = self._attach(connection, packet, identity, client_id)
             self._keep_will(session, packet.will)
             answer(session, present, assigned)
 
-        self.claims.claim(client_id, not packet.clean_start, claimed)
+        def refused() -> None:
+            self._count_foreign(connection, client_id, identity[0])
+            answer(ReasonCode.NOT_AUTHORIZED, False, None)
+
+        self.claims.claim(client_id, owner(identity[0] or "", identity[2]),
+                          not packet.clean_start, claimed, refused)
 
     def _attach(self, connection: Outlet, packet: Connect, identity: Identity,
                 client_id: str) -> tuple[MqttSession, bool]:
@@ -188,10 +202,7 @@ class MqttFrontend:
         if existing is not None and existing.connection is not None:
             existing.connection.kill("takeover", None)  # its will is published when it is gone
             existing.connection = None
-        if existing is not None and (packet.clean_start or owner(
-                existing.info.authid, existing.info.authmethod) != owner(authid, authmethod)):
-            # another owner's session: only one read from another node's store in the
-            # instant between the ownership check and the claim (see ``connect``)
+        if existing is not None and packet.clean_start:  # its owner's, checked before
             self.destroy(existing, disown=False)
             existing = None
         session_present = existing is not None
