@@ -124,11 +124,11 @@ class RedisClaims(Generic[Stored]):
         """Make this node the owner of ``owned`` for ``holder``; ``answer(state)`` with what
         Redis holds (read once the node that had it let go; only if ``load``: a clean start
         needs none), or None; ``refused()`` instead if the state belongs to another holder.
-        Either may run at once. A claim that waits for one of this node's own is answered
-        None: the caller checks the holder of what that one brought."""
+        Either may run at once."""
         after = self._claims.get(owned)
-        if after is not None:  # a claim of this node is under way: it brings the state here
-            after.append(partial(answer, None))
+        if after is not None:  # a claim of this node is under way: this one follows it, to
+            # be checked against what it leaves (refused, or the state here already)
+            after.append(partial(self.claim, owned, holder, load, answer, refused))
             return
         self._claims[owned] = []
         engine = self._engine
