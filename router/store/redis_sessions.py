@@ -57,8 +57,8 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
     def adopt_clients(self, clients: list[str], wills: dict[str, StoredWill]) -> None:
         """This node now owns ``clients`` (their node died; the reaping script made it
         their owner): load each one's session as an own claim, then hand it to the frontend
-        with its will. Wills of other clients of the dead node (they connected elsewhere
-        meanwhile) are not due: a takeover drops a will, as on one node."""
+        with its will. Wills of other clients of the dead node are not published: they
+        connected elsewhere before the death was found."""
         for client_id in clients:
             self.adopt_owned(client_id, partial(self._adopted, client_id, wills.get(client_id)))
 
