@@ -194,8 +194,8 @@ def test_another_principal_cannot_take_a_durable_link(router):
 
 
 def test_anonymous_amqp_clients_get_an_authid_of_their_own(router):
-    """Two anonymous AMQP connections are told apart: an event for one authid reaches only
-    the connection the router gave it to (a WAMP subscriber reads the publisher's authid)."""
+    """Two anonymous AMQP connections get two authids of the router's (a WAMP subscriber
+    reads them as the publisher's), not one shared 'anonymous' a principal could be named."""
     uri = f"public.{unique('who')}"
 
     async def scenario() -> list[str]:
@@ -216,6 +216,16 @@ def test_anonymous_amqp_clients_get_an_authid_of_their_own(router):
     first, second = run(scenario())
     assert first != second and first.startswith("anonymous-") and second.startswith(
         "anonymous-")
+
+
+def test_anonymous_wamp_client_cannot_pick_its_authid(router):
+    async def scenario():
+        session = await wamp_connect(router, authid="carol", authmethods=["anonymous"])
+        details = await session.joined
+        await session.close()
+        return details.authid
+
+    assert run(scenario()).startswith("anonymous-")
 
 
 # --- secrets with NUL bytes ---------------------------------------------------------------

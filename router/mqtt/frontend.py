@@ -383,7 +383,7 @@ class MqttFrontend:
         self._send_will(session.client_id, session.info, will)
 
     def _delayed_will(self, session: MqttSession, will: Will) -> None:
-        del self._pending_wills[session.client_id]
+        self._pending_wills.pop(session.client_id, None)
         self._keep_will(session, None)
         self._send_will(session.client_id, session.info, will)
 
