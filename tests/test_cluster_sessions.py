@@ -269,6 +269,25 @@ def test_client_id_of_another_principal_is_refused_on_every_node(nodes, version)
         client.close()
 
 
+@pytest.mark.parametrize("version", [V311, V5], ids=["mqtt311", "mqtt5"])
+def test_will_of_a_connection_taken_over_from_another_node_is_published(nodes, version):
+    topic = unique("will") + "/t"
+    client_id = unique("will-take")
+    observer = connected(nodes["b"])
+    assert observer.subscribe((topic, 1)) == [1]
+    probes = connected(nodes["a"])
+    count_until_probe(probes, observer, topic, Counter())  # A knows of the subscription
+    old = MqttClient(nodes["a"], version, client_id=client_id,
+                     will={"topic": topic, "payload": b"taken over", "qos": 1})
+    assert old.connect().reason_code == 0
+    new = MqttClient(nodes["c"], version, client_id=client_id)
+    assert new.connect().reason_code == 0
+    old.wait_disconnected()
+    observer.expect(topic, b"taken over")
+    for client in (observer, probes, old, new):
+        client.close()
+
+
 def test_clean_start_on_another_node_discards_the_session(nodes):
     """A clean start on C drops what A queued for the client, in Redis too."""
     topic = unique("clean") + "/t"
