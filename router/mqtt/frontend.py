@@ -67,6 +67,7 @@ class MqttFrontend:
         if self.claims is not None:
             self.claims.release = self.release
             self.claims.adopt = self.adopt
+            self.claims.lost_will = self.lost_will
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         self.store.when_durable(callback)
@@ -260,14 +261,26 @@ class MqttFrontend:
         if session is None:
             self.claims.disown(client_id)  # type: ignore[union-attr]  # adopt needs claims
             if will is not None:  # the session ended with its node: the will is due now
-                info = SessionInfo(self.router.new_session_id(), self.realm.name, will.authid,
-                                   will.authrole, will.authmethod, protocol="mqtt")
-                self._send_will(client_id, info, _as_will(will))
+                self._send_stored_will(client_id, _as_will(will), will)
             return
         if will is not None and session.connection is None:
             due = _as_will(will)
             self._keep_will(session, due)  # this node publishes it now, or dies first
             self._publish_will(session, due)
+
+    def lost_will(self, client_id: str, stored: StoredWill) -> None:
+        """The will of a client whose node died after the client had connected to another
+        node: its connection there was closed by the death, so a will without a delay is
+        due now; one with a delay was cancelled by the new connection (MQTT-3.1.2-8)."""
+        will = _as_will(stored)
+        if not will.properties.get("will_delay_interval", 0):
+            self._send_stored_will(client_id, will, stored)
+
+    def _send_stored_will(self, client_id: str, will: Will, stored: StoredWill) -> None:
+        """Publish a will of a connection of another node, as who connected."""
+        info = SessionInfo(self.router.new_session_id(), self.realm.name, stored.authid,
+                           stored.authrole, stored.authmethod, protocol="mqtt")
+        self._send_will(client_id, info, will)
 
     def _keep_will(self, session: MqttSession, will: Will | None) -> None:
         """Keep the store's copy of the will of the session's connection current (only
