@@ -8,7 +8,6 @@ realm1: anonymous clients may publish and subscribe under ``public``; alice, bob
 
 from __future__ import annotations
 
-import asyncio
 import socket
 
 import pytest
@@ -22,9 +21,9 @@ from router.mqtt.packets import Connack, Will
 from tests.amqp_clients import Receive, Send, amqp_listeners, connect, expect_body, message, send
 from tests.auth_helpers import authenticator, join_fails
 from tests.clients import connect as wamp_connect
-from tests.clients import run
+from tests.clients import next_item, run
 from tests.harness import OPEN_ROLE, RouterProcess
-from tests.mqtt_clients import V5, V311, VERSION_IDS, VERSIONS, ClientPool, RawMqtt, unique
+from tests.mqtt_clients import V5, VERSION_IDS, VERSIONS, ClientPool, RawMqtt, unique
 from tests.test_auth import router_cli
 
 SECRETS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}
@@ -208,7 +207,7 @@ def test_anonymous_amqp_clients_get_an_authid_of_their_own(router):
                 send(amqp.create_sender(uri, options=Send(1)), message(b"hi", qos=1))
             finally:
                 amqp.close()
-            details = (await asyncio.wait_for(events.get(), 10))[2]
+            details = (await next_item(events))[2]
             authids.append(details.publisher_authid)
         await observer.close()
         return authids
