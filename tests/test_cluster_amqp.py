@@ -249,3 +249,20 @@ def test_durable_link_of_another_principal_is_refused_on_another_node(cluster):
     mqtt.close()
     for connection in (other, alice):
         connection.close()
+
+
+def test_a_refused_durable_attach_leaves_the_link_name_free(cluster):
+    """'limited' may not subscribe outside com.: its durable attach is refused and holds
+    nothing, so alice attaches that container id and link name afterwards."""
+    _, nodes = cluster
+    container, link = unique("container"), unique("link")
+    limited = connect(nodes["a"], "limited", container_id=container)
+    with pytest.raises(LinkDetached) as refused:
+        limited.create_receiver(f"org.{unique('t')}", credit=10, name=link,
+                                options=Receive(1, durable=True))
+    assert "amqp:unauthorized-access" in str(refused.value)
+    alice = connect(nodes["c"], "alice", container_id=container)
+    alice.create_receiver(f"com.{unique('t')}", credit=10, name=link,
+                          options=Receive(1, durable=True))
+    for connection in (limited, alice):
+        connection.close()

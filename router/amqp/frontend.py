@@ -156,6 +156,8 @@ class AmqpFrontend:
             if stored is not None and key not in self.durable:
                 self._restore_one(stored)
             then(None)
+            if key not in self.durable:  # the attach was refused (or given up): no link
+                self.claims.disown(link_id(*key))  # type: ignore[union-attr]
 
         self.claims.claim(link_id(*key), owner(info.authid, info.authmethod), True, claimed,
                           lambda: then(self._foreign(key, info)))
