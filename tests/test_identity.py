@@ -272,6 +272,14 @@ def test_principal_add_refuses_a_secret_with_a_nul(tmp_path):
     assert named.returncode == 2 and "anonymous-" in named.stderr
 
 
+def test_a_realm_file_may_not_name_a_principal_like_an_anonymous_client(tmp_path):
+    realm = identity_realm()
+    realm["principals"]["anonymous-1f"] = realm["principals"]["bob"]
+    process = RouterProcess(tmp_path, [realm])
+    checked = router_cli("check-config", "--config", str(process.config_path), stdin="")
+    assert checked.returncode != 0 and "principals.anonymous-1f" in checked.stderr
+
+
 # --- wills: takeover and reconnect --------------------------------------------------------
 
 @pytest.mark.parametrize("old_clean", [True, False], ids=["old-clean", "old-persistent"])
