@@ -269,6 +269,38 @@ def test_client_id_of_another_principal_is_refused_on_every_node(nodes, version)
         client.close()
 
 
+def test_session_stored_without_a_holder_stays_its_owners(nodes, redis):
+    """A session written by a version that kept no holder (its entry deleted here): another
+    principal's claim gets through Redis, but is refused once the session is read, and the
+    session keeps its owner: alice resumes it, queue included, on a third node."""
+    client_id, topic = unique("legacy"), unique("legacy") + "/t"
+    alice_login = {"username": "alice", "password": SECRETS["alice"]}
+    publisher = connected(nodes["b"])
+    alice = MqttClient(nodes["a"], V5, client_id=client_id, clean=False, session_expiry=300,
+                       **alice_login)
+    assert alice.connect().reason_code == 0
+    assert alice.subscribe((topic, 1)) == [1]
+    count_until_probe(publisher, alice, topic, Counter())
+    alice.disconnect()
+    publisher.publish(topic, b"queued", 1)
+    store = BlockingRedis("127.0.0.1", redis.port, 0)
+    try:
+        assert store.call("HDEL", "wr:mqtt-holder:realm1", client_id) == 1
+    finally:
+        store.close()
+    limited = MqttClient(nodes["c"], V5, client_id=client_id, clean=False, session_expiry=300,
+                         username="limited", password=SECRETS["limited"])
+    assert limited.connect().reason_code == NOT_AUTHORIZED
+    again = MqttClient(nodes["b"], V5, client_id=client_id, clean=False, session_expiry=300,
+                       **alice_login)
+    assert again.connect().session_present
+    received: Counter[bytes] = Counter()
+    count_until_probe(publisher, again, topic, received)
+    assert received[b"queued"] == 1
+    for client in (publisher, alice, limited, again):
+        client.close()
+
+
 @pytest.mark.parametrize("version", [V311, V5], ids=["mqtt311", "mqtt5"])
 def test_will_of_a_connection_taken_over_from_another_node_is_published(nodes, version):
     topic = unique("will") + "/t"

@@ -155,6 +155,10 @@ class AmqpFrontend:
         def claimed(stored: StoredDurable | None) -> None:
             if stored is not None and key not in self.durable:
                 self._restore_one(stored)
+            existing = self.durable.get(key)
+            if existing is not None:  # the claim wrote the claimant: say whose it is
+                self.claims.hold(link_id(*key), owner(  # type: ignore[union-attr]
+                    existing.info.authid, existing.info.authmethod))
             then(None)
             if key not in self.durable:  # the attach was refused (or given up): no link
                 self.claims.disown(link_id(*key))  # type: ignore[union-attr]

@@ -152,5 +152,8 @@ class Claims(Protocol):
         ``answer(state or None)``, with the state only if ``load``; or ``refused()`` when
         the state belongs to another holder (nothing changed)."""
 
+    def hold(self, owned: str, holder: str) -> None:
+        """The state of ``owned`` here belongs to ``holder``."""
+
     def disown(self, owned: str) -> None:
         """The state ended here."""

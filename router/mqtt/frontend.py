@@ -175,7 +175,11 @@ class MqttFrontend:
                     self.store.delete_session(client_id)
                 elif stored is not None:
                     self._restore_one(stored, time.time())
-            if self._foreign(connection, client_id, identity):  # brought by another claim
+            existing = self.sessions.get(client_id)
+            if existing is not None:  # the claim wrote the claimant: say whose it is
+                self.claims.hold(client_id, owner(  # type: ignore[union-attr]
+                    existing.info.authid, existing.info.authmethod))
+            if self._foreign(connection, client_id, identity):  # stored without a holder
                 answer(ReasonCode.NOT_AUTHORIZED, False, None)
                 return
             session, present = self._attach(connection, packet, identity, client_id)

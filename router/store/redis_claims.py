@@ -214,6 +214,11 @@ class RedisClaims(Generic[Stored]):
         self._claims[owned] = []
         self._load(owned, adopted)
 
+    def hold(self, owned: str, holder: str) -> None:
+        """Who the state of ``owned`` here belongs to (state stored without a holder entry,
+        by an older version, gets one this way)."""
+        self._write("HSET", self.holder_key, owned, holder)
+
     def disown(self, owned: str) -> None:
         """The state ended here: no node owns the id any more (unless one claimed it)."""
         self._write("EVAL", DISOWN, 2, self.owner_key, self.holder_key, owned,
