@@ -68,12 +68,8 @@ def _check_config(args: argparse.Namespace) -> int:
 def _hash_secret(args: argparse.Namespace) -> int:
     from router.core.credentials import hash_secret
 
-    if sys.stdin.isatty():
-        secret = getpass.getpass("secret: ")
-    else:
-        secret = sys.stdin.readline().rstrip("\n")
-    if not secret:
-        print("an empty secret is not allowed", file=sys.stderr)
+    secret = _read_secret("secret: ")
+    if not _acceptable(secret):
         return 2
     print(hash_secret(secret))
     return 0
@@ -83,6 +79,16 @@ def _read_secret(prompt: str) -> str:
     if sys.stdin.isatty():
         return getpass.getpass(prompt)
     return sys.stdin.readline().rstrip("\n")
+
+
+def _acceptable(secret: str) -> bool:
+    """Whether a secret may be stored; if not, say why."""
+    from router.core.credentials import secret_problem
+
+    problem = secret_problem(secret)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+    return problem is None
 
 
 def _realm(args: argparse.Namespace) -> RealmConfig | None:
@@ -115,9 +121,14 @@ def _rewrite_realm(args: argparse.Namespace, path: Path, data: dict, done: str) 
 def _principal_add(args: argparse.Namespace) -> int:
     """Write one principal's credential (hash, derived key or public key) to a realm file."""
     from router.core.credentials import derive_wampcra, hash_secret, normalize_pubkey
+    from router.core.ownership import assigned_to_anonymous
 
     realm = _realm(args)
     if realm is None:
+        return 2
+    if assigned_to_anonymous(args.authid):
+        print(f"'{args.authid}': names of the form 'anonymous-...' are the router's for "
+              "anonymous clients", file=sys.stderr)
         return 2
     if args.role not in realm.roles:
         print(f"{realm.source}: roles: there is no role '{args.role}' (roles: "
@@ -131,8 +142,7 @@ def _principal_add(args: argparse.Namespace) -> int:
             return 2
     else:
         secret = _read_secret("secret: ")
-        if not secret:
-            print("an empty secret is not allowed", file=sys.stderr)
+        if not _acceptable(secret):
             return 2
     path = Path(realm.source)
     data = json.loads(path.read_text(encoding="utf-8"))

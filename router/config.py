@@ -19,6 +19,7 @@ from router.core.authorization import ACTIONS, PermissionRule
 from router.core.credentials import SCHEME, Principal, WampCra, normalize_pubkey
 from router.core.engine import ClusterLimits
 from router.core.history import HistoryRule
+from router.core.ownership import assigned_to_anonymous
 from router.core.payload import MAPPINGS
 from router.core.qos import POLICIES, QOS_LEVELS
 from router.core.topic import SERVER_OWNED
@@ -395,6 +396,9 @@ def parse_rule(source: Path, where: str, rule: Any, uri_check: str) -> Permissio
 
 
 def _principal(reader: _Reader, authid: str, roles: dict) -> Principal:
+    if assigned_to_anonymous(authid):
+        raise ConfigError(reader.source, reader.path, "a principal may not be named "
+                          "'anonymous-...': the router names anonymous clients so")
     reader.reject_unknown({"role", "ticket", "wampcra", "cryptosign"})
     role = reader.get("role", str)
     if role not in roles:

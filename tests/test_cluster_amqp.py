@@ -223,3 +223,46 @@ def test_restarted_node_keeps_its_detached_durable_links(cluster, tmp_path):
     finally:
         node.stop()
         mqtt.close()
+
+
+def test_durable_link_of_another_principal_is_refused_on_another_node(cluster):
+    """alice's durable link attached on A: 'limited' attaching it (same container id and
+    link name) on C is refused with amqp:unauthorized-access by the claim itself; alice's
+    link on A keeps receiving."""
+    _, nodes = cluster
+    address = f"com.amqpdur.{unique('t')}"
+    container, link = unique("container"), unique("link")
+    alice = connect(nodes["a"], "alice", container_id=container)
+    receiver = alice.create_receiver(address, credit=10, name=link,
+                                     options=Receive(1, durable=True))
+    mqtt = MqttClient(nodes["b"])
+    mqtt.connect()
+    until_probe(mqtt, address.replace(".", "/"), receiver)
+    other = connect(nodes["c"], "limited", container_id=container)
+    with pytest.raises(LinkDetached) as refused:
+        other.create_receiver(address, credit=10, name=link, options=Receive(1, durable=True))
+    assert "amqp:unauthorized-access" in str(refused.value)
+    mqtt.publish(address.replace(".", "/"), b"still hers", 1)
+    msg, delivery = received(receiver)
+    settle(receiver, delivery)
+    assert body_bytes(msg) == b"still hers"
+    mqtt.close()
+    for connection in (other, alice):
+        connection.close()
+
+
+def test_a_refused_durable_attach_leaves_the_link_name_free(cluster):
+    """'limited' may not subscribe outside com.: its durable attach is refused and holds
+    nothing, so alice attaches that container id and link name afterwards."""
+    _, nodes = cluster
+    container, link = unique("container"), unique("link")
+    limited = connect(nodes["a"], "limited", container_id=container)
+    with pytest.raises(LinkDetached) as refused:
+        limited.create_receiver(f"org.{unique('t')}", credit=10, name=link,
+                                options=Receive(1, durable=True))
+    assert "amqp:unauthorized-access" in str(refused.value)
+    alice = connect(nodes["c"], "alice", container_id=container)
+    alice.create_receiver(f"com.{unique('t')}", credit=10, name=link,
+                          options=Receive(1, durable=True))
+    for connection in (limited, alice):
+        connection.close()

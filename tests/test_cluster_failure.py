@@ -349,6 +349,30 @@ def test_a_reconnect_waiting_for_a_killed_node_resumes_when_it_is_found_dead(clu
         client.close()
 
 
+def test_will_of_a_client_back_on_another_node_before_its_node_is_found_dead(cluster,
+                                                                             tmp_path):
+    """Its connection was closed by the death: the will (no delay) is published, by the
+    node that reaps the dead one, although the client is connected elsewhere by then."""
+    redis, nodes = cluster
+    dying = start_node(tmp_path, redis, "a9")
+    base = unique("back")
+    watcher = connected(nodes["b"])
+    assert watcher.subscribe((f"{base}/#", 1)) == [1]
+    prober = connected(dying)
+    count_until_probe(prober, watcher, f"{base}/probe", Counter())
+    client_id = unique("back")
+    gone = connected(dying, client_id=client_id,
+                     will={"topic": f"{base}/will", "payload": b"gone", "qos": 1})
+    wait_will(redis, "a9", client_id, True)
+    dying.kill9()
+    back = MqttClient(nodes["c"], client_id=client_id)
+    assert back.connect(timeout=TAKEOVER_TIMEOUT).reason_code == 0
+    assert receive(watcher, {b"gone"})
+    assert "1 will(s)" in reaped_log(nodes, "a9", 1)
+    for client in (watcher, prober, gone, back):
+        client.close()
+
+
 class RetryingPublisher:
     """An MQTT 3.1.1 publisher as an application runs it: persistent session, automatic
     reconnect, every QoS >= 1 message kept by paho until acknowledged and sent again after

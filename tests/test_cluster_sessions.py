@@ -19,7 +19,7 @@ from router.mqtt.packets import (Puback, Pubcomp, Publish, Pubrec, Pubrel, Subsc
                                  SubscriptionOptions)
 from router.store.resp import BlockingRedis
 from tests.harness import RedisServer, RouterProcess
-from tests.mqtt_clients import V5, V311, MqttClient, RawMqtt, mqtt_realm, unique
+from tests.mqtt_clients import SECRETS, V5, V311, MqttClient, RawMqtt, mqtt_realm, unique
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="redis-server is not installed (README command 2)")
@@ -28,6 +28,7 @@ N = 1000
 """QoS 1 and QoS 2 messages each published while the subscriber is offline (issue 16's
 numbers: about 2.7 s per protocol version here, against 0.45 s with 200)."""
 SESSION_TAKEN_OVER = 0x8E
+NOT_AUTHORIZED = 0x87
 PROBE = b"probe"
 
 
@@ -229,6 +230,93 @@ def test_takeover_across_nodes(nodes, version):
     assert third.connect().session_present
     second.wait_disconnected()
     for client in (first, second, third):
+        client.close()
+
+
+@pytest.mark.parametrize("version", [V311, V5], ids=["mqtt311", "mqtt5"])
+def test_client_id_of_another_principal_is_refused_on_every_node(nodes, version):
+    """alice's client id, from 'limited' or an anonymous client on other nodes: refused
+    (0x87 / 3.1.1 return code 5) by the claim itself, alice's connection on A and then
+    her offline session and its queue untouched."""
+    client_id, topic = unique("alice-id"), unique("mine") + "/t"
+    alice_login = {"username": "alice", "password": SECRETS["alice"]}
+    publisher = connected(nodes["b"])
+    alice = MqttClient(nodes["a"], version, client_id=client_id, clean=False,
+                       session_expiry=300 if version == V5 else None, **alice_login)
+    assert alice.connect().reason_code == 0
+    assert alice.subscribe((topic, 1)) == [1]
+    count_until_probe(publisher, alice, topic, Counter())
+    others = []
+    for node, login in (("c", {"username": "limited", "password": SECRETS["limited"]}),
+                        ("b", {})):
+        other = MqttClient(nodes[node], version, client_id=client_id, clean=True, **login)
+        others.append(other)
+        assert other.connect().reason_code == NOT_AUTHORIZED
+    assert not alice.disconnected.is_set()
+    publisher.publish(topic, b"still hers", 1)
+    alice.expect(topic, b"still hers")
+    alice.disconnect()
+    publisher.publish(topic, b"queued", 1)
+    intruder = MqttClient(nodes["c"], version, client_id=client_id, clean=False,
+                          session_expiry=300 if version == V5 else None)
+    others.append(intruder)
+    assert intruder.connect().reason_code == NOT_AUTHORIZED
+    again = MqttClient(nodes["c"], version, client_id=client_id, clean=False,
+                       session_expiry=300 if version == V5 else None, **alice_login)
+    assert again.connect().session_present
+    again.expect(topic, b"queued")
+    for client in (publisher, alice, again, *others):
+        client.close()
+
+
+def test_session_stored_without_a_holder_stays_its_owners(nodes, redis):
+    """A session written by a version that kept no holder (its entry deleted here): another
+    principal's claim gets through Redis, but is refused once the session is read, and the
+    session keeps its owner: alice resumes it, queue included, on a third node."""
+    client_id, topic = unique("legacy"), unique("legacy") + "/t"
+    alice_login = {"username": "alice", "password": SECRETS["alice"]}
+    publisher = connected(nodes["b"])
+    alice = MqttClient(nodes["a"], V5, client_id=client_id, clean=False, session_expiry=300,
+                       **alice_login)
+    assert alice.connect().reason_code == 0
+    assert alice.subscribe((topic, 1)) == [1]
+    count_until_probe(publisher, alice, topic, Counter())
+    alice.disconnect()
+    publisher.publish(topic, b"queued", 1)
+    store = BlockingRedis("127.0.0.1", redis.port, 0)
+    try:
+        assert store.call("HDEL", "wr:mqtt-holder:realm1", client_id) == 1
+    finally:
+        store.close()
+    limited = MqttClient(nodes["c"], V5, client_id=client_id, clean=False, session_expiry=300,
+                         username="limited", password=SECRETS["limited"])
+    assert limited.connect().reason_code == NOT_AUTHORIZED
+    again = MqttClient(nodes["b"], V5, client_id=client_id, clean=False, session_expiry=300,
+                       **alice_login)
+    assert again.connect().session_present
+    received: Counter[bytes] = Counter()
+    count_until_probe(publisher, again, topic, received)
+    assert received[b"queued"] == 1
+    for client in (publisher, alice, limited, again):
+        client.close()
+
+
+@pytest.mark.parametrize("version", [V311, V5], ids=["mqtt311", "mqtt5"])
+def test_will_of_a_connection_taken_over_from_another_node_is_published(nodes, version):
+    topic = unique("will") + "/t"
+    client_id = unique("will-take")
+    observer = connected(nodes["b"])
+    assert observer.subscribe((topic, 1)) == [1]
+    probes = connected(nodes["a"])
+    count_until_probe(probes, observer, topic, Counter())  # A knows of the subscription
+    old = MqttClient(nodes["a"], version, client_id=client_id,
+                     will={"topic": topic, "payload": b"taken over", "qos": 1})
+    assert old.connect().reason_code == 0
+    new = MqttClient(nodes["c"], version, client_id=client_id)
+    assert new.connect().reason_code == 0
+    old.wait_disconnected()
+    observer.expect(topic, b"taken over")
+    for client in (observer, probes, old, new):
         client.close()
 
 

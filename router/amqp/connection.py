@@ -179,9 +179,7 @@ class AmqpConnection:
                 if self.sasl.state == "verifying":
                     self.verifying(True)
                 return
-            identity = self.sasl.identity or Identity("anonymous",
-                                                      self.frontend.realm.anonymous_role,
-                                                      "anonymous")
+            identity = self.sasl.identity or self.frontend.anonymous_identity()
             self._start_engine(identity)
             data = self.sasl.rest
         try:
@@ -363,17 +361,20 @@ class AmqpConnection:
         if link.is_sender and durable_source(link.remote_source):
             self._claiming[key] = link
             self.frontend.claim((self.connection.remote_container or "", link.name),
-                                lambda: self._claimed(link, key))
+                                self.info, lambda refused: self._claimed(link, key, refused))
             return
         self._open(link, key)
 
-    def _claimed(self, link, key: tuple[str, str]) -> None:
+    def _claimed(self, link, key: tuple[str, str], refused: AttachRefused | None) -> None:
         """This node owns the durable link now: attach it, unless the client gave up on it
-        (or on its session or the connection) meanwhile."""
+        (or on its session or the connection) meanwhile; or refuse it (another owner's)."""
         if (self._claiming.pop(key, None) is not link or self._closed
                 or link.session.state & Endpoint.REMOTE_CLOSED):
             return
-        self._open(link, key)
+        if refused is not None:
+            self._refuse(link, refused.condition, refused.description)
+        else:
+            self._open(link, key)
         self.process()
 
     def _open(self, link, key: tuple[str, str]) -> None:

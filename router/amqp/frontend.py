@@ -14,15 +14,18 @@ from typing import Callable
 
 from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_pattern
 from router.amqp.body import Inbound
-from router.amqp.conditions import INVALID_FIELD, AttachRefused, router_error_condition
+from router.amqp.conditions import (INVALID_FIELD, UNAUTHORIZED, AttachRefused,
+                                    router_error_condition)
 from router.amqp.outlet import Outlet
 from router.amqp.persistence import AmqpStore, LinkClaims, StoredDurable, link_id, link_key
 from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
 from router.amqp.subscriber import AmqpSubscriber
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
+from router.core.incidents import NOT_AUTHORIZED
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions
+from router.core.ownership import ANONYMOUS, anonymous_authid, owner
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
 from router.settings import AmqpSettings
@@ -89,7 +92,7 @@ class AmqpFrontend:
             authid, reason = client_cn, "no principal for the client certificate's CN"
         elif mechanism == "ANONYMOUS":
             if self.realm.anonymous_role is not None:
-                answer(Identity("anonymous", self.realm.anonymous_role, "anonymous"))
+                answer(self.anonymous_identity())
                 return
             reason = "anonymous access is off"
         elif mechanism == "EXTERNAL":
@@ -120,6 +123,11 @@ class AmqpFrontend:
                     return
         refuse(reason)
 
+    def anonymous_identity(self) -> Identity:
+        """An anonymous client's identity: an authid of the router's choosing, its own."""
+        return Identity(anonymous_authid(self.router.new_session_id()),
+                        self.realm.anonymous_role, ANONYMOUS)  # type: ignore[arg-type]
+
     # connections -------------------------------------------------------------------------
 
     def connected(self, connection: Outlet) -> None:
@@ -134,19 +142,37 @@ class AmqpFrontend:
 
     # subscriptions -----------------------------------------------------------------------
 
-    def claim(self, key: tuple[str, str], then: Callable[[], None]) -> None:
-        """``then()`` once this node owns the durable link ``key``: at once on a single
-        node; among nodes once the node that had it let go, its state restored here."""
+    def claim(self, key: tuple[str, str], info: SessionInfo,
+              then: Callable[[AttachRefused | None], None]) -> None:
+        """``then(None)`` once this node owns the durable link ``key`` for the connection
+        of ``info``: at once on a single node; among nodes once the node that had it let
+        go, its state restored here. ``then(refusal)`` when the link belongs to another
+        owner on another node (Redis keeps who holds each link): nothing of it touched."""
         if self.claims is None:
-            then()
+            then(None)
             return
 
         def claimed(stored: StoredDurable | None) -> None:
             if stored is not None and key not in self.durable:
                 self._restore_one(stored)
-            then()
+            existing = self.durable.get(key)
+            if existing is not None:  # the claim wrote the claimant: say whose it is
+                self.claims.hold(link_id(*key), owner(  # type: ignore[union-attr]
+                    existing.info.authid, existing.info.authmethod))
+            then(None)
+            if key not in self.durable:  # the attach was refused (or given up): no link
+                self.claims.disown(link_id(*key))  # type: ignore[union-attr]
 
-        self.claims.claim(link_id(*key), True, claimed)
+        self.claims.claim(link_id(*key), owner(info.authid, info.authmethod), True, claimed,
+                          lambda: then(self._foreign(key, info)))
+
+    def _foreign(self, key: tuple[str, str], info: SessionInfo) -> AttachRefused:
+        """The refusal of an attach of another owner's durable link ``key`` (counted)."""
+        reason = (f"the durable link {key[1]!r} of container {key[0]!r} belongs to another "
+                  "principal")
+        self.router.incidents.count(self.realm.name, "amqp", NOT_AUTHORIZED,
+                                    f"{info.authid}: {reason}", level=logging.INFO)
+        return AttachRefused(UNAUTHORIZED, reason)
 
     def release(self, owned: str, done: Callable[[], None]) -> None:
         """Another node claimed a durable link: close it here (``amqp:link:stolen``), keep
@@ -179,11 +205,14 @@ class AmqpFrontend:
         key = (connection.connection.remote_container or "", link.name) if durable else None
         if key is not None and key in self.durable:
             existing = self.durable[key]
+            if (owner(existing.info.authid, existing.info.authmethod)
+                    != owner(info.authid, info.authmethod)):
+                # checked before anything of it is touched: its link, queue and client stay
+                raise self._foreign(key, info)
             if existing.connection is not None and existing.link is not None:
                 existing.connection.steal(existing)
             if (existing.address == address and existing.qos == qos
-                    and existing.policy == policy and existing.group == group
-                    and existing.info.authid == info.authid):
+                    and existing.policy == policy and existing.group == group):
                 return existing
             self.destroy(existing, disown=False)
         subscriber = AmqpSubscriber(

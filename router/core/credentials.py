@@ -54,6 +54,16 @@ class Principal:
                                            ("cryptosign", self.cryptosign_pubkeys)) if present]
 
 
+def secret_problem(secret: str) -> str | None:
+    """Why a secret may not be stored, or None. A NUL byte is refused: PBKDF2's HMAC pads a
+    short key with zero bytes, so ``s`` and ``s\\0`` would derive the same hash."""
+    if not secret:
+        return "an empty secret is not allowed"
+    if "\0" in secret:
+        return "a secret may not contain NUL bytes"
+    return None
+
+
 def hash_secret(secret: str, iterations: int = DEFAULT_ITERATIONS) -> str:
     """``pbkdf2-sha256$<iterations>$<salt b64>$<hash b64>`` for storing in a realm file."""
     salt = secrets.token_bytes(16)
@@ -63,7 +73,11 @@ def hash_secret(secret: str, iterations: int = DEFAULT_ITERATIONS) -> str:
 
 
 def verify_secret(secret: str, stored: str) -> bool:
-    """Constant-time check of ``secret`` against a stored hash; malformed hashes never match."""
+    """Constant-time check of ``secret`` against a stored hash; malformed hashes never match,
+    nor does a secret with a NUL byte (which PBKDF2 would take for the secret without its
+    trailing NULs)."""
+    if "\0" in secret:
+        return False
     try:
         scheme, iterations, salt, digest = stored.split("$")
         if scheme != SCHEME:

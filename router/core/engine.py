@@ -146,8 +146,14 @@ class Claims(Protocol):
     """Set by the frontend: ``release(id, done)`` drops the state here (its client is
     detached as a takeover) and calls ``done`` once its writes are stored."""
 
-    def claim(self, owned: str, load: bool, answer: Callable[[Any], None]) -> None:
-        """Own ``owned``; ``answer(state or None)``, with the state only if ``load``."""
+    def claim(self, owned: str, holder: str, load: bool, answer: Callable[[Any], None],
+              refused: Callable[[], None]) -> None:
+        """Own ``owned`` for ``holder`` (:func:`router.core.ownership.owner`);
+        ``answer(state or None)``, with the state only if ``load``; or ``refused()`` when
+        the state belongs to another holder (nothing changed)."""
+
+    def hold(self, owned: str, holder: str) -> None:
+        """The state of ``owned`` here belongs to ``holder``."""
 
     def disown(self, owned: str) -> None:
         """The state ended here."""

@@ -175,11 +175,16 @@ class MqttConnection:
         if self._connect_state == "attaching":
             self._connect_state = "waiting"
 
-    def _attached(self, packet: Connect, resume: bool, session: "MqttSession",
+    def _attached(self, packet: Connect, resume: bool, session: "MqttSession | int",
                   session_present: bool, assigned_id: str | None) -> None:
-        """CONNACK; then, if the answer came later, the packets that followed CONNECT."""
+        """CONNACK; then, if the answer came later, the packets that followed CONNECT.
+        ``session`` is a refusal's reason code when the client id is another owner's."""
         resume = resume or self._connect_state == "waiting"
         self._connect_state = None
+        if isinstance(session, int):
+            self._send(Connack(False, session))
+            self._close_now()
+            return
         if self._closed:  # gone while its session was fetched from another node
             self.frontend.disconnected(self, session, None)
             return
@@ -516,13 +521,12 @@ class MqttConnection:
         self._close_now()
 
     def kill(self, reason: str, message: str | None) -> None:
-        """Router-side close (shutdown, takeover)."""
+        """Router-side close (shutdown, takeover); the will stays due: a server-side close
+        publishes it (MQTT-3.1.2-8, takeover included: 5.0 section 3.1.4)."""
         code = (ReasonCode.SESSION_TAKEN_OVER if reason == "takeover"
                 else ReasonCode.SERVER_SHUTTING_DOWN)
         if self.session is not None and self.version == 5:
             self._send(Disconnect(code))
-        if reason == "takeover":
-            self._will = None
         self._close_now()
 
     def resume_output(self) -> None:

@@ -14,11 +14,12 @@ from typing import Callable
 from router.core import errors
 from router.core.broker import Subscription
 from router.core.credentials import Principal
-from router.core.dealer import Scheduler
+from router.core.dealer import DelayedCall, Scheduler
 from router.core.errors import RouterError
 from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
+from router.core.ownership import anonymous_authid, owner
 from router.core.payload import from_bytes
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
@@ -57,6 +58,8 @@ class MqttFrontend:
         self.store = store
         self.scheduler = scheduler
         self.sessions: dict[str, MqttSession] = {}
+        self._pending_wills: dict[str, DelayedCall] = {}
+        """Client id -> the timer of its will, waiting for the will delay to pass."""
         self._principals: dict[str, Principal] = router.principals[realm.name]
         self.claims: SessionClaims | None = (store if isinstance(store, SessionClaims)
                                              else None)
@@ -64,6 +67,7 @@ class MqttFrontend:
         if self.claims is not None:
             self.claims.release = self.release
             self.claims.adopt = self.adopt
+            self.claims.lost_will = self.lost_will
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         self.store.when_durable(callback)
@@ -82,7 +86,37 @@ class MqttFrontend:
     def authenticate(self, connection: Outlet, packet: Connect,
                      answer: Callable[[int | Identity], None]) -> None:
         """``answer`` a CONNACK failure reason or (authid or None for anonymous, authrole,
-        method): at once, or on the reactor once the password is checked in a thread."""
+        method): at once, or on the reactor once the password is checked in a thread. A
+        client id whose session belongs to another owner is refused here, before anything
+        of that session is touched (see :mod:`router.core.ownership`)."""
+
+        def owned(result: int | Identity) -> None:
+            if not isinstance(result, int) and self._foreign(connection, packet.client_id,
+                                                             result):
+                result = ReasonCode.NOT_AUTHORIZED
+            answer(result)
+
+        self._authenticate(connection, packet, owned)
+
+    def _foreign(self, connection: Outlet, client_id: str, identity: Identity) -> bool:
+        """Whether the client id's session on this node belongs to another owner than
+        ``identity`` (then the refusal is counted; the session is left alone)."""
+        existing = self.sessions.get(client_id)
+        authid, _, authmethod = identity
+        if existing is None or (owner(existing.info.authid, existing.info.authmethod)
+                                == owner(authid or "", authmethod)):
+            return False
+        self._count_foreign(connection, client_id, authid)
+        return True
+
+    def _count_foreign(self, connection: Outlet, client_id: str, authid: str | None) -> None:
+        self.router.incidents.count(
+            self.realm.name, "mqtt", NOT_AUTHORIZED,
+            f"client {client_id} from {connection.peer} ({authid or 'anonymous'}) refused: "
+            "the client id's session belongs to another principal", level=logging.INFO)
+
+    def _authenticate(self, connection: Outlet, packet: Connect,
+                      answer: Callable[[int | Identity], None]) -> None:
         if "authentication_method" in packet.properties:
             log.info("MQTT client %s asked for enhanced authentication (%s): not supported",
                      connection.peer, packet.properties["authentication_method"])
@@ -122,10 +156,12 @@ class MqttFrontend:
         return None, self.realm.anonymous_role, "anonymous"
 
     def connect(self, connection: Outlet, packet: Connect, identity: Identity,
-                answer: Callable[[MqttSession, bool, str | None], None]) -> None:
+                answer: Callable[[MqttSession | int, bool, str | None], None]) -> None:
         """``answer(session, session present, assigned client id)`` of an authenticated
         CONNECT: at once, or, when sessions follow their client among nodes, once this node
-        owns the client id (the node that had it let go: its state is read from there)."""
+        owns the client id (the node that had it let go: its state is read from there); or
+        ``answer(CONNACK refusal, False, None)`` when the client id's session belongs to
+        another owner, found out only there (Redis keeps who holds each client id)."""
         client_id, assigned = packet.client_id, None
         if not client_id:
             client_id = assigned = f"auto-{self.router.new_session_id():x}"
@@ -139,30 +175,44 @@ class MqttFrontend:
                     self.store.delete_session(client_id)
                 elif stored is not None:
                     self._restore_one(stored, time.time())
+            existing = self.sessions.get(client_id)
+            if existing is not None:  # the claim wrote the claimant: say whose it is
+                self.claims.hold(client_id, owner(  # type: ignore[union-attr]
+                    existing.info.authid, existing.info.authmethod))
+            if self._foreign(connection, client_id, identity):  # stored without a holder
+                answer(ReasonCode.NOT_AUTHORIZED, False, None)
+                return
             session, present = self._attach(connection, packet, identity, client_id)
             self._keep_will(session, packet.will)
             answer(session, present, assigned)
 
-        self.claims.claim(client_id, not packet.clean_start, claimed)
+        def refused() -> None:
+            self._count_foreign(connection, client_id, identity[0])
+            answer(ReasonCode.NOT_AUTHORIZED, False, None)
+
+        self.claims.claim(client_id, owner(identity[0] or "", identity[2]),
+                          not packet.clean_start, claimed, refused)
 
     def _attach(self, connection: Outlet, packet: Connect, identity: Identity,
                 client_id: str) -> tuple[MqttSession, bool]:
         """(session, session present): the client's session on this node, taken over from
         its previous connection or new."""
         authid, authrole, authmethod = identity
+        session_id = self.router.new_session_id()
         if authid is None:
-            authid = client_id  # anonymous: the client id is the identity, as sessions are
+            authid = anonymous_authid(session_id)
         expiry = self._requested_expiry(connection, packet)
+        self._cancel_will(client_id)  # a new connection for the client id (MQTT-3.1.2-8)
         existing = self.sessions.get(client_id)
         if existing is not None and existing.connection is not None:
-            existing.connection.kill("takeover", None)
+            existing.connection.kill("takeover", None)  # its will is published when it is gone
             existing.connection = None
-        if existing is not None and (packet.clean_start or existing.info.authid != authid):
+        if existing is not None and packet.clean_start:  # its owner's, checked before
             self.destroy(existing, disown=False)
             existing = None
         session_present = existing is not None
         if existing is None:
-            info = SessionInfo(self.router.new_session_id(), self.realm.name, authid, authrole,
+            info = SessionInfo(session_id, self.realm.name, authid, authrole,
                                authmethod, protocol=connection.transport_name,
                                transport={"type": connection.transport_name,
                                           "peer": connection.peer})
@@ -190,7 +240,7 @@ class MqttFrontend:
             connection.kill("takeover", None)
             if session.persistent:
                 self._save(session, time.time())  # its expiry runs from now
-        session.moved = True
+        self._cancel_will(client_id)  # the node that took the client decides on it now
         self._forget(session)
         self._keep_will(session, None)  # the node that took the client keeps its will now
         self.store.when_durable(lambda ok: done())
@@ -215,14 +265,26 @@ class MqttFrontend:
         if session is None:
             self.claims.disown(client_id)  # type: ignore[union-attr]  # adopt needs claims
             if will is not None:  # the session ended with its node: the will is due now
-                info = SessionInfo(self.router.new_session_id(), self.realm.name, will.authid,
-                                   will.authrole, will.authmethod, protocol="mqtt")
-                self._send_will(client_id, info, _as_will(will))
+                self._send_stored_will(client_id, _as_will(will), will)
             return
         if will is not None and session.connection is None:
             due = _as_will(will)
             self._keep_will(session, due)  # this node publishes it now, or dies first
             self._publish_will(session, due)
+
+    def lost_will(self, client_id: str, stored: StoredWill) -> None:
+        """The will of a client whose node died after the client had connected to another
+        node: its connection there was closed by the death, so a will without a delay is
+        due now; one with a delay was cancelled by the new connection (MQTT-3.1.2-8)."""
+        will = _as_will(stored)
+        if not will.properties.get("will_delay_interval", 0):
+            self._send_stored_will(client_id, will, stored)
+
+    def _send_stored_will(self, client_id: str, will: Will, stored: StoredWill) -> None:
+        """Publish a will of a connection of another node, as who connected."""
+        info = SessionInfo(self.router.new_session_id(), self.realm.name, stored.authid,
+                           stored.authrole, stored.authmethod, protocol="mqtt")
+        self._send_will(client_id, info, will)
 
     def _keep_will(self, session: MqttSession, will: Will | None) -> None:
         """Keep the store's copy of the will of the session's connection current (only
@@ -288,7 +350,11 @@ class MqttFrontend:
                      will: Will | None) -> None:
         self.router.connections.discard(connection)
         if session.connection is not connection:
-            return  # taken over by a newer connection
+            # taken over by a newer connection for the client id: a will is published now,
+            # unless it had a delay, which that connection came before (MQTT-3.1.2-8)
+            if will is not None and not will.properties.get("will_delay_interval", 0):
+                self._send_will(session.client_id, session.info, will)
+            return
         session.connection = None
         if will is not None:
             self._publish_will(session, will)
@@ -327,16 +393,23 @@ class MqttFrontend:
     def _publish_will(self, session: MqttSession, will: Will) -> None:
         delay = will.properties.get("will_delay_interval", 0)
         if delay:
-            self.scheduler.callLater(min(delay, session.expiry), self._delayed_will, session,
-                                     will)
+            self._pending_wills[session.client_id] = self.scheduler.callLater(
+                min(delay, session.expiry), self._delayed_will, session, will)
             return
         self._keep_will(session, None)
         self._send_will(session.client_id, session.info, will)
 
     def _delayed_will(self, session: MqttSession, will: Will) -> None:
-        if session.connection is None and not session.moved:
-            self._keep_will(session, None)
-            self._send_will(session.client_id, session.info, will)
+        self._pending_wills.pop(session.client_id, None)
+        self._keep_will(session, None)
+        self._send_will(session.client_id, session.info, will)
+
+    def _cancel_will(self, client_id: str) -> None:
+        """A new connection for the client id came before the will's delay passed: no will
+        (MQTT-3.1.2-8, MQTT-3.1.3-9), whether it resumes the session or starts a new one."""
+        pending = self._pending_wills.pop(client_id, None)
+        if pending is not None:
+            pending.cancel()
 
     def _send_will(self, client_id: str, info: SessionInfo, will: Will) -> None:
         try:

@@ -118,6 +118,9 @@ class SessionClaims(Claims, Protocol):
     adopt: Callable[[str, "StoredSession | None", "StoredWill | None"], None]
     """Set by the frontend: ``adopt(client_id, session, will)`` of a client whose node
     died (or of this node's previous run): its session, if persistent, now lives here."""
+    lost_will: Callable[[str, "StoredWill"], None]
+    """Set by the frontend: ``lost_will(client_id, will)`` of a client whose node died
+    after the client connected to another node (its session is that node's now)."""
 
     def keep_will(self, client_id: str, will: "StoredWill | None") -> None:
         """The will of the client's connection on this node (None: it has none, or it was

@@ -104,9 +104,6 @@ class MqttSession:
         self._seq = itertools.count(1)
         self._next_packet_id = 1
         self.expiry_timer = None
-        self.moved = False
-        """Taken over by another node: a delayed will of its last connection here is not
-        due (the client is connected there)."""
 
     def cancel_expiry(self) -> None:
         """Cancel the expiry timer (it holds the session, and its queue, alive)."""

@@ -6,6 +6,10 @@ a container id and link name) and says which keys hold it.
 
 * hash ``wr:<protocol>-owner:<realm>``: id -> the node that has the state in memory
   (client attached or not). Only the owner queues publications for it and changes it.
+* hash ``wr:<protocol>-holder:<realm>``: id -> who the state belongs to
+  (:func:`router.core.ownership.owner`), set by the claim that created it, removed with the
+  owner entry. A claim for another holder is refused in the claiming script itself: the
+  state, its node and its client are not touched.
 * channel ``wr:takeover:<node>``: MessagePack ``[realm, protocol, kind, id, node]``: "take"
   (the sender has claimed the id: detach its client, write what is under way, then
   answer) and "released" (done: the state in Redis is complete).
@@ -42,6 +46,11 @@ log = logging.getLogger(__name__)
 TAKEOVER_CHANNEL_PREFIX = b"wr:takeover:"
 
 CLAIM = """
+local holder = redis.call('HGET', KEYS[2], ARGV[1])
+if holder and holder ~= ARGV[5] then
+  return false
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[5])
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 if old and old ~= ARGV[2] then
@@ -50,16 +59,18 @@ if old and old ~= ARGV[2] then
 end
 return ''
 """
-"""KEYS owner hash; ARGV id, this node, the channel prefix, the "take" message.
-Answers the previous owner when it was another node (it has been told), else ''."""
+"""KEYS owner hash, holder hash; ARGV id, this node, the channel prefix, the "take"
+message, the claiming holder. Answers nil when the state belongs to another holder (nothing
+changed), the previous owner when it was another node (it has been told), else ''."""
 
 DISOWN = """
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
   redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
 end
 return 0
 """
-"""Forget the owner of an id only if it is still this node."""
+"""Forget the owner and holder of an id only if it is still this node's."""
 
 Stored = TypeVar("Stored")
 
@@ -82,6 +93,7 @@ class RedisClaims(Generic[Stored]):
         self._engine = shared.engine
         self._realm = realm
         self.owner_key = f"wr:{self.protocol}-owner:{realm}".encode()
+        self.holder_key = f"wr:{self.protocol}-holder:{realm}".encode()
         self.release: Release = lambda owned, done: done()
         """Set by the frontend."""
         self._claims: dict[str, list[Callable[[], None]]] = {}
@@ -107,23 +119,30 @@ class RedisClaims(Generic[Stored]):
         return msgpack.packb([self._realm, self.protocol, kind, owned, self._engine.node],
                              use_bin_type=True)
 
-    def claim(self, owned: str, load: bool, answer: Callable[[Stored | None], None]) -> None:
-        """Make this node the owner of ``owned``; ``answer(state)`` with what Redis holds
-        (read once the node that had it let go; only if ``load``: a clean start needs
-        none), or None. ``answer`` may run at once."""
+    def claim(self, owned: str, holder: str, load: bool,
+              answer: Callable[[Stored | None], None], refused: Callable[[], None]) -> None:
+        """Make this node the owner of ``owned`` for ``holder``; ``answer(state)`` with what
+        Redis holds (read once the node that had it let go; only if ``load``: a clean start
+        needs none), or None; ``refused()`` instead if the state belongs to another holder.
+        Either may run at once."""
         after = self._claims.get(owned)
-        if after is not None:  # a claim of this node is under way: it brings the state here
-            after.append(partial(answer, None))
+        if after is not None:  # a claim of this node is under way: this one follows it, to
+            # be checked against what it leaves (refused, or the state here already)
+            after.append(partial(self.claim, owned, holder, load, answer, refused))
             return
         self._claims[owned] = []
         engine = self._engine
-        claimed = engine.request(command("EVAL", CLAIM, 1, self.owner_key, owned, engine.node,
-                                         TAKEOVER_CHANNEL_PREFIX, self._message("take", owned)))
-        claimed.addCallbacks(self._claimed, self._claim_failed, (owned, load, answer),
+        claimed = engine.request(command("EVAL", CLAIM, 2, self.owner_key, self.holder_key,
+                                         owned, engine.node, TAKEOVER_CHANNEL_PREFIX,
+                                         self._message("take", owned), holder))
+        claimed.addCallbacks(self._claimed, self._claim_failed, (owned, load, answer, refused),
                              errbackArgs=(owned, answer))
 
-    def _claimed(self, previous: bytes, owned: str, load: bool,
-                 answer: Callable[[Stored | None], None]) -> None:
+    def _claimed(self, previous: bytes | None, owned: str, load: bool,
+                 answer: Callable[[Stored | None], None], refused: Callable[[], None]) -> None:
+        if previous is None:  # another holder's: nothing was changed
+            self._finish(owned, lambda nothing: refused(), None)
+            return
         if not previous:
             self._ready(owned, load, answer)
             return
@@ -195,9 +214,15 @@ class RedisClaims(Generic[Stored]):
         self._claims[owned] = []
         self._load(owned, adopted)
 
+    def hold(self, owned: str, holder: str) -> None:
+        """Who the state of ``owned`` here belongs to (state stored without a holder entry,
+        by an older version, gets one this way)."""
+        self._write("HSET", self.holder_key, owned, holder)
+
     def disown(self, owned: str) -> None:
         """The state ended here: no node owns the id any more (unless one claimed it)."""
-        self._write("EVAL", DISOWN, 1, self.owner_key, owned, self._engine.node)
+        self._write("EVAL", DISOWN, 2, self.owner_key, self.holder_key, owned,
+                    self._engine.node)
 
     def _load(self, owned: str, answer: Callable[[Stored | None], None]) -> None:
         """Read the state in one transaction, then answer with it."""
@@ -234,6 +259,7 @@ class RedisClaims(Generic[Stored]):
                                       [redis.call(*args) for args in self._reads(owned.decode())])
                 if stored is None:
                     redis.call("HDEL", self.owner_key, owned)
+                    redis.call("HDEL", self.holder_key, owned)
                 else:
                     found.append(stored)
             return found

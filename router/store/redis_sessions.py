@@ -48,7 +48,8 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
         self.will_key = self.wills_key(self._engine.node)
         self.adopt: Callable[[str, StoredSession | None, StoredWill | None], None] = (
             lambda client_id, stored, will: None)
-        """Set by the MQTT frontend."""
+        self.lost_will: Callable[[str, StoredWill], None] = lambda client_id, will: None
+        """Set by the MQTT frontend (as ``adopt``)."""
 
     def wills_key(self, node: str) -> bytes:
         """The hash of the wills of node ``node``'s connections."""
@@ -57,10 +58,12 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
     def adopt_clients(self, clients: list[str], wills: dict[str, StoredWill]) -> None:
         """This node now owns ``clients`` (their node died; the reaping script made it
         their owner): load each one's session as an own claim, then hand it to the frontend
-        with its will. Wills of other clients of the dead node (they connected elsewhere
-        meanwhile) are not due: a takeover drops a will, as on one node."""
+        with its will. The wills of the dead node's other clients (they connected elsewhere
+        before the death was found) go to the frontend's ``lost_will``."""
         for client_id in clients:
             self.adopt_owned(client_id, partial(self._adopted, client_id, wills.get(client_id)))
+        for client_id in wills.keys() - set(clients):
+            self.lost_will(client_id, wills[client_id])
 
     def _adopted(self, client_id: str, will: StoredWill | None,
                  stored: StoredSession | None) -> None:

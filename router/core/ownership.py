@@ -1,0 +1,35 @@
+"""Who a client is, and who owns the state it leaves behind.
+
+An anonymous client is given an authid by the router, ``anonymous-<session id in hex>``:
+never one it picks, so no anonymous client can pass for a principal in an
+``eligible_authid`` list or an ACL pattern built from the authid. State that outlives a
+connection (an MQTT session, an AMQP durable link) belongs to its creator: the principal
+(its authid), or, for a session created anonymously, the anonymous clients as a class (the
+router cannot tell one anonymous client from another; only the client id or the container
+id and link name find the state again). A client may take over or resume only state of its
+own owner; anything else is refused and left as it is.
+"""
+
+from __future__ import annotations
+
+ANONYMOUS = "anonymous"
+"""The authmethod of anonymous clients (and the prefix of their authids)."""
+
+
+def anonymous_authid(session_id: int) -> str:
+    """The router-assigned authid of an anonymous client with this session id."""
+    return f"{ANONYMOUS}-{session_id:x}"
+
+
+def assigned_to_anonymous(authid: str) -> bool:
+    """Whether ``authid`` has the form the router gives anonymous clients (no principal may
+    be named so: an ``eligible_authid`` list must not reach an anonymous client by chance)."""
+    return authid.startswith(ANONYMOUS + "-")
+
+
+def owner(authid: str, authmethod: str) -> str:
+    """The owner of state created by this identity, as one string (stores keep it):
+    ``principal:<authid>``, or ``anonymous`` for the anonymous clients as a class (told
+    apart by the authmethod, so a principal whose name looks like an anonymous authid never
+    owns anonymous state)."""
+    return ANONYMOUS if authmethod == ANONYMOUS else f"principal:{authid}"
