@@ -172,6 +172,7 @@ class Node:
 
     def start(self) -> None:
         self._expiry.start(1.0, now=False)
+        self.eventlog.start(self.reactor)
         self._log_flush.start(self.config.eventlog.flush_interval, now=False)
         self._incident_flush.start(self.router.incidents.interval, now=False)
         self.reclaimer.start()
