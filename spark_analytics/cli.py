@@ -10,10 +10,10 @@ from datetime import date
 from pyspark.sql import SparkSession
 
 from spark_analytics.compact import compact_logs
-from spark_analytics.reader import input_files
+from spark_analytics.reader import input_files, is_open
 from spark_analytics.report import NoEvents, build_report, describe_scope
 from spark_analytics.session import Sizing, start_session
-from spark_analytics.storage import HadoopFiles, LocalFiles, local_path, shown, to_url
+from spark_analytics.storage import Entry, HadoopFiles, LocalFiles, local_path, shown, to_url
 from spark_analytics.stream import DEFAULT_WATERMARK_MINUTES, STATE_PARTITIONS, run_stream
 
 
@@ -99,9 +99,9 @@ def no_files(args: argparse.Namespace, files: list) -> bool:
 
 
 def sized_session(args: argparse.Namespace, fixed: Sizing | None = None
-                  ) -> tuple[SparkSession | None, int, int]:
-    """The session for the input, with the number and bytes of the files it will read; no
-    session (None) when there is nothing to read. A local input is listed before the session
+                  ) -> tuple[SparkSession | None, list[Entry]]:
+    """The session for the input, with the files it will read; no session (None) when there
+    is nothing to read. A local input is listed before the session
     starts, so its size can choose the JVM's options; any other is listed through the
     session's Hadoop file system, and its size sets the shuffle partitions afterwards."""
     spark = None
@@ -110,27 +110,35 @@ def sized_session(args: argparse.Namespace, fixed: Sizing | None = None
     else:
         spark = start_session(fixed or Sizing.for_input(0), args.master, args.driver_memory)
         files = input_files(HadoopFiles(spark), args.logs, args.realm, args.since)
-    input_bytes = sum(entry.size for entry in files)
     if no_files(args, files):
         if spark is not None:
             spark.stop()
-        return None, 0, 0
+        return None, []
     sizing = fixed or Sizing.for_files(files)
     if spark is None:
         spark = start_session(sizing, args.master, args.driver_memory)
     else:
         spark.conf.set("spark.sql.shuffle.partitions", sizing.shuffle_partitions)
-    return spark, len(files), input_bytes
+    return spark, files
+
+
+def describe_input(files: list[Entry]) -> str:
+    """``12 files, 3.4 MiB``, saying how many of them the router is still writing."""
+    still_open = sum(1 for entry in files if is_open(entry))
+    writing = (f" ({still_open:,} still being written by the router: read as they are now)"
+               if still_open else "")
+    return (f"{len(files):,} files{writing}, "
+            f"{sum(entry.size for entry in files) / 2**20:,.1f} MiB")
 
 
 def report_command(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    spark, file_count, input_bytes = sized_session(args)
+    spark, files = sized_session(args)
     if spark is None:
         return 1
     print(f"Spark {spark.version} on {args.master} started in "
-          f"{time.perf_counter() - started:.1f} s; reading {file_count:,} files, "
-          f"{input_bytes / 2**20:,.1f} MiB", file=sys.stderr)
+          f"{time.perf_counter() - started:.1f} s; reading {describe_input(files)}",
+          file=sys.stderr)
     try:
         page = build_report(spark, args.logs, args.out, args.realm, args.since)
     except NoEvents as error:
@@ -144,7 +152,7 @@ def report_command(args: argparse.Namespace) -> int:
 
 def stream_command(args: argparse.Namespace) -> int:
     if args.once:
-        spark, _, _ = sized_session(args, Sizing(STATE_PARTITIONS))
+        spark, _ = sized_session(args, Sizing(STATE_PARTITIONS))
         if spark is None:
             return 1
     else:

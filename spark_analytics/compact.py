@@ -27,12 +27,11 @@ from pyspark.sql import functions as F
 
 from router.eventlog.schema import DAY_COLUMNS
 from spark_analytics.aggregates import USED_COLUMNS
-from spark_analytics.reader import (COMPACTED, COMPACTED_MARKER, JSON_OPTIONS, compacted_days,
-                                    compacted_folder, day_files, day_of, event_ddl)
+from spark_analytics.reader import (COMPACTED, COMPACTED_MARKER, JSON_OPTIONS, OPEN_PART_GLOB,
+                                    compacted_days, compacted_folder, day_files, day_of,
+                                    event_ddl)
 from spark_analytics.rollups import all_rollups, store_rollup
 from spark_analytics.storage import Files, HadoopFiles, join, to_url
-
-OPEN_PART_GLOB = ".part-*.jsonl"
 
 
 def closed_days(files: Files, logs: str, realm: str | None,
