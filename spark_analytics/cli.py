@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import date
+from datetime import date, datetime, timezone
 
 from pyspark.sql import SparkSession
 
-from spark_analytics.compact import compact_logs
+from spark_analytics.compact import compact_logs, describe_compacted, plan
 from spark_analytics.reader import input_files, is_open
 from spark_analytics.report import NoEvents, build_report, describe_scope
 from spark_analytics.session import Sizing, start_session
@@ -169,14 +169,29 @@ def stream_command(args: argparse.Namespace) -> int:
 
 
 def compact_command(args: argparse.Namespace) -> int:
+    """Compact what is due, saying what was written, or that nothing was due and why: a local
+    log is planned before Spark starts, so a run with nothing to do starts none."""
+    started = time.perf_counter()
+    today = datetime.now(timezone.utc).date()
+    if local_path(args.logs) is not None:
+        planned = plan(LocalFiles(), args.logs, args.realm, today)
+        if not planned.todo:
+            print(f"nothing to compact under {shown(args.logs)}: {planned.why_nothing()}")
+            return 0
+        print(f"compacting {len(planned.todo):,} day(s) under {shown(args.logs)}",
+              file=sys.stderr)
     # no shuffle: each day is read and written by itself
     spark = start_session(Sizing(shuffle_partitions=1), args.master, args.driver_memory)
     try:
-        written = compact_logs(spark, args.logs, args.realm)
+        written = compact_logs(spark, args.logs, args.realm, today)
+        if not written:
+            planned = plan(HadoopFiles(spark), args.logs, args.realm, today)
+            print(f"nothing to compact under {shown(args.logs)}: {planned.why_nothing()}")
+            return 0
+        print(describe_compacted(spark, args.logs, written))
     finally:
         spark.stop()
-    for realm, day in written:
-        print(f"compacted realm={realm}/date={day}")
+    print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 
 
