@@ -218,7 +218,8 @@ def test_report_right_after_traffic_counts_the_part_the_router_still_writes(tmp_
 
     try:
         run(traffic())
-        open_part = wait_for_records(logs, "com.open.part", publishes)
+        open_part = wait_for_records(logs, '"kind":"session_leave"', 1)  # the last record
+        records = open_part.read_text().count("\n")
         # another realm's part caught mid-line by the read: whole lines count, the torn one not
         other = logs / "realm=other" / open_part.parent.name / ".part-0.jsonl"
         other.parent.mkdir(parents=True)
@@ -235,16 +236,18 @@ def test_report_right_after_traffic_counts_the_part_the_router_still_writes(tmp_
     assert "2 still being written by the router" in result.stderr, result.stderr
     topics = {(row["realm"], row["topic"]): int(row["events"]) for row in table(out, "topics")}
     assert topics == {("realm1", "com.open.part"): publishes, ("other", "com.other"): 1}
+    summary = {row["realm"]: int(row["records"]) for row in table(out, "summary")}
+    assert summary == {"realm1": records, "other": 1}  # every record, joins and leaves too
     assert not (out / "_open-parts").exists()  # the copies read are removed
 
 
-def wait_for_records(logs, topic: str, count: int, timeout: float = 30.0):
-    """The router's open part once it holds ``count`` publishes to ``topic`` (the writer
-    thread writes them within a flush interval or so)."""
+def wait_for_records(logs, text: str, count: int, timeout: float = 30.0):
+    """realm1's open part once ``text`` is in it ``count`` times (the writer thread writes
+    within a flush interval or so of the record)."""
     deadline = time.monotonic() + timeout
     while True:
         for part in logs.glob("realm=realm1/date=*/.part-*.jsonl"):
-            if part.read_text().count(f'"topic":"{topic}"') >= count:
+            if part.read_text().count(text) >= count:
                 return part
-        assert time.monotonic() < deadline, f"{count} publishes to {topic} not written in time"
+        assert time.monotonic() < deadline, f"{count} × {text} not written in time"
         time.sleep(0.05)
