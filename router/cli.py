@@ -66,8 +66,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         node = Node(config, reactor)
         node.start()
-    except Exception as exc:  # a port in use (router.node.ListenerFailed names it), Redis
-        # unreachable: say so and stop
+    except Exception as exc:  # a port in use (ListenerFailed), Redis unreachable: say so, stop
         logging.getLogger("router").error("cannot start: %s", exc)
         return 1
     reactor.run()

@@ -101,9 +101,9 @@ def no_files(args: argparse.Namespace, files: list) -> bool:
 def sized_session(args: argparse.Namespace, fixed: Sizing | None = None
                   ) -> tuple[SparkSession | None, list[Entry]]:
     """The session for the input, with the files it will read; no session (None) when there
-    is nothing to read. A local input is listed before the session
-    starts, so its size can choose the JVM's options; any other is listed through the
-    session's Hadoop file system, and its size sets the shuffle partitions afterwards."""
+    is nothing to read. A local input is listed before the session starts, so its size can
+    choose the JVM's options; any other is listed through the session's Hadoop file system,
+    and its size sets the shuffle partitions afterwards."""
     spark = None
     if local_path(args.logs) is not None:
         files = input_files(LocalFiles(), args.logs, args.realm, args.since)
