@@ -89,28 +89,35 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
-def no_files(args: argparse.Namespace, files: list) -> bool:
-    """Say so (on stderr) when no part file matches the command's realm and dates."""
+def no_files(args: argparse.Namespace, files: list[Entry], still_open: int = 0) -> bool:
+    """Say so (on stderr) when no part file matches the command's realm and dates, and how
+    many parts that the command leaves out are still being written."""
     if files:
         return False
+    waiting = (f"; {still_open:,} part(s) still being written by the router, read once "
+               f"closed (eventlog.max_file_age)" if still_open else "")
     print(f"no event-log files under {shown(args.logs)} "
-          f"({describe_scope(args.realm, args.since)})", file=sys.stderr)
+          f"({describe_scope(args.realm, args.since)}){waiting}", file=sys.stderr)
     return True
 
 
-def sized_session(args: argparse.Namespace, fixed: Sizing | None = None
-                  ) -> tuple[SparkSession | None, list[Entry]]:
-    """The session for the input, with the files it will read; no session (None) when there
-    is nothing to read. A local input is listed before the session starts, so its size can
-    choose the JVM's options; any other is listed through the session's Hadoop file system,
-    and its size sets the shuffle partitions afterwards."""
+def sized_session(args: argparse.Namespace, fixed: Sizing | None = None,
+                  closed_only: bool = False) -> tuple[SparkSession | None, list[Entry]]:
+    """The session for the input, with the files it will read (``closed_only``: not the
+    parts the router still writes); no session (None) when there is nothing to read. A local
+    input is listed before the session starts, so its size can choose the JVM's options; any
+    other is listed through the session's Hadoop file system, and its size sets the shuffle
+    partitions afterwards."""
     spark = None
     if local_path(args.logs) is not None:
         files = input_files(LocalFiles(), args.logs, args.realm, args.since)
     else:
         spark = start_session(fixed or Sizing.for_input(0), args.master, args.driver_memory)
         files = input_files(HadoopFiles(spark), args.logs, args.realm, args.since)
-    if no_files(args, files):
+    listed = len(files)
+    if closed_only:
+        files = [entry for entry in files if not is_open(entry)]
+    if no_files(args, files, listed - len(files)):
         if spark is not None:
             spark.stop()
         return None, []
@@ -152,7 +159,8 @@ def report_command(args: argparse.Namespace) -> int:
 
 def stream_command(args: argparse.Namespace) -> int:
     if args.once:
-        spark, _ = sized_session(args, Sizing(STATE_PARTITIONS))
+        # the stream reads a part once it is closed (a file source reads a file once)
+        spark, _ = sized_session(args, Sizing(STATE_PARTITIONS), closed_only=True)
         if spark is None:
             return 1
     else:

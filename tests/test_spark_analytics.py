@@ -317,6 +317,16 @@ def test_cli_stream_once_says_when_there_is_nothing_to_read(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert run.returncode == 1
     assert f"no event-log files under {tmp_path}" in run.stderr
+    # a part the router still writes is read once closed: said, not counted as input
+    folder = tmp_path / "realm=r" / "date=2026-03-01"
+    folder.mkdir(parents=True)
+    (folder / ".part-0.jsonl").write_text('{"ts": 1772323200, "kind": "publish"}\n')
+    run = subprocess.run(
+        [sys.executable, "-m", "spark_analytics", "stream", "--once", "--logs", str(tmp_path),
+         "--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "checkpoint")],
+        cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 1
+    assert "1 part(s) still being written by the router, read once closed" in run.stderr
 
 
 def test_stream_keeps_to_its_realm_and_dates(spark, logged, tmp_path):
