@@ -6,12 +6,21 @@ import argparse
 import getpass
 import json
 import logging
+import os
+import re
 import sys
 from pathlib import Path
 
+from router import __version__
 from router.config import ConfigError, NodeConfig, RealmConfig, load_config, parse_rule
 from router.core.topic import to_uri
 from router.core.uri import MATCH_POLICIES
+
+
+TWISTED_CHATTER = re.compile(r"(Starting|Stopping) factory |\S+ starting on \d+$"
+                             r"|\(\w+ Port \d+ Closed\)$|Main loop terminated\.$")
+"""Twisted's info lines about each port and factory it starts and stops: the ``ready:`` line
+and the shutdown lines say the same once, so these are logged at debug level."""
 
 
 def _setup_logging(level: str, log_format: str = "text") -> None:
@@ -22,8 +31,16 @@ def _setup_logging(level: str, log_format: str = "text") -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
-    from twisted.logger import STDLibLogObserver, globalLogBeginner
-    globalLogBeginner.beginLoggingTo([STDLibLogObserver()], redirectStandardIO=False)
+    from twisted.logger import LogLevel, STDLibLogObserver, formatEvent, globalLogBeginner
+
+    to_stdlib = STDLibLogObserver()
+
+    def observe(event: dict) -> None:
+        if event.get("log_level") == LogLevel.info and TWISTED_CHATTER.match(formatEvent(event)):
+            event = dict(event, log_level=LogLevel.debug)
+        to_stdlib(event)
+
+    globalLogBeginner.beginLoggingTo([observe], redirectStandardIO=False)
 
 
 def _load(args: argparse.Namespace) -> NodeConfig | None:
@@ -49,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         node = Node(config, reactor)
         node.start()
-    except Exception as exc:  # a port in use, Redis unreachable: say so and stop
+    except Exception as exc:  # a port in use (ListenerFailed), Redis unreachable: say so, stop
         logging.getLogger("router").error("cannot start: %s", exc)
         return 1
     reactor.run()
@@ -62,6 +79,11 @@ def _check_config(args: argparse.Namespace) -> int:
         return 2
     print(f"{args.config}: OK ({len(config.realms)} realm(s): {', '.join(config.realms)}; "
           f"{len(config.listeners)} listener(s))")
+    from router.ports import unavailable
+
+    # not an error: the port may be held by this very configuration's running router
+    for problem in unavailable(config):
+        print(f"warning: {problem}", file=sys.stderr)
     return 0
 
 
@@ -241,9 +263,13 @@ def _realm_file_command(commands, name: str, handler, help_text: str) -> argpars
     return command
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m router",
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command line; ``prog`` is how usage lines name it (default: the script's name,
+    e.g. ``wamp-router``)."""
+    parser = argparse.ArgumentParser(prog=prog or os.path.basename(sys.argv[0]),
                                      description="A WAMP router with event retention.")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s (wamp-retain-router) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="start the router")
     run.add_argument("--config", default="config.json", help="node configuration file")

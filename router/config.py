@@ -7,6 +7,7 @@ router refuses to start; ``python -m router check-config`` runs the same checks.
 from __future__ import annotations
 
 import base64
+import difflib
 import json
 import re
 import ssl
@@ -215,9 +216,21 @@ class _Reader:
         return self.data
 
     def reject_unknown(self, known: set[str]) -> None:
-        for key in self.require_object():
-            if key not in known:
-                raise self.fail(key, f"unknown key (known keys: {', '.join(sorted(known))})")
+        """Refuse every key not in ``known``, all of them in one error, each with the known
+        key it most likely misspells."""
+        unknown = [key for key in self.require_object() if key not in known]
+        if not unknown:
+            return
+
+        def hint(key: str) -> str:
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.7)
+            return f" (did you mean '{close[0]}'?)" if close else ""
+
+        known_list = f"(known keys: {', '.join(sorted(known))})"
+        if len(unknown) == 1:
+            raise self.fail(unknown[0], f"unknown key{hint(unknown[0])} {known_list}")
+        named = ", ".join(f"'{key}'{hint(key)}" for key in unknown)
+        raise ConfigError(self.source, self.path, f"unknown keys {named} {known_list}")
 
     def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
         data = self.require_object()

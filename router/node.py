@@ -8,6 +8,7 @@ import time
 from functools import partial
 
 from twisted.internet import defer, task, threads
+from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IListeningPort, IReactorCore
 
 from router.amqp.frontend import AmqpFrontend
@@ -31,6 +32,7 @@ from router.metrics.collector import registry_for, watch_retention
 from router.metrics.http import metrics_site
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
+from router.ports import describe
 from router.store.embedded import EmbeddedEngine, live_entries
 from router.store.redis_engine import RedisEngine
 from router.store.sqlite import SqliteStore
@@ -114,6 +116,10 @@ def make_engine(config: NodeConfig, store: SqliteStore, reactor) -> Engine:
     return EmbeddedEngine(store)
 
 
+class ListenerFailed(Exception):
+    """A listener's port could not be opened: the message names the file and the listener."""
+
+
 class Node:
     """A running router: listeners on the reactor and a clean shutdown path."""
 
@@ -172,13 +178,20 @@ class Node:
 
     def start(self) -> None:
         self._expiry.start(1.0, now=False)
+        self.eventlog.start(self.reactor)
         self._log_flush.start(self.config.eventlog.flush_interval, now=False)
         self._incident_flush.start(self.router.incidents.interval, now=False)
         self.reclaimer.start()
         if self.config.sys_interval > 0:
             self._sys_loop.start(self.config.sys_interval, now=True)
-        for listener in self.config.listeners:
-            self.ports.append((listener, self._listen(listener)))
+        for index, listener in enumerate(self.config.listeners):
+            try:
+                self.ports.append((listener, self._listen(listener)))
+            except CannotListenError as exc:
+                reason = exc.socketError.strerror if isinstance(exc.socketError, OSError) \
+                    else exc.socketError
+                raise ListenerFailed(f"{describe(self.config, index)}: cannot listen: "
+                                     f"{reason}") from exc
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
         # what start-up built (modules, configuration, restored state) lives as long as the
         # process: out of the collector's scans, a full collection under load looks only at

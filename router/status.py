@@ -62,29 +62,50 @@ def _per_protocol(values: dict[tuple[str, ...], float], realm: str) -> str:
                      for protocol in ("wamp", "mqtt", "amqp"))
 
 
+def duration(seconds: float) -> str:
+    """``42 s``, ``17 min``, ``3 h 05 min``, ``2 d 4 h``: as precise as a glance needs."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    minutes, hours, days = whole // 60, whole // 3600, whole // 86400
+    if hours == 0:
+        return f"{minutes} min"
+    if days == 0:
+        return f"{hours} h {minutes % 60:02d} min"
+    return f"{days} d {hours % 24} h"
+
+
+AMQP_SESSIONS = "an AMQP connection is one session, and one more per receiving link"
+
+
 def summary(before: Samples, after: Samples, seconds: float, url: str,
             listeners: list[str]) -> str:
     """The status text for two scrapes ``seconds`` apart."""
-    lines = [f"router at {url}: up {int(_by(after, 'router_uptime_seconds')[()])} s"]
+    lines = [f"router at {url}: up {duration(_by(after, 'router_uptime_seconds')[()])}"]
     if listeners:
         lines.append("listeners: " + ", ".join(listeners))
     connections = _by(after, "router_connections", "protocol")
-    lines.append("connections: " + ", ".join(f"{protocol} {connections.get((protocol,), 0):g}"
-                                             for protocol in ("wamp", "mqtt", "amqp")))
+    lines.append("connections (network, all realms): " + ", ".join(
+        f"{protocol} {connections.get((protocol,), 0):g}" for protocol in ("wamp", "mqtt", "amqp")))
     sessions = _by(after, "router_sessions", "realm", "protocol")
     received = [_by(s, "router_messages_received_total", "realm") for s in (before, after)]
     delivered = [_by(s, "router_messages_delivered_total", "realm") for s in (before, after)]
     queued = _by(after, "router_queued_messages", "realm", "protocol")
     retained = _by(after, "router_retained_topics", "realm")
+    router_owned = _by(after, "router_retained_sys_topics", "realm")
     for (realm,) in sorted(retained):
         rate_in = (received[1].get((realm,), 0) - received[0].get((realm,), 0)) / seconds
         rate_out = (delivered[1].get((realm,), 0) - delivered[0].get((realm,), 0)) / seconds
         lines.append(f"realm {realm}:")
-        lines.append(f"  sessions: {_per_protocol(sessions, realm)}")
+        amqp = sessions.get((realm, "amqp"), 0)
+        lines.append(f"  sessions: {_per_protocol(sessions, realm)}"
+                     + (f" ({AMQP_SESSIONS})" if amqp else ""))
         lines.append(f"  messages/s: in {rate_in:.1f}, out {rate_out:.1f} "
-                     f"(over the last {seconds:g} s)")
+                     f"(over the last {seconds:.1f} s)")
         lines.append(f"  queued: {_per_protocol(queued, realm)}")
-        lines.append(f"  retained topics: {retained[(realm,)]:g}")
+        own = router_owned.get((realm,), 0)
+        lines.append(f"  retained topics: {retained[(realm,)] - own:g}"
+                     + (f" (and {own:g} of the router's own $SYS topics)" if own else ""))
     drops = _by(after, "router_messages_dropped_total", "realm", "protocol", "reason")
     lines.append("drops since start:" + ("" if any(drops.values()) else " none"))
     for (realm, protocol, reason), n in sorted(drops.items()):

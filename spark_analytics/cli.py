@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import date
+from datetime import date, datetime, timezone
 
 from pyspark.sql import SparkSession
 
-from spark_analytics.compact import compact_logs
-from spark_analytics.reader import input_files
+from spark_analytics.compact import compact_logs, describe_compacted, plan
+from spark_analytics.reader import input_files, is_open
 from spark_analytics.report import NoEvents, build_report, describe_scope
 from spark_analytics.session import Sizing, start_session
-from spark_analytics.storage import HadoopFiles, LocalFiles, local_path, shown, to_url
+from spark_analytics.storage import Entry, HadoopFiles, LocalFiles, local_path, shown, to_url
 from spark_analytics.stream import DEFAULT_WATERMARK_MINUTES, STATE_PARTITIONS, run_stream
 
 
@@ -89,48 +89,63 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
-def no_files(args: argparse.Namespace, files: list) -> bool:
-    """Say so (on stderr) when no part file matches the command's realm and dates."""
+def no_files(args: argparse.Namespace, files: list[Entry], still_open: int = 0) -> bool:
+    """Say so (on stderr) when no part file matches the command's realm and dates, and how
+    many parts that the command leaves out are still being written."""
     if files:
         return False
+    waiting = (f"; {still_open:,} part(s) still being written by the router, read once "
+               f"closed (eventlog.max_file_age)" if still_open else "")
     print(f"no event-log files under {shown(args.logs)} "
-          f"({describe_scope(args.realm, args.since)})", file=sys.stderr)
+          f"({describe_scope(args.realm, args.since)}){waiting}", file=sys.stderr)
     return True
 
 
-def sized_session(args: argparse.Namespace, fixed: Sizing | None = None
-                  ) -> tuple[SparkSession | None, int, int]:
-    """The session for the input, with the number and bytes of the files it will read; no
-    session (None) when there is nothing to read. A local input is listed before the session
-    starts, so its size can choose the JVM's options; any other is listed through the
-    session's Hadoop file system, and its size sets the shuffle partitions afterwards."""
+def sized_session(args: argparse.Namespace, fixed: Sizing | None = None,
+                  closed_only: bool = False) -> tuple[SparkSession | None, list[Entry]]:
+    """The session for the input, with the files it will read (``closed_only``: not the
+    parts the router still writes); no session (None) when there is nothing to read. A local
+    input is listed before the session starts, so its size can choose the JVM's options; any
+    other is listed through the session's Hadoop file system, and its size sets the shuffle
+    partitions afterwards."""
     spark = None
     if local_path(args.logs) is not None:
         files = input_files(LocalFiles(), args.logs, args.realm, args.since)
     else:
         spark = start_session(fixed or Sizing.for_input(0), args.master, args.driver_memory)
         files = input_files(HadoopFiles(spark), args.logs, args.realm, args.since)
-    input_bytes = sum(entry.size for entry in files)
-    if no_files(args, files):
+    listed = len(files)
+    if closed_only:
+        files = [entry for entry in files if not is_open(entry)]
+    if no_files(args, files, listed - len(files)):
         if spark is not None:
             spark.stop()
-        return None, 0, 0
+        return None, []
     sizing = fixed or Sizing.for_files(files)
     if spark is None:
         spark = start_session(sizing, args.master, args.driver_memory)
     else:
         spark.conf.set("spark.sql.shuffle.partitions", sizing.shuffle_partitions)
-    return spark, len(files), input_bytes
+    return spark, files
+
+
+def describe_input(files: list[Entry]) -> str:
+    """``12 files, 3.4 MiB``, saying how many of them the router is still writing."""
+    still_open = sum(1 for entry in files if is_open(entry))
+    writing = (f" ({still_open:,} still being written by the router: read as they are now)"
+               if still_open else "")
+    return (f"{len(files):,} files{writing}, "
+            f"{sum(entry.size for entry in files) / 2**20:,.1f} MiB")
 
 
 def report_command(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    spark, file_count, input_bytes = sized_session(args)
+    spark, files = sized_session(args)
     if spark is None:
         return 1
     print(f"Spark {spark.version} on {args.master} started in "
-          f"{time.perf_counter() - started:.1f} s; reading {file_count:,} files, "
-          f"{input_bytes / 2**20:,.1f} MiB", file=sys.stderr)
+          f"{time.perf_counter() - started:.1f} s; reading {describe_input(files)}",
+          file=sys.stderr)
     try:
         page = build_report(spark, args.logs, args.out, args.realm, args.since)
     except NoEvents as error:
@@ -144,7 +159,8 @@ def report_command(args: argparse.Namespace) -> int:
 
 def stream_command(args: argparse.Namespace) -> int:
     if args.once:
-        spark, _, _ = sized_session(args, Sizing(STATE_PARTITIONS))
+        # the stream reads a part once it is closed (a file source reads a file once)
+        spark, _ = sized_session(args, Sizing(STATE_PARTITIONS), closed_only=True)
         if spark is None:
             return 1
     else:
@@ -161,14 +177,29 @@ def stream_command(args: argparse.Namespace) -> int:
 
 
 def compact_command(args: argparse.Namespace) -> int:
+    """Compact what is due, saying what was written, or that nothing was due and why: a local
+    log is planned before Spark starts, so a run with nothing to do starts none."""
+    started = time.perf_counter()
+    today = datetime.now(timezone.utc).date()
+    if local_path(args.logs) is not None:
+        planned = plan(LocalFiles(), args.logs, args.realm, today)
+        if not planned.todo:
+            print(f"nothing to compact under {shown(args.logs)}: {planned.why_nothing()}")
+            return 0
+        print(f"compacting {len(planned.todo):,} day(s) under {shown(args.logs)}",
+              file=sys.stderr)
     # no shuffle: each day is read and written by itself
     spark = start_session(Sizing(shuffle_partitions=1), args.master, args.driver_memory)
     try:
-        written = compact_logs(spark, args.logs, args.realm)
+        written = compact_logs(spark, args.logs, args.realm, today)
+        if not written:
+            planned = plan(HadoopFiles(spark), args.logs, args.realm, today)
+            print(f"nothing to compact under {shown(args.logs)}: {planned.why_nothing()}")
+            return 0
+        print(describe_compacted(spark, args.logs, written))
     finally:
         spark.stop()
-    for realm, day in written:
-        print(f"compacted realm={realm}/date={day}")
+    print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 
 

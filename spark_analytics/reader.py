@@ -1,7 +1,13 @@
 """Reads the router's event logs with the writer's own schema, never inferring one.
 
-The last line of a part file may be torn by a crash; with an explicit schema in PERMISSIVE
-mode Spark turns it into a row of nulls, which is dropped by requiring ``kind``.
+The last line of a part file may be torn by a crash, or be still being written in a part the
+router has open; with an explicit schema in PERMISSIVE mode Spark turns it into a row of
+nulls, which is dropped by requiring ``kind``.
+
+A part the router is still writing is named ``.part-<n>.jsonl``, and Spark's file listing
+skips hidden names (also when a file is named explicitly). A batch read that wants the
+latest records copies those parts, as they are at that moment, to a folder of its own under
+visible names (:func:`read_json_events` with ``snapshot``).
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from router.eventlog.schema import PARTITION_COLUMNS, spark_ddl
-from spark_analytics.storage import Entry, Files, join
+from spark_analytics.storage import Entry, Files, HadoopFiles, join
 
 PART_FILE_GLOB = "*.jsonl"
+OPEN_PART_GLOB = ".part-*.jsonl"
+"""A part the router is still writing (renamed without the dot once closed)."""
 COMPACTED = "_parquet"
 """Where ``compact`` writes closed days as Parquet; Spark's listing skips ``_`` names."""
 COMPACTED_FILE_GLOB = "*.parquet"
@@ -68,16 +76,22 @@ def compacted_days(files: Files, logs: str, realm: str | None = None,
 def input_files(files: Files, logs: str, realm: str | None = None,
                 since: date | None = None) -> list[Entry]:
     """The part files a read with these filters will touch (Parquet for compacted days, JSON
-    for the others), to size the session and to say clearly when there is nothing to read."""
+    for the others, the parts still open included: see :func:`is_open`), to size the session
+    and to say clearly when there is nothing to read."""
     compacted = set(compacted_days(files, logs, realm, since))
     found = [entry for day in sorted(compacted)
              for entry in files.glob(join(compacted_folder(logs, *day), COMPACTED_FILE_GLOB))]
     for entry in day_files(files, logs, realm, PART_FILE_GLOB):
         day = day_of(entry.parent_names)
-        # Spark skips hidden names (an open part is ``.part-<n>.jsonl``); Hadoop's glob does not
-        if in_scope(day, since) and day not in compacted and not entry.name.startswith("."):
+        if in_scope(day, since) and day not in compacted:
             found.append(entry)
     return found
+
+
+def is_open(entry: Entry) -> bool:
+    """Whether a part file is one the router is still writing (Hadoop's glob lists hidden
+    names, Spark's listing skips them)."""
+    return entry.name.startswith(".")
 
 
 def reads_json(files: Files, logs: str, realm: str | None = None,
@@ -88,16 +102,52 @@ def reads_json(files: Files, logs: str, realm: str | None = None,
 
 
 def read_json_events(spark: SparkSession, logs: str, compacted: list[tuple[str, str]],
-                     realm: str | None = None, since: date | None = None) -> DataFrame:
+                     realm: str | None = None, since: date | None = None,
+                     snapshot: str | None = None) -> DataFrame:
     """The valid records of the JSON parts under ``logs``, skipping the ``compacted`` days'
-    folders; the realm/date filters prune whole folders."""
+    folders; the realm/date filters prune whole folders. With a ``snapshot`` folder (the
+    caller deletes it once the records are read), the parts the router has open are read
+    too, as they are now."""
+    copied = copy_open_parts(HadoopFiles(spark), logs, compacted, realm, since,
+                             snapshot) if snapshot is not None else {}
     events = (spark.read.schema(event_ddl()).options(**JSON_OPTIONS)
               .option("basePath", logs).json(logs))
     if compacted:
         day_key = F.concat_ws("/", "realm", "date")
         # a filter on partition columns only: Spark prunes those folders, never opening them
         events = events.where(~day_key.isin(*(f"{r}/{d}" for r, d in compacted)))
+    # a part closed since it was copied is in the listing just made: read once, from there
+    listed = {_part_key(url) for url in events.inputFiles()}
+    fresh = [url for key, url in copied.items() if key not in listed]
+    if fresh:
+        events = events.unionByName(spark.read.schema(event_ddl()).options(**JSON_OPTIONS)
+                                    .option("basePath", snapshot).json(fresh))
     return scoped(events, realm, since)
+
+
+def _part_key(url: str) -> tuple[str, ...]:
+    """A part by its folders and closed name, the same for a part, its copy and its closed
+    self: (realm, date, name) or (realm, date, node, name)."""
+    names = url.rstrip("/").split("/")
+    start = next(i for i, name in enumerate(names) if name.startswith("realm="))
+    return (*names[start:-1], names[-1].lstrip("."))
+
+
+def copy_open_parts(files: HadoopFiles, logs: str, compacted: list[tuple[str, str]],
+                    realm: str | None, since: date | None, snapshot: str) -> dict[tuple, str]:
+    """Copy the parts the router has open now into ``snapshot``, in the same folders under
+    their closed names; returns the copies' URLs by :func:`_part_key`. A part closed before
+    its copy began is skipped (the listing of closed parts, made after this, has it)."""
+    copies = {}
+    for entry in day_files(files, logs, realm, OPEN_PART_GLOB):
+        day = day_of(entry.parent_names)
+        if not in_scope(day, since) or day in compacted:
+            continue
+        key = _part_key(entry.url)
+        target = join(snapshot, *key)
+        if files.copy(entry.url, target):
+            copies[key] = target
+    return copies
 
 
 def read_events(spark: SparkSession, files: Files, logs: str, realm: str | None = None,

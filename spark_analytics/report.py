@@ -98,6 +98,9 @@ TABLES = (
               from_rollups(aggregates.payload_sizes)),
 )
 REPORT_STAGES = 1 + len(TABLES) + 2  # read, tables, charts, page
+OPEN_PARTS = "_open-parts"
+"""The folder under the report's output where the parts the router has open are copied for
+the read (deleted when the report ends)."""
 SHARED_ROLLUPS = ("realms", "realm_minutes", "publish_mix", "incidents")
 """Rollups more than one table reads: cached once merged (the others are merged by the
 table that reads them, whose rows are cached)."""
@@ -159,16 +162,18 @@ def build_tables(inputs: Inputs, out: str, progress: Progress
 
 
 def read_rollups(spark: SparkSession, files: Files, logs: str, realm: str | None,
-                 since: date | None) -> tuple[dict[str, DataFrame], DataFrame | None]:
+                 since: date | None, snapshot: str
+                 ) -> tuple[dict[str, DataFrame], DataFrame | None]:
     """Every rollup merged over the days in scope: the stored rollups of compacted days with
-    the rollups of the JSON parts of the others. Returns the merged rollups (queries, each
-    run by the tables that read it; the few that several tables read are cached) and the
-    JSON records, parsed once and cached (None when every day is compacted): unpersist them
-    once the tables are built."""
+    the rollups of the JSON parts of the others (the parts the router has open included,
+    copied into ``snapshot``). Returns the merged rollups (queries, each run by the tables
+    that read it; the few that several tables read are cached) and the JSON records, parsed
+    once and cached (None when every day is compacted): unpersist them once the tables are
+    built."""
     compacted = compacted_days(files, logs, realm, since)
     records = None
     if reads_json(files, logs, realm, since) or not compacted:
-        records = read_json_events(spark, logs, compacted, realm, since).select(
+        records = read_json_events(spark, logs, compacted, realm, since, snapshot).select(
             *aggregates.USED_COLUMNS).cache()
         records.count()
 
@@ -196,12 +201,23 @@ def build_report(spark: SparkSession, logs: str | os.PathLike, out: str | os.Pat
                  progress: Progress | None = None) -> str:
     """Write ``out/tables/<name>/{parquet,csv}``, ``out/charts/*.png`` and ``out/report.html``
     (``logs`` and ``out`` are local paths or Hadoop file-system URLs); returns the page's URL.
+    The parts the router is still writing are read too, as they are when the read starts.
     Raises :class:`NoEvents` when nothing matched."""
     logs, out = to_url(logs), to_url(out)
     files = HadoopFiles(spark)
     progress = progress or Progress(REPORT_STAGES)
+    snapshot = join(out, OPEN_PARTS)
+    try:
+        return _build_report(spark, files, logs, out, realm, since, progress, snapshot)
+    finally:
+        files.delete(snapshot)
+
+
+def _build_report(spark: SparkSession, files: HadoopFiles, logs: str, out: str,
+                  realm: str | None, since: date | None, progress: Progress,
+                  snapshot: str) -> str:
     with progress.stage("reading event logs"):
-        rollups, records = read_rollups(spark, files, logs, realm, since)
+        rollups, records = read_rollups(spark, files, logs, realm, since, snapshot)
         read = [records] if records is not None else []
         count = sum(row["records"] for row in rollups["realms"].select("records").collect())
     if count == 0:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from spark_analytics.progress import relay_jvm_stderr
 from spark_analytics.storage import Entry
 
 SHUFFLE_BYTES_PER_PARTITION = 64 * 1024 * 1024
@@ -117,18 +118,19 @@ def start_session(sizing: Sizing, master: str = "local[*]", driver_memory: str =
     if sizing.quick_jit:
         java_options += " " + executor_options
     try:
-        spark = (SparkSession.builder.master(master).appName(app_name)
-                 .config("spark.driver.memory", driver_memory)
-                 .config("spark.driver.extraJavaOptions", java_options)
-                 .config("spark.executor.extraJavaOptions", executor_options)
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.session.timeZone", "UTC")
-                 .config("spark.sql.shuffle.partitions", sizing.shuffle_partitions)
-                 .config(map=FILE_OPTIONS)
-                 .config(map=PARTITION_OPTIONS)
-                 .config(map=AGGREGATE_OPTIONS)
-                 .getOrCreate())
+        with relay_jvm_stderr():
+            spark = (SparkSession.builder.master(master).appName(app_name)
+                     .config("spark.driver.memory", driver_memory)
+                     .config("spark.driver.extraJavaOptions", java_options)
+                     .config("spark.executor.extraJavaOptions", executor_options)
+                     .config("spark.ui.enabled", "false")
+                     .config("spark.ui.showConsoleProgress", "false")
+                     .config("spark.sql.session.timeZone", "UTC")
+                     .config("spark.sql.shuffle.partitions", sizing.shuffle_partitions)
+                     .config(map=FILE_OPTIONS)
+                     .config(map=PARTITION_OPTIONS)
+                     .config(map=AGGREGATE_OPTIONS)
+                     .getOrCreate())
     finally:
         Path(log_config).unlink()
     spark.sparkContext.setLogLevel("ERROR")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
@@ -84,8 +85,9 @@ class LocalFiles:
     def glob(self, pattern: str) -> list[Entry]:
         base = local_path(pattern)
         assert base is not None, pattern
+        # hidden names too, as Hadoop's glob lists them (a part the router has open)
         return [Entry(f"file://{match}", os.stat(match).st_size)
-                for match in sorted(glob.glob(str(base)))]
+                for match in sorted(glob.glob(str(base), include_hidden=True))]
 
     def upload(self, local: Path, url: str) -> None:
         target = local_path(url)
@@ -127,6 +129,23 @@ class HadoopFiles:
     def touch(self, url: str) -> None:
         target = self._path(url)
         self._fs(target).create(target, True).close()
+
+    def copy(self, url: str, target_url: str) -> bool:
+        """Copy a file (replacing the target; parents created); False when the source is
+        gone (a part renamed as it closed)."""
+        source, target = self._path(url), self._path(target_url)
+        try:
+            return self._jvm.org.apache.hadoop.fs.FileUtil.copy(
+                self._fs(source), source, self._fs(target), target, False, True, self._conf)
+        except Py4JJavaError as error:
+            if error.java_exception.getClass().getName() == "java.io.FileNotFoundException":
+                return False
+            raise
+
+    def delete(self, url: str) -> None:
+        """Delete a file or a folder with everything in it (nothing if it does not exist)."""
+        path = self._path(url)
+        self._fs(path).delete(path, True)
 
 
 def upload_folder(files: Files, local: Path, url: str) -> list[str]:

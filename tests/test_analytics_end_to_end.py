@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import json
 import subprocess
 import sys
 import threading
+import time
 
 import paho.mqtt.client as mqtt
 import pytest
@@ -198,3 +200,54 @@ def check_new_tables(out, topics: dict) -> None:
     assert sum(int(row["publishes"]) for row in sizes) == int(summary["events"])
     retained = table(out, "retained_per_hour")
     assert sum(int(row["sets"]) for row in retained) == len(range(0, WAMP_EVENTS, 4))
+
+
+def test_report_right_after_traffic_counts_the_part_the_router_still_writes(tmp_path):
+    """The router keeps its part open (rotation 300 s): the report reads it as it is, a line
+    still being written included (it must not count), and says it did."""
+    router = RouterProcess(tmp_path / "node", [realm_file("realm1")],
+                           extra_config={"eventlog": {"flush_interval": 0.1}}).start()
+    logs = tmp_path / "node" / "data" / "eventlog"
+    publishes = 200
+
+    async def traffic():
+        publisher = await connect(router)
+        for n in range(publishes):
+            await publisher.publish("com.open.part", n, options=PublishOptions(acknowledge=True))
+        await publisher.close()
+
+    try:
+        run(traffic())
+        open_part = wait_for_records(logs, '"kind":"session_leave"', 1)  # the last record
+        records = open_part.read_text().count("\n")
+        # another realm's part caught mid-line by the read: whole lines count, the torn one not
+        other = logs / "realm=other" / open_part.parent.name / ".part-0.jsonl"
+        other.parent.mkdir(parents=True)
+        record = {"ts": time.time(), "kind": "publish", "topic": "com.other", "qos": 0,
+                  "payload_bytes": 3, "receivers": 0}
+        other.write_text(json.dumps(record) + "\n" + json.dumps(record)[:20])
+        out = tmp_path / "report"
+        result = subprocess.run([sys.executable, "-m", "spark_analytics", "report",
+                                 "--logs", str(logs), "--out", str(out)], cwd=ROOT,
+                                capture_output=True, text=True, timeout=600)
+    finally:
+        assert router.stop() == 0
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 still being written by the router" in result.stderr, result.stderr
+    topics = {(row["realm"], row["topic"]): int(row["events"]) for row in table(out, "topics")}
+    assert topics == {("realm1", "com.open.part"): publishes, ("other", "com.other"): 1}
+    summary = {row["realm"]: int(row["records"]) for row in table(out, "summary")}
+    assert summary == {"realm1": records, "other": 1}  # every record, joins and leaves too
+    assert not (out / "_open-parts").exists()  # the copies read are removed
+
+
+def wait_for_records(logs, text: str, count: int, timeout: float = 30.0):
+    """realm1's open part once ``text`` is in it ``count`` times (the writer thread writes
+    within a flush interval or so of the record)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for part in logs.glob("realm=realm1/date=*/.part-*.jsonl"):
+            if part.read_text().count(text) >= count:
+                return part
+        assert time.monotonic() < deadline, f"{count} × {text} not written in time"
+        time.sleep(0.05)

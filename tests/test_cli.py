@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -224,16 +226,85 @@ def test_run_refuses_missing_config_file(tmp_path):
     assert "nope.json" in result.stderr
 
 
-def test_run_refuses_port_in_use(tmp_path):
+def test_run_refuses_port_in_use_naming_the_listener_and_the_file(tmp_path):
     config, realm = good_config()
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        config["listeners"][1]["port"] = busy.getsockname()[1]
+        port = busy.getsockname()[1]
+        config["listeners"][1]["port"] = port
         config_path = write(tmp_path, config, realm)
         result = router_cli("run", "--config", str(config_path), timeout=20)
+        check = router_cli("check-config", "--config", str(config_path))
     assert result.returncode != 0
-    assert str(config["listeners"][1]["port"]) in result.stderr, result.stderr
+    assert (f"cannot start: {config_path}: listeners[1] (rawsocket on 127.0.0.1:{port}): "
+            f"cannot listen: Address already in use") in result.stderr, result.stderr
+    # check-config says so too, as a warning: the port may be this config's running router's
+    assert check.returncode == 0 and "OK" in check.stdout, check.stderr
+    assert check.stderr == (f"warning: {config_path}: listeners[1] (rawsocket on "
+                            f"127.0.0.1:{port}): cannot listen now: Address already in use\n")
+
+
+def test_every_unknown_key_of_an_object_is_named_with_the_key_it_misspells(tmp_path):
+    config, realm = good_config()
+    config["listners"] = config["evntlog"] = {}
+    config["colour"] = "blue"
+    result = router_cli("check-config", "--config", str(write(tmp_path, config, realm)))
+    assert result.returncode != 0
+    assert ("config.json: unknown keys 'listners' (did you mean 'listeners'?), 'evntlog' "
+            "(did you mean 'eventlog'?), 'colour' (known keys: ") in result.stderr, result.stderr
+    del config["listners"], config["evntlog"], config["colour"]
+    config["listeners"][0]["prot"] = 1
+    result = router_cli("check-config", "--config", str(write(tmp_path, config, realm)))
+    assert "config.json: listeners[0].prot: unknown key (did you mean 'port'?)" in result.stderr
+
+
+def test_version_and_the_program_name_in_usage():
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    result = router_cli("--version")
+    assert result.returncode == 0
+    assert result.stdout == f"python -m router (wamp-retain-router) {version}\n"
+    # the installed script runs router.cli:main with its own path as argv[0]
+    script = ("import sys; sys.argv[0] = '/usr/local/bin/wamp-router'; "
+              "from router.cli import main; sys.exit(main())")
+    for args, expected in ((["--help"], "usage: wamp-router "),
+                           (["--version"], f"wamp-router (wamp-retain-router) {version}")):
+        result = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT,
+                                capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0 and result.stdout.startswith(expected), result.stdout
+
+
+def start_and_stop(process: RouterProcess) -> None:
+    """Start, have one client session (the reactor runs: SIGTERM is handled), stop."""
+    process.start()
+
+    async def one_session():
+        client = await connect(process, "websocket", "json")
+        await client.close()
+
+    try:
+        run(one_session())
+    finally:
+        assert process.stop() == 0
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_start_and_stop_log_no_twisted_port_or_factory_chatter(tmp_path, log_format):
+    quiet = RouterProcess(tmp_path / "quiet", [realm_file("realm1")],
+                          run_args=["--log-format", log_format])
+    start_and_stop(quiet)
+    chatter = re.compile(r"(Starting|Stopping) factory|starting on \d+|Port \d+ Closed"
+                         r"|Main loop terminated")
+    assert not [line for line in quiet.log_lines if chatter.search(line)], quiet.log_lines
+    assert any("ready: " in line for line in quiet.log_lines)
+    assert any("shutdown complete" in line for line in quiet.log_lines)
+    # still there for whoever asks for debug
+    verbose = RouterProcess(tmp_path / "verbose", [realm_file("realm1")],
+                            run_args=["--log-format", log_format, "--log-level", "debug"])
+    start_and_stop(verbose)
+    factory_lines = [line for line in verbose.log_lines if "Starting factory" in line]
+    assert factory_lines and all("DEBUG" in line or '"level": "debug"' in line
+                                 for line in factory_lines), factory_lines
 
 
 def test_hash_secret_output_is_accepted(tmp_path):

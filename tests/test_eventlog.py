@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 from autobahn.wamp.types import PublishOptions
@@ -213,3 +214,75 @@ def test_a_cluster_node_writes_under_its_own_node_folder_and_recovers_it(tmp_pat
     EventLogWriter(tmp_path, node="n1").close()  # n1 starting after a crash
     assert sorted(p.name for p in (day / "node=n1").iterdir()) == ["part-0.jsonl",
                                                                    "part-1.jsonl"]
+
+
+class RecordingReactor:
+    """The two reactor calls the writer makes: ``callFromThread`` runs at once (on the writer
+    thread) and ``callLater`` is recorded for the test to fire."""
+
+    def __init__(self) -> None:
+        self.later: list[tuple[float, object]] = []
+        self.asked = threading.Event()
+
+    def callFromThread(self, function, *args) -> None:
+        function(*args)
+
+    def callLater(self, delay: float, function):
+        self.later.append((delay, function))
+        self.asked.set()
+        return _Pending()
+
+
+class _Pending:
+    def active(self) -> bool:
+        return False
+
+
+def test_an_idle_part_is_closed_by_the_age_check_the_writer_asks_for(tmp_path):
+    now = [DAY1]
+    reactor = RecordingReactor()
+    writer = EventLogWriter(tmp_path, max_file_age=60, clock=lambda: now[0])
+    writer.start(reactor)
+    writer.append("r", {"ts": DAY1, "kind": "publish", "topic": "idle"})
+    writer.flush()
+    assert reactor.asked.wait(10), "the writer never asked for an age check"
+    (delay, check), = reactor.later
+    assert delay == 60  # when the part comes of age, not a polling interval
+    folder = tmp_path / "realm=r" / "date=2026-01-01"
+    assert [p.name for p in folder.iterdir()] == [".part-0.jsonl"]
+    now[0] = DAY1 + 60
+    check()  # no record follows: the check alone closes the part
+    writer.close()
+    assert [p.name for p in folder.iterdir()] == ["part-0.jsonl"]
+
+
+def test_an_idle_routers_part_closes_within_its_rotation_time_plus_a_second(tmp_path):
+    """A part the router opened closes on its own, with no record after it: a reader of
+    closed parts sees the records of an idle router."""
+    age = 1.0
+    router = RouterProcess(tmp_path, [realm_file("realm1")], extra_config={
+        "eventlog": {"flush_interval": 0.1, "max_file_age": age}}).start()
+    day = router.workdir / "data" / "eventlog" / "realm=realm1"
+
+    def seen(pattern: str, timeout: float = 30.0) -> float:
+        """When a file matching ``pattern`` first appears (polled every 10 ms)."""
+        deadline = time.monotonic() + timeout
+        while not list(day.glob(pattern)):
+            assert time.monotonic() < deadline, f"no {pattern} within {timeout}s"
+            time.sleep(0.01)
+        return time.monotonic()
+
+    async def one_publish():
+        client = await connect(router, "websocket", "json")
+        await client.publish("com.log.once", 1, options=PublishOptions(acknowledge=True))
+        await client.close()
+
+    try:
+        run(one_publish())
+        opened = seen("date=*/*part-0.jsonl")  # open (or closed already)
+        closed = seen("date=*/part-0.jsonl")
+    finally:
+        assert router.stop() == 0
+    assert closed - opened <= age + 1.0, f"closed {closed - opened:.2f} s after it was seen open"
+    assert "com.log.once" in [r.get("topic") for r in read_records(router.workdir / "data"
+                                                                    / "eventlog")]

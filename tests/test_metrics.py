@@ -18,6 +18,7 @@ import pytest
 from autobahn.wamp.types import PublishOptions
 
 from router.config import ConfigError, load_config
+from router.status import duration
 from tests.amqp_clients import Receive, Send, message, received, send, settle
 from tests.amqp_clients import connect as amqp_connect
 from tests.clients import connect as wamp_connect
@@ -267,6 +268,43 @@ def test_status_command_summarizes_a_running_router(router):
     sessions = next(line for line in lines if line.startswith("  sessions: "))
     assert "mqtt 1" in sessions or "mqtt 2" in sessions  # this client (+ a lingering one)
     assert any(line.startswith("  messages/s: in ") for line in lines)
+
+
+def test_status_reads_in_human_units_and_says_what_it_counts(tmp_path):
+    """A fresh router: uptime and the rate's interval as a person reads them, AMQP sessions
+    explained beside its connections, and no client retained topic counted for the router's
+    own $SYS figures."""
+    process = RouterProcess(tmp_path, [mqtt_realm("realm1")], listeners=listeners("realm1") + [
+        {"type": "amqp", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
+        metrics_listener()]).start()
+    connection = amqp_connect(process)
+    try:
+        for topic in ("com.status.a", "com.status.b"):
+            connection.create_receiver(topic, credit=10, options=Receive(1))
+        result = subprocess.run(
+            [sys.executable, "-m", "router", "status", "--url", process.urls["metrics"],
+             "--interval", "0.25", "--config", "no-such-config.json"],
+            capture_output=True, text=True, timeout=30)
+    finally:
+        connection.close()
+        process.stop()
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(rf"router at {re.escape(process.urls['metrics'])}: up \d+ s", lines[0])
+    assert "connections (network, all realms): wamp 0, mqtt 0, amqp 1" in lines
+    assert ("  sessions: wamp 0, mqtt 0, amqp 3 (an AMQP connection is one session, and one "
+            "more per receiving link)") in lines
+    assert any(re.fullmatch(r"  messages/s: in \d+\.\d, out \d+\.\d \(over the last "
+                            r"0\.\d s\)", line) for line in lines), lines
+    retained = next(line for line in lines if line.startswith("  retained topics: "))
+    assert re.fullmatch(r"  retained topics: 0 \(and \d+ of the router's own \$SYS topics\)",
+                        retained), retained
+
+
+def test_status_durations_read_as_a_person_says_them():
+    assert [duration(s) for s in (0, 59.9, 60, 1034, 3599, 3600, 3 * 3600 + 5 * 60,
+                                  86_400 * 2 + 4 * 3600 + 59)] == [
+        "0 s", "59 s", "1 min", "17 min", "59 min", "1 h 00 min", "3 h 05 min", "2 d 4 h"]
 
 
 def test_status_command_uses_the_token_and_says_when_refused(guarded):

@@ -24,7 +24,7 @@ import pytest
 
 from router.eventlog.schema import FIELD_NAMES
 from spark_analytics.compact import compact_logs
-from spark_analytics.reader import input_files, read_events
+from spark_analytics.reader import input_files, read_events, read_json_events
 from spark_analytics.report import REPORT_STAGES, build_report
 from spark_analytics.session import Sizing, start_session
 from spark_analytics.storage import HadoopFiles, LocalFiles, to_url
@@ -317,6 +317,16 @@ def test_cli_stream_once_says_when_there_is_nothing_to_read(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert run.returncode == 1
     assert f"no event-log files under {tmp_path}" in run.stderr
+    # a part the router still writes is read once closed: said, not counted as input
+    folder = tmp_path / "realm=r" / "date=2026-03-01"
+    folder.mkdir(parents=True)
+    (folder / ".part-0.jsonl").write_text('{"ts": 1772323200, "kind": "publish"}\n')
+    run = subprocess.run(
+        [sys.executable, "-m", "spark_analytics", "stream", "--once", "--logs", str(tmp_path),
+         "--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "checkpoint")],
+        cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 1
+    assert "1 part(s) still being written by the router, read once closed" in run.stderr
 
 
 def test_stream_keeps_to_its_realm_and_dates(spark, logged, tmp_path):
@@ -451,3 +461,24 @@ def test_percentiles_over_more_values_than_a_sketch_keeps(spark, tmp_path):
     values = 2 * per_day  # every latency 0..5999 ms once: the rank of v ms is v + 1
     for suffix, share in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
         assert abs(float(row[f"latency_ms_{suffix}"]) - share * values) <= 0.005 * values, suffix
+
+
+def test_open_parts_are_read_as_they_are_and_a_part_closed_meanwhile_once(spark, tmp_path):
+    """A part the router still writes (``.part-<n>.jsonl``, a line cut short at its end) is
+    read through its copy; one that closed after it was copied is in the listing of closed
+    parts made next, and its copy is not read as well."""
+    logs = tmp_path / "logs"
+    records = [publish(at(DAY_1, 10, n), "open.topic", "a", "mqtt", publication=n)
+               for n in range(6)]
+    write_part(logs, "delta", DAY_1, 0, records[:2])  # closed, before the read
+    folder = logs / "realm=delta" / f"date={DAY_1.isoformat()}"
+    (folder / ".part-1.jsonl").write_text(
+        "".join(json.dumps(record) + "\n" for record in records[2:5]) + '{"ts": 1, "kin')
+    # renamed as it closed, between the copy and the listing: both names in this snapshot
+    write_part(logs, "delta", DAY_1, 2, records[5:])
+    shutil.copy(folder / "part-2.jsonl", folder / ".part-2.jsonl")
+    snapshot = to_url(tmp_path / "snapshot")
+    events = read_json_events(spark, to_url(logs), [], snapshot=snapshot)
+    assert sorted(row["publication"] for row in events.collect()) == list(range(6))
+    assert sorted(entry.name for entry in input_files(LocalFiles(), to_url(logs))) == [
+        ".part-1.jsonl", ".part-2.jsonl", "part-0.jsonl", "part-2.jsonl"]

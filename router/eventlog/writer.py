@@ -5,7 +5,10 @@ Layout: ``<base>/realm=<name>/date=<yyyy-mm-dd>/part-<n>.jsonl`` on one node, an
 (the Redis engine), so the trees of all nodes merge into one without two nodes ever writing
 the same file, and Spark reads ``node`` as one more partition column. A part file is
 closed and the next one started when it reaches ``max_file_bytes``, is older
-than ``max_file_age`` seconds, or the UTC date changes. While open it is named
+than ``max_file_age`` seconds, or the UTC date changes. The age is also checked on a
+reactor timer set for the moment the oldest open part comes of age, so a part closes on
+time when no record follows it (an idle router); the timer only hands the writer thread
+an empty batch, the closing itself is the writer thread's disk work. While open it is named
 ``.part-<n>.jsonl`` (hidden from Spark, whose file source reads a file only once)
 and it is renamed when closed; a writer starting up renames the ones a crash
 left open. Every flush writes whole lines and flushes the file, so a crash loses
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import IO, Callable
 
 import orjson
+from twisted.internet.interfaces import IDelayedCall, IReactorCore
 
 from router.background import BatchWorker
 from router.core.incidents import EVENTLOG_DROPPED, Incidents
@@ -75,9 +79,21 @@ class EventLogWriter:
         self._clock = clock
         self._buffer: list[tuple[str, dict]] = []
         self._files: dict[str, _PartFile] = {}
+        self._reactor: IReactorCore | None = None
+        """Set by :meth:`start`: parts then close by age without waiting for a record."""
+        self._tick: IDelayedCall | None = None
+        """The reactor's pending age check (reactor thread only)."""
+        self._asked: float | None = None
+        """When the writer thread last asked the reactor for an age check (that thread only)."""
         if base_dir.exists():
             recover_open_parts(base_dir)
         self._worker = BatchWorker("eventlog-writer", self._write_batches)
+
+    def start(self, reactor: IReactorCore) -> None:
+        """Close parts by age on ``reactor``'s clock, records or not (call on the reactor
+        thread before the first record): without it an idle part stays open, hidden from
+        batch readers, until the next record arrives."""
+        self._reactor = reactor
 
     def append(self, realm: str, record: dict) -> None:
         """Buffer one record (reactor thread: no I/O, no encoding); drop it if the writer
@@ -111,9 +127,12 @@ class EventLogWriter:
     # writer thread --------------------------------------------------------------
 
     def _write_batches(self, batches: list[list[tuple[str, dict]]]) -> None:
-        """Write each flushed batch; rotation by age is decided once per batch."""
+        """Write each flushed batch; rotation by age is decided once per batch, and after
+        the last one for every open part (an empty batch is the reactor's age check)."""
         dumps = orjson.dumps
         for batch in batches:
+            if not batch:
+                self._asked = None  # the check asked for has come: ask again for what is left
             now = self._clock()
             touched: dict[str, _PartFile] = {}
             for realm, record in batch:
@@ -129,6 +148,33 @@ class EventLogWriter:
                 self._write_out(part)
                 part.handle.flush()
             self._written += len(batch)
+        for realm, part in list(self._files.items()):
+            if now >= self._due(part):
+                _finish(part)
+                del self._files[realm]
+        self._ask_for_age_check()
+
+    def _due(self, part: _PartFile) -> float:
+        """When ``part`` is old enough to close."""
+        return part.opened_at + self.max_file_age
+
+    def _ask_for_age_check(self) -> None:
+        """Ask the reactor for an age check when the oldest open part comes of age."""
+        due = min((self._due(part) for part in self._files.values()), default=None)
+        if self._reactor is not None and due is not None and due != self._asked:
+            self._asked = due
+            self._reactor.callFromThread(self._schedule_age_check, due)
+
+    # reactor thread ---------------------------------------------------------------
+
+    def _schedule_age_check(self, due: float) -> None:
+        if self._tick is not None and self._tick.active():
+            self._tick.cancel()
+        self._tick = self._reactor.callLater(max(0.0, due - self._clock()), self._age_check)
+
+    def _age_check(self) -> None:
+        self._tick = None
+        self._worker.put([])
 
     @staticmethod
     def _write_out(part: _PartFile) -> None:
@@ -139,7 +185,7 @@ class EventLogWriter:
         part = self._files.get(realm)
         if part is not None and (not part.day_start <= timestamp < part.day_end
                                  or part.size >= self.max_file_bytes
-                                 or now - part.opened_at >= self.max_file_age):
+                                 or now >= self._due(part)):
             self._write_out(part)
             _finish(part)
             part = None

@@ -20,6 +20,8 @@ from router.amqp.subscriber import AmqpSubscriber
 from router.core import incidents as why
 from router.core.retention import RetainedStore
 from router.core.stats import Histogram, RealmStats, family
+from router.core.topic import REST, SERVER_OWNED
+from router.core.uri import MQTT
 from router.mqtt.session import MqttSession
 
 if TYPE_CHECKING:
@@ -167,6 +169,9 @@ class RouterCollector(Collector):
     def _retained(self) -> Iterator[Metric]:
         topics = GaugeMetricFamily("router_retained_topics", "Topics with retained events.",
                                    labels=["realm"])
+        sys_topics = GaugeMetricFamily("router_retained_sys_topics",
+                                       "Of router_retained_topics, the router's own $SYS "
+                                       "topics.", labels=["realm"])
         size = GaugeMetricFamily("router_retained_bytes",
                                  "Encoded size of the retained events.", labels=["realm"])
         evictions = CounterMetricFamily("router_retained_evictions",
@@ -182,11 +187,14 @@ class RouterCollector(Collector):
             labels = [realm.name]
             retention = realm.retention
             topics.add_metric(labels, len(retention) if retention is not None else 0)
+            # a walk of the $SYS branch only: a few dozen topics, however many clients keep
+            sys_topics.add_metric(labels, sum(1 for _ in retention.topics(
+                (SERVER_OWNED, REST), MQTT)) if retention is not None else 0)
             size.add_metric(labels, retention.bytes if retention is not None else 0)
             evictions.add_metric(labels, realm.stats.retained_evictions)
             expiries.add_metric(labels, realm.stats.retained_expiries)
             history.add_metric(labels, realm.history.size() if realm.history else 0)
-        yield from (topics, size, evictions, expiries, history)
+        yield from (topics, sys_topics, size, evictions, expiries, history)
 
     def _store(self) -> Iterator[Metric]:
         store = self.node.store
