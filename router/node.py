@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
+import signal
+import threading
 import time
 from functools import partial
+from pathlib import Path
 
 from twisted.internet import defer, task, threads
 from twisted.internet.interfaces import IListeningPort, IReactorCore
@@ -31,6 +35,7 @@ from router.metrics.collector import registry_for, watch_retention
 from router.metrics.http import metrics_site
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
+from router.reload import PID_FILE, Reloader
 from router.store.embedded import EmbeddedEngine, live_entries
 from router.store.redis_engine import RedisEngine
 from router.store.sqlite import SqliteStore
@@ -165,6 +170,9 @@ class Node:
         self._log_flush.clock = reactor
         self._incident_flush = task.LoopingCall(self.router.incidents.flush)
         self._incident_flush.clock = reactor
+        self.reloader = Reloader(config, self.router, reactor)
+        """Roles, principals and anonymous roles again from the files, on SIGHUP."""
+        self._pid_file: Path | None = None
         self.ports: list[tuple[ListenerConfig, IListeningPort]] = []
         # One serializer instance per format for all listeners: an EVENT is encoded once
         # per format and the bytes are reused for every receiver on any transport.
@@ -180,6 +188,7 @@ class Node:
         for listener in self.config.listeners:
             self.ports.append((listener, self._listen(listener)))
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
+        self._watch_reload()
         # what start-up built (modules, configuration, restored state) lives as long as the
         # process: out of the collector's scans, a full collection under load looks only at
         # what clients created since, so its pause does not grow with the code base
@@ -193,6 +202,17 @@ class Node:
         young, middle, _ = gc.get_threshold()
         gc.set_threshold(young, middle, FULL_COLLECTION_AFTER)
         log.info("ready: %s", " ".join(self.urls()))
+
+    def _watch_reload(self) -> None:
+        """SIGHUP reloads (where there is one, and when the node runs the process); the pid
+        file tells ``python -m router reload`` whom to signal."""
+        if (not hasattr(signal, "SIGHUP")
+                or threading.current_thread() is not threading.main_thread()):
+            return
+        signal.signal(signal.SIGHUP,
+                      lambda signum, frame: self.reactor.callFromThread(self.reloader.request))
+        self._pid_file = self.config.data_dir / PID_FILE
+        self._pid_file.write_text(f"{os.getpid()}\n", encoding="ascii")
 
     def urls(self) -> list[str]:
         urls = []
@@ -304,6 +324,8 @@ class Node:
             if loop.running:
                 loop.stop()
         self.reclaimer.cancel()
+        if self._pid_file is not None:
+            self._pid_file.unlink(missing_ok=True)
         self.engine.close()
         pool = self.reactor.getThreadPool()
         yield threads.deferToThreadPool(self.reactor, pool, self.store.close)

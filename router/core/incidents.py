@@ -61,6 +61,9 @@ RETAINED_REALM_LIMIT = "retained_realm_limit"
 ``max_bytes``: the oldest topic of the owner holding the most."""
 RETAINED_REFUSED = "retained_refused"
 """A retained publish refused whole: its one event is larger than the byte bounds."""
+REVOKED = "revoked"
+"""A subscription or registration a reload took away (its role no longer covers it), or a
+session closed because its login no longer holds (see ``router.core.policy``)."""
 
 ENGINE_UNAVAILABLE = "engine_unavailable"
 """A publication not sent to the other nodes, or a retained change not stored, because the

@@ -453,6 +453,7 @@ class MqttConnection:
     def kill(self, reason: str, message: str | None) -> None:
         """Router-side close (shutdown, takeover)."""
         code = (ReasonCode.SESSION_TAKEN_OVER if reason == "takeover"
+                else ReasonCode.NOT_AUTHORIZED if reason == errors.KILLED
                 else ReasonCode.SERVER_SHUTTING_DOWN)
         if self.session is not None and self.version == 5:
             self._send(Disconnect(code))
