@@ -81,7 +81,7 @@ def _set_change(old: dict, new: dict) -> str:
 
 def node_changes(old: NodeConfig, new: NodeConfig) -> list[str]:
     """Node-level differences (listeners, engine, data directory...), all needing a restart."""
-    changed = [f"'{each.name}'" for each in dataclasses.fields(NodeConfig)
+    changed = [f"'{each.name}' changed" for each in dataclasses.fields(NodeConfig)
                if each.name not in ("realms", "source")
                and getattr(old, each.name) != getattr(new, each.name)]
     added = [name for name in new.realms if name not in old.realms]
@@ -154,11 +154,14 @@ class Reloader:
 
     def _done(self, report: ReloadReport) -> None:
         path = self.config.data_dir / REPORT_FILE
-        in_thread(self.reactor, lambda: write_report(path, report), lambda _: self._finished(),
-                  lambda exc: (log.error("reload: cannot write %s: %s", path, exc),
-                               self._finished()))
+        in_thread(self.reactor, lambda: write_report(path, report), self._finished,
+                  self._finished)
 
-    def _finished(self) -> None:
+    def _finished(self, failure: Exception | None) -> None:
+        """The report is written (``failure``: the error that kept it from being written)."""
+        if failure is not None:
+            log.error("reload: cannot write %s: %s", self.config.data_dir / REPORT_FILE,
+                      failure)
         self._running = False
         if self._again:
             self._again = False
@@ -175,12 +178,14 @@ def in_thread(reactor: Any, work: Callable[[], Any], done: Callable[[Any], None]
 
 
 def write_report(path: Path, report: ReloadReport) -> None:
+    """Replace the report file at once (``reload`` polls it)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(dataclasses.asdict(report)) + "\n", encoding="utf-8")
     tmp.replace(path)
 
 
 def read_report(path: Path) -> dict | None:
+    """The last report, or None if there is none (yet)."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

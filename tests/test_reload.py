@@ -191,6 +191,32 @@ def test_a_permission_taken_from_a_role_revokes_what_its_sessions_hold(router):
         alice.close()
 
 
+def test_sessions_whose_login_lapsed_are_closed(router):
+    """anonymous_role set to null closes anonymous sessions; a principal given another
+    role is closed too (its session's role is what its login gave it)."""
+    async def scenario():
+        anonymous = await connect(router)
+        alice = await connect(router, authid="alice", ticket="alice-secret")
+        data = json.loads(realm_path(router).read_text())
+        data["anonymous_role"] = None
+        data["principals"]["alice"]["role"] = "anonymous"
+        realm_path(router).write_text(json.dumps(data))
+        out = await asyncio.to_thread(reload, router)
+        assert "anonymous_role anonymous -> None" in out and "2 session(s) closed" in out
+        assert "anonymous logins are no longer allowed" in out
+        assert "the principal 'alice' now has the role 'anonymous'" in out
+        for session in (anonymous, alice):
+            left = await asyncio.wait_for(asyncio.shield(session.left), TIMEOUT)
+            assert left.reason == "wamp.close.killed"
+        with pytest.raises(JoinFailed):
+            await connect(router)
+        again = await connect(router, authid="alice", ticket="alice-secret")
+        assert (await again.joined).authrole == "anonymous"
+        await again.close()
+
+    run(scenario())
+
+
 def test_a_broken_realm_file_is_refused_whole_and_the_old_rules_stay(router):
     """SIGHUP with a broken file: the router logs check-config's message and keeps its
     rules; ``reload`` refuses it with the same message. A change only a restart can apply
@@ -219,9 +245,16 @@ def test_a_broken_realm_file_is_refused_whole_and_the_old_rules_stay(router):
 
     run(old_rules_hold())
     realm_path(router).write_text(json.dumps(dict(json.loads(good), uri_check="loose")))
-    out = reload(router)
-    assert "applied: nothing changed" in out
-    assert "needs a restart: realm realm1: 'uri_check' changed" in out
+    (router.workdir / "realms" / "realm2.json").write_text(json.dumps(realm_file("realm2")))
+    node = json.loads(router.config_path.read_text())
+    node["realms"].append("realm2")
+    node["listeners"].append({"type": "rawsocket", "host": "127.0.0.1", "port": 0})
+    router.config_path.write_text(json.dumps(node))
+    out = reload(router).splitlines()
+    assert out == ["applied: nothing changed",
+                   "needs a restart: 'listeners' changed",
+                   "needs a restart: realm(s) added: realm2",
+                   "needs a restart: realm realm1: 'uri_check' changed"]
 
 
 # the realm-file commands -------------------------------------------------------------------

@@ -51,6 +51,8 @@ def apply_policy(realm: Realm, principals: dict[str, Principal], authorizer: Aut
     current.update(principals)
     outcome = PolicyOutcome()
     for peer in list(realm.sessions.values()):
+        if realm.sessions.get(peer.info.session_id) is not peer:
+            continue  # left meanwhile (an AMQP connection closed takes its links along)
         why = _login_lapsed(peer, principals, anonymous_role)
         if why is not None:
             outcome.closed.append(f"session {peer.info.session_id} ({peer.info.authid}): {why}")

@@ -451,7 +451,7 @@ class MqttConnection:
         self._close_now()
 
     def kill(self, reason: str, message: str | None) -> None:
-        """Router-side close (shutdown, takeover)."""
+        """Router-side close (shutdown, takeover, a login a reload revoked: 0x87)."""
         code = (ReasonCode.SESSION_TAKEN_OVER if reason == "takeover"
                 else ReasonCode.NOT_AUTHORIZED if reason == errors.KILLED
                 else ReasonCode.SERVER_SHUTTING_DOWN)
