@@ -193,28 +193,45 @@ def test_a_permission_taken_from_a_role_revokes_what_its_sessions_hold(router):
 
 def test_sessions_whose_login_lapsed_are_closed(router):
     """anonymous_role set to null closes anonymous sessions; a principal given another
-    role is closed too (its session's role is what its login gave it)."""
+    role is closed too (its session's role is what its login gave it), and its persistent
+    MQTT session is not resumed under the old role."""
+    mqtt_alice = MqttClient(router, client_id="alice-car", username="alice",
+                            password="alice-secret", clean=False, session_expiry=600)
+    mqtt_again = MqttClient(router, client_id="alice-car", username="alice",
+                            password="alice-secret", clean=False, session_expiry=600)
+
     async def scenario():
         anonymous = await connect(router)
         alice = await connect(router, authid="alice", ticket="alice-secret")
+        assert (await asyncio.to_thread(mqtt_alice.connect)).reason_code == 0
+        assert await asyncio.to_thread(mqtt_alice.subscribe, ("net/#", 1)) == [1]
         data = json.loads(realm_path(router).read_text())
         data["anonymous_role"] = None
         data["principals"]["alice"]["role"] = "anonymous"
         realm_path(router).write_text(json.dumps(data))
         out = await asyncio.to_thread(reload, router)
-        assert "anonymous_role anonymous -> None" in out and "2 session(s) closed" in out
+        assert "anonymous_role anonymous -> None" in out and "3 session(s) closed" in out
         assert "anonymous logins are no longer allowed" in out
         assert "the principal 'alice' now has the role 'anonymous'" in out
         for session in (anonymous, alice):
             left = await asyncio.wait_for(asyncio.shield(session.left), TIMEOUT)
             assert left.reason == "wamp.close.killed"
+        assert await asyncio.to_thread(mqtt_alice.wait_disconnected) == NOT_AUTHORIZED
         with pytest.raises(JoinFailed):
             await connect(router)
         again = await connect(router, authid="alice", ticket="alice-secret")
         assert (await again.joined).authrole == "anonymous"
         await again.close()
+        connack = await asyncio.to_thread(mqtt_again.connect)
+        assert (connack.reason_code, connack.session_present) == (0, False)
+        # "net/#" is not the anonymous role's: the old session's subscription is gone with it
+        assert await asyncio.to_thread(mqtt_again.subscribe, ("net/#", 1)) == [NOT_AUTHORIZED]
 
-    run(scenario())
+    try:
+        run(scenario())
+    finally:
+        mqtt_alice.close()
+        mqtt_again.close()
 
 
 def test_a_broken_realm_file_is_refused_whole_and_the_old_rules_stay(router):

@@ -183,7 +183,8 @@ class AmqpFrontend:
                 existing.connection.steal(existing)
             if (existing.address == address and existing.qos == qos
                     and existing.policy == policy and existing.group == group
-                    and existing.info.authid == info.authid):
+                    and existing.info.authid == info.authid
+                    and existing.info.authrole == info.authrole):
                 return existing
             self.destroy(existing, disown=False)
         subscriber = AmqpSubscriber(

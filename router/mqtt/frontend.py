@@ -157,7 +157,8 @@ class MqttFrontend:
         if existing is not None and existing.connection is not None:
             existing.connection.kill("takeover", None)
             existing.connection = None
-        if existing is not None and (packet.clean_start or existing.info.authid != authid):
+        if existing is not None and (packet.clean_start or existing.info.authid != authid
+                                     or existing.info.authrole != authrole):
             self.destroy(existing, disown=False)
             existing = None
         session_present = existing is not None
