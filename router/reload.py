@@ -197,6 +197,10 @@ def signal_reload(config: NodeConfig, timeout: float) -> int:
     wait for its report and print it; the exit code (0 applied, 1 refused or no router)."""
     import signal
 
+    if not hasattr(signal, "SIGHUP"):
+        print("reload needs SIGHUP, which this system does not have: restart the router",
+              file=sys.stderr)
+        return 1
     pid_file = config.data_dir / PID_FILE
     try:
         pid = int(pid_file.read_text(encoding="ascii").strip())
@@ -204,14 +208,14 @@ def signal_reload(config: NodeConfig, timeout: float) -> int:
         print(f"no running router found: {pid_file} is missing or unreadable (is the router "
               f"started with this --config?)", file=sys.stderr)
         return 1
+    if not _is_router(pid):
+        print(f"no running router found: process {pid} of {pid_file} is gone or is not the "
+              "router (a stale pid file)", file=sys.stderr)
+        return 1
     report_path = config.data_dir / REPORT_FILE
     previous = read_report(report_path)
     seen = previous["number"] if previous is not None and previous.get("pid") == pid else 0
-    try:
-        os.kill(pid, signal.SIGHUP)
-    except ProcessLookupError:
-        print(f"no running router found: process {pid} of {pid_file} is gone", file=sys.stderr)
-        return 1
+    os.kill(pid, signal.SIGHUP)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         report = read_report(report_path)
@@ -223,3 +227,20 @@ def signal_reload(config: NodeConfig, timeout: float) -> int:
     print(f"the router (process {pid}) did not report within {timeout:g} s; see its log",
           file=sys.stderr)
     return 1
+
+
+def _is_router(pid: int) -> bool:
+    """Is ``pid`` alive and, where ``/proc`` tells, running ``router``? A pid file left by
+    a router killed with SIGKILL may name a process that reused the number: a SIGHUP would
+    stop most programs."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's: /proc says what it runs
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc: alive is all we can know
+    return b"router" in command

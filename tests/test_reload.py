@@ -362,3 +362,21 @@ def test_role_add_creates_the_anonymous_role_a_new_realm_names(realm_config):
     assert cli("check-config", "--config", config).returncode == 0
     assert stored(realm_config)["roles"]["guest"] == [
         {"uri": "com.", "match": "prefix", "allow": ["subscribe"]}]
+
+
+def test_reload_without_a_running_router_says_so_and_signals_nobody(realm_config):
+    """No pid file, or one left by a router killed with SIGKILL whose number another
+    program has now: ``reload`` says no router runs and sends that program nothing."""
+    config = str(realm_config / "config.json")
+    missing = cli("reload", "--config", config)
+    assert missing.returncode == 1 and "no running router found" in missing.stderr
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        (realm_config / "data").mkdir()
+        (realm_config / "data" / "router.pid").write_text(f"{other.pid}\n")
+        stale = cli("reload", "--config", config)
+        assert stale.returncode == 1 and "stale pid file" in stale.stderr
+        assert other.poll() is None  # a SIGHUP would have ended it
+    finally:
+        other.kill()
+        other.wait()
