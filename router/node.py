@@ -17,7 +17,6 @@ from twisted.internet.interfaces import IListeningPort, IReactorCore
 from router.amqp.frontend import AmqpFrontend
 from router.amqp.transports import AmqpTcpFactory
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
-from router.core.authorization import Authorizer, Role
 from router.core.engine import Engine
 from router.core.login_guard import LoginGuard
 from router.core.meta import (install_event_history, install_retention_admin,
@@ -35,7 +34,7 @@ from router.metrics.collector import registry_for, watch_retention
 from router.metrics.http import metrics_site
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
-from router.reload import PID_FILE, Reloader
+from router.reload import PID_FILE, Reloader, authorizer_for
 from router.store.embedded import EmbeddedEngine, live_entries
 from router.store.redis_engine import RedisEngine
 from router.store.sqlite import SqliteStore
@@ -82,14 +81,13 @@ def build_router(config: NodeConfig, reactor, engine: Engine,
                     if log_settings.enabled else None)
         if activity is not None:
             logs[realm_config.name] = activity
-        roles = {name: Role(name, rules) for name, rules in realm_config.roles.items()}
         realm_engine = engine.open_realm(realm_config.name, realm_config.retention,
                                          list(realm_config.history))
         if activity is not None and realm_engine.retention is not None:
             realm_engine.retention.listeners.append(
                 lambda topic, entries, action, publication, activity=activity:
                 topic[0] == SERVER_OWNED or activity.retained(topic, action, publication))
-        realm = Realm(realm_config.name, Authorizer(roles), reactor,
+        realm = Realm(realm_config.name, authorizer_for(realm_config.roles), reactor,
                       uri_check=realm_config.uri_check,
                       anonymous_role=realm_config.anonymous_role,
                       engine=realm_engine, activity=activity)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from router.config import ConfigError, NodeConfig, RealmConfig, load_config
-from router.core.authorization import Authorizer, Role
+from router.core.authorization import Authorizer, PermissionRule, Role
 from router.core.policy import apply_policy
 from router.core.router import Router
 
@@ -54,6 +54,11 @@ class ReloadReport:
                     f"{self.error}"]
         lines = [f"applied: {line}" for line in self.applied] or ["applied: nothing changed"]
         return lines + [f"needs a restart: {line}" for line in self.restart]
+
+
+def authorizer_for(roles: dict[str, list[PermissionRule]]) -> Authorizer:
+    """A realm's authorizer from its configured roles (at start and on every reload)."""
+    return Authorizer({name: Role(name, rules) for name, rules in roles.items()})
 
 
 def realm_changes(old: RealmConfig, new: RealmConfig) -> tuple[list[str], list[str]]:
@@ -107,9 +112,9 @@ def apply(config: NodeConfig, new: NodeConfig, router: Router, number: int) -> R
             report.restart.append(f"realm {name}: {', '.join(restart)} changed")
         if not applied:
             continue
-        roles = {role: Role(role, rules) for role, rules in fresh.roles.items()}
-        outcome = apply_policy(router.realms[name], dict(fresh.principals), Authorizer(roles),
-                               fresh.anonymous_role, router.principals[name])
+        outcome = apply_policy(router.realms[name], dict(fresh.principals),
+                               authorizer_for(fresh.roles), fresh.anonymous_role,
+                               router.principals[name])
         report.applied.append(f"realm {name}: {'; '.join(applied)}; {outcome.summary()}")
         report.applied += [f"realm {name}: {line}" for line in outcome.closed]
         config.realms[name] = dataclasses.replace(old, roles=fresh.roles,
