@@ -16,21 +16,22 @@ def apply_hint(config: str) -> str:
 
 
 def realm_awaiting_role(config: str, realm: str, role: str) -> RealmConfig | None:
-    """The realm file (its roles left out) when the configuration is refused only because
-    that realm's ``anonymous_role`` names ``role``, which does not exist yet: adding the
-    role is how the operator fixes it. None otherwise (the usual error handling follows)."""
+    """The realm file (its roles left out) when the configuration is refused because that
+    realm names ``role`` (as its ``anonymous_role``, or a principal's role) and the role
+    does not exist yet: adding it is how the operator fixes that. None otherwise (the usual
+    error handling follows)."""
     try:
         load_config(config)
         return None
     except ConfigError as exc:
-        if exc.key != "anonymous_role":
+        if not exc.problem.startswith(f"names the role '{role}',"):
             return None
         path = Path(exc.source)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if data.get("name") != realm or data.get("anonymous_role") != role:
+    if data.get("name") != realm:
         return None
     check = data.get("uri_check", "strict")
     return RealmConfig(realm, path, {}, check if check in ("strict", "loose") else "strict")
