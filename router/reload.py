@@ -40,7 +40,9 @@ class ReloadReport:
     """One reload's outcome, as logged and as ``reload`` prints it."""
 
     number: int
-    """Reloads this process has done (``reload`` waits for the next one)."""
+    """Reloads this process has done."""
+    started: float
+    """When the router began this reload (``reload`` waits for one begun after its signal)."""
     pid: int = field(default_factory=os.getpid)
     time: float = field(default_factory=time.time)
     error: str | None = None
@@ -98,11 +100,12 @@ def node_changes(old: NodeConfig, new: NodeConfig) -> list[str]:
     return changed
 
 
-def apply(config: NodeConfig, new: NodeConfig, router: Router, number: int) -> ReloadReport:
+def apply(config: NodeConfig, new: NodeConfig, router: Router, number: int,
+          started: float) -> ReloadReport:
     """Give ``router``'s realms the rules of ``new`` and update ``config`` (the running
     configuration) to what now runs: restart-only changes stay out of it, so the next reload
     names them again."""
-    report = ReloadReport(number, restart=node_changes(config, new))
+    report = ReloadReport(number, started, restart=node_changes(config, new))
     for name, old in config.realms.items():
         fresh = new.realms.get(name)
         if fresh is None:
@@ -141,19 +144,20 @@ class Reloader:
             return
         self._running = True
         self.reloads += 1
-        number = self.reloads
+        number, started = self.reloads, time.time()
         in_thread(self.reactor, lambda: load_config(self.config.source),
-                  lambda new: self._loaded(number, new), lambda exc: self._refused(number, exc))
+                  lambda new: self._loaded(number, started, new),
+                  lambda exc: self._refused(number, started, exc))
 
-    def _loaded(self, number: int, new: NodeConfig) -> None:
-        report = apply(self.config, new, self.router, number)
+    def _loaded(self, number: int, started: float, new: NodeConfig) -> None:
+        report = apply(self.config, new, self.router, number, started)
         for line in report.lines():
             log.info("reload: %s", line)
         self._done(report)
 
-    def _refused(self, number: int, exc: Exception) -> None:
+    def _refused(self, number: int, started: float, exc: Exception) -> None:
         message = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
-        report = ReloadReport(number, error=message)
+        report = ReloadReport(number, started, error=message)
         log.error("reload: %s", report.lines()[0])
         self._done(report)
 
@@ -218,13 +222,12 @@ def signal_reload(config: NodeConfig, timeout: float) -> int:
               "router (a stale pid file)", file=sys.stderr)
         return 1
     report_path = config.data_dir / REPORT_FILE
-    previous = read_report(report_path)
-    seen = previous["number"] if previous is not None and previous.get("pid") == pid else 0
+    sent = time.time()
     os.kill(pid, signal.SIGHUP)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         report = read_report(report_path)
-        if report is not None and report.get("pid") == pid and report["number"] > seen:
+        if report is not None and report.get("pid") == pid and report.get("started", 0) >= sent:
             for line in ReloadReport(**report).lines():
                 print(line)
             return 1 if report["error"] else 0
