@@ -15,6 +15,8 @@ from router import __version__
 from router.config import ConfigError, NodeConfig, RealmConfig, load_config, parse_rule
 from router.core.topic import to_uri
 from router.core.uri import MATCH_POLICIES
+from router.realm_files import (apply_hint, principal_lines, realm_awaiting_role,
+                                 remove_principal, remove_role, set_secret)
 
 
 TWISTED_CHATTER = re.compile(r"(Starting|Stopping) factory |\S+ starting on \d+$"
@@ -113,8 +115,13 @@ def _acceptable(secret: str) -> bool:
     return problem is None
 
 
-def _realm(args: argparse.Namespace) -> RealmConfig | None:
-    """The realm ``--realm`` names in ``--config``, or None after saying what is wrong."""
+def _realm(args: argparse.Namespace, creating: str | None = None) -> RealmConfig | None:
+    """The realm ``--realm`` names in ``--config``, or None after saying what is wrong.
+    ``creating``: a role about to be added, which the realm's ``anonymous_role`` may name."""
+    if creating is not None:
+        waiting = realm_awaiting_role(args.config, args.realm, creating)
+        if waiting is not None:
+            return waiting
     config = _load(args)
     if config is None:
         return None
@@ -136,7 +143,7 @@ def _rewrite_realm(args: argparse.Namespace, path: Path, data: dict, done: str) 
     except ConfigError as exc:  # should not happen; say so rather than leave it silent
         print(f"warning: the configuration does not load now: {exc}", file=sys.stderr)
         return 1
-    print(f"{path}: {done}; restart the router to apply")
+    print(f"{path}: {done}; {apply_hint(args.config)}")
     return 0
 
 
@@ -187,7 +194,7 @@ def _role_add(args: argparse.Namespace) -> int:
     """Add a permission rule to a role of a realm file, creating the role if it is new.
     A rule for the same URI and match that the role has already is refused, not merged:
     the operator says which one is meant by editing the file."""
-    realm = _realm(args)
+    realm = _realm(args, creating=args.role)
     if realm is None:
         return 2
     if not args.role.strip():
@@ -232,6 +239,64 @@ def _role_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _principal_list(args: argparse.Namespace) -> int:
+    realm = _realm(args)
+    if realm is None:
+        return 2
+    for line in principal_lines(realm):
+        print(line)
+    return 0
+
+
+def _edit_realm(args: argparse.Namespace, edit) -> int:
+    """Apply ``edit(realm, data) -> done message`` (or raise ValueError saying why not) to the
+    realm file's JSON, and write it back."""
+    realm = _realm(args)
+    if realm is None:
+        return 2
+    path = Path(realm.source)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        done = edit(realm, data)
+    except ValueError as exc:
+        print(f"{path}: {exc}", file=sys.stderr)
+        return 2
+    return _rewrite_realm(args, path, data, done)
+
+
+def _principal_remove(args: argparse.Namespace) -> int:
+    return _edit_realm(args, lambda realm, data: remove_principal(realm, data, args.authid))
+
+
+def _principal_passwd(args: argparse.Namespace) -> int:
+    """A new secret for a principal's ticket and/or WAMP-CRA credential."""
+    realm = _realm(args)
+    if realm is None:
+        return 2
+    if args.authid not in realm.principals:
+        print(f"{realm.source}: principals: there is no principal '{args.authid}'",
+              file=sys.stderr)
+        return 2
+    secret = _read_secret("new secret: ")
+    if not _acceptable(secret):
+        return 2
+    return _edit_realm(args, lambda realm, data: set_secret(realm, data, args.authid, secret))
+
+
+def _role_remove(args: argparse.Namespace) -> int:
+    return _edit_realm(args, lambda realm, data: remove_role(realm, data, args.role))
+
+
+def _reload(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config is None:
+        print("not reloaded: the running router keeps its configuration", file=sys.stderr)
+        return 2
+    from router.reload import signal_reload
+
+    return signal_reload(config, args.timeout)
+
+
 def _retained(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
@@ -261,6 +326,27 @@ def _realm_file_command(commands, name: str, handler, help_text: str) -> argpars
     command.add_argument("--config", default="config.json", help="node configuration file")
     command.set_defaults(handler=handler)
     return command
+
+
+def _realm_management_commands(commands, principal_commands, role_commands) -> None:
+    """``principal list|remove|passwd``, ``role remove`` and ``reload``."""
+    _realm_file_command(principal_commands, "list", _principal_list,
+                        "list a realm's principals, their roles and login methods")
+    remove = _realm_file_command(principal_commands, "remove", _principal_remove,
+                                 "remove a principal (its live sessions close on reload)")
+    remove.add_argument("--authid", required=True)
+    passwd = _realm_file_command(principal_commands, "passwd", _principal_passwd,
+                                 "set a principal's secret (ticket / WAMP-CRA; read from stdin)")
+    passwd.add_argument("--authid", required=True)
+    role_remove = _realm_file_command(role_commands, "remove", _role_remove,
+                                      "remove a role no principal and no anonymous login uses")
+    role_remove.add_argument("--role", required=True)
+    reload = commands.add_parser(
+        "reload", help="apply changed roles and principals to the running router (SIGHUP)")
+    reload.add_argument("--config", default="config.json", help="node configuration file")
+    reload.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds to wait for the router's answer")
+    reload.set_defaults(handler=_reload)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -304,6 +390,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     role_add.add_argument("--disclose", action="store_true",
                           help="disclose the caller/publisher to callees/subscribers")
     _realm_file_command(role_commands, "list", _role_list, "list a realm's roles and their rules")
+    _realm_management_commands(commands, principal_commands, role_commands)
     retained = commands.add_parser(
         "retained", help="list or purge retained events on a running router")
     retained.add_argument("action", choices=["list", "purge"])

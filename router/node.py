@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
+import signal
+import threading
 import time
 from functools import partial
+from pathlib import Path
 
 from twisted.internet import defer, task, threads
 from twisted.internet.error import CannotListenError
@@ -14,7 +18,6 @@ from twisted.internet.interfaces import IListeningPort, IReactorCore
 from router.amqp.frontend import AmqpFrontend
 from router.amqp.transports import AmqpTcpFactory
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
-from router.core.authorization import Authorizer, Role
 from router.core.engine import Engine
 from router.core.login_guard import LoginGuard
 from router.core.meta import (install_event_history, install_retention_admin,
@@ -33,6 +36,7 @@ from router.metrics.http import metrics_site
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
 from router.ports import describe
+from router.reload import PID_FILE, Reloader, authorizer_for
 from router.store.embedded import EmbeddedEngine, live_entries
 from router.store.redis_engine import RedisEngine
 from router.store.sqlite import SqliteStore
@@ -79,14 +83,13 @@ def build_router(config: NodeConfig, reactor, engine: Engine,
                     if log_settings.enabled else None)
         if activity is not None:
             logs[realm_config.name] = activity
-        roles = {name: Role(name, rules) for name, rules in realm_config.roles.items()}
         realm_engine = engine.open_realm(realm_config.name, realm_config.retention,
                                          list(realm_config.history))
         if activity is not None and realm_engine.retention is not None:
             realm_engine.retention.listeners.append(
                 lambda topic, entries, action, publication, activity=activity:
                 topic[0] == SERVER_OWNED or activity.retained(topic, action, publication))
-        realm = Realm(realm_config.name, Authorizer(roles), reactor,
+        realm = Realm(realm_config.name, authorizer_for(realm_config.roles), reactor,
                       uri_check=realm_config.uri_check,
                       anonymous_role=realm_config.anonymous_role,
                       engine=realm_engine, activity=activity)
@@ -171,6 +174,9 @@ class Node:
         self._log_flush.clock = reactor
         self._incident_flush = task.LoopingCall(self.router.incidents.flush)
         self._incident_flush.clock = reactor
+        self.reloader = Reloader(config, self.router, reactor)
+        """Roles, principals and anonymous roles again from the files, on SIGHUP."""
+        self._pid_file: Path | None = None
         self.ports: list[tuple[ListenerConfig, IListeningPort]] = []
         # One serializer instance per format for all listeners: an EVENT is encoded once
         # per format and the bytes are reused for every receiver on any transport.
@@ -193,6 +199,7 @@ class Node:
                 raise ListenerFailed(f"{describe(self.config, index)}: cannot listen: "
                                      f"{reason}") from exc
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
+        self._watch_reload()
         # what start-up built (modules, configuration, restored state) lives as long as the
         # process: out of the collector's scans, a full collection under load looks only at
         # what clients created since, so its pause does not grow with the code base
@@ -206,6 +213,17 @@ class Node:
         young, middle, _ = gc.get_threshold()
         gc.set_threshold(young, middle, FULL_COLLECTION_AFTER)
         log.info("ready: %s", " ".join(self.urls()))
+
+    def _watch_reload(self) -> None:
+        """SIGHUP reloads (where there is one, and when the node runs the process); the pid
+        file tells ``python -m router reload`` whom to signal."""
+        if (not hasattr(signal, "SIGHUP")
+                or threading.current_thread() is not threading.main_thread()):
+            return
+        signal.signal(signal.SIGHUP,
+                      lambda signum, frame: self.reactor.callFromThread(self.reloader.request))
+        self._pid_file = self.config.data_dir / PID_FILE
+        self._pid_file.write_text(f"{os.getpid()}\n", encoding="ascii")
 
     def urls(self) -> list[str]:
         urls = []
@@ -317,6 +335,8 @@ class Node:
             if loop.running:
                 loop.stop()
         self.reclaimer.cancel()
+        if self._pid_file is not None:
+            self._pid_file.unlink(missing_ok=True)
         self.engine.close()
         pool = self.reactor.getThreadPool()
         yield threads.deferToThreadPool(self.reactor, pool, self.store.close)

@@ -59,10 +59,12 @@ from proton import (Collector, Condition, Connection, Data, Delivery, Endpoint, 
 from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_topic
 from router.amqp.body import Inbound, UnsupportedBody, plain
 from router.amqp.conditions import (INTERNAL_ERROR, INVALID_FIELD, LINK_STOLEN,
-                                    RESOURCE_LIMIT_EXCEEDED, SHARED_GROUP, AttachRefused,
+                                    RESOURCE_LIMIT_EXCEEDED, SHARED_GROUP, UNAUTHORIZED,
+                                    AttachRefused,
                                     refusal_condition, router_error_condition)
 from router.amqp.sasl import Identity, SaslServer
 from router.amqp.subscriber import AmqpSubscriber
+from router.core import errors
 from router.core.errors import RouterError
 from router.core.incidents import DISCONNECTED, OVER_LIMIT, UNSUPPORTED
 from router.core.model import SessionInfo
@@ -502,6 +504,19 @@ class AmqpConnection:
         link.close()  # "forcibly closed" (spec 2.8.16); a detach would not carry the error
         self.process()
 
+    def revoke(self, subscriber: AmqpSubscriber, reason: str) -> None:
+        """A reload took the subscriber's permission away: forget it (durable state too)
+        and close its link with ``amqp:unauthorized-access``."""
+        link = subscriber.link
+        key = self._key(link)
+        if self.links.get(key) is subscriber:
+            del self.links[key]
+        subscriber.detach()
+        self.frontend.destroy(subscriber)
+        link.condition = Condition(UNAUTHORIZED, reason)
+        link.close()
+        self.process()
+
     # inbound messages -----------------------------------------------------------------------
 
     def _incoming(self, publisher: _Publisher, delivery) -> None:
@@ -632,8 +647,9 @@ class AmqpConnection:
         if self._closed:
             return
         if self.connection is not None:
-            self.connection.condition = Condition("amqp:connection:forced",
-                                                  message or reason)
+            self.connection.condition = Condition(
+                UNAUTHORIZED if reason == errors.KILLED else "amqp:connection:forced",
+                message or reason)
             self.connection.close()
             self.process()
         self._close_now()

@@ -212,7 +212,8 @@ class AmqpFrontend:
             if existing.connection is not None and existing.link is not None:
                 existing.connection.steal(existing)
             if (existing.address == address and existing.qos == qos
-                    and existing.policy == policy and existing.group == group):
+                    and existing.policy == policy and existing.group == group
+                    and existing.info.authrole == info.authrole):  # owner checked before
                 return existing
             self.destroy(existing, disown=False)
         subscriber = AmqpSubscriber(

@@ -33,6 +33,9 @@ class Outlet(Protocol):
     def steal(self, subscriber: Any) -> None:
         """Detach ``subscriber``'s link: it was attached on another connection."""
 
+    def revoke(self, subscriber: Any, reason: str) -> None:
+        """Close ``subscriber``'s link as unauthorized and forget it."""
+
     def kill(self, reason: str, message: str | None) -> None: ...
 
 

@@ -157,6 +157,17 @@ class AmqpSubscriber:
         if self.connection is not None:
             self.connection.kill(reason, message)
 
+    def subscription_revoked(self, subscription: Subscription, reason: str) -> None:
+        """Detach the link with ``amqp:unauthorized-access``; a durable subscription whose
+        link is away is dropped with its queue."""
+        if self.connection is not None and self.link is not None:
+            self.connection.revoke(self, reason)
+        else:
+            self.frontend.destroy(self)
+
+    def registration_revoked(self, registration: object, reason: str) -> None:
+        """A receiver link never registers."""
+
     # the link ------------------------------------------------------------------------
 
     def attach(self, link, connection: Outlet) -> None:

@@ -210,6 +210,10 @@ class Broker:
         self._by_session.get(session_id, set()).discard(subscription)
         return subscription
 
+    def subscriptions_of(self, session_id: int) -> list[Subscription]:
+        """The subscriptions and shared groups a session holds."""
+        return list(self._by_session.get(session_id, ()))
+
     def remove_session(self, session_id: int) -> None:
         """Drop every subscription of a leaving session."""
         for subscription in self._by_session.pop(session_id, ()):

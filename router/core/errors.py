@@ -41,5 +41,8 @@ PROTOCOL_VIOLATION = "wamp.error.protocol_violation"
 OPTION_NOT_ALLOWED = "wamp.error.option_not_allowed"
 LIMIT_EXCEEDED = "wamp.error.limit_exceeded"
 """A request that would take a client-driven structure over its configured bound."""
+KILLED = "wamp.close.killed"
+"""Close reason of a session the router ends because its login no longer holds (a reload
+removed its principal or changed its role)."""
 UNAVAILABLE = "wamp.error.unavailable"
 """What a request needs (the engine's shared store) cannot be reached now; try again."""

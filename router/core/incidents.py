@@ -64,6 +64,9 @@ RETAINED_REFUSED = "retained_refused"
 OVER_LIMIT = "over_limit"
 """A subscription, registration or link refused for a per-session (per-connection) bound
 (``max_subscriptions``, ``max_registrations``, ``amqp.max_links``)."""
+REVOKED = "revoked"
+"""A subscription or registration a reload took away (its role no longer covers it), or a
+session closed because its login no longer holds (see ``router.core.policy``)."""
 
 ENGINE_UNAVAILABLE = "engine_unavailable"
 """A publication not sent to the other nodes, or a retained change not stored, because the

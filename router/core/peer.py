@@ -8,7 +8,7 @@ from router.core.model import Publication, SessionInfo
 
 if TYPE_CHECKING:
     from router.core.broker import Subscription
-    from router.core.dealer import Invocation
+    from router.core.dealer import Invocation, Registration
 
 
 class Peer(Protocol):
@@ -43,3 +43,12 @@ class Peer(Protocol):
 
     def kill(self, reason: str, message: str | None) -> None:
         """Close the session from the router side."""
+
+    def subscription_revoked(self, subscription: "Subscription", reason: str) -> None:
+        """The realm's rules no longer let this session hold ``subscription`` (a reload):
+        drop it as the session's own unsubscribe would, and tell the client if its
+        protocol can."""
+
+    def registration_revoked(self, registration: "Registration", reason: str) -> None:
+        """The core has unregistered this callee (a reload took the permission away):
+        tell the client if its protocol can."""

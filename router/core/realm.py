@@ -106,6 +106,12 @@ class Realm:
             self.activity.left(info)
         self.publish_meta("wamp.session.on_leave", [info.session_id, info.authid, info.authrole])
 
+    def replace_policy(self, authorizer: Authorizer, anonymous_role: str | None) -> None:
+        """New rules from a reload (see :mod:`router.core.policy`, which also brings the
+        live sessions in line): every later request is checked against them."""
+        self.authorizer = authorizer
+        self.anonymous_role = anonymous_role
+
     # pub/sub --------------------------------------------------------------
 
     def check_uri(self, uri: str, match: str = EXACT) -> None:

@@ -521,9 +521,11 @@ class MqttConnection:
         self._close_now()
 
     def kill(self, reason: str, message: str | None) -> None:
-        """Router-side close (shutdown, takeover); the will stays due: a server-side close
-        publishes it (MQTT-3.1.2-8, takeover included: 5.0 section 3.1.4)."""
+        """Router-side close (shutdown, takeover, a login a reload revoked: 0x87); the will
+        stays due: a server-side close publishes it (MQTT-3.1.2-8, takeover included: 5.0
+        section 3.1.4)."""
         code = (ReasonCode.SESSION_TAKEN_OVER if reason == "takeover"
+                else ReasonCode.NOT_AUTHORIZED if reason == errors.KILLED
                 else ReasonCode.SERVER_SHUTTING_DOWN)
         if self.session is not None and self.version == 5:
             self._send(Disconnect(code))

@@ -207,7 +207,8 @@ class MqttFrontend:
         if existing is not None and existing.connection is not None:
             existing.connection.kill("takeover", None)  # its will is published when it is gone
             existing.connection = None
-        if existing is not None and packet.clean_start:  # its owner's, checked before
+        # its owner's (checked before); a role changed by a reload starts afresh
+        if existing is not None and (packet.clean_start or existing.info.authrole != authrole):
             self.destroy(existing, disown=False)
             existing = None
         session_present = existing is not None

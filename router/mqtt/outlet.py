@@ -52,5 +52,8 @@ class SessionOwner(Protocol):
 
     def when_durable(self, callback: Callable[[bool], None]) -> None: ...
 
+    def unsubscribe(self, session: Any, topic_filter: str) -> int:
+        """Drop one of ``session``'s filters; its UNSUBACK reason code."""
+
     def delivery_acknowledged(self, session: Any, entry: Any) -> None:
         """A QoS >= 1 delivery (an ``Outbound`` of ``session``) was acknowledged."""

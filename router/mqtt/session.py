@@ -445,6 +445,17 @@ class MqttSession:
     def supports(self, role: str, feature: str) -> bool:
         return False
 
+    def subscription_revoked(self, subscription: Subscription, reason: str) -> None:
+        """MQTT has no server-side unsubscribe: the filter is dropped (from a persistent
+        session's stored state too) and nothing is sent, so its messages stop, as on
+        Mosquitto after an ACL reload; the core counts it (incident ``revoked``)."""
+        mine = self._by_core_id.get(subscription.id)
+        if mine is not None:
+            self.frontend.unsubscribe(self, mine.topic_filter)
+
+    def registration_revoked(self, registration: object, reason: str) -> None:
+        """MQTT sessions never register."""
+
     def kill(self, reason: str, message: str | None) -> None:
         if self.connection is not None:
             self.connection.kill(reason, message)

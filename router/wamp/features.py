@@ -11,6 +11,7 @@ BROKER_FEATURES = {
     "event_history": True,
     "x_acknowledged_event_delivery": True,
     "x_shared_group": True,
+    "subscription_revocation": True,
 }
 
 DEALER_FEATURES = {
@@ -22,6 +23,7 @@ DEALER_FEATURES = {
     "pattern_based_registration": True,
     "session_meta_api": True,
     "testament_meta_api": True,
+    "registration_revocation": True,
 }
 
 ROUTER_ROLES = {

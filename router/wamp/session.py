@@ -605,6 +605,23 @@ class WampSession:
         features = self._client_roles.get(role)
         return isinstance(features, dict) and bool(features.get("features", {}).get(feature))
 
+    def subscription_revoked(self, subscription: Subscription, reason: str) -> None:
+        """Drop it; a subscriber that announced ``subscription_revocation`` gets
+        ``UNSUBSCRIBED`` with request 0 (WAMP AP, Subscription Revocation), others nothing."""
+        self._realm.unsubscribe(self, subscription.id)
+        self._grants.pop(subscription.id, None)
+        if self.supports("subscriber", "subscription_revocation"):
+            self._send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, 0, {
+                "subscription": subscription.id, "reason": errors.NOT_AUTHORIZED}]))
+
+    def registration_revoked(self, registration: Registration, reason: str) -> None:
+        """``UNREGISTERED`` with request 0 to a callee that announced
+        ``registration_revocation`` (the core has already unregistered it). The reason is a
+        URI (clients check it); the router's log says which rule went."""
+        if self.supports("callee", "registration_revocation"):
+            self._send(WireMessage([m.Unregistered.MESSAGE_TYPE, 0, {
+                "registration": registration.id, "reason": errors.NOT_AUTHORIZED}]))
+
     def kill(self, reason: str, message: str | None) -> None:
         """Close the session from the router side with GOODBYE (e.g. on shutdown)."""
         if self._state != ESTABLISHED:
