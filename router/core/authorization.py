@@ -124,8 +124,8 @@ def filter_covers(rule: Topic, topic: Topic, match: str) -> bool:
     below = rule[depth:]
     if not open_last:
         return below == () or below == (REST,)
-    if match == MQTT:  # a last '#': this level and everything below
-        return below == (REST,)
+    if match == MQTT:  # a last '#': this level and everything below (a topic has a level)
+        return below == (REST,) or (depth == 0 and below == (ONE, REST))
     partial = topic[-1]  # a WAMP prefix: any level starting with it, anything below
     if depth == 0 and (partial == "" or partial.startswith("$")):
         return False
