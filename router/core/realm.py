@@ -112,7 +112,8 @@ class Realm:
     def authorize(self, info: SessionInfo, action: str, topic: Topic,
                   match: str = EXACT) -> None:
         if not self.authorizer.allows(info, action, topic, match):
-            named = pattern_text(topic, match) if match == MQTT else display(topic)
+            mqtt = match == MQTT or info.protocol.startswith("mqtt")  # as the client wrote it
+            named = pattern_text(topic, MQTT) if mqtt else display(topic)
             raise self.refuse(info, action, topic, match,
                               f"role '{info.authrole}' may not {action} '{named}'",
                               f"checked realm '{self.name}' role '{info.authrole}': "
