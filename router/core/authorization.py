@@ -154,6 +154,7 @@ class Role:
         self.name = name
         self.rules = rules
         self.personal = any(rule.personal for rule in rules)
+        self.discloser = any(rule.disclose for rule in rules)
 
     def bind(self, authid: str | None, client_id: str | None) -> "Role":
         """This role for one session: its ``%u``/``%c`` rules with the session's values."""
@@ -209,8 +210,9 @@ class Authorizer:
 
     def discloses(self, info: SessionInfo, action: str, topic: Topic) -> bool:
         role = self._roles.get(info.authrole)
-        if role is not None and role.personal:  # (on every publish: no call when not)
-            role = self.role(info)
+        if role is None or not role.discloser:  # most roles: nothing more on every publish
+            return False
+        role = self.role(info)
         return role is not None and role.discloses(action, topic)
 
     def role(self, info: SessionInfo) -> Role | None:
