@@ -234,8 +234,7 @@ class Authorizer:
         role = self._roles.get(info.authrole)
         if role is None:
             return f"the realm has no role '{info.authrole}'"
-        bound = self.role(info)
-        nearest = bound.nearest(action, topic) if bound is not None else None
+        nearest = (self.role(info) or role).nearest(action, topic)
         if nearest is None:
             return f"role '{role.name}' has no rules" + (
                 " that apply to this session (its %u/%c rules need an authenticated authid "

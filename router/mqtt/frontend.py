@@ -16,7 +16,7 @@ from router.core.broker import Subscription
 from router.core.credentials import Principal
 from router.core.dealer import Scheduler
 from router.core.errors import RouterError
-from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
+from router.core.incidents import INVALID_TOPIC
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.payload import from_bytes
