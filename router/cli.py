@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from router.config import ConfigError, NodeConfig, RealmConfig, load_config, parse_rule
-from router.core.uri import MATCH_POLICIES
+from router.core.uri import MATCH_POLICIES, PREFIX
 
 
 def _setup_logging(level: str, log_format: str = "text") -> None:
@@ -185,6 +185,9 @@ def _role_add(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
     rules.append(rule)
+    if parsed.match == PREFIX and parsed.pattern[-1] != "":
+        print(f"note: a WAMP prefix is a string prefix: '{args.uri}' also grants "
+              f"'{args.uri}r.x'; end it with '.' or use --topic '{args.uri.replace('.', '/')}/#'")
     return _rewrite_realm(args, path, data, f"role '{args.role}' may now "
                           f"{', '.join(rule['allow'])} on {parsed.text()}")
 

@@ -182,3 +182,9 @@ def test_role_add_writes_a_topic_rule(tmp_path):
     bad = subprocess.run(command[:-4] + ["--topic", "a/#/b", "--allow", "publish"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "is not an MQTT topic filter" in bad.stderr
+    prefix = subprocess.run(command[:-4] + ["--uri", "home", "--match", "prefix", "--allow",
+                                            "publish"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert prefix.returncode == 0, prefix.stderr
+    assert "a WAMP prefix is a string prefix: 'home' also grants 'homer.x'" in prefix.stdout
+    assert "use --topic 'home/#'" in prefix.stdout
