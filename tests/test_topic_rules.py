@@ -144,6 +144,15 @@ def test_user_and_client_id_patterns_give_each_their_own_topics(router, mqtt):
 
     assert run(wamp()) == {"devices.alice.x": "allowed", "devices.bob.x": "denied",
                            "clients.car7.x": "denied"}  # a WAMP session has no client id
+    connection = amqp_connect(router, user="alice", password=SECRETS["alice"],
+                              container_id="car7")
+    try:
+        connection.create_sender("devices/alice/x", options=Send(1))
+        for address in ("devices/bob/x", "clients/car7/x"):  # nor has an AMQP session
+            with pytest.raises(LinkException, match="unauthorized-access"):
+                connection.create_sender(address, options=Send(1))
+    finally:
+        connection.close()
 
 
 def test_a_refusal_log_names_the_rules_checked_and_the_nearest(tmp_path):
