@@ -1,4 +1,5 @@
-"""Command line: ``python -m router run|check-config|hash-secret|principal|role|retained|status``."""
+"""Command line: ``python -m router run|check-config|hash-secret|principal|role|import-mosquitto|
+retained|status``."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from pathlib import Path
 
 from router import __version__
 from router.config import ConfigError, NodeConfig, RealmConfig, load_config, parse_rule
-from router.core.topic import to_uri
-from router.core.uri import MATCH_POLICIES
+from router.core.uri import MATCH_POLICIES, PREFIX
 from router.realm_files import (apply_hint, principal_lines, realm_awaiting_role,
                                  remove_principal, remove_role, set_secret)
 
@@ -203,8 +203,9 @@ def _role_add(args: argparse.Namespace) -> int:
     path = Path(realm.source)
     data = json.loads(path.read_text(encoding="utf-8"))
     rules = data.setdefault("roles", {}).setdefault(args.role, [])
-    rule = {"uri": args.uri, "match": args.match,
-            "allow": [action.strip() for action in args.allow.split(",") if action.strip()]}
+    rule = ({"topic": args.topic} if args.topic is not None
+            else {"uri": args.uri, "match": args.match})
+    rule["allow"] = [action.strip() for action in args.allow.split(",") if action.strip()]
     if not rule["allow"]:
         print("--allow must name at least one action (publish, subscribe, call, register)",
               file=sys.stderr)
@@ -218,13 +219,16 @@ def _role_add(args: argparse.Namespace) -> int:
         return 2
     for existing in realm.roles.get(args.role, ()):
         if (existing.pattern, existing.match) == (parsed.pattern, parsed.match):
-            print(f"{path}: role '{args.role}' has a rule for uri '{args.uri}' match "
-                  f"'{args.match}' already (allow: {', '.join(sorted(existing.actions))}); "
-                  f"edit the file to change it", file=sys.stderr)
+            print(f"{path}: role '{args.role}' has a rule for {parsed.text()} already "
+                  f"(allow: {', '.join(sorted(existing.actions))}); edit the file to change it",
+                  file=sys.stderr)
             return 2
     rules.append(rule)
+    if parsed.match == PREFIX and parsed.pattern[-1] != "":
+        print(f"note: a WAMP prefix is a string prefix: '{args.uri}' also grants "
+              f"'{args.uri}r.x'; end it with '.' or use --topic '{args.uri.replace('.', '/')}/#'")
     return _rewrite_realm(args, path, data, f"role '{args.role}' may now "
-                          f"{', '.join(rule['allow'])} on '{args.uri}' ({args.match})")
+                          f"{', '.join(rule['allow'])} on {parsed.text()}")
 
 
 def _role_list(args: argparse.Namespace) -> int:
@@ -234,7 +238,7 @@ def _role_list(args: argparse.Namespace) -> int:
     for name in sorted(realm.roles):
         print(name)
         for rule in realm.roles[name]:
-            print(f"  {rule.match:8} {to_uri(rule.pattern)!r}: {', '.join(sorted(rule.actions))}"
+            print(f"  {rule.text()}: {', '.join(sorted(rule.actions))}"
                   + (" (disclose)" if rule.disclose else ""))
     return 0
 
@@ -295,6 +299,60 @@ def _reload(args: argparse.Namespace) -> int:
     from router.reload import signal_reload
 
     return signal_reload(config, args.timeout)
+
+
+def _import_mosquitto(args: argparse.Namespace) -> int:
+    """Principals and roles from a Mosquitto password file and ACL file
+    (:mod:`router.mosquitto`); roles and principals of the same names are replaced."""
+    from router import mosquitto
+
+    if args.password_file is None and args.acl_file is None:
+        print("give --password-file, --acl-file or both", file=sys.stderr)
+        return 2
+    if args.realm is None:
+        config = _load(args)
+        if config is None:
+            return 2
+        if len(config.realms) != 1:
+            print(f"{args.config} has {len(config.realms)} realms: say which with --realm",
+                  file=sys.stderr)
+            return 2
+        args.realm = next(iter(config.realms))
+    realm = _realm(args)
+    if realm is None:
+        return 2
+    try:
+        users = (mosquitto.read_passwords(Path(args.password_file))
+                 if args.password_file is not None else {})
+        acl = mosquitto.read_acl(Path(args.acl_file)) if args.acl_file is not None else None
+    except (OSError, UnicodeDecodeError, mosquitto.MosquittoError) as exc:
+        print(f"cannot import: {exc}", file=sys.stderr)
+        return 2
+    roles = mosquitto.roles(acl)
+    path = Path(realm.source)
+    try:
+        for name, rules in roles.items():
+            for index, rule in enumerate(rules):
+                parse_rule(path, f"roles.{name}[{index}]", rule, realm.uri_check)
+    except ConfigError as exc:
+        print(f"cannot import: {exc}", file=sys.stderr)
+        return 2
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.setdefault("roles", {}).update(roles)
+    principals = data.setdefault("principals", {})
+    for user, stored in users.items():
+        entry = principals.setdefault(user, {})
+        entry["role"] = mosquitto.role_name(user, acl)
+        entry["ticket"] = stored
+    without = sorted(user for user in (acl.users if acl else ()) if user and user not in users)
+    if without:
+        print(f"users of the ACL file without a password (add one with 'principal add'): "
+              f"{', '.join(without)}")
+    if acl is not None and None in acl.users:
+        print(f"anonymous clients' lines are in role '{mosquitto.ANONYMOUS_ROLE}': set the "
+              f"realm's anonymous_role to it to let them in (Mosquitto's allow_anonymous)")
+    return _rewrite_realm(args, path, data, f"imported {len(users)} user(s) and "
+                          f"{len(roles)} role(s) ({', '.join(sorted(roles))})")
 
 
 def _retained(args: argparse.Namespace) -> int:
@@ -385,12 +443,25 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     role_add.add_argument("--role", required=True)
     role_add.add_argument("--allow", required=True,
                           help="comma-separated: publish, subscribe, call, register")
-    role_add.add_argument("--uri", required=True, help="URI or pattern (\"\" with prefix: all)")
-    role_add.add_argument("--match", default="exact", choices=MATCH_POLICIES)
+    target = role_add.add_mutually_exclusive_group(required=True)
+    target.add_argument("--uri", help="WAMP URI or pattern (\"\" with prefix: all; a prefix "
+                        "is a string prefix: 'home' also grants 'homer.x')")
+    target.add_argument("--topic", help="MQTT topic filter for every protocol ('home/#', "
+                        "'sensors/+/temp', 'devices/%%u/#' with %%u = authid, %%c = client id)")
+    role_add.add_argument("--match", default="exact", choices=MATCH_POLICIES,
+                          help="with --uri: how it matches")
     role_add.add_argument("--disclose", action="store_true",
                           help="disclose the caller/publisher to callees/subscribers")
     _realm_file_command(role_commands, "list", _role_list, "list a realm's roles and their rules")
     _realm_management_commands(commands, principal_commands, role_commands)
+    mosquitto = commands.add_parser(
+        "import-mosquitto", help="principals and roles from a Mosquitto password and ACL file")
+    mosquitto.add_argument("--password-file", help="mosquitto_passwd's file ($7$/$6$ hashes, "
+                           "kept as they are: users keep their passwords)")
+    mosquitto.add_argument("--acl-file", help="Mosquitto acl_file (user, topic, pattern lines)")
+    mosquitto.add_argument("--realm", help="realm to import into (default: the only one)")
+    mosquitto.add_argument("--config", default="config.json", help="node configuration file")
+    mosquitto.set_defaults(handler=_import_mosquitto)
     retained = commands.add_parser(
         "retained", help="list or purge retained events on a running router")
     retained.add_argument("action", choices=["list", "purge"])

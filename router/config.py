@@ -17,7 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from router.core.authorization import ACTIONS, PermissionRule
-from router.core.credentials import SCHEME, Principal, WampCra, normalize_pubkey
+from router.core.credentials import (MOSQUITTO_HASHES, SCHEME, Principal, WampCra,
+                                     normalize_pubkey)
 from router.core.engine import ClusterLimits
 from router.core.history import HistoryRule
 from router.core.ownership import assigned_to_anonymous
@@ -29,8 +30,8 @@ from router.eventlog.realm_log import RealmLogSettings
 from router.eventlog.schema import KINDS
 from router.flow import FlowLimits
 from router.settings import AmqpSettings, MqttSettings, WampSettings
-from router.core.topic import Topic, from_uri
-from router.core.uri import MATCH_POLICIES, is_valid_uri
+from router.core.topic import SHARE_PREFIX, Topic, from_mqtt, from_uri, valid_topic_filter
+from router.core.uri import MATCH_POLICIES, MQTT, is_valid_uri
 from router.verifier import MAX_PENDING
 from router.limits import LimitSettings
 
@@ -392,14 +393,32 @@ def _flow(reader: _Reader) -> FlowLimits:
 
 
 def _rule(reader: _Reader, check: str) -> PermissionRule:
-    reader.reject_unknown({"uri", "match", "allow", "disclose"})
-    uri, match = _pattern(reader, check)
+    if "topic" in reader.data:
+        reader.reject_unknown({"topic", "allow", "disclose"})
+        pattern, match = _topic_filter(reader), MQTT
+    else:
+        reader.reject_unknown({"uri", "match", "allow", "disclose"})
+        pattern, match = _pattern(reader, check)
     allow = reader.get("allow", list)
     for index, action in enumerate(allow):
         if action not in ACTIONS:
             raise reader.fail(f"allow[{index}]",
                               f"must be one of {', '.join(ACTIONS)}, got {json.dumps(action)}")
-    return PermissionRule(uri, match, frozenset(allow), reader.get("disclose", bool, False))
+    return PermissionRule(pattern, match, frozenset(allow), reader.get("disclose", bool, False))
+
+
+def _topic_filter(reader: _Reader) -> Topic:
+    """The levels of a rule's MQTT topic filter (``%u``/``%c`` only as whole levels)."""
+    text = reader.get("topic", str)
+    if not valid_topic_filter(text) or text.startswith(SHARE_PREFIX):
+        raise reader.fail("topic", f"'{text}' is not an MQTT topic filter ('+' fills a whole "
+                          "level, '#' a whole last level; no $share)")
+    levels = from_mqtt(text)
+    if any(("%u" in level or "%c" in level) and level not in ("%u", "%c")
+           for level in levels):
+        raise reader.fail("topic", f"'{text}': %u and %c must fill a whole level "
+                          "(as in Mosquitto's pattern lines)")
+    return levels
 
 
 def parse_rule(source: Path, where: str, rule: Any, uri_check: str) -> PermissionRule:
@@ -417,9 +436,11 @@ def _principal(reader: _Reader, authid: str, roles: dict) -> Principal:
     if role not in roles:
         raise reader.fail("role", f"names the role '{role}', which is not in 'roles'")
     ticket = reader.get("ticket", str, None)
-    if ticket is not None and not ticket.startswith(SCHEME + "$"):
+    if ticket is not None and not (ticket.startswith(SCHEME + "$")
+                                   or ticket.startswith(MOSQUITTO_HASHES)):
         raise reader.fail("ticket", "must be a hash made by 'python -m router hash-secret' "
-                          "(plain-text secrets are not accepted)")
+                          "or a Mosquitto $7$/$6$ password hash (plain-text secrets are "
+                          "not accepted)")
     cra_data = reader.get("wampcra", dict, None)
     cra = None
     if cra_data is not None:

@@ -5,6 +5,11 @@
   the base64 PBKDF2-SHA256 key derived from the secret (what autobahn's
   ``auth.derive_key`` computes); the router signs challenges with it, never with the secret;
 * cryptosign: ``{"pubkeys": [hex Ed25519 public keys]}``.
+
+A ticket may also be a hash imported from a Mosquitto password file, verified as it is so
+users keep their passwords: ``$7$<iterations>$<salt b64>$<hash b64>`` (PBKDF2-HMAC-SHA512,
+Mosquitto 2's default) or ``$6$<salt b64>$<hash b64>`` (SHA-512 of password + salt,
+Mosquitto 1.6 and earlier).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ DEFAULT_ITERATIONS = 200_000
 WAMPCRA_ITERATIONS = 100_000
 WAMPCRA_KEYLEN = 32
 METHODS = ("ticket", "wampcra", "cryptosign")
+MOSQUITTO_HASHES = ("$7$", "$6$")
+"""How the hashes of a Mosquitto password file start (PBKDF2-SHA512, salted SHA-512)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,8 @@ def verify_secret(secret: str, stored: str) -> bool:
     trailing NULs)."""
     if "\0" in secret:
         return False
+    if stored.startswith(MOSQUITTO_HASHES):
+        return verify_mosquitto(secret, stored)
     try:
         scheme, iterations, salt, digest = stored.split("$")
         if scheme != SCHEME:
@@ -86,6 +95,29 @@ def verify_secret(secret: str, stored: str) -> bool:
         actual = hashlib.pbkdf2_hmac("sha256", secret.encode("utf-8"), base64.b64decode(salt),
                                      int(iterations))
     except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(expected, actual)
+
+
+def verify_mosquitto(secret: str, stored: str) -> bool:
+    """Constant-time check of ``secret`` against a Mosquitto ``$7$`` or ``$6$`` hash (the
+    salt is the decoded bytes, as mosquitto_passwd uses it); malformed hashes never match."""
+    try:
+        fields = stored.split("$")
+        if fields[1] == "7" and len(fields) == 5:
+            expected = base64.b64decode(fields[4], validate=True)
+            if not expected:
+                return False
+            actual = hashlib.pbkdf2_hmac("sha512", secret.encode("utf-8"),
+                                         base64.b64decode(fields[3], validate=True),
+                                         int(fields[2]), len(expected))
+        elif fields[1] == "6" and len(fields) == 4:
+            expected = base64.b64decode(fields[3], validate=True)
+            actual = hashlib.sha512(secret.encode("utf-8")
+                                    + base64.b64decode(fields[2], validate=True)).digest()
+        else:
+            return False
+    except (ValueError, TypeError, OverflowError):
         return False
     return hmac.compare_digest(expected, actual)
 

@@ -24,6 +24,8 @@ class SessionInfo:
     protocol: str = "wamp"
     transport: dict[str, Any] = field(default_factory=dict)
     joined_at: float = field(default_factory=time.time)
+    client_id: str | None = None
+    """The MQTT client id (what ``%c`` in a permission rule stands for); None elsewhere."""
 
     def details(self) -> dict[str, Any]:
         """The session details of the session meta API."""

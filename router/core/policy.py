@@ -87,14 +87,14 @@ def _revoke(realm: Realm, peer: Peer, outcome: PolicyOutcome) -> None:
     info = peer.info
     allows = realm.authorizer.allows
     for subscription in realm.broker.subscriptions_of(info.session_id):
-        if not allows(info.authrole, "subscribe", subscription.topic, subscription.match):
+        if not allows(info, "subscribe", subscription.topic, subscription.match):
             reason = f"role '{info.authrole}' may no longer subscribe to '{subscription.uri}'"
             outcome.revoked_subscriptions += 1
             realm.incidents.count(realm.name, family(info.protocol), REVOKED,
                                   f"session {info.session_id}: {reason}")
             peer.subscription_revoked(subscription, reason)
     for registration in [r for r in realm.dealer.by_id.values() if peer in r.callees]:
-        if not allows(info.authrole, "register", from_uri(registration.uri), registration.match):
+        if not allows(info, "register", from_uri(registration.uri), registration.match):
             reason = f"role '{info.authrole}' may no longer register '{registration.uri}'"
             outcome.revoked_registrations += 1
             realm.incidents.count(realm.name, family(info.protocol), REVOKED,

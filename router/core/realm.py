@@ -28,8 +28,9 @@ from router.core.peer import Peer
 from router.core.retention import QUOTA, Owner, RetainRefused
 from router.core.shared import SharedGroup, SharedGroups
 from router.core.stats import RealmStats, family
-from router.core.topic import SERVER_OWNED, Topic, display, from_uri, is_reserved
-from router.core.uri import EXACT, is_valid_uri
+from router.core.topic import (SERVER_OWNED, Topic, display, from_uri, is_reserved,
+                               pattern_text)
+from router.core.uri import EXACT, MQTT, is_valid_uri
 
 
 log = logging.getLogger(__name__)
@@ -120,13 +121,24 @@ class Realm:
 
     def authorize(self, info: SessionInfo, action: str, topic: Topic,
                   match: str = EXACT) -> None:
-        if not self.authorizer.allows(info.authrole, action, topic, match):
+        if not self.authorizer.allows(info, action, topic, match):
+            mqtt = match == MQTT or info.protocol.startswith("mqtt")  # as the client wrote it
+            named = pattern_text(topic, MQTT) if mqtt else display(topic)
             raise self.refuse(info, action, topic, match,
-                              f"role '{info.authrole}' may not {action} '{display(topic)}'")
+                              f"role '{info.authrole}' may not {action} '{named}'",
+                              f"checked realm '{self.name}' role '{info.authrole}': "
+                              + self.authorizer.explain(info, action, topic, match))
 
     def refuse(self, info: SessionInfo, action: str, topic: Topic, match: str,
-               message: str) -> RouterError:
-        """The not-authorized error to raise, logged for the analytics on the way."""
+               message: str, explanation: str = "") -> RouterError:
+        """The not-authorized error to raise (``message`` goes to the client), counted as an
+        incident whose log line adds the operator's ``explanation``, and logged for the
+        analytics on the way."""
+        who = (f"client {info.client_id}" if info.client_id is not None
+               else f"session {info.session_id}")
+        self.incidents.count(self.name, info.protocol.split(".", 1)[0], NOT_AUTHORIZED,
+                             f"{who} (authid {info.authid}): {message}"
+                             + (f"; {explanation}" if explanation else ""), level=logging.INFO)
         if self.activity is not None:
             self.activity.refused(info, action, topic, match, NOT_AUTHORIZED)
         return RouterError(errors.NOT_AUTHORIZED, message)
@@ -159,7 +171,7 @@ class Realm:
         """
         self.check_publish(info, topic)
         self.stats.received[options.qos][info.protocol] += 1
-        disclose = options.disclose_me or self.authorizer.discloses(info.authrole, "publish", topic)
+        disclose = options.disclose_me or self.authorizer.discloses(info, "publish", topic)
         publication = Publication(random_id(), topic, args, kwargs, info, disclose,
                                   options.eligibility, options.exclude_me, options.retain,
                                   options.retain_ttl, payload_bytes, options.qos, payload,
@@ -341,6 +353,6 @@ class Realm:
         levels = from_uri(procedure)
         self.authorize(peer.info, "call", levels)
         disclose = (options.disclose_me
-                    or self.authorizer.discloses(peer.info.authrole, "call", levels))
+                    or self.authorizer.discloses(peer.info, "call", levels))
         self.dealer.call(peer, request, procedure, args, kwargs, options.receive_progress,
                          options.timeout_ms, disclose)

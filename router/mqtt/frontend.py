@@ -73,9 +73,11 @@ class MqttFrontend:
         self.store.when_durable(callback)
 
     def count_refusal(self, session: MqttSession, what: str, exc: Exception) -> None:
-        """Count a refused publish or subscribe (logged once per cause and interval)."""
-        reason = (NOT_AUTHORIZED if isinstance(exc, RouterError)
-                  and exc.uri == errors.NOT_AUTHORIZED else INVALID_TOPIC)
+        """Count a refused publish or subscribe (logged once per cause and interval); the
+        core counted a not-authorized one already, with the rules it checked."""
+        if isinstance(exc, RouterError) and exc.uri == errors.NOT_AUTHORIZED:
+            return
+        reason = INVALID_TOPIC
         message = exc.message or exc.uri if isinstance(exc, RouterError) else str(exc)
         self.router.incidents.count(self.realm.name, "mqtt", reason,
                                     f"client {session.client_id}: {what}: {message}",
@@ -216,7 +218,7 @@ class MqttFrontend:
             info = SessionInfo(session_id, self.realm.name, authid, authrole,
                                authmethod, protocol=connection.transport_name,
                                transport={"type": connection.transport_name,
-                                          "peer": connection.peer})
+                                          "peer": connection.peer}, client_id=client_id)
             existing = self._open(client_id, info, expiry)
         else:
             self._set_persistence(existing, expiry)
@@ -284,7 +286,8 @@ class MqttFrontend:
     def _send_stored_will(self, client_id: str, will: Will, stored: StoredWill) -> None:
         """Publish a will of a connection of another node, as who connected."""
         info = SessionInfo(self.router.new_session_id(), self.realm.name, stored.authid,
-                           stored.authrole, stored.authmethod, protocol="mqtt")
+                           stored.authrole, stored.authmethod, protocol="mqtt",
+                           client_id=client_id)
         self._send_will(client_id, info, will)
 
     def _keep_will(self, session: MqttSession, will: Will | None) -> None:
@@ -512,7 +515,8 @@ class MqttFrontend:
 
     def _restore_one(self, stored: StoredSession, now: float) -> None:
         info = SessionInfo(self.router.new_session_id(), self.realm.name, stored.authid,
-                           stored.authrole, stored.authmethod, protocol="mqtt")
+                           stored.authrole, stored.authmethod, protocol="mqtt",
+                           client_id=stored.client_id)
         session = self._open(stored.client_id, info, stored.expiry)
         for topic_filter, packed in stored.subscriptions.items():
             qos, no_local, retain_as_published, retain_handling, identifier = packed
