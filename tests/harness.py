@@ -46,6 +46,14 @@ def end(proc: subprocess.Popen, grace: float = 10.0) -> None:
             proc.wait()
 
 
+def kept_by_fixture(process: "RouterProcess") -> "RouterProcess":
+    """Exempt ``process`` from :func:`stops_what_it_creates`: a module fixture that starts a
+    router on first use (from a test body) stops it in its own finalizer, after every test
+    that shares it."""
+    _created[:] = [ref for ref in _created if ref() is not process]
+    return process
+
+
 @contextlib.contextmanager
 def stops_what_it_creates() -> Iterator[None]:
     """Every RouterProcess and RedisServer made inside whose process still runs on the way

@@ -27,7 +27,7 @@ from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp
                                  SubscriptionOptions, Will)
 from tests.clients import connect as wamp_connect
 from tests.clients import next_item, run
-from tests.harness import RouterProcess
+from tests.harness import RouterProcess, kept_by_fixture
 from tests.mqtt_clients import (COMBINATION_IDS, COMBINATIONS, SECRETS, V5, V311,
                                 VERSION_IDS, VERSIONS, ClientPool, MosquittoSub, RawMqtt,
                                 RawWebSocketMqtt, listeners, mosquitto, mqtt_realm, options,
@@ -73,8 +73,9 @@ def aux(tmp_path_factory):
 
     def get(name: str) -> RouterProcess:
         if name not in started:
-            started[name] = RouterProcess(tmp_path_factory.mktemp(name), [AUX_REALMS[name]()],
-                                          listeners=listeners(name)).start()
+            started[name] = kept_by_fixture(RouterProcess(
+                tmp_path_factory.mktemp(name), [AUX_REALMS[name]()],
+                listeners=listeners(name))).start()
         return started[name]
 
     yield get
