@@ -430,7 +430,8 @@ def _init_command(commands) -> None:
     init.add_argument("--force", action="store_true", help="overwrite files already there")
     init.add_argument("--host", help="address every listener binds (default 127.0.0.1; "
                       "0.0.0.0 in a container)")
-    init.add_argument("--data-dir", help="data folder (default: data, next to config.json)")
+    init.add_argument("--data-dir", help="data folder, relative to config.json unless absolute "
+                      "(default: data)")
     init.set_defaults(handler=_init, prog=init.prog.removesuffix(" init"))
 
 

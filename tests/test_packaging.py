@@ -35,7 +35,8 @@ def test_the_shipped_templates_are_the_repository_files():
     """``init`` writes router/templates/; the README runs config.json: they must be the same."""
     for name in STARTER_FILES:
         assert template(name) == (ROOT / name).read_bytes(), (
-            f"router/templates/{name} differs from {name}: change both")
+            f"router/templates/{name} differs from {name}: after changing the shipped file, "
+            f"cp {name} router/templates/{name}")
 
 
 def test_init_writes_a_starter_that_runs_and_never_overwrites(tmp_path):
