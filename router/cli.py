@@ -1,5 +1,5 @@
 """Command line: ``python -m router run|check-config|hash-secret|principal|role|import-mosquitto|
-retained|status``."""
+retained|status|init``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -407,6 +408,33 @@ def _realm_management_commands(commands, principal_commands, role_commands) -> N
     reload.set_defaults(handler=_reload)
 
 
+def _init(args: argparse.Namespace) -> int:
+    from router.starter import write_starter
+
+    try:
+        written = write_starter(Path(args.folder), args.force, args.host, args.data_dir)
+    except FileExistsError as exc:
+        print(f"not overwriting {exc} (--force replaces them)", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}")
+    print(f"next: {args.prog} run --config {shlex.quote(str(written[0]))}")
+    return 0
+
+
+def _init_command(commands) -> None:
+    """``init DIR``: a starter configuration for a router installed outside the repository."""
+    init = commands.add_parser(
+        "init", help="write a starter config.json and realms/realm1.json into a folder")
+    init.add_argument("folder", help="where to write them (created if missing)")
+    init.add_argument("--force", action="store_true", help="overwrite files already there")
+    init.add_argument("--host", help="address every listener binds (default 127.0.0.1; "
+                      "0.0.0.0 in a container)")
+    init.add_argument("--data-dir", help="data folder, relative to config.json unless absolute "
+                      "(default: data)")
+    init.set_defaults(handler=_init, prog=init.prog.removesuffix(" init"))
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The command line; ``prog`` is how usage lines name it (default: the script's name,
     e.g. ``wamp-router``)."""
@@ -484,5 +512,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     status.add_argument("--interval", type=float, default=2.0,
                         help="seconds between the two scrapes the rates come from")
     status.set_defaults(handler=_status)
+    _init_command(commands)
     args = parser.parse_args(argv)
     return args.handler(args)
