@@ -181,6 +181,7 @@ def table(items: list[dict], now: float) -> list[str]:
 
 
 def retained_command(args: argparse.Namespace, config: NodeConfig) -> int:
+    """``retained list`` (a table, or ``--json``) and ``retained purge`` (the count purged)."""
     if args.realm is None:
         if len(config.realms) != 1:
             raise SystemExit(f"{args.config} has {len(config.realms)} realms: say which with "
