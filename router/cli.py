@@ -20,8 +20,8 @@ from router.realm_files import (apply_hint, principal_lines, realm_awaiting_role
                                  remove_principal, remove_role, set_secret)
 
 
-TWISTED_CHATTER = re.compile(r"(Starting|Stopping) factory |\S+ starting on \d+$"
-                             r"|\(\w+ Port \d+ Closed\)$|Main loop terminated\.$")
+TWISTED_CHATTER = re.compile(r"(Starting|Stopping) factory |\S+ starting on (\d+|'.*')$"
+                             r"|\(\w+ Port .+ Closed\)$|Main loop terminated\.$")
 """Twisted's info lines about each port and factory it starts and stops: the ``ready:`` line
 and the shutdown lines say the same once, so these are logged at debug level."""
 
@@ -491,20 +491,28 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     mosquitto.add_argument("--config", default="config.json", help="node configuration file")
     mosquitto.set_defaults(handler=_import_mosquitto)
     retained = commands.add_parser(
-        "retained", help="list or purge retained events on a running router")
+        "retained", help="list or purge retained events on a running router (on its machine: "
+        "over its admin socket, no user needed)")
     retained.add_argument("action", choices=["list", "purge"])
-    retained.add_argument("--realm", required=True)
+    retained.add_argument("--realm", help="realm (default: the configuration's only realm)")
     retained.add_argument("--prefix", help="topics starting with this string (\"\" = all)")
-    retained.add_argument("--topic", help="purge: exactly this topic")
+    retained.add_argument("--topic", help="a WAMP URI, or an MQTT topic or filter ('home/#', "
+                          "'+/temp'): the topics it matches")
+    retained.add_argument("--sys", action="store_true",
+                          help="list: show the router's own $SYS topics too")
+    retained.add_argument("--json", action="store_true",
+                          help="list: JSON (as wamp.retained.list answers) instead of a table")
     retained.add_argument("--limit", type=int, default=1000, help="list: at most this many topics")
     retained.add_argument("--config", default="config.json",
-                          help="node configuration (to find the WebSocket listener)")
-    retained.add_argument("--url", help="WebSocket URL of the router (default: from --config)")
-    retained.add_argument("--authid", help="principal to authenticate as (ticket from "
-                          "$ROUTER_TICKET or a prompt)")
+                          help="node configuration (its data dir holds the admin socket)")
+    retained.add_argument("--url", help="WebSocket URL of a router to join as a WAMP client "
+                          "instead of the admin socket (default with --authid: from --config)")
+    retained.add_argument("--authid", help="principal to authenticate as over WAMP (ticket "
+                          "from $ROUTER_TICKET or a prompt)")
     retained.set_defaults(handler=_retained)
     status = commands.add_parser(
-        "status", help="summary of a running router, from its metrics listener")
+        "status", help="summary of a running router, from its metrics listener (without one: "
+        "over the admin socket)")
     status.add_argument("--config", default="config.json",
                         help="node configuration (to find the metrics listener)")
     status.add_argument("--url", help="metrics URL (default: from --config)")

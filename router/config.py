@@ -165,6 +165,8 @@ class NodeConfig:
     """Seconds between ``$SYS`` / ``wamp.router.on_stats`` publications (0: none)."""
     cluster: ClusterLimits = field(default_factory=ClusterLimits)
     """What a node has under way with Redis and the other nodes (Redis engine only)."""
+    admin_socket: Path | None = None
+    """The local operators' Unix socket (:mod:`router.admin_socket`); None: none."""
 
 
 @dataclass(frozen=True)
@@ -681,6 +683,10 @@ def _eventlog(reader: _Reader, realm_names: list[str]) -> EventLogConfig:
         realms=realms)
 
 
+ADMIN_SOCKET = "admin.sock"
+"""Default ``admin_socket``, relative to ``data_dir`` (an absolute path stays as it is)."""
+
+
 def load_config(path: Path | str) -> NodeConfig:
     """Read and validate ``config.json`` and every realm file it names."""
     path = Path(path)
@@ -688,8 +694,9 @@ def load_config(path: Path | str) -> NodeConfig:
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout",
                            "eventlog", "login_backoff", "store", "memory", "engine",
-                           "sys_interval", "cluster"})
+                           "sys_interval", "cluster", "admin_socket"})
     data_dir = base / reader.get("data_dir", str, "data")
+    admin_socket = reader.get("admin_socket", (str, type(None)), ADMIN_SOCKET)
     realms_dir = base / reader.get("realms_dir", str, "realms")
     names = reader.get("realms", list)
     if not names:
@@ -754,7 +761,7 @@ def load_config(path: Path | str) -> NodeConfig:
                                        defaults.max_pending_commands), **seconds)
     return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
                       store, MemoryConfig(float(trim_interval)), engine, float(sys_interval),
-                      cluster)
+                      cluster, data_dir / admin_socket if admin_socket else None)
 
 
 NODE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")

@@ -11,11 +11,13 @@ import time
 from functools import partial
 from pathlib import Path
 
+from prometheus_client import generate_latest
 from twisted.internet import defer, task, threads
 from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IListeningPort, IReactorCore
 
 from router.amqp.frontend import AmqpFrontend
+from router.admin_socket import SOCKET_MODE, AdminFactory
 from router.amqp.transports import AmqpTcpFactory
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
 from router.core.engine import Engine
@@ -177,6 +179,8 @@ class Node:
         self.reloader = Reloader(config, self.router, reactor)
         """Roles, principals and anonymous roles again from the files, on SIGHUP."""
         self._pid_file: Path | None = None
+        self.admin_port: IListeningPort | None = None
+        """The local operators' socket (config ``admin_socket``), once listening."""
         self.ports: list[tuple[ListenerConfig, IListeningPort]] = []
         # One serializer instance per format for all listeners: an EVENT is encoded once
         # per format and the bytes are reused for every receiver on any transport.
@@ -198,6 +202,7 @@ class Node:
                     else exc.socketError
                 raise ListenerFailed(f"{describe(self.config, index)}: cannot listen: "
                                      f"{reason}") from exc
+        self._listen_admin()
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
         self._watch_reload()
         # what start-up built (modules, configuration, restored state) lives as long as the
@@ -213,6 +218,22 @@ class Node:
         young, middle, _ = gc.get_threshold()
         gc.set_threshold(young, middle, FULL_COLLECTION_AFTER)
         log.info("ready: %s", " ".join(self.urls()))
+
+    def _listen_admin(self) -> None:
+        """The admin socket, if configured. One that cannot be opened (another router on this
+        data dir, a path over the system's limit) is a warning: the router serves its
+        clients without it, and ``retained`` / ``status`` say there is no socket."""
+        path = self.config.admin_socket
+        if path is None:
+            return
+        factory = AdminFactory(self.router, lambda: generate_latest(self.metrics))
+        try:
+            self.admin_port = self.reactor.listenUNIX(str(path), factory, mode=SOCKET_MODE,
+                                                      wantPID=True)
+        except (CannotListenError, OSError) as exc:
+            reason = getattr(exc, "socketError", None) or exc
+            log.warning("%s: no admin socket at %s: %s (set 'admin_socket' to move it)",
+                        self.config.source, path, reason)
 
     def _watch_reload(self) -> None:
         """SIGHUP reloads (where there is one, and when the node runs the process); the pid
@@ -326,6 +347,8 @@ class Node:
         log.info("shutting down: closing %d connection(s)", len(self.router.connections))
         for _, port in self.ports:
             yield port.stopListening()
+        if self.admin_port is not None:
+            yield self.admin_port.stopListening()
         for peer in list(self.router.connections):
             peer.kill("wamp.close.system_shutdown", "the router is shutting down")
         deadline = self.reactor.seconds() + self.config.shutdown_timeout

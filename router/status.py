@@ -1,4 +1,5 @@
-"""``python -m router status``: a terminal summary of a running router, from its metrics listener.
+"""``python -m router status``: a terminal summary of a running router, from its metrics
+listener (or, when the configuration has none, the same figures over the admin socket).
 
 Two scrapes ``--interval`` seconds apart give the rates; everything else is the second
 scrape's values. The listener is found in the configuration (its token or basic credentials
@@ -13,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
+from typing import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -42,7 +44,11 @@ def scrape(url: str, headers: dict[str, str], timeout: float = 5.0) -> Samples:
     """Every sample of one scrape, keyed by (name, sorted labels)."""
     request = urllib.request.Request(url, headers=headers)
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        text = response.read().decode()
+        return samples(response.read().decode())
+
+
+def samples(text: str) -> Samples:
+    """The samples of a Prometheus text exposition, keyed by (name, sorted labels)."""
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
             for family in text_string_to_metric_families(text) for sample in family.samples}
 
@@ -123,25 +129,50 @@ def _listener_names(config: NodeConfig | None) -> list[str]:
 
 
 def status_command(args: argparse.Namespace, config: NodeConfig | None) -> int:
-    """Print the summary; 1 (with the reason) when the router cannot be reached."""
+    """Print the summary; 1 (with the reason) when the router cannot be reached. Without a
+    metrics listener (and no ``--url``) the figures come over the admin socket."""
     listener = next((item for item in config.listeners if item.type == "metrics"),
                     None) if config is not None else None
     if args.url is None and listener is None:
-        print(f"{args.config}: no metrics listener (add one, see docs/configuration.md), "
-              "or name it with --url")
-        return 2
+        return _status_over_socket(args, config)  # type: ignore[arg-type]
     url = args.url or metrics_url(listener)  # type: ignore[arg-type]
     headers = auth_header(listener)
     if args.token:
         headers = {"Authorization": f"Bearer {args.token}"}
     try:
-        before = scrape(url, headers)
-        started = time.monotonic()
-        time.sleep(args.interval)  # the rate's interval, not a wait for an event
-        after = scrape(url, headers)
-        seconds = time.monotonic() - started
+        before, after, seconds = _twice(lambda: scrape(url, headers), args.interval)
     except (urllib.error.URLError, OSError) as exc:
-        print(f"cannot read {url}: {exc}")
+        print(f"cannot read {url}: {exc}" + ("" if args.url else
+                                             f" (is the router started with {args.config}?)"))
         return 1
     print(summary(before, after, seconds, url, _listener_names(config)))
+    return 0
+
+
+def _twice(read: Callable[[], Samples], interval: float) -> tuple[Samples, Samples, float]:
+    """Two readings ``interval`` seconds apart, and the seconds between them."""
+    before = read()
+    started = time.monotonic()
+    time.sleep(interval)  # the rate's interval, not a wait for an event
+    after = read()
+    return before, after, time.monotonic() - started
+
+
+def _status_over_socket(args: argparse.Namespace, config: NodeConfig) -> int:
+    from router.admin_socket import NotRunning, ask
+
+    if config.admin_socket is None:
+        print(f"{args.config}: no metrics listener and 'admin_socket' is off: add a metrics "
+              "listener (see docs/configuration.md) or name one with --url")
+        return 2
+    path = config.admin_socket
+    try:
+        before, after, seconds = _twice(lambda: samples(ask(path, {"metrics": True})),
+                                        args.interval)
+    except NotRunning as exc:
+        print(f"no router is running with data dir {config.data_dir} ({exc}); is it started "
+              f"with this --config ({args.config})? ({args.config} has no metrics listener, so "
+              "status reads the admin socket)")
+        return 1
+    print(summary(before, after, seconds, f"{path} (admin socket)", _listener_names(config)))
     return 0

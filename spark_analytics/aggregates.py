@@ -201,9 +201,21 @@ def publishers(rollups: Rollups) -> DataFrame:
 
 
 def protocols(rollups: Rollups) -> DataFrame:
-    """Sessions joined and events published per transport protocol."""
-    return (rollups["protocols"].select("realm", "protocol", "sessions", "events")
-            .orderBy("realm", F.desc("sessions"), F.desc("events")))
+    """Traffic per transport protocol: messages published over it and their deliveries (the
+    log gives a publish's receiver count, not the receivers' protocols, so a delivery counts
+    under its publisher's protocol), and the sessions joined, which say nothing of traffic:
+    many short sessions that publish little make a large share of them."""
+    delivered = rollups["publish_mix"].groupBy("realm", "protocol").agg(
+        F.sum(F.col("publishes") * F.coalesce("receivers", F.lit(0))).alias("deliveries"))
+    joined = rollups["protocols"].select("realm", "protocol", "sessions", "events",
+                                         F.lit(0).cast("long").alias("deliveries"))
+    published = delivered.select("realm", "protocol", F.lit(0).cast("long").alias("sessions"),
+                                 F.lit(0).cast("long").alias("events"), "deliveries")
+    # a union, not a join: the protocol of a record without one is null on both sides
+    table = joined.unionByName(published).groupBy("realm", "protocol").agg(
+        *(F.sum(name).alias(name) for name in ("events", "deliveries", "sessions")))
+    return (table.withColumn("messages", F.col("events") + F.col("deliveries"))
+            .orderBy("realm", F.desc("messages"), F.desc("sessions")))
 
 
 def sessions(rollups: Rollups) -> DataFrame:

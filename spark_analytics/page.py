@@ -91,6 +91,9 @@ class TableView:
     title: str
     note: str
     columns: tuple[Column, ...]
+    empty: str = ""
+    """What the page says when the table has no rows (a table whose absence is news: no
+    drops); without it an empty table is left out."""
 
 
 LATENCY_COLUMNS = (
@@ -125,9 +128,13 @@ TABLE_VIEWS = (
         label("realm", "realm"), label("authid", "authid"), Column("events", "events", count),
         Column("share", "share of realm", share), Column("bytes", "bytes", size),
         Column("topics", "topics", count))),
-    TableView("protocols", "Protocol mix", "Sessions joined and events published per protocol.", (
+    TableView("protocols", "Protocol mix", "Traffic per protocol, busiest first: messages "
+              "published over it, their deliveries (counted under the publisher's protocol: "
+              "the log does not say the receivers'), and, apart from traffic, the sessions "
+              "that joined over it.", (
         label("realm", "realm"), label("protocol", "protocol"),
-        Column("sessions", "sessions", count), Column("events", "events", count))),
+        Column("messages", "messages", count), Column("events", "published", count),
+        Column("deliveries", "delivered", count), Column("sessions", "sessions joined", count))),
     TableView("sessions", "Sessions", "Durations come from session_leave records.", (
         label("realm", "realm"), Column("joined", "joined", count), Column("left", "left", count),
         Column("authids", "authids", count), Column("duration_mean", "mean", duration),
@@ -148,10 +155,11 @@ TABLE_VIEWS = (
               "and calls the router refused (the client got an error or a negative ack), and "
               "refusal incidents (invalid topics, unsupported values, refused connections).", (
         label("realm", "realm"), label("protocol", "protocol"), label("operation", "operation"),
-        label("reason", "reason"), Column("refused", "refused", count))),
+        label("reason", "reason"), Column("refused", "refused", count)),
+              empty="No refused or failed operations in this period."),
     TableView("drops", "Drops", "Messages not delivered to a receiver, by reason.", (
         label("realm", "realm"), label("protocol", "protocol"), label("reason", "reason"),
-        Column("dropped", "dropped", count))),
+        Column("dropped", "dropped", count)), empty="No drops in this period."),
     TableView("retained_per_hour", "Retained store per hour", "Sets, clears, expiries and "
               "evictions per UTC hour; net is the running sum of sets minus removals since the "
               "start of the range read.", (
@@ -195,6 +203,8 @@ th, td { padding: 5px 10px; white-space: nowrap; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 tbody tr:nth-child(even) { background: #f8f9fb; }
 .note { color: #5b6472; font-size: 13px; margin: -6px 0 10px; }
+.none { background: #fff; border-radius: 10px; padding: 10px 16px; display: inline-block;
+        box-shadow: 0 1px 2px #0001; margin: 0; }
 a { color: #3553b5; }
 """
 
@@ -233,7 +243,8 @@ def figure(chart: Chart, out: Path) -> str:
 
 def table_section(view: TableView, rows: Rows, total_rows: int) -> str:
     if not rows:
-        return ""
+        return (f'<h2>{escape(view.title)}</h2><p class="none">{escape(view.empty)}</p>'
+                if view.empty else "")
     head = "".join(f'<th class="{"num" if column.numeric else "txt"}">{escape(column.label)}</th>'
                    for column in view.columns)
     body = "".join("<tr>" + "".join(column.cell(row) for column in view.columns) + "</tr>"

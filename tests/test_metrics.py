@@ -18,6 +18,8 @@ import pytest
 from autobahn.wamp.types import PublishOptions
 
 from router.config import ConfigError, load_config
+from router.core import incidents
+from router.metrics.collector import DROP_REASONS
 from router.status import duration
 from tests.amqp_clients import Receive, Send, message, received, send, settle
 from tests.amqp_clients import connect as amqp_connect
@@ -190,6 +192,19 @@ def test_retained_topics_and_failed_logins(router):
     assert delta(before, after, "router_retained_topics", realm="realm1") == 1
     assert delta(before, after, "router_retained_bytes", realm="realm1") > 0
     assert delta(before, after, "router_login_failures_total", protocol="mqtt") == 1
+
+
+def test_every_drop_reason_is_exported_from_start(router):
+    """A dashboard's rate() of drops reads 0 on a healthy router, not "No data": each known
+    reason has its series, at 0 until it happens."""
+    samples = scrape(router)
+    exported = {dict(labels)["reason"] for name, labels in samples
+                if name == "router_messages_dropped_total" and dict(labels)["realm"] == "realm1"}
+    assert exported >= set(DROP_REASONS)
+    for reason in set(DROP_REASONS) - {incidents.EVENTLOG_DROPPED}:
+        for protocol in ("wamp", "mqtt", "amqp"):
+            assert ("router_messages_dropped_total", frozenset(
+                {"realm": "realm1", "protocol": protocol, "reason": reason}.items())) in samples
 
 
 def test_promtool_accepts_the_exposition(router):

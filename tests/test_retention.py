@@ -419,16 +419,18 @@ def test_cli_lists_and_purges_retained_events_of_a_running_router(router):
     env = dict(os.environ, ROUTER_TICKET="operator-secret")
     base = [sys.executable, "-m", "router", "retained"]
     common = ["--realm", "realm1", "--url", router.urls["websocket"], "--authid", "op"]
-    listed = subprocess.run(base + ["list", "--prefix", "com.cli."] + common, env=env,
+    listed = subprocess.run(base + ["list", "--json", "--prefix", "com.cli."] + common, env=env,
                             capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     assert [item["topic"] for item in json.loads(listed.stdout)] == ["com.cli.one", "com.cli.two"]
     purged = subprocess.run(base + ["purge", "--topic", "com.cli.one"] + common, env=env,
                             capture_output=True, text=True, timeout=60)
-    assert purged.returncode == 0 and "purged 1 topic(s)" in purged.stdout, purged.stderr
+    assert purged.returncode == 0 and "purged 1 retained topic(s)" in purged.stdout, \
+        purged.stderr
     denied = subprocess.run(base + ["purge", "--prefix", ""] + common[:4], env=env,
                             capture_output=True, text=True, timeout=60)
     assert denied.returncode != 0 and "wamp.error.not_authorized" in denied.stderr
+    assert "without --url and --authid: it then uses the admin socket" in denied.stderr
 
     async def check():
         subscriber = await joined(router)

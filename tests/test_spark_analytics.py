@@ -258,6 +258,8 @@ def test_top_publisher_sessions_protocols_and_ack_latency(report):
     protocols = by_key(read_table(report / "tables" / "protocols"), "realm", "protocol")
     assert int(protocols[("alpha", "wamp.websocket")]["sessions"]) == 2
     assert int(protocols[("alpha", "mqtt")]["events"]) == 20
+    assert int(protocols[("alpha", "mqtt")]["deliveries"]) == 20 * 3
+    assert int(protocols[("alpha", "wamp.websocket")]["deliveries"]) == sum(range(1, 101))
     acks = by_key(read_table(report / "tables" / "ack_latency"), "realm", "topic")
     temp_acks = acks[("alpha", "sensor.temp")]
     assert (int(temp_acks["acks"]), float(temp_acks["latency_ms_p50"])) == (40, 20.0)
@@ -285,6 +287,8 @@ def test_page_shows_summary_and_references_every_chart(report, logged):
     assert f"{publishes:,}" in page
     assert "2026-03-01 09:00 – 2026-03-02 12:00 UTC" in page
     assert "sensor.temp" in page and "thermo" in page
+    # nothing was dropped: the page says so rather than leaving the table out
+    assert "<h2>Drops</h2>" in page and "No drops in this period." in page
 
 
 def test_cli_report_keeps_only_the_chosen_realm_and_dates(filtered_cli_report):
@@ -482,3 +486,49 @@ def test_open_parts_are_read_as_they_are_and_a_part_closed_meanwhile_once(spark,
     assert sorted(row["publication"] for row in events.collect()) == list(range(6))
     assert sorted(entry.name for entry in input_files(LocalFiles(), to_url(logs))) == [
         ".part-1.jsonl", ".part-2.jsonl", "part-0.jsonl", "part-2.jsonl"]
+
+
+def fleet() -> list[dict]:
+    """40 short MQTT sessions that publish one check-in each, reaching nobody, beside two WAMP
+    sessions publishing to ten topics for 30 minutes, each publish reaching 3 receivers:
+    MQTT holds 95 % of the sessions and a few per cent of the traffic."""
+    records = []
+    for n in range(40):
+        records += session_records(DAY_1, 100 + n, f"truck{n}", "mqtt", 5)
+        records.append(publish(at(DAY_1, 9, 0, 1 + n * 0.01), "fleet.checkin", f"truck{n}",
+                               "mqtt", publication=10_000 + n, receivers=0))
+    records += session_records(DAY_1, 1, "dispatch", "wamp.websocket", 3600)
+    records += session_records(DAY_1, 2, "tracker", "wamp.websocket", 3600)
+    publication = 0
+    for minute in range(30):
+        for topic in range(10):
+            # steady rates a step apart, and one topic's burst that makes the realm's peak
+            burst = 12 if topic == 3 and 12 <= minute < 16 else 0
+            for n in range(1 + topic + (minute + topic) % 3 + burst):
+                publication += 1
+                records.append(publish(at(DAY_1, 9, 10 + minute, n), f"fleet.zone{topic}.gps",
+                                       "dispatch" if topic % 2 else "tracker",
+                                       "wamp.websocket", publication=publication,
+                                       qos=publication % 3 and 1, receivers=3))
+    return sorted(records, key=lambda record: record["ts"])
+
+
+def test_protocol_mix_counts_traffic_not_sessions(spark, tmp_path):
+    """The protocol mix is messages published and delivered per protocol (the sessions beside
+    them, labelled as such): 40 MQTT sessions publishing 40 unreceived messages are not the
+    bulk of a realm whose two WAMP sessions publish the rest."""
+    logs, out = tmp_path / "logs", tmp_path / "report"
+    records = fleet()
+    write_part(logs, "fleet", DAY_1, 0, records)
+    build_report(spark, logs, out)
+    rows = read_table(out / "tables" / "protocols")
+    wamp = [record for record in records
+            if record["kind"] == "publish" and record["protocol"] == "wamp.websocket"]
+    assert [(row["protocol"], int(row["sessions"]), int(row["events"]), int(row["deliveries"]),
+             int(row["messages"])) for row in rows] == [
+        ("wamp.websocket", 2, len(wamp), 3 * len(wamp), 4 * len(wamp)),
+        ("mqtt", 40, 40, 0, 40)]
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "Protocol mix (traffic)" in page and "sessions joined" in page
+    assert "No drops in this period." in page
+    assert (out / "charts" / "top_topics_over_time.png").exists()

@@ -33,6 +33,8 @@ DROP_REASONS = (why.SLOW_CONSUMER, why.QUEUE_FULL, why.EXPIRED, why.UNENCODABLE,
 """Incident reasons that cost a message; the others are refusals or failures of their own."""
 
 PROTOCOLS = ("wamp", "mqtt", "amqp")
+DROP_PROTOCOLS = {why.EVENTLOG_DROPPED: ("eventlog",)}
+"""The protocol label of drop reasons that are not a client protocol's (docs/metrics.md)."""
 
 
 def watch_retention(retention: RetainedStore, stats: RealmStats) -> None:
@@ -155,13 +157,22 @@ class RouterCollector(Collector):
                                     "for staying over a bound.", labels=["realm", "protocol",
                                                                           "reason"])
         refusals: Counter[str] = Counter({protocol: 0 for protocol in PROTOCOLS})
-        for (realm, protocol, reason), n in sorted(self.node.router.incidents.totals.items()):
+        totals = self.node.router.incidents.totals
+        # every drop reason from start, at 0 until it happens: a dashboard's rate() then reads
+        # 0 on a healthy router, not "No data"
+        drops: Counter[tuple[str, str, str]] = Counter({(realm, protocol, reason): 0
+                                  for realm in self.node.router.realms
+                                  for reason in DROP_REASONS
+                                  for protocol in DROP_PROTOCOLS.get(reason, PROTOCOLS)})
+        for (realm, protocol, reason), n in sorted(totals.items()):
             if reason in DROP_REASONS:
-                dropped.add_metric([realm, protocol, reason], n)
+                drops[realm, protocol, reason] = n
             elif reason == why.REFUSED:
                 refusals[protocol] += n
             elif reason != why.LOGIN_FAILED:  # router_login_failures_total has those
                 other.add_metric([realm, protocol, reason], n)
+        for labels, n in sorted(drops.items()):
+            dropped.add_metric(list(labels), n)
         for protocol, n in refusals.items():
             refused.add_metric([protocol], n)
         yield from (dropped, refused, other)
