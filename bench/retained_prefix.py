@@ -27,17 +27,19 @@ SUBSCRIBE, SUBSCRIBED, EVENT, PUBLISH, PUBLISHED = 32, 33, 36, 16, 17
 
 
 async def retain_topics(endpoint, count: int, prefix: str, transport: str = "rawsocket",
-                        serializer: str = "msgpack") -> float:
-    """Retain one small event on each of ``prefix``.sensor0 .. sensor<count-1>."""
+                        serializer: str = "msgpack", qos: int = 0,
+                        value: str = "21.5C") -> float:
+    """Retain one event ``[n, value]`` on each of ``prefix``.sensor0 .. sensor<count-1>
+    (published at ``qos``, the router's ``_qos`` option: what MQTT and AMQP receivers get)."""
     publisher = await raw_connect(endpoint, transport, serializer, lean=True)
     welcome = await publisher.hello()
     assert welcome[0] == 2, welcome
     started = time.perf_counter()
     for n in range(count):
-        options = {"retain": True}
+        options = {"retain": True, "_qos": qos} if qos else {"retain": True}
         if n == count - 1:
             options["acknowledge"] = True  # acknowledged only once everything before is stored
-        publisher.send([PUBLISH, n + 1, options, f"{prefix}.sensor{n}", [n, "21.5C"]])
+        publisher.send([PUBLISH, n + 1, options, f"{prefix}.sensor{n}", [n, value]])
         if n % 2000 == 0:
             await asyncio.sleep(0)
     reply = await publisher.recv(timeout=300)

@@ -447,6 +447,7 @@ class MqttConnection:
         """The transport drained: send the session's queued QoS >= 1 messages."""
         if self.session is not None and not self._closed:
             self.session.pump()
+            self.frontend.realm.backlogs.resume(self.session)
 
     def slow_consumer(self) -> None:
         """Over the outbound bound for too long: DISCONNECT 0x97 (MQTT 5); the flow then
@@ -471,6 +472,8 @@ class MqttConnection:
             self._keep_alive_call.cancel()
         if self.session is not None:
             self.frontend.disconnected(self, self.session, self._will)
+            if self.session.connection is None:  # offline (not taken over): what waited
+                self.frontend.realm.backlogs.end(self.session)  # behind retained is queued
 
 
 _HANDLERS = {

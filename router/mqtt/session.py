@@ -228,6 +228,19 @@ class MqttSession:
         return (connection is not None and not connection.flow.over and not self._queued
                 and len(self._by_packet_id) < connection.send_quota)
 
+    def backlog_room(self) -> bool:
+        """Connected, nothing queued, room in the client's receive window and the transport
+        accepting: a retained backlog never grows the (persistent) queue, its QoS >= 1
+        messages go out as acknowledgements free the window."""
+        connection = self.connection
+        if (connection is None or self._queued
+                or len(self._by_packet_id) >= connection.send_quota):
+            return False
+        if connection.flow.paused:
+            connection.flow.stalled()
+            return False
+        return True
+
     def hand_over(self, group: SharedGroup | None, leaving: bool) -> None:
         """Give messages that came through shared groups to other members of their group.
 
@@ -349,6 +362,7 @@ class MqttSession:
             else:
                 connection.send_pubrel(entry.packet_id)
         self.pump()
+        self.frontend.realm.backlogs.resume(self)
 
     def _allocate_packet_id(self) -> int:
         while True:
@@ -368,6 +382,7 @@ class MqttSession:
         self.frontend.delivery_acknowledged(self, entry)
         self._drop(entry)
         self.pump()
+        self.frontend.realm.backlogs.resume(self)  # retained events wait for the window
         return True
 
     def acknowledged_with_error(self, packet_id: int) -> None:
@@ -376,6 +391,7 @@ class MqttSession:
         if entry is not None:
             self._drop(entry)
             self.pump()
+            self.frontend.realm.backlogs.resume(self)
 
     def received(self, packet_id: int) -> bool:
         """PUBREC: the client has the QoS 2 message; move to PUBREL."""
