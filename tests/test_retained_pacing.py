@@ -32,7 +32,7 @@ from tests.retention_helpers import EVENT, SUBSCRIBED, joined, publish
 BOUND = 100
 TOPICS = 3000
 """30 times the bound: the unpaced loop delivered about 64 KiB of events plus BOUND."""
-FLOW = {"max_buffered_messages": BOUND, "slow_consumer_timeout": 1}
+FLOW = {"max_buffered_messages": BOUND, "slow_consumer_timeout": 3}
 QUEUE = 20
 """MQTT session and AMQP link queues far smaller than the backlog: it must not go through them."""
 
@@ -60,10 +60,11 @@ def retained(router, count: int = TOPICS, qos: int = 0, value: str = "21.5C") ->
     return prefix
 
 
-def dropped(router) -> float:
-    """Every message the router counted as not delivered, whatever the reason."""
-    return sum(value for (name, _), value in scrape(router).items()
-               if name == "router_messages_dropped_total")
+def dropped(router, reason: str | None = None) -> float:
+    """The messages the router counted as not delivered (for ``reason``, or any)."""
+    return sum(value for (name, labels), value in scrape(router).items()
+               if name == "router_messages_dropped_total"
+               and (reason is None or ("reason", reason) in labels))
 
 
 def test_autobahn_prefix_subscription_gets_every_retained_event(router):
@@ -122,9 +123,44 @@ def test_amqp_receiver_gets_every_retained_message(router):
     assert dropped(router) == 0
 
 
-def test_a_live_event_waits_behind_the_retained_backlog(router):
+@pytest.mark.parametrize("superseding", [False, True], ids=["new-topic", "superseding"])
+def test_a_live_event_waits_behind_the_retained_backlog(router, superseding):
     """The subscriber reads nothing until the live event is published (acknowledged), so
-    the backlog is still pending then; it must come after every retained event."""
+    the backlog is still pending then; it must come after every retained event. A live
+    retained event on a topic the backlog has not reached yet replaces that topic's
+    retained one: it arrives once, live, last."""
+    prefix = retained(router)
+    topic = f"{prefix}.sensor{TOPICS - 1}" if superseding else f"{prefix}.live"
+
+    async def scenario():
+        subscriber = await joined(router, "rawsocket", "msgpack")
+        subscriber.transport.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        subscriber.send([32, 1, {"match": "prefix", "get_retained": True}, prefix + "."])
+        subscriber.transport.pause_reading()
+        publisher = await joined(router, "rawsocket", "msgpack")
+        await publish(publisher, topic, ["live"], retain=superseding)
+        subscriber.transport.resume_reading()
+        assert (await subscriber.recv())[0] == SUBSCRIBED
+        expected = TOPICS if superseding else TOPICS + 1
+        messages = [await subscriber.recv(timeout=30) for _ in range(expected)]
+        await publish(publisher, f"{prefix}.end", ["sentinel"])
+        messages.append(await subscriber.recv(timeout=30))
+        publisher.close()
+        subscriber.close()
+        return messages
+
+    *retained_events, live, sentinel = run(scenario(), timeout=120)
+    assert all(m[0] == EVENT and m[3].get("retained") is True for m in retained_events)
+    assert len({m[3]["topic"] for m in retained_events}) == len(retained_events)
+    assert topic not in {m[3]["topic"] for m in retained_events}
+    assert live[0] == EVENT and live[4] == ["live"] and "retained" not in live[3]
+    assert sentinel[4] == ["sentinel"]
+    assert dropped(router) == 0
+
+
+def test_live_events_past_the_bound_behind_a_backlog_are_dropped_and_counted(router):
+    """BOUND live events wait behind a pending backlog, in order; the rest are counted."""
     prefix = retained(router)
 
     async def scenario():
@@ -134,19 +170,20 @@ def test_a_live_event_waits_behind_the_retained_backlog(router):
         subscriber.send([32, 1, {"match": "prefix", "get_retained": True}, prefix + "."])
         subscriber.transport.pause_reading()
         publisher = await joined(router, "rawsocket", "msgpack")
-        await publish(publisher, f"{prefix}.live", ["live"])
+        publisher.send_many([[16, n + 1, {}, f"{prefix}.live", [n]] for n in range(BOUND + 50)])
+        await publish(publisher, f"{prefix}.live", ["last"])  # after all of them
         subscriber.transport.resume_reading()
         assert (await subscriber.recv())[0] == SUBSCRIBED
-        messages = [await subscriber.recv(timeout=30) for _ in range(TOPICS + 1)]
+        messages = [await subscriber.recv(timeout=30) for _ in range(TOPICS + BOUND)]
         publisher.close()
         subscriber.close()
         return messages
 
     messages = run(scenario(), timeout=120)
-    assert all(m[0] == EVENT and m[3].get("retained") is True for m in messages[:-1])
-    assert messages[-1][0] == EVENT and messages[-1][4] == ["live"]
-    assert "retained" not in messages[-1][3]
-    assert dropped(router) == 0
+    assert all(m[3].get("retained") is True for m in messages[:TOPICS])
+    assert [m[4] for m in messages[TOPICS:]] == [[n] for n in range(BOUND)]
+    assert dropped(router, "queue_full") == 51
+    assert dropped(router) == 51
 
 
 def test_a_subscriber_that_stops_reading_is_disconnected_not_dropped_from(router):

@@ -444,10 +444,10 @@ class MqttConnection:
         self._close_now()
 
     def resume_output(self) -> None:
-        """The transport drained: send the session's queued QoS >= 1 messages."""
+        """The transport drained: send the session's queued QoS >= 1 messages (then its
+        retained backlogs)."""
         if self.session is not None and not self._closed:
             self.session.pump()
-            self.frontend.realm.backlogs.resume(self.session)
 
     def slow_consumer(self) -> None:
         """Over the outbound bound for too long: DISCONNECT 0x97 (MQTT 5); the flow then

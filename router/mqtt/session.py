@@ -289,7 +289,8 @@ class MqttSession:
 
     def pump(self) -> None:
         """Send queued messages while the client's receive window has room and the
-        connection's transport is not paused (a client that does not read)."""
+        connection's transport is not paused (a client that does not read); then the
+        retained events owed to new subscriptions (see :meth:`backlog_room`)."""
         connection = self.connection
         if connection is None:
             return
@@ -320,6 +321,8 @@ class MqttSession:
                         lambda ok, entry=entry: self._transmit_later(entry, ok))
                     continue
             self._transmit(entry)
+        if not self._queued:
+            self.frontend.realm.backlogs.resume(self)
 
     def _transmit(self, entry: Outbound) -> bool:
         """Write one in-flight PUBLISH; False if it had to be discarded (too big)."""
@@ -362,7 +365,6 @@ class MqttSession:
             else:
                 connection.send_pubrel(entry.packet_id)
         self.pump()
-        self.frontend.realm.backlogs.resume(self)
 
     def _allocate_packet_id(self) -> int:
         while True:
@@ -382,7 +384,6 @@ class MqttSession:
         self.frontend.delivery_acknowledged(self, entry)
         self._drop(entry)
         self.pump()
-        self.frontend.realm.backlogs.resume(self)  # retained events wait for the window
         return True
 
     def acknowledged_with_error(self, packet_id: int) -> None:
@@ -391,7 +392,6 @@ class MqttSession:
         if entry is not None:
             self._drop(entry)
             self.pump()
-            self.frontend.realm.backlogs.resume(self)
 
     def received(self, packet_id: int) -> bool:
         """PUBREC: the client has the QoS 2 message; move to PUBREL."""

@@ -510,6 +510,8 @@ class WampSession:
                 self._send(event)
         if self._unacked:
             self._redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
+        if len(self._unacked) < self._settings.max_unacked:
+            self._realm.backlogs.resume(self)  # given up or expired ones freed the window
 
     def _expired(self, publication: Publication) -> None:
         realm = self._realm
