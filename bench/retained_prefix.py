@@ -17,15 +17,13 @@ import argparse
 import asyncio
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-
-import paho.mqtt.client as mqtt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fanout import BrokerMeter, Endpoint  # noqa: E402
+from bench.mqtt_fanout import retained_arrivals  # noqa: E402
 from tests.clients import connect, raw_connect  # noqa: E402
 from tests.harness import RouterProcess, realm_file  # noqa: E402
 
@@ -131,37 +129,6 @@ async def subscribe_autobahn(endpoint, count: int, prefix: str,
     return (arrivals[-1] if arrivals else 0.0), len(arrivals)
 
 
-def subscribe_paho_hash(host: str, port: int, count: int,
-                        idle_timeout: float = 60.0) -> tuple[float, int]:
-    """paho subscribes to ``#`` (QoS 0, MQTT 3.1.1); (seconds from SUBSCRIBE to the last
-    message with the retain flag, how many arrived)."""
-    arrivals: list[float] = []
-    done = threading.Event()
-    started = 0.0
-
-    def on_message(client, userdata, message):
-        if message.retain:
-            arrivals.append(time.perf_counter() - started)
-        if len(arrivals) >= count:
-            done.set()
-
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="bench-retained-hash",
-                         protocol=mqtt.MQTTv311, clean_session=True)
-    client.on_message = on_message
-    client.connect(host, port, keepalive=60)
-    client.loop_start()
-    try:
-        started = time.perf_counter()
-        client.subscribe("#", qos=0)
-        while not done.wait(idle_timeout):
-            if not arrivals or time.perf_counter() - started - arrivals[-1] > idle_timeout:
-                break
-    finally:
-        client.disconnect()
-        client.loop_stop()
-    return (arrivals[-1] if arrivals else 0.0), len(arrivals)
-
-
 def report(name: str, count: int, result: tuple[float, int], meter: BrokerMeter,
            client_cpu: float) -> None:
     """One line per client: what arrived, when the last did, what it cost both sides
@@ -190,8 +157,9 @@ async def main_async(args, endpoint, pid: int | None) -> None:
     if args.mqtt:
         host, port = args.mqtt.rsplit(":", 1)
         meter, cpu = BrokerMeter(pid), time.process_time()
-        result = await asyncio.to_thread(subscribe_paho_hash, host, int(port), args.topics)
-        report("paho MQTT '#'", args.topics, result, meter, time.process_time() - cpu)
+        arrivals = await asyncio.to_thread(retained_arrivals, host, int(port), args.topics, 60.0)
+        report("paho MQTT '#'", args.topics, (arrivals[-1] if arrivals else 0.0, len(arrivals)),
+               meter, time.process_time() - cpu)
 
 
 def main() -> None:

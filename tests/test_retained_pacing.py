@@ -67,6 +67,17 @@ def dropped(router, reason: str | None = None) -> float:
                and (reason is None or ("reason", reason) in labels))
 
 
+async def reader_behind(router, prefix: str):
+    """(a raw subscriber that asked for the retained events under ``prefix`` and has not
+    read them, so its backlog is pending, a raw publisher)."""
+    subscriber = await joined(router, "rawsocket", "msgpack")
+    subscriber.transport.get_extra_info("socket").setsockopt(
+        socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    subscriber.send([32, 1, {"match": "prefix", "get_retained": True}, prefix + "."])
+    subscriber.transport.pause_reading()
+    return subscriber, await joined(router, "rawsocket", "msgpack")
+
+
 def test_autobahn_prefix_subscription_gets_every_retained_event(router):
     prefix = retained(router)
 
@@ -133,12 +144,7 @@ def test_a_live_event_waits_behind_the_retained_backlog(router, superseding):
     topic = f"{prefix}.sensor{TOPICS - 1}" if superseding else f"{prefix}.live"
 
     async def scenario():
-        subscriber = await joined(router, "rawsocket", "msgpack")
-        subscriber.transport.get_extra_info("socket").setsockopt(
-            socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        subscriber.send([32, 1, {"match": "prefix", "get_retained": True}, prefix + "."])
-        subscriber.transport.pause_reading()
-        publisher = await joined(router, "rawsocket", "msgpack")
+        subscriber, publisher = await reader_behind(router, prefix)
         await publish(publisher, topic, ["live"], retain=superseding)
         subscriber.transport.resume_reading()
         assert (await subscriber.recv())[0] == SUBSCRIBED
@@ -164,12 +170,7 @@ def test_live_events_past_the_bound_behind_a_backlog_are_dropped_and_counted(rou
     prefix = retained(router)
 
     async def scenario():
-        subscriber = await joined(router, "rawsocket", "msgpack")
-        subscriber.transport.get_extra_info("socket").setsockopt(
-            socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        subscriber.send([32, 1, {"match": "prefix", "get_retained": True}, prefix + "."])
-        subscriber.transport.pause_reading()
-        publisher = await joined(router, "rawsocket", "msgpack")
+        subscriber, publisher = await reader_behind(router, prefix)
         publisher.send_many([[16, n + 1, {}, f"{prefix}.live", [n]] for n in range(BOUND + 50)])
         await publish(publisher, f"{prefix}.live", ["last"])  # after all of them
         subscriber.transport.resume_reading()
