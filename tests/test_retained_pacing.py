@@ -187,6 +187,39 @@ def test_live_events_past_the_bound_behind_a_backlog_are_dropped_and_counted(rou
     assert dropped(router) == 51
 
 
+def test_overlapping_mqtt_subscriptions_get_one_copy_each_around_a_backlog(router):
+    """One MQTT 5 session on ``p/live`` (identifier 2), then ``p/#`` (identifier 1) with a
+    pending backlog: a live message on ``p/live`` reaches the first at once and the second
+    after its retained messages, each copy with its own identifier, no third copy."""
+    prefix = retained(router)
+    subscriber = RawMqtt(router)
+    publisher = MqttClient(router, V5)
+    try:
+        subscriber.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        subscriber.connect_ok(V5, unique("overlap"))
+        subscriber.send(Subscribe(1, [(f"{prefix}/live", MqttOptions())],
+                                  {"subscription_identifier": [2]}))
+        assert isinstance(subscriber.recv(), Suback)
+        subscriber.send(Subscribe(2, [(f"{prefix}/#", MqttOptions())],
+                                  {"subscription_identifier": [1]}))
+        publisher.connect()  # the subscriber reads nothing meanwhile: its backlog waits
+        assert publisher.publish(f"{prefix}/live", b"live", qos=1) == 0
+        assert publisher.publish(f"{prefix}/end", b"sentinel", qos=1) == 0
+        packets = []
+        while not packets or getattr(packets[-1], "payload", None) != b"sentinel":
+            packets.append(subscriber.recv(timeout=30))
+    finally:
+        publisher.close()
+        subscriber.close()
+    publishes = [p for p in packets if isinstance(p, Publish)]
+    live = [(n, p.properties.get("subscription_identifier")) for n, p in enumerate(publishes)
+            if p.payload == b"live"]
+    assert sum(1 for p in publishes if p.retain) == TOPICS
+    last_retained = max(n for n, p in enumerate(publishes) if p.retain)
+    assert [ids for _, ids in live] == [[2], [1]]
+    assert live[1][0] > last_retained
+
+
 def test_a_subscriber_that_stops_reading_is_disconnected_not_dropped_from(router):
     """8 MB of retained events: more than the kernel's socket buffers hold."""
     prefix = retained(router, 2000, value="x" * 4096)

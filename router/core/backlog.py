@@ -159,13 +159,20 @@ class Backlogs:
         queue = self._by_peer.get(peer)
         if not queue:
             return
-        for backlog in list(queue):
-            if subscription is None or backlog.subscription is subscription:
-                queue.remove(backlog)
-                self._finish(backlog)
-                held, backlog.held = backlog.held, deque()
-                for publication in held if release else ():
-                    self._broker.deliver(peer, backlog.subscription, publication, counted=True)
+        nested = peer in self._pumping
+        self._pumping.add(peer)  # what the deliveries wake must wait for the loop's end
+        try:
+            for backlog in list(queue):
+                if subscription is None or backlog.subscription is subscription:
+                    queue.remove(backlog)
+                    held, backlog.held = backlog.held, deque()
+                    for publication in held if release else ():  # still marked as held:
+                        self._broker.deliver(peer, backlog.subscription, publication,
+                                             counted=True)  # one copy of its own (MQTT)
+                    self._finish(backlog)
+        finally:
+            if not nested:
+                self._pumping.discard(peer)
         if not queue:
             self._by_peer.pop(peer, None)
             self._due.pop(peer, None)

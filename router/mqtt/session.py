@@ -150,8 +150,10 @@ class MqttSession:
             realm.incidents.count(realm.name, "mqtt", UNREPRESENTABLE,
                                   f"client {self.client_id}: {publication.name}")
             return
-        if retained or not self._may_overlap or type(subscription) is SharedGroup:
-            # a shared group's copy is its own, besides the client's other subscriptions
+        if (retained or not self._may_overlap or type(subscription) is SharedGroup
+                or self._behind_retained(subscription)):
+            # a shared group's copy is its own, besides the client's other subscriptions;
+            # so is a copy that waited behind the subscription's retained events
             options = mine.options
             publisher = publication.publisher
             if (options.no_local and publisher is not None
@@ -198,6 +200,11 @@ class MqttSession:
                 data = cache[key] = connection.encode_publish(message)
             connection.write_publish(data, message.topic)
 
+    def _behind_retained(self, core: Subscription) -> bool:
+        """Do this session's live events on ``core`` wait behind its retained events?"""
+        held = core.held
+        return held is not None and self.info.session_id in held
+
     def _combined(self, publication: Publication) -> tuple[int, bool, tuple | None] | None:
         """(QoS, retain, subscription identifiers) of the one copy for all this client's
         subscriptions matching ``publication``; None if no-local rules out every one.
@@ -210,8 +217,8 @@ class MqttSession:
         qos, retain, identifiers = -1, False, []
         for core in self.frontend.realm.broker.index.matching(publication.topic):
             mine = by_core_id.get(core.id)
-            if mine is None or (own and mine.options.no_local):
-                continue
+            if mine is None or (own and mine.options.no_local) or self._behind_retained(core):
+                continue  # (one waiting behind its retained events gets its own copy later)
             options = mine.options
             qos = max(qos, delivered_qos(publication.qos, options.qos, policy))
             retain = retain or (options.retain_as_published and publication.retain)
