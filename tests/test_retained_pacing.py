@@ -33,6 +33,10 @@ BOUND = 100
 TOPICS = 3000
 """30 times the bound: the unpaced loop delivered about 64 KiB of events plus BOUND."""
 FLOW = {"max_buffered_messages": BOUND, "slow_consumer_timeout": 3}
+STALLING, BIG = 2000, "x" * 4096
+"""8 MB of retained events: more than the kernel's socket buffers take (tcp_wmem's 4 MiB
+on the router's side, what a paused reader's buffer keeps), so a subscriber that does not
+read is sure to leave its backlog pending."""
 QUEUE = 20
 """MQTT session and AMQP link queues far smaller than the backlog: it must not go through them."""
 
@@ -71,8 +75,6 @@ async def reader_behind(router, prefix: str):
     """(a raw subscriber that asked for the retained events under ``prefix`` and has not
     read them, so its backlog is pending, a raw publisher)."""
     subscriber = await joined(router, "rawsocket", "msgpack")
-    subscriber.transport.get_extra_info("socket").setsockopt(
-        socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     subscriber.send([32, 1, {"match": "prefix", "get_retained": True}, prefix + "."])
     subscriber.transport.pause_reading()
     return subscriber, await joined(router, "rawsocket", "msgpack")
@@ -140,15 +142,15 @@ def test_a_live_event_waits_behind_the_retained_backlog(router, superseding):
     the backlog is still pending then; it must come after every retained event. A live
     retained event on a topic the backlog has not reached yet replaces that topic's
     retained one: it arrives once, live, last."""
-    prefix = retained(router)
-    topic = f"{prefix}.sensor{TOPICS - 1}" if superseding else f"{prefix}.live"
+    prefix = retained(router, STALLING, value=BIG)
+    topic = f"{prefix}.sensor{STALLING - 1}" if superseding else f"{prefix}.live"
 
     async def scenario():
         subscriber, publisher = await reader_behind(router, prefix)
         await publish(publisher, topic, ["live"], retain=superseding)
         subscriber.transport.resume_reading()
         assert (await subscriber.recv())[0] == SUBSCRIBED
-        expected = TOPICS if superseding else TOPICS + 1
+        expected = STALLING if superseding else STALLING + 1
         messages = [await subscriber.recv(timeout=30) for _ in range(expected)]
         await publish(publisher, f"{prefix}.end", ["sentinel"])
         messages.append(await subscriber.recv(timeout=30))
@@ -167,7 +169,7 @@ def test_a_live_event_waits_behind_the_retained_backlog(router, superseding):
 
 def test_live_events_past_the_bound_behind_a_backlog_are_dropped_and_counted(router):
     """BOUND live events wait behind a pending backlog, in order; the rest are counted."""
-    prefix = retained(router)
+    prefix = retained(router, STALLING, value=BIG)
 
     async def scenario():
         subscriber, publisher = await reader_behind(router, prefix)
@@ -175,14 +177,14 @@ def test_live_events_past_the_bound_behind_a_backlog_are_dropped_and_counted(rou
         await publish(publisher, f"{prefix}.live", ["last"])  # after all of them
         subscriber.transport.resume_reading()
         assert (await subscriber.recv())[0] == SUBSCRIBED
-        messages = [await subscriber.recv(timeout=30) for _ in range(TOPICS + BOUND)]
+        messages = [await subscriber.recv(timeout=30) for _ in range(STALLING + BOUND)]
         publisher.close()
         subscriber.close()
         return messages
 
     messages = run(scenario(), timeout=120)
-    assert all(m[3].get("retained") is True for m in messages[:TOPICS])
-    assert [m[4] for m in messages[TOPICS:]] == [[n] for n in range(BOUND)]
+    assert all(m[3].get("retained") is True for m in messages[:STALLING])
+    assert [m[4] for m in messages[STALLING:]] == [[n] for n in range(BOUND)]
     assert dropped(router, "queue_full") == 51
     assert dropped(router) == 51
 
@@ -191,11 +193,10 @@ def test_overlapping_mqtt_subscriptions_get_one_copy_each_around_a_backlog(route
     """One MQTT 5 session on ``p/live`` (identifier 2), then ``p/#`` (identifier 1) with a
     pending backlog: a live message on ``p/live`` reaches the first at once and the second
     after its retained messages, each copy with its own identifier, no third copy."""
-    prefix = retained(router)
+    prefix = retained(router, STALLING, value=BIG)
     subscriber = RawMqtt(router)
     publisher = MqttClient(router, V5)
     try:
-        subscriber.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         subscriber.connect_ok(V5, unique("overlap"))
         subscriber.send(Subscribe(1, [(f"{prefix}/live", MqttOptions())],
                                   {"subscription_identifier": [2]}))
@@ -214,27 +215,26 @@ def test_overlapping_mqtt_subscriptions_get_one_copy_each_around_a_backlog(route
     publishes = [p for p in packets if isinstance(p, Publish)]
     live = [(n, p.properties.get("subscription_identifier")) for n, p in enumerate(publishes)
             if p.payload == b"live"]
-    assert sum(1 for p in publishes if p.retain) == TOPICS
+    assert sum(1 for p in publishes if p.retain) == STALLING
     last_retained = max(n for n, p in enumerate(publishes) if p.retain)
     assert [ids for _, ids in live] == [[2], [1]]
     assert live[1][0] > last_retained
 
 
 def test_a_subscriber_that_stops_reading_is_disconnected_not_dropped_from(router):
-    """8 MB of retained events: more than the kernel's socket buffers hold."""
-    prefix = retained(router, 2000, value="x" * 4096)
+    prefix = retained(router, STALLING, value=BIG)
 
     async def scenario():
         stalled = await raw_connect(router, "rawsocket", "msgpack")
         stalled.transport.get_extra_info("socket").setsockopt(
-            socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the router's buffer is what fills
         welcome = await stalled.hello()
         stalled.send([32, 1, {"match": "prefix", "get_retained": True}, prefix + "."])
         stalled.transport.pause_reading()
         # another client is served meanwhile, in full
         healthy = await connect(router, "rawsocket", "msgpack")
         events = await healthy.events(prefix + ".", match="prefix", get_retained=True)
-        for _ in range(2000):
+        for _ in range(STALLING):
             await asyncio.wait_for(events.get(), 30)
         await healthy.close()
         await asyncio.to_thread(router.wait_for_log, rf"realm1, wamp: disconnected: session "

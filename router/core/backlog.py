@@ -93,24 +93,20 @@ class Backlogs:
         self._pumping: set[Peer] = set()
         self._call = None
 
-    def __len__(self) -> int:
-        return len(self._by_peer)
-
     def start(self, peer: Peer, subscription: "Subscription", events: Iterator[Publication],
               bound: int) -> None:
         """Send ``events`` (retained) on ``subscription`` as ``peer`` can take them; its
         live events on that subscription wait behind them."""
         backlog = RetainedBacklog(peer, subscription, events, bound, self._dropped)
-        held = subscription.held
-        if held is None:
-            held = subscription.held = {}
         session_id = peer.info.session_id
-        previous = held.get(session_id)
+        previous = subscription.held.get(session_id) if subscription.held else None
         if previous is not None:  # subscribed again (MQTT retain handling 0): one queue
             backlog.held, previous.held = previous.held, deque()
             backlog.held_ids = previous.held_ids
             self._finish(previous)
-        held[session_id] = backlog
+        if subscription.held is None:
+            subscription.held = {}
+        subscription.held[session_id] = backlog
         self._by_peer.setdefault(peer, deque()).append(backlog)
         self.resume(peer)
 
