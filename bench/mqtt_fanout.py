@@ -107,20 +107,9 @@ def run_qos(host, port, qos, subscribers, messages, pid, timeout=120.0) -> dict:
     return report
 
 
-def run_retained_wildcard(host, port, count, pid, idle_timeout=10.0) -> dict:
-    """Retain ``count`` messages on distinct topics, then subscribe to '#' and time the
-    retained messages from SUBSCRIBE (a fresh broker: '#' also gets any older ones)."""
-    publisher = _client("bench-retain-pub")
-    publisher.max_inflight_messages_set(100)
-    publisher.max_queued_messages_set(0)
-    publisher.connect(host, port, keepalive=60)
-    publisher.loop_start()
-    infos = [publisher.publish(f"bench/retained/sensor{n}", b"21.5C", qos=1, retain=True)
-             for n in range(count)]
-    for info in infos:
-        info.wait_for_publish(120)
-    publisher.disconnect()
-    publisher.loop_stop()
+def retained_arrivals(host, port, count, idle_timeout=10.0) -> list[float]:
+    """Subscribe to '#' (QoS 0, MQTT 3.1.1) and wait for ``count`` messages with the retain
+    flag; their arrival times after SUBSCRIBE (fewer after ``idle_timeout`` s of silence)."""
     arrivals: list[float] = []
     done = threading.Event()
     started = 0.0
@@ -135,7 +124,6 @@ def run_retained_wildcard(host, port, count, pid, idle_timeout=10.0) -> dict:
     subscriber.on_message = on_message
     subscriber.connect(host, port, keepalive=60)
     subscriber.loop_start()
-    meter = BrokerMeter(pid)
     started = time.perf_counter()
     subscriber.subscribe("#", qos=0)
     while not done.wait(idle_timeout):
@@ -143,6 +131,25 @@ def run_retained_wildcard(host, port, count, pid, idle_timeout=10.0) -> dict:
             break
     subscriber.disconnect()
     subscriber.loop_stop()
+    return arrivals
+
+
+def run_retained_wildcard(host, port, count, pid, idle_timeout=10.0) -> dict:
+    """Retain ``count`` messages on distinct topics, then subscribe to '#' and time the
+    retained messages from SUBSCRIBE (a fresh broker: '#' also gets any older ones)."""
+    publisher = _client("bench-retain-pub")
+    publisher.max_inflight_messages_set(100)
+    publisher.max_queued_messages_set(0)
+    publisher.connect(host, port, keepalive=60)
+    publisher.loop_start()
+    infos = [publisher.publish(f"bench/retained/sensor{n}", b"21.5C", qos=1, retain=True)
+             for n in range(count)]
+    for info in infos:
+        info.wait_for_publish(120)
+    publisher.disconnect()
+    publisher.loop_stop()
+    meter = BrokerMeter(pid)
+    arrivals = retained_arrivals(host, port, count, idle_timeout)
     received = len(arrivals)
     report = {"retained": count, "delivered": received, "lost": count - received,
               "seconds_to_last": arrivals[-1] if arrivals else 0.0,

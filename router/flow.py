@@ -151,6 +151,12 @@ class ConnectionFlow:
     def overflow(self) -> None:
         """Over the bound (also: a QoS >= 1 queue full while paused): start the clock."""
         self.over = True
+        self.stalled()
+
+    def stalled(self) -> None:
+        """Something waits for this paused transport (a retained backlog, which writes
+        only while the transport accepts and so never crosses the bound): start the
+        slow-consumer clock all the same; the next ``resumeProducing`` stops it."""
         if self._timer is None and not self._closed:
             self._timer = self._clock.callLater(self.limits.slow_consumer_timeout,
                                                 self._too_slow)

@@ -452,9 +452,10 @@ class AmqpConnection:
         self.links[key] = subscriber
         subscriber.attach(link, self)
         link.open()
-        if get_retained:
-            self.frontend.realm.send_retained(subscriber, subscriber.core)
         subscriber.pump()
+        if get_retained:  # after what a durable link had queued
+            self.frontend.realm.send_retained(subscriber, subscriber.core,
+                                              self.flow.limits.max_buffered_messages)
 
     def _attach_publisher(self, link, key) -> None:
         address = link.remote_target.address
@@ -639,6 +640,9 @@ class AmqpConnection:
 
     def ready(self) -> bool:
         return False  # never a group member: its receiver links are
+
+    def backlog_room(self) -> bool:
+        return False  # never owed retained events: its receiver links are
 
     def supports(self, role: str, feature: str) -> bool:
         return False

@@ -133,6 +133,17 @@ class AmqpSubscriber:
         return (link is not None and link.credit > 0 and not self.queue
                 and not self.connection.flow.over)
 
+    def backlog_room(self) -> bool:
+        """Attached, with credit, nothing queued and the transport accepting: a retained
+        backlog goes out as the receiver grants credit, never through the queue's bound."""
+        link = self.link
+        if link is None or link.credit <= 0 or self.queue:
+            return False
+        if self.connection.flow.paused:
+            self.connection.flow.stalled()
+            return False
+        return True
+
     def hand_over(self) -> None:
         """The subscriber is gone: other members of its shared group take its QoS >= 1
         messages not accepted yet, except QoS 2 ones already sent (the receiver may
@@ -199,9 +210,11 @@ class AmqpSubscriber:
         self.frontend.destroy(self)
 
     def detach(self) -> None:
-        """The link is gone: QoS >= 1 in flight goes back to the queue, counted."""
+        """The link is gone: QoS >= 1 in flight goes back to the queue, counted; what
+        waited behind its retained events is queued as if it had just arrived."""
         self.link = None
         self.connection = None
+        self.frontend.realm.backlogs.end(self)
         returned = list(self.in_flight.values())
         self.in_flight.clear()
         self.frontend.realm.stats.redelivered["amqp"] += len(returned)
@@ -271,6 +284,8 @@ class AmqpSubscriber:
             sent += 1
         if sent:
             connection.process()
+        if not self.queue:
+            self.frontend.realm.backlogs.resume(self)  # retained events owed to the link
 
     def _pump_later(self) -> None:
         self._pump_call = None

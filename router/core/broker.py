@@ -27,6 +27,7 @@ from router.core.trie import TopicTrie
 from router.core.uri import EXACT, MQTT, PREFIX
 
 if TYPE_CHECKING:
+    from router.core.backlog import RetainedBacklog
     from router.core.engine import Interest
     from router.core.shared import SharedGroups
 
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
 class Subscription:
     """One (topic pattern, match) pair and the sessions subscribed to it."""
 
-    __slots__ = ("id", "topic", "match", "created", "subscribers", "is_meta", "protocols")
+    __slots__ = ("id", "topic", "match", "created", "subscribers", "is_meta", "protocols",
+                 "held")
 
     def __init__(self, subscription_id: int, topic: Topic, match: str) -> None:
         self.id = subscription_id
@@ -46,6 +48,8 @@ class Subscription:
         self.protocols: Counter[str] = Counter()
         """Subscribers per protocol name: a dispatch counts its deliveries per subscription
         from this, not per receiver (see :meth:`Broker.dispatch`)."""
+        self.held: "dict[int, RetainedBacklog] | None" = None
+        """Per session, the retained backlog its live events wait behind (None: none)."""
 
     @property
     def uri(self) -> str:
@@ -255,10 +259,14 @@ class Broker:
             # per-delivery work for the metrics on the common path
             for protocol, n in subscription.protocols.items():
                 counts[protocol] += n
+            held = subscription.held
             for session_id, peer in list(subscription.subscribers.items()):
                 if session_id == publisher_id or (eligibility is not None
                                                   and not eligibility.admits(peer.info)):
                     counts[peer.info.protocol] -= 1
+                    continue
+                if held is not None and session_id in held:
+                    held[session_id].hold(publication)  # behind its retained events
                     continue
                 try:
                     peer.send_event(subscription, publication)
@@ -294,14 +302,18 @@ class Broker:
         return True
 
     def deliver(self, peer: Peer, subscription: Subscription, publication: Publication,
-                retained: bool = False) -> bool:
-        """One delivery outside a dispatch (retained events), contained like a dispatch's."""
+                retained: bool = False, counted: bool = False) -> bool:
+        """One delivery outside a dispatch (retained events, live events held behind them),
+        contained like a dispatch's; ``counted``: the dispatch already counted it."""
         try:
             peer.send_event(subscription, publication, retained)
         except Exception as exc:
+            if counted:
+                self.stats.delivered[publication.qos][peer.info.protocol] -= 1
             self.delivery_failed(peer, publication, exc)
             return False
-        self.stats.delivered[publication.qos][peer.info.protocol] += 1
+        if not counted:
+            self.stats.delivered[publication.qos][peer.info.protocol] += 1
         return True
 
     def delivery_failed(self, peer: Peer, publication: Publication, exc: Exception) -> None:

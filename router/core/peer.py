@@ -24,6 +24,12 @@ class Peer(Protocol):
         """Can it take an event now (connected, not over its flow bound, room in its
         in-flight window)? Shared groups prefer members that are."""
 
+    def backlog_room(self) -> bool:
+        """May a retained backlog write one more event now (transport not paused, room in
+        the in-flight window, nothing queued)? When it says no, its frontend calls
+        ``Realm.backlogs.resume`` once it may; a paused transport also starts the
+        slow-consumer clock, so a client that stopped reading is disconnected."""
+
     def send_invocation(self, invocation: "Invocation") -> None:
         """Ask this callee to run a procedure."""
 

@@ -14,13 +14,15 @@ from typing import Callable
 from router.core import errors
 from router.core.activity import ActivityLog
 from router.core.authorization import Authorizer
+from router.core.backlog import Backlogs
 from router.core.broker import Broker, Subscription
 from router.core.dealer import Dealer, Registration, Scheduler
 from router.core.engine import RealmEngine
 from router.core.errors import RouterError, Unencodable
 from router.core.ids import random_id
 from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, OVER_LIMIT,
-                                   RETAINED_QUOTA, RETAINED_REALM_LIMIT, RETAINED_REFUSED,
+                                   QUEUE_FULL, RETAINED_QUOTA, RETAINED_REALM_LIMIT,
+                                   RETAINED_REFUSED,
                                    UNENCODABLE, Incidents)
 from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
@@ -74,6 +76,8 @@ class Realm:
                              delivery_failed=self._delivery_failed, interest=engine.interest,
                              stats=self.stats)
         self.dealer = Dealer(scheduler, self.stats)
+        self.backlogs = Backlogs(self.broker, scheduler, self._held_full)
+        """Retained events owed to new subscriptions, paced by their subscribers."""
         self.dealer.cluster = engine.dealer
         self._membership = engine.membership
         self._leave_hooks: list[Callable[[Peer], None]] = []
@@ -97,6 +101,7 @@ class Realm:
         info = peer.info
         if self.sessions.pop(info.session_id, None) is None:
             return
+        self.backlogs.end(peer, release=False)
         self.broker.remove_session(info.session_id)
         self.dealer.remove_session(peer)
         if self._membership is not None:
@@ -250,21 +255,27 @@ class Realm:
             self.incidents.count(self.name, protocol, DELIVERY_FAILED, detail,
                                  level=logging.ERROR, exc_info=exc)
 
-    def send_retained(self, peer: Peer, subscription: Subscription) -> int:
-        """Send ``peer`` the retained events its new subscription covers (call after SUBSCRIBED).
+    def _held_full(self, peer: Peer, publication: Publication) -> None:
+        """A live event dropped: the retained backlog it waited behind held its bound."""
+        protocol = peer.info.protocol
+        self.stats.delivered[publication.qos][protocol] -= 1
+        self.incidents.count(self.name, protocol.split(".", 1)[0], QUEUE_FULL,
+                             f"session {peer.info.session_id}, topic {publication.name}: "
+                             "live events held behind retained ones at their bound")
+
+    def send_retained(self, peer: Peer, subscription: Subscription, bound: int) -> None:
+        """Send ``peer`` the retained events its new subscription covers (call after
+        SUBSCRIBED), as fast as it takes them (see :mod:`router.core.backlog`); until
+        they are all sent, at most ``bound`` live events of the subscription wait.
 
         A shared group gets none (MQTT 5, 4.8.2: retained messages are not sent to a
         session when it establishes a shared subscription), whatever the protocol."""
         if self.retention is None or isinstance(subscription, SharedGroup):
-            return 0
+            return
         self.retention.expire()  # what expired since the last sweep goes now, counted as expiry
-        sent = 0
-        for publication in self.retention.for_subscriber(subscription.topic, subscription.match,
-                                                         peer.info):
-            if self.broker.deliver(peer, subscription, publication, retained=True):
-                sent += 1
-            publication.wire_cache = None  # one receiver: the stored event keeps no bytes
-        return sent
+        events = self.retention.for_subscriber(subscription.topic, subscription.match,
+                                               peer.info)
+        self.backlogs.start(peer, subscription, events, bound)
 
     def publish_meta(self, topic: str, args: list) -> None:
         """Publish a router-originated meta event (nobody to exclude, nothing to authorize)."""
@@ -305,6 +316,7 @@ class Realm:
         if subscription is None:
             raise RouterError(errors.NO_SUCH_SUBSCRIPTION,
                               f"no subscription {subscription_id} for this session")
+        self.backlogs.end(peer, subscription)
         if self.activity is not None:
             self.activity.unsubscribed(peer.info, subscription)
         return subscription

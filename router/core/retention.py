@@ -422,11 +422,13 @@ class RetainedStore:
 
     def for_subscriber(self, pattern: Topic, match: str,
                        session: SessionInfo) -> Iterator[Publication]:
-        """Per matching topic, the newest live retained event ``session`` is eligible for."""
-        now = self._clock()
+        """Per matching topic, the newest live retained event ``session`` is eligible for.
+        Lazy: a paced backlog takes it over many reactor turns (expiry is checked as it
+        goes, and the walk tolerates changes of the store between two steps)."""
+        clock = self._clock
         for _, entries in self.topics(pattern, match):
             for entry in reversed(entries):
-                if entry.expires_at is not None and entry.expires_at <= now:
+                if entry.expires_at is not None and entry.expires_at <= clock():
                     continue
                 if entry.publication.admits(session):
                     yield entry.publication

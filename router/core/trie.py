@@ -7,7 +7,10 @@ One structure serves both directions of matching:
 * stored keys are *concrete topics* (retained events) and the query is a pattern:
   :meth:`TopicTrie.under_prefix` and :meth:`TopicTrie.matching_wildcard`.
 
-Walks touch only the branches that can match, never every key.
+Walks touch only the branches that can match, never every key. They are lazy and may
+be resumed after the trie changed (a retained backlog walks over many reactor turns):
+a key added meanwhile may or may not be yielded, a key removed before it was reached is
+not, and nothing raises.
 """
 
 from __future__ import annotations
@@ -143,7 +146,7 @@ class TopicTrie(Generic[V]):
 
     def _subtree_public(self, node: _Node) -> Iterator[tuple[Topic, V]]:
         """The whole trie except topics whose first level starts with ``$``."""
-        for name, child in node.children.items():
+        for name, child in list(node.children.items()):
             if not name.startswith("$"):
                 yield from self._subtree(child)
 
@@ -157,7 +160,7 @@ class TopicTrie(Generic[V]):
             if node is None:
                 return
         partial = prefix[-1]
-        for name, child in node.children.items():
+        for name, child in list(node.children.items()):
             if name.startswith(partial):
                 yield from self._subtree(child)
 

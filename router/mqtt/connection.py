@@ -532,7 +532,8 @@ class MqttConnection:
         self._close_now()
 
     def resume_output(self) -> None:
-        """The transport drained: send the session's queued QoS >= 1 messages."""
+        """The transport drained: send the session's queued QoS >= 1 messages (then its
+        retained backlogs)."""
         if self.session is not None and not self._closed:
             self.session.pump()
 
@@ -559,6 +560,8 @@ class MqttConnection:
             self._keep_alive_call.cancel()
         if self.session is not None:
             self.frontend.disconnected(self, self.session, self._will)
+            if self.session.connection is None:  # offline (not taken over): what waited
+                self.frontend.realm.backlogs.end(self.session)  # behind retained is queued
 
 
 def _taken(items: Iterable[T]) -> Generator[None, None, list[T]]:

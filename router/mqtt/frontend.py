@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import Callable
 
 from router.core import errors
@@ -464,7 +465,9 @@ class MqttFrontend:
                                                   identifier))
         wants_retained = options.retain_handling == 0 or (options.retain_handling == 1
                                                           and not existed)
-        deliver = (lambda: self.realm.send_retained(session, core)) if wants_retained else None
+        deliver = (partial(self.realm.send_retained, session, core,
+                           session.connection.flow.limits.max_buffered_messages)
+                   if wants_retained else None)
         return granted, deliver
 
     def _core_subscribe(self, session: MqttSession, topic_filter: str,

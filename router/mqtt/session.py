@@ -156,8 +156,10 @@ class MqttSession:
             realm.incidents.count(realm.name, "mqtt", UNREPRESENTABLE,
                                   f"client {self.client_id}: {publication.name}")
             return
-        if retained or not self._may_overlap or type(subscription) is SharedGroup:
-            # a shared group's copy is its own, besides the client's other subscriptions
+        if (retained or not self._may_overlap or type(subscription) is SharedGroup
+                or self._behind_retained(subscription)):
+            # a shared group's copy is its own, besides the client's other subscriptions;
+            # so is a copy that waited behind the subscription's retained events
             options = mine.options
             publisher = publication.publisher
             if (options.no_local and publisher is not None
@@ -204,6 +206,11 @@ class MqttSession:
                 data = cache[key] = connection.encode_publish(message)
             connection.write_publish(data, message.topic)
 
+    def _behind_retained(self, core: Subscription) -> bool:
+        """Do this session's live events on ``core`` wait behind its retained events?"""
+        held = core.held
+        return held is not None and self.info.session_id in held
+
     def _combined(self, publication: Publication) -> tuple[int, bool, tuple | None] | None:
         """(QoS, retain, subscription identifiers) of the one copy for all this client's
         subscriptions matching ``publication``; None if no-local rules out every one.
@@ -216,8 +223,8 @@ class MqttSession:
         qos, retain, identifiers = -1, False, []
         for core in self.frontend.realm.broker.index.matching(publication.topic):
             mine = by_core_id.get(core.id)
-            if mine is None or (own and mine.options.no_local):
-                continue
+            if mine is None or (own and mine.options.no_local) or self._behind_retained(core):
+                continue  # (one waiting behind its retained events gets its own copy later)
             options = mine.options
             qos = max(qos, delivered_qos(publication.qos, options.qos, policy))
             retain = retain or (options.retain_as_published and publication.retain)
@@ -233,6 +240,19 @@ class MqttSession:
         connection = self.connection
         return (connection is not None and not connection.flow.over and not self._queued
                 and len(self._by_packet_id) < connection.send_quota)
+
+    def backlog_room(self) -> bool:
+        """Connected, nothing queued, room in the client's receive window and the transport
+        accepting: a retained backlog never grows the (persistent) queue, its QoS >= 1
+        messages go out as acknowledgements free the window."""
+        connection = self.connection
+        if (connection is None or self._queued
+                or len(self._by_packet_id) >= connection.send_quota):
+            return False
+        if connection.flow.paused:
+            connection.flow.stalled()
+            return False
+        return True
 
     def hand_over(self, group: SharedGroup | None, leaving: bool) -> None:
         """Give messages that came through shared groups to other members of their group.
@@ -282,7 +302,8 @@ class MqttSession:
 
     def pump(self) -> None:
         """Send queued messages while the client's receive window has room and the
-        connection's transport is not paused (a client that does not read)."""
+        connection's transport is not paused (a client that does not read); then the
+        retained events owed to new subscriptions (see :meth:`backlog_room`)."""
         connection = self.connection
         if connection is None:
             return
@@ -313,6 +334,8 @@ class MqttSession:
                         lambda ok, entry=entry: self._transmit_later(entry, ok))
                     continue
             self._transmit(entry)
+        if not self._queued:
+            self.frontend.realm.backlogs.resume(self)
 
     def _transmit(self, entry: Outbound) -> bool:
         """Write one in-flight PUBLISH; False if it had to be discarded (too big)."""

@@ -381,7 +381,7 @@ class WampSession:
             self._grants.pop(subscription.id, None)
         self._send(WireMessage([m.Subscribed.MESSAGE_TYPE, msg.request, subscription.id]))
         if options.get_retained:
-            self._realm.send_retained(self, subscription)
+            self._realm.send_retained(self, subscription, self._flow.limits.max_buffered_messages)
 
     def _on_unsubscribe(self, msg: m.Unsubscribe, raw: list) -> None:
         try:
@@ -417,6 +417,16 @@ class WampSession:
         """Joined, not over the flow bound and room for unacknowledged events."""
         return (self._state == ESTABLISHED and not self._flow.over
                 and len(self._unacked) < self._settings.max_unacked)
+
+    def backlog_room(self) -> bool:
+        """Joined, the transport accepting and room for unacknowledged events (a retained
+        backlog on an acknowledged subscription waits for EVENT_RECEIVED)."""
+        if self._state != ESTABLISHED or len(self._unacked) >= self._settings.max_unacked:
+            return False
+        if self._flow.paused:
+            self._flow.stalled()
+            return False
+        return True
 
     def _send_acknowledged(self, subscription: Subscription, publication: Publication,
                            retained: bool) -> None:
@@ -460,6 +470,8 @@ class WampSession:
         unwritten = self._unwritten
         while unwritten and not self._flow.paused:
             self._send(unwritten.popleft())
+        if self._realm is not None:
+            self._realm.backlogs.resume(self)  # retained events owed to new subscriptions
 
     def slow_consumer(self) -> None:
         """Over the outbound bound for too long: GOODBYE (best effort) and leave; the
@@ -477,6 +489,8 @@ class WampSession:
 
     def _on_event_received(self, msg: m.EventReceived, raw: list) -> None:
         pending = self._unacked.pop(msg.publication, None)
+        if pending is not None and len(self._unacked) == self._settings.max_unacked - 1:
+            self._realm.backlogs.resume(self)  # a slot of the in-flight window is free
         if pending is not None and self._realm.activity is not None:
             self._realm.activity.acknowledged(self.info, pending.publication.topic,
                                               pending.publication.qos or 1,
@@ -508,6 +522,8 @@ class WampSession:
                 self._send(event)
         if self._unacked:
             self._redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
+        if len(self._unacked) < self._settings.max_unacked:
+            self._realm.backlogs.resume(self)  # given up or expired ones freed the window
 
     def _expired(self, publication: Publication) -> None:
         realm = self._realm
