@@ -19,7 +19,8 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from bench.retained_prefix import retain_topics
 from router.core.trie import TopicTrie
-from router.mqtt.packets import Disconnect, Publish, Suback, Subscribe
+from router.mqtt.packets import (Disconnect, Puback, Publish, Suback, Subscribe, Unsuback,
+                                 Unsubscribe)
 from router.mqtt.packets import SubscriptionOptions as MqttOptions
 from tests.amqp_clients import Receive, annotation
 from tests.amqp_clients import connect as amqp_connect
@@ -294,3 +295,33 @@ def test_what_waited_behind_the_backlog_is_kept_by_a_persistent_session(router):
         publisher.close()
         first.close()
         second.close()
+
+
+def test_what_waited_behind_the_backlog_is_sent_when_the_client_unsubscribes(router):
+    """A live QoS 1 message held behind the backlog when its subscription is removed is
+    still sent (MQTT 3.10.4 allows it), not counted as delivered and silently left out."""
+    prefix = retained(router, 100, qos=1)
+    client = RawMqtt(router)
+    publisher = MqttClient(router, V5)
+    try:
+        client.connect_ok(V5, unique("unsub"), properties={"receive_maximum": 1})
+        client.send(Subscribe(1, [(f"{prefix}/#", MqttOptions(qos=1))]))
+        assert isinstance(client.recv(), Suback)
+        in_flight = client.recv()  # not acknowledged yet: the backlog waits behind it
+        assert isinstance(in_flight, Publish) and in_flight.retain
+        publisher.connect()
+        assert publisher.publish(f"{prefix}/live", b"live", qos=1) == 0
+        client.send(Unsubscribe(2, [f"{prefix}/#"]))
+        client.send(Puback(in_flight.packet_id))
+        seen: list = []
+        while not any(isinstance(p, Publish) and p.payload == b"live" for p in seen):
+            packet = client.recv()
+            seen.append(packet)
+            if isinstance(packet, Publish) and packet.qos:
+                client.send(Puback(packet.packet_id))
+        assert any(isinstance(p, Unsuback) for p in seen) or isinstance(client.recv(), Unsuback)
+        live = next(p for p in seen if isinstance(p, Publish) and p.payload == b"live")
+        assert (live.topic, live.retain) == (f"{prefix}/live", False)
+    finally:
+        publisher.close()
+        client.close()

@@ -480,13 +480,14 @@ class MqttFrontend:
             match, get_retained=get_retained, shared_group=group), limit)
 
     def unsubscribe(self, session: MqttSession, topic_filter: str) -> int:
-        subscription = session.remove_subscription(topic_filter)
+        subscription = session.subscriptions.get(topic_filter)
         if subscription is None:
             return ReasonCode.NO_SUBSCRIPTION_EXISTED
-        try:
+        try:  # first: live messages held behind its retained backlog still go out on it
             self.realm.unsubscribe(session, subscription.core.id)
         except RouterError:
             pass  # the core subscription was already gone; the client's view is what counts
+        session.remove_subscription(topic_filter)
         if isinstance(subscription.core, SharedGroup):
             session.hand_over(subscription.core, leaving=False)
         return ReasonCode.SUCCESS
