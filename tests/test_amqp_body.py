@@ -2,7 +2,7 @@
 an AMQP receiver gets the body section kind, the value with its AMQP type, and the
 bare message's properties exactly as the AMQP publisher sent them, live, retained
 and across a restart; WAMP args/kwargs and MQTT payloads and MQTT 5 properties map
-to native AMQP bodies and properties and back, as the README's payload table says.
+to native AMQP bodies and properties and back, as the payload table of docs/mqtt-and-amqp.md says.
 """
 
 from __future__ import annotations

@@ -214,7 +214,7 @@ def test_mqtt_wamp_and_amqp_clients_on_different_nodes(cluster):
         await asyncio.to_thread(mqtt_probe_until_received, mqtt_publisher, mqtt_subscriber,
                                 mqtt_topic)
         await asyncio.to_thread(mqtt_publisher.publish, mqtt_topic, payload, 1)
-        assert (await next_event(events))[0] == [payload]  # the README's payload table
+        assert (await next_event(events))[0] == [payload]  # docs/mqtt-and-amqp.md's payload table
         await subscriber.close()
         await publisher.close()
 
@@ -233,7 +233,8 @@ def test_mqtt_wamp_and_amqp_clients_on_different_nodes(cluster):
 
 
 def test_a_date_from_a_cbor_publisher_reaches_other_nodes_as_text(cluster):
-    """The README's rule for values JSON has no type for holds across nodes too."""
+    """The rule of docs/mqtt-and-amqp.md for values JSON has no type for holds across nodes
+    too."""
     _, nodes = cluster
     name = topic("date")
     mqtt_subscriber = MqttClient(nodes["b"])

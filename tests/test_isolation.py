@@ -4,7 +4,7 @@ receiver that can take it, is counted for the others, and the publisher gets a t
 The publisher speaks CBOR, which can carry values (a tag of its own, ``undefined``) that
 JSON, MessagePack, MQTT's JSON bytes and AMQP's bodies cannot. Receivers on every protocol
 listen. Dates, UUIDs and decimals are the exception, by one rule for all of those receivers:
-they get them as text (README, "Payloads across protocols").
+they get them as text (docs/mqtt-and-amqp.md, "Payloads across protocols").
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The cross-protocol matrix, black box: every publisher (WAMP JSON, WAMP MessagePack,
 MQTT 3.1.1, MQTT 5, AMQP) x every receiver (the same five) x every payload kind of the
-README's payload table x live / retained.
+payload table of docs/mqtt-and-amqp.md x live / retained.
 
-The expectations are read from README.md's "Payloads across protocols" table, so the
+The expectations are read from docs/mqtt-and-amqp.md's "Payloads across protocols" table, so the
 documentation and the behaviour cannot drift apart: each row says what its publisher
 sends and what a WAMP, an MQTT and an AMQP receiver get. One router serves the module;
 one scenario per mode (live, retained) subscribes each receiver once to a wildcard,
@@ -36,7 +36,7 @@ from tests.clients import next_item, run
 from tests.harness import RouterProcess
 from tests.mqtt_clients import V5, V311, MqttClient, mqtt_realm, publish_properties
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAYLOAD_DOC = Path(__file__).resolve().parent.parent / "docs" / "mqtt-and-amqp.md"
 MODES = ("live", "retained")
 WAMP_PUBLISHERS = ("wamp_json", "wamp_msgpack")
 MQTT_PUBLISHERS = ("mqtt311", "mqtt5")
@@ -49,7 +49,7 @@ AMQP_TYPES = {"binary": bytes, "string": str, "long": int, "int": int32, "double
 AMQP_NAMES = {kind: name for name, kind in AMQP_TYPES.items()}
 
 
-# --- the README table ----------------------------------------------------------------------
+# --- the payload table ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -127,9 +127,9 @@ def slug(text: str) -> str:
 
 
 def read_table() -> list[Row]:
-    """The rows of README.md's payload table."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("### Payloads across protocols", 1)[1]
+    """The rows of docs/mqtt-and-amqp.md's payload table."""
+    text = PAYLOAD_DOC.read_text(encoding="utf-8")
+    section = text.split("## Payloads across protocols", 1)[1]
     start = section.index("| Payload kind |")
     lines = section[start:].split("\n\n", 1)[0].splitlines()
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
@@ -144,8 +144,8 @@ def read_table() -> list[Row]:
 
 
 ROWS = read_table()
-EMPTY_RETAIN_CLEARS = "an empty publication with retain clears" in README.read_text("utf-8")
-"""The README's rule for retained empty publications (else they are kept like any other)."""
+EMPTY_RETAIN_CLEARS = "an empty publication with retain clears" in PAYLOAD_DOC.read_text("utf-8")
+"""The documented rule for retained empty publications (else they are kept like any other)."""
 
 
 def topic(mode: str, index: int, publisher: str) -> str:
