@@ -144,7 +144,7 @@ def _rewrite_realm(args: argparse.Namespace, path: Path, data: dict, done: str) 
     except ConfigError as exc:  # should not happen; say so rather than leave it silent
         print(f"warning: the configuration does not load now: {exc}", file=sys.stderr)
         return 1
-    print(f"{path}: {done}; {apply_hint(args.config)}")
+    print(f"{path}: {done}; {apply_hint(args.config, args.typed)}")
     return 0
 
 
@@ -418,7 +418,7 @@ def _init(args: argparse.Namespace) -> int:
         return 1
     for path in written:
         print(f"wrote {path}")
-    print(f"next: {args.prog} run --config {shlex.quote(str(written[0]))}")
+    print(f"next: {args.typed} run --config {shlex.quote(str(written[0]))}")
     return 0
 
 
@@ -432,7 +432,7 @@ def _init_command(commands) -> None:
                       "0.0.0.0 in a container)")
     init.add_argument("--data-dir", help="data folder, relative to config.json unless absolute "
                       "(default: data)")
-    init.set_defaults(handler=_init, prog=init.prog.removesuffix(" init"))
+    init.set_defaults(handler=_init)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -522,4 +522,19 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     status.set_defaults(handler=_status)
     _init_command(commands)
     args = parser.parse_args(argv)
+    args.typed = _as_typed(parser.prog)
     return args.handler(args)
+
+
+def _as_typed(prog: str) -> str:
+    """The command as the user can type it again, for the next step a command suggests:
+    ``python -m router`` names the interpreter that runs it (``.venv/bin/python`` in a
+    clone, where a bare ``python`` has no Twisted)."""
+    if prog != "python -m router":
+        return prog
+    interpreter = Path(sys.executable)
+    try:
+        interpreter = interpreter.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return f"{shlex.quote(str(interpreter))} -m router"

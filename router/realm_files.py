@@ -9,10 +9,11 @@ from pathlib import Path
 from router.config import ConfigError, RealmConfig, load_config
 
 
-def apply_hint(config: str) -> str:
-    """How to make a running router take a realm file change."""
+def apply_hint(config: str, command: str = "python -m router") -> str:
+    """How to make a running router take a realm file change (``command``: how the user
+    runs the router's CLI)."""
     option = "" if config == "config.json" else f" --config {config}"
-    return f"run 'python -m router reload{option}' to apply it to a running router"
+    return f"run '{command} reload{option}' to apply it to a running router"
 
 
 def realm_awaiting_role(config: str, realm: str, role: str) -> RealmConfig | None:

@@ -45,7 +45,10 @@ def test_init_writes_a_starter_that_runs_and_never_overwrites(tmp_path):
     assert result.returncode == 0, result.stderr
     for name in STARTER_FILES:
         assert (folder / name).read_bytes() == (ROOT / name).read_bytes()
-    assert f"next: python -m router run --config {folder / 'config.json'}" in result.stdout
+    # the next command as it can be typed: this interpreter (a bare python may lack Twisted)
+    interpreter = Path(sys.executable)
+    typed = interpreter.relative_to(ROOT) if interpreter.is_relative_to(ROOT) else interpreter
+    assert f"next: {typed} -m router run --config {folder / 'config.json'}" in result.stdout
     assert router_cli("check-config", "--config", str(folder / "config.json")).returncode == 0
 
     (folder / "realms" / "realm1.json").write_text("{}  # an operator's edits")
