@@ -14,6 +14,7 @@ import txaio  # noqa: E402  (tests.clients selected asyncio)
 from autobahn.asyncio.rawsocket import WampRawSocketClientFactory  # noqa: E402
 from autobahn.asyncio.wamp import ApplicationSession  # noqa: E402
 from autobahn.asyncio.websocket import WampWebSocketClientFactory  # noqa: E402
+from autobahn.wamp.exception import ApplicationError  # noqa: E402
 from autobahn.wamp.auth import create_authenticator  # noqa: E402
 from autobahn.wamp.types import ComponentConfig  # noqa: E402
 
@@ -149,3 +150,12 @@ async def join_fails(router, *authenticators, **kwargs) -> JoinFailed:
 
 
 del txaio
+
+
+async def outcome(coro) -> str:
+    """"allowed", "denied" (``wamp.error.not_authorized``) or the other error of a WAMP call."""
+    try:
+        await coro
+        return "allowed"
+    except ApplicationError as exc:
+        return "denied" if exc.error == "wamp.error.not_authorized" else exc.error

@@ -11,13 +11,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import PublishOptions, SubscribeOptions
 from nacl.signing import SigningKey
 
 from router.core.credentials import derive_wampcra, hash_secret
 from router.mqtt.packets import ReasonCode
-from tests.auth_helpers import authenticator, join, join_fails
+from tests.auth_helpers import authenticator, join, join_fails, outcome
 from tests.clients import TIMEOUT, run
 from tests.harness import ROOT, RouterProcess, realm_file
 from tests.mqtt_clients import RawMqtt
@@ -166,13 +165,6 @@ def test_failures_abort_with_the_right_reason(router, case, reason):
 def test_role_permission_matrix(router):
     """writer may publish/subscribe/call/register on com.a.* and use com.s.*; reader may only
     subscribe and call on com.a.*: everything else is refused with not_authorized."""
-
-    async def outcome(coro) -> str:
-        try:
-            await coro
-            return "allowed"
-        except ApplicationError as exc:
-            return "denied" if exc.error == "wamp.error.not_authorized" else exc.error
 
     async def scenario():
         writer = await join(router, ticket())

@@ -15,6 +15,7 @@ from autobahn.wamp.types import PublishOptions, SubscribeOptions
 from proton import LinkException
 
 from router.core.credentials import hash_secret
+from tests.auth_helpers import outcome
 from tests.amqp_clients import Receive, Send, amqp_listeners, expect_body, message, send
 from tests.amqp_clients import connect as amqp_connect
 from tests.clients import connect, next_item, run
@@ -71,13 +72,6 @@ def test_mqtt_home_rule_grants_home_and_below_only(mqtt):
 
 
 def test_wamp_home_rule_grants_home_and_below_only(router):
-    async def outcome(coro) -> str:
-        try:
-            await coro
-            return "allowed"
-        except ApplicationError as exc:
-            return "denied" if exc.error == "wamp.error.not_authorized" else exc.error
-
     async def scenario():
         hank = await connect(router, authid="hank", ticket=SECRETS["hank"])
         results = {}
