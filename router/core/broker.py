@@ -1,9 +1,7 @@
-"""The broker: subscriptions, topic matching and event dispatch.
+"""The broker: subscriptions and event dispatch.
 
 Topics and patterns are level tuples (:mod:`router.core.topic`). Matching never
-scans all subscriptions: exact topics are a dict lookup, prefix subscriptions are
-probed once per distinct shape (number of levels, length of the last level), and
-wildcard and MQTT filter subscriptions are walked in a level trie. A subscription is shared by every
+scans all subscriptions (:mod:`router.core.subscriptions`). A subscription is shared by every
 session on the same (topic, match), so a frontend can encode an event once per
 subscription and serializer and send the same bytes to all its receivers.
 """
