@@ -103,6 +103,8 @@ class Subscription:
 
 
 class Registration:
+    """One procedure pattern (uri, match) and the callees registered on it."""
+
     __slots__ = ("id", "uri", "match", "policy", "callees", "created", "turn")
 
     def __init__(self, registration_id: int, uri: str, match: str, policy: str) -> None:
@@ -132,6 +134,9 @@ class Registration:
 
 @dataclass(slots=True, eq=False)
 class Invocation:
+    """One call at its callee: what routes its results, errors, cancel and timeout back to
+    the caller."""
+
     request_id: int
     registration: Registration
     callee: Peer
