@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from router.core.broker import Subscription  # noqa: E402
+from router.core.peer import Subscription  # noqa: E402
 from router.core.incidents import NOT_AUTHORIZED, QUEUE_FULL, SLOW_CONSUMER  # noqa: E402
 from router.core.model import Publication, SessionInfo  # noqa: E402
 from router.core.uri import EXACT, MQTT, PREFIX  # noqa: E402

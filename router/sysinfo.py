@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import time
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING
 
 from router.amqp.subscriber import AmqpSubscriber
+from router.core.incidents import DROP_REASONS
 from router.core.model import SessionInfo
 from router.core.realm import Realm
 from router.core.topic import SERVER_OWNED
-from router.metrics.collector import DROP_REASONS
+from router.figures import NodeFigures
 from router.mqtt.session import MqttSession
-
-if TYPE_CHECKING:
-    from router.node import Node
 
 BROKER = (SERVER_OWNED, "broker")
 """The first levels of every figure's topic, as Mosquitto names them."""
@@ -45,7 +42,7 @@ def _version() -> str:
 class SysFigures:
     """Figures of the node and each realm, and their publication every interval."""
 
-    def __init__(self, node: "Node") -> None:
+    def __init__(self, node: NodeFigures) -> None:
         self.node = node
         self.started = time.time()
         self.version = _version()

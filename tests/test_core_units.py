@@ -17,7 +17,8 @@ from twisted.internet.task import Clock
 
 from router.core import errors
 from router.core.authorization import Authorizer, PermissionRule, Role
-from router.core.broker import Subscription, SubscriptionIndex
+from router.core.peer import Subscription
+from router.core.subscriptions import SubscriptionIndex
 from router.core.dealer import Dealer
 from router.core.engine import RealmEngine
 from router.core.errors import ProtocolViolation, RouterError

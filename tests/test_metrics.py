@@ -19,7 +19,7 @@ from autobahn.wamp.types import PublishOptions
 
 from router.config import ConfigError, load_config
 from router.core import incidents
-from router.metrics.collector import DROP_REASONS
+from router.core.incidents import DROP_REASONS
 from router.status import duration
 from tests.amqp_clients import Receive, Send, message, received, send, settle
 from tests.amqp_clients import connect as amqp_connect

@@ -14,7 +14,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.core.broker import Subscription, SubscriptionIndex
+from router.core.peer import Subscription
+from router.core.subscriptions import SubscriptionIndex
 from router.core.topic import filter_matches, from_mqtt, mqtt_pattern, valid_topic_filter
 from router.core.trie import TopicTrie
 from router.core.uri import MQTT

@@ -8,7 +8,9 @@ import pytest
 from twisted.internet.task import Clock
 
 from router.core import errors
-from router.core.broker import Broker, Subscription, SubscriptionIndex
+from router.core.broker import Broker
+from router.core.peer import Subscription
+from router.core.subscriptions import SubscriptionIndex
 from router.core.dealer import Dealer
 from router.core.errors import RouterError
 from router.core.shared import SharedGroups

@@ -20,7 +20,6 @@ from router.amqp.outlet import Outlet
 from router.amqp.persistence import AmqpStore, LinkClaims, StoredDurable, link_id, link_key
 from router.amqp.sasl import AUTH, SYS_TEMP, Answer, Identity, parse_plain
 from router.amqp.subscriber import AmqpSubscriber
-from router.core.dealer import Scheduler
 from router.core.errors import RouterError
 from router.core.incidents import NOT_AUTHORIZED
 from router.core.model import SessionInfo
@@ -28,6 +27,7 @@ from router.core.options import PublishOptions
 from router.core.ownership import ANONYMOUS, anonymous_authid, owner
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
+from router.core.scheduler import Scheduler
 from router.settings import AmqpSettings
 
 

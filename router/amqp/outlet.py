@@ -12,9 +12,9 @@ from typing import Any, Protocol
 from proton import Connection
 
 from router.amqp.persistence import AmqpStore
-from router.core.dealer import Scheduler
 from router.core.model import SessionInfo
 from router.core.realm import Realm
+from router.core.scheduler import Scheduler
 from router.flow import ConnectionFlow
 from router.settings import AmqpSettings
 

@@ -40,10 +40,10 @@ from router.amqp.addresses import AddressTopic, address_levels, outgoing_address
 from router.amqp.body import bare_message, delivery_prefix
 from router.amqp.outlet import Outlet, SubscriberOwner
 from router.amqp.persistence import Outgoing
-from router.core.broker import Subscription
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
 from router.core.model import Publication, SessionInfo
 from router.core.options import SubscribeOptions
+from router.core.peer import Subscription
 from router.core.qos import delivered_qos
 from router.core.shared import SharedGroup
 

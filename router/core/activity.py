@@ -8,7 +8,7 @@ from router.core.model import Publication, SessionInfo
 from router.core.topic import Topic
 
 if TYPE_CHECKING:
-    from router.core.broker import Subscription
+    from router.core.peer import Subscription
 
 RETAINED_ACTIONS = ("set", "clear", "expire", "evict")
 

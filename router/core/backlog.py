@@ -27,11 +27,11 @@ from collections import deque
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from router.core.model import Publication
-from router.core.peer import Peer
+from router.core.peer import Peer, Subscription
+from router.core.scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from router.core.broker import Broker, Subscription
-    from router.core.dealer import Scheduler
+    from router.core.broker import Broker
 
 TURN_BUDGET = 256
 """Events one backlog pump writes before it lets the reactor serve other connections."""

@@ -1,142 +1,28 @@
-"""The broker: subscriptions, topic matching and event dispatch.
+"""The broker: subscriptions and event dispatch.
 
 Topics and patterns are level tuples (:mod:`router.core.topic`). Matching never
-scans all subscriptions: exact topics are a dict lookup, prefix subscriptions are
-probed once per distinct shape (number of levels, length of the last level), and
-wildcard and MQTT filter subscriptions are walked in a level trie. A subscription is shared by every
+scans all subscriptions (:mod:`router.core.subscriptions`). A subscription is shared by every
 session on the same (topic, match), so a frontend can encode an event once per
 subscription and serializer and send the same bytes to all its receivers.
 """
 
 from __future__ import annotations
 
-from bisect import insort
-from collections import Counter
-from datetime import datetime, timezone
 from time import time
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable
 
 from router.core import errors
 from router.core.errors import RouterError
 from router.core.ids import router_scope_ids
 from router.core.model import Publication
-from router.core.peer import Peer
+from router.core.peer import Peer, Subscription
 from router.core.stats import RealmStats
-from router.core.topic import Topic, is_reserved, pattern_text
-from router.core.trie import TopicTrie
-from router.core.uri import EXACT, MQTT, PREFIX
+from router.core.subscriptions import SubscriptionIndex
+from router.core.topic import Topic
 
 if TYPE_CHECKING:
-    from router.core.backlog import RetainedBacklog
     from router.core.engine import Interest
     from router.core.shared import SharedGroups
-
-
-class Subscription:
-    """One (topic pattern, match) pair and the sessions subscribed to it."""
-
-    __slots__ = ("id", "topic", "match", "created", "subscribers", "is_meta", "protocols",
-                 "held")
-
-    def __init__(self, subscription_id: int, topic: Topic, match: str) -> None:
-        self.id = subscription_id
-        self.topic = topic
-        self.match = match
-        self.created = datetime.now(timezone.utc).isoformat()
-        self.subscribers: dict[int, Peer] = {}
-        self.is_meta = is_reserved(topic)
-        self.protocols: Counter[str] = Counter()
-        """Subscribers per protocol name: a dispatch counts its deliveries per subscription
-        from this, not per receiver (see :meth:`Broker.dispatch`)."""
-        self.held: "dict[int, RetainedBacklog] | None" = None
-        """Per session, the retained backlog its live events wait behind (None: none)."""
-
-    @property
-    def uri(self) -> str:
-        """The pattern as the meta API shows it: MQTT filters in ``/`` form, the rest dotted."""
-        return pattern_text(self.topic, self.match)
-
-    def details(self) -> dict:
-        return {"id": self.id, "created": self.created, "uri": self.uri, "match": self.match}
-
-
-class SubscriptionIndex:
-    """Finds the subscriptions matching a concrete topic without scanning them all."""
-
-    def __init__(self) -> None:
-        self.exact: dict[Topic, Subscription] = {}
-        self.prefix: dict[Topic, Subscription] = {}
-        self._prefix_shapes: list[tuple[int, int]] = []
-        self._shape_counts: Counter[tuple[int, int]] = Counter()
-        """Prefix subscriptions per shape: the sorted shapes change only when a shape comes
-        or goes, not on every prefix subscription."""
-        self.wildcard: TopicTrie[Subscription] = TopicTrie()
-        self.filters: TopicTrie[Subscription] = TopicTrie()
-        self.by_id: dict[int, Subscription] = {}
-
-    def _trie(self, match: str) -> TopicTrie[Subscription]:
-        return self.filters if match == MQTT else self.wildcard
-
-    def lookup(self, topic: Topic, match: str) -> Subscription | None:
-        if match == EXACT:
-            return self.exact.get(topic)
-        if match == PREFIX:
-            return self.prefix.get(topic)
-        return self._trie(match).get(topic)
-
-    def add(self, subscription: Subscription) -> None:
-        self.by_id[subscription.id] = subscription
-        if subscription.match == EXACT:
-            self.exact[subscription.topic] = subscription
-        elif subscription.match == PREFIX:
-            self.prefix[subscription.topic] = subscription
-            shape = _shape(subscription.topic)
-            self._shape_counts[shape] += 1
-            if self._shape_counts[shape] == 1:
-                insort(self._prefix_shapes, shape)
-        else:
-            self._trie(subscription.match).set(subscription.topic, subscription)
-
-    def remove(self, subscription: Subscription) -> None:
-        del self.by_id[subscription.id]
-        if subscription.match == EXACT:
-            del self.exact[subscription.topic]
-        elif subscription.match == PREFIX:
-            del self.prefix[subscription.topic]
-            shape = _shape(subscription.topic)
-            self._shape_counts[shape] -= 1
-            if not self._shape_counts[shape]:
-                del self._shape_counts[shape]
-                self._prefix_shapes.remove(shape)
-        else:
-            self._trie(subscription.match).pop(subscription.topic)
-
-    def matching(self, topic: Topic) -> Iterator[Subscription]:
-        """Every subscription whose (pattern, match) matches ``topic``."""
-        subscription = self.exact.get(topic)
-        if subscription is not None:
-            yield subscription
-        if self._prefix_shapes:
-            prefixes = self.prefix
-            depth = len(topic)
-            for levels, length in self._prefix_shapes:
-                if levels > depth:
-                    break
-                last = topic[levels - 1]
-                if length <= len(last):
-                    subscription = prefixes.get(topic[:levels - 1] + (last[:length],))
-                    if subscription is not None:
-                        yield subscription
-        if len(self.wildcard):
-            yield from self.wildcard.match_patterns(topic)
-        if len(self.filters):
-            yield from self.filters.match_filters(topic)
-
-
-def _shape(prefix: Topic) -> tuple[int, int]:
-    """(levels, length of the last level) of a prefix: the prefixes :meth:`matching`
-    probes a topic for."""
-    return len(prefix), len(prefix[-1])
 
 
 MetaPublisher = Callable[[str, list], None]

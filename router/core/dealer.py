@@ -9,9 +9,6 @@ pattern registration such as prefix ``wam`` cannot answer for the router.
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from functools import partial
 from typing import Any, Callable, Protocol
 
@@ -19,7 +16,8 @@ from router.core import errors
 from router.core.errors import RouterError, Unencodable
 from router.core.ids import router_scope_ids
 from router.core.model import SessionInfo
-from router.core.peer import Peer
+from router.core.peer import Invocation, Peer, Registration
+from router.core.scheduler import Scheduler
 from router.core.stats import RealmStats
 from router.core.topic import from_uri
 from router.core.trie import TopicTrie
@@ -29,47 +27,9 @@ INVOKE_POLICIES = ("single", "roundrobin", "random", "first", "last")
 CANCEL_MODES = ("skip", "kill", "killnowait")
 
 
-class DelayedCall(Protocol):
-    def cancel(self) -> None: ...
-
-
-class Scheduler(Protocol):
-    """The one thing the core needs from a reactor: timers (``IReactorTime.callLater``)."""
-
-    def callLater(self, delay: float, fn: Callable[..., Any], *args: Any) -> DelayedCall: ...
-
-
 RouterProcedure = Callable[[SessionInfo, list, dict], Any]
 """A procedure the router implements itself: (caller, args, kwargs) -> result, or a
 Deferred of the result when the answer needs I/O (cluster-wide meta API on Redis)."""
-
-
-class Registration:
-    __slots__ = ("id", "uri", "match", "policy", "callees", "created", "turn")
-
-    def __init__(self, registration_id: int, uri: str, match: str, policy: str) -> None:
-        self.id = registration_id
-        self.uri = uri
-        self.match = match
-        self.policy = policy
-        self.callees: list[Any] = []
-        """Peers in order of registration; a cluster's registrations (see
-        :class:`ClusterDealer`) hold whatever names a callee on any node."""
-        self.created = datetime.now(timezone.utc).isoformat()
-        self.turn = 0
-        """Calls picked so far (roundrobin)."""
-
-    def pick(self) -> Any:
-        """The callee for the next call under this registration's invocation policy."""
-        if self.policy == "roundrobin":
-            callee = self.callees[self.turn % len(self.callees)]
-            self.turn += 1
-            return callee
-        if self.policy == "random":
-            return random.choice(self.callees)
-        if self.policy == "last":
-            return self.callees[-1]
-        return self.callees[0]
 
 
 class RegistrationIndex:
@@ -146,23 +106,6 @@ class ClusterDealer(Protocol):
 
     def caller_left(self, session_id: int) -> None:
         """Tell the callees' nodes to stop the calls of a leaving caller."""
-
-
-@dataclass(slots=True, eq=False)
-class Invocation:
-    request_id: int
-    registration: Registration
-    callee: Peer
-    caller: Peer
-    call_request: int
-    procedure: str
-    args: list | None
-    kwargs: dict | None
-    receive_progress: bool
-    disclose_caller: bool
-    timeout_call: DelayedCall | None = None
-    cancel_mode: str | None = None
-    details: dict = field(default_factory=dict)
 
 
 class Dealer:

@@ -23,8 +23,7 @@ from router.core.model import Publication, SessionInfo
 from router.core.retention import RetainedStore, RetentionPolicy
 
 if TYPE_CHECKING:
-    from router.core.broker import Subscription
-    from router.core.realm import Realm
+    from router.core.peer import Subscription
 
 Forward = Callable[[Publication], None]
 """Deliver a local publication to the other nodes whose interest matches its topic."""
@@ -110,6 +109,15 @@ class RealmEngine:
     """None when a session's testaments live only in its node's memory."""
 
 
+class ServedRealm(Protocol):
+    """A built realm as :meth:`Engine.start` hands it over: a
+    :class:`router.core.realm.Realm`, named here by what an engine may count on because
+    the realm imports this module. An engine that reaches further in (the Redis engine:
+    the realm's dealer and broker) types it itself."""
+
+    name: str
+
+
 class Engine(Protocol):
     """Builds each realm's :class:`RealmEngine`; one engine per node."""
 
@@ -128,7 +136,7 @@ class Engine(Protocol):
         :class:`router.amqp.persistence.AmqpStore`, which keeps what stays on the node in
         ``local`` (the node's SQLite store); the Redis engine's is also :class:`Claims`."""
 
-    def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
+    def start(self, realms: "dict[str, ServedRealm]", incidents: Incidents) -> None:
         """The realms are built: start receiving for them (incidents counted in
         ``incidents``)."""
 

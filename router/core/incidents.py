@@ -76,6 +76,11 @@ ENGINE_BEHIND = "engine_behind"
 """Reading from publishing connections paused because Redis answers slower than the node
 sends (half of ``cluster.max_pending_commands`` commands unanswered)."""
 
+DROP_REASONS = (SLOW_CONSUMER, QUEUE_FULL, EXPIRED, UNENCODABLE, TOO_LARGE, NOT_AUTHORIZED,
+                INVALID_TOPIC, DELIVERY_FAILED, UNACKNOWLEDGED, EVENTLOG_DROPPED)
+"""Incident reasons that cost a message; the others are refusals or failures of their own
+(the metrics' dropped counts and ``$SYS`` read this one list)."""
+
 Key = tuple[str, str, str]
 
 

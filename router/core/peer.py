@@ -1,14 +1,18 @@
-"""What a frontend session offers the core: its identity and delivery callbacks."""
+"""What a frontend session offers the core (its identity and delivery callbacks) and the
+handles the core gives it back (a subscription, a registration, an invocation): one
+contract in one module, so neither side imports the other."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import random
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Protocol
 
 from router.core.model import Publication, SessionInfo
-
-if TYPE_CHECKING:
-    from router.core.broker import Subscription
-    from router.core.dealer import Invocation, Registration
+from router.core.scheduler import DelayedCall
+from router.core.topic import Topic, is_reserved, pattern_text
 
 
 class Peer(Protocol):
@@ -58,3 +62,91 @@ class Peer(Protocol):
     def registration_revoked(self, registration: "Registration", reason: str) -> None:
         """The core has unregistered this callee (a reload took the permission away):
         tell the client if its protocol can."""
+
+
+class HeldEvents(Protocol):
+    """Where a subscriber's live events wait behind its retained ones
+    (:class:`router.core.backlog.RetainedBacklog`)."""
+
+    held: deque[Publication]
+
+    def hold(self, publication: Publication) -> None:
+        """Queue a live event until the retained backlog is written."""
+
+
+class Subscription:
+    """One (topic pattern, match) pair and the sessions subscribed to it."""
+
+    __slots__ = ("id", "topic", "match", "created", "subscribers", "is_meta", "protocols",
+                 "held")
+
+    def __init__(self, subscription_id: int, topic: Topic, match: str) -> None:
+        self.id = subscription_id
+        self.topic = topic
+        self.match = match
+        self.created = datetime.now(timezone.utc).isoformat()
+        self.subscribers: dict[int, Peer] = {}
+        self.is_meta = is_reserved(topic)
+        self.protocols: Counter[str] = Counter()
+        """Subscribers per protocol name: a dispatch counts its deliveries per subscription
+        from this, not per receiver (see :meth:`router.core.broker.Broker.dispatch`)."""
+        self.held: "dict[int, HeldEvents] | None" = None
+        """Per session, the retained backlog its live events wait behind (None: none)."""
+
+    @property
+    def uri(self) -> str:
+        """The pattern as the meta API shows it: MQTT filters in ``/`` form, the rest dotted."""
+        return pattern_text(self.topic, self.match)
+
+    def details(self) -> dict:
+        return {"id": self.id, "created": self.created, "uri": self.uri, "match": self.match}
+
+
+class Registration:
+    """One procedure pattern (uri, match) and the callees registered on it."""
+
+    __slots__ = ("id", "uri", "match", "policy", "callees", "created", "turn")
+
+    def __init__(self, registration_id: int, uri: str, match: str, policy: str) -> None:
+        self.id = registration_id
+        self.uri = uri
+        self.match = match
+        self.policy = policy
+        self.callees: list[Any] = []
+        """Peers in order of registration; a cluster's registrations (see
+        :class:`router.core.dealer.ClusterDealer`) hold whatever names a callee on any node."""
+        self.created = datetime.now(timezone.utc).isoformat()
+        self.turn = 0
+        """Calls picked so far (roundrobin)."""
+
+    def pick(self) -> Any:
+        """The callee for the next call under this registration's invocation policy."""
+        if self.policy == "roundrobin":
+            callee = self.callees[self.turn % len(self.callees)]
+            self.turn += 1
+            return callee
+        if self.policy == "random":
+            return random.choice(self.callees)
+        if self.policy == "last":
+            return self.callees[-1]
+        return self.callees[0]
+
+
+@dataclass(slots=True, eq=False)
+class Invocation:
+    """One call at its callee: what routes its results, errors, cancel and timeout back to
+    the caller."""
+
+    request_id: int
+    registration: Registration
+    callee: Peer
+    caller: Peer
+    call_request: int
+    procedure: str
+    args: list | None
+    kwargs: dict | None
+    receive_progress: bool
+    disclose_caller: bool
+    timeout_call: DelayedCall | None = None
+    cancel_mode: str | None = None
+    details: dict = field(default_factory=dict)

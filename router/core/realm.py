@@ -15,8 +15,8 @@ from router.core import errors
 from router.core.activity import ActivityLog
 from router.core.authorization import Authorizer
 from router.core.backlog import Backlogs
-from router.core.broker import Broker, Subscription
-from router.core.dealer import Dealer, Registration, Scheduler
+from router.core.broker import Broker
+from router.core.dealer import Dealer
 from router.core.engine import RealmEngine
 from router.core.errors import RouterError, Unencodable
 from router.core.ids import random_id
@@ -26,8 +26,9 @@ from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, OVE
                                    UNENCODABLE, Incidents)
 from router.core.model import Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
-from router.core.peer import Peer
+from router.core.peer import Peer, Registration, Subscription
 from router.core.retention import QUOTA, Owner, RetainRefused
+from router.core.scheduler import Scheduler
 from router.core.shared import SharedGroup, SharedGroups
 from router.core.stats import RealmStats, family
 from router.core.topic import (SERVER_OWNED, Topic, display, from_uri, is_reserved,

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Callable, Protocol
 
 from router.core.credentials import Principal
-from router.core.dealer import Scheduler
 from router.core.ids import random_id
 from router.core.incidents import Incidents
 from router.core.login_guard import LoginGuard
 from router.core.peer import Peer
 from router.core.realm import Realm
+from router.core.scheduler import Scheduler
 
 
 class PasswordVerifier(Protocol):

@@ -25,9 +25,9 @@ from __future__ import annotations
 import itertools
 from typing import Callable, Iterator
 
-from router.core.broker import Subscription, SubscriptionIndex
 from router.core.model import Publication
-from router.core.peer import Peer
+from router.core.peer import Peer, Subscription
+from router.core.subscriptions import SubscriptionIndex
 from router.core.topic import Topic
 
 Failure = Callable[[Peer, Publication, Exception], None]

@@ -8,9 +8,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from router.core.broker import Subscription
-from router.core.model import ELIGIBILITY_KEYS, Publication, SessionInfo
 from router.core.incidents import EVENTLOG_DROPPED
+from router.core.model import ELIGIBILITY_KEYS, Publication, SessionInfo
+from router.core.peer import Subscription
 from router.core.topic import Topic, display, dotted_form, pattern_text
 from router.core.uri import EXACT
 from router.eventlog.schema import KINDS

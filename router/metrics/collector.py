@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily, Metric)
@@ -22,15 +22,8 @@ from router.core.retention import RetainedStore
 from router.core.stats import Histogram, RealmStats, family
 from router.core.topic import REST, SERVER_OWNED
 from router.core.uri import MQTT
+from router.figures import NodeFigures
 from router.mqtt.session import MqttSession
-
-if TYPE_CHECKING:
-    from router.node import Node
-
-DROP_REASONS = (why.SLOW_CONSUMER, why.QUEUE_FULL, why.EXPIRED, why.UNENCODABLE, why.TOO_LARGE,
-                why.NOT_AUTHORIZED, why.INVALID_TOPIC, why.DELIVERY_FAILED, why.UNACKNOWLEDGED,
-                why.EVENTLOG_DROPPED)
-"""Incident reasons that cost a message; the others are refusals or failures of their own."""
 
 PROTOCOLS = ("wamp", "mqtt", "amqp")
 DROP_PROTOCOLS = {why.EVENTLOG_DROPPED: ("eventlog",)}
@@ -57,9 +50,9 @@ def queued(peer: object) -> int:
 
 
 class RouterCollector(Collector):
-    """Every metric of a running :class:`router.node.Node` (see docs/metrics.md)."""
+    """Every metric of a running node (see docs/metrics.md)."""
 
-    def __init__(self, node: "Node") -> None:
+    def __init__(self, node: NodeFigures) -> None:
         self.node = node
         self.started = time.time()
 
@@ -162,10 +155,10 @@ class RouterCollector(Collector):
         # 0 on a healthy router, not "No data"
         drops: Counter[tuple[str, str, str]] = Counter({(realm, protocol, reason): 0
                                   for realm in self.node.router.realms
-                                  for reason in DROP_REASONS
+                                  for reason in why.DROP_REASONS
                                   for protocol in DROP_PROTOCOLS.get(reason, PROTOCOLS)})
         for (realm, protocol, reason), n in sorted(totals.items()):
-            if reason in DROP_REASONS:
+            if reason in why.DROP_REASONS:
                 drops[realm, protocol, reason] = n
             elif reason == why.REFUSED:
                 refusals[protocol] += n
@@ -268,7 +261,7 @@ def _add_histogram(metric: HistogramMetricFamily, labels: list[str],
     metric.add_metric(labels, histogram.cumulative(), histogram.sum)
 
 
-def registry_for(node: "Node") -> CollectorRegistry:
+def registry_for(node: NodeFigures) -> CollectorRegistry:
     """A registry of the node's own (not prometheus_client's global one, shared by the process)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RouterCollector(node))

@@ -13,17 +13,17 @@ from functools import partial
 from typing import Callable
 
 from router.core import errors
-from router.core.broker import Subscription
 from router.core.credentials import Principal
-from router.core.dealer import DelayedCall, Scheduler
 from router.core.errors import RouterError
 from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.ownership import anonymous_authid, owner
 from router.core.payload import from_bytes
+from router.core.peer import Subscription
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
+from router.core.scheduler import DelayedCall, Scheduler
 from router.core.shared import SharedGroup
 from router.core.topic import InvalidSharedFilter, from_mqtt, mqtt_pattern, split_shared
 from router.mqtt.outlet import Outlet

@@ -16,10 +16,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from router.core.broker import Subscription
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
+from router.core.peer import Subscription
 from router.core.qos import delivered_qos
 from router.core.shared import SharedGroup
 from router.core.uri import EXACT

@@ -1,0 +1,96 @@
+"""The subscription index: which subscriptions match a concrete topic.
+
+Exact topics are a dict lookup, prefix subscriptions are probed once per distinct shape
+(number of levels, length of the last level), and wildcard and MQTT filter subscriptions
+are walked in a level trie. The broker and the shared groups each keep one.
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections import Counter
+from typing import Iterator
+
+from router.core.peer import Subscription
+from router.core.topic import Topic
+from router.core.trie import TopicTrie
+from router.core.uri import EXACT, MQTT, PREFIX
+
+
+class SubscriptionIndex:
+    """Finds the subscriptions matching a concrete topic without scanning them all."""
+
+    def __init__(self) -> None:
+        self.exact: dict[Topic, Subscription] = {}
+        self.prefix: dict[Topic, Subscription] = {}
+        self._prefix_shapes: list[tuple[int, int]] = []
+        self._shape_counts: Counter[tuple[int, int]] = Counter()
+        """Prefix subscriptions per shape: the sorted shapes change only when a shape comes
+        or goes, not on every prefix subscription."""
+        self.wildcard: TopicTrie[Subscription] = TopicTrie()
+        self.filters: TopicTrie[Subscription] = TopicTrie()
+        self.by_id: dict[int, Subscription] = {}
+
+    def _trie(self, match: str) -> TopicTrie[Subscription]:
+        return self.filters if match == MQTT else self.wildcard
+
+    def lookup(self, topic: Topic, match: str) -> Subscription | None:
+        if match == EXACT:
+            return self.exact.get(topic)
+        if match == PREFIX:
+            return self.prefix.get(topic)
+        return self._trie(match).get(topic)
+
+    def add(self, subscription: Subscription) -> None:
+        self.by_id[subscription.id] = subscription
+        if subscription.match == EXACT:
+            self.exact[subscription.topic] = subscription
+        elif subscription.match == PREFIX:
+            self.prefix[subscription.topic] = subscription
+            shape = _shape(subscription.topic)
+            self._shape_counts[shape] += 1
+            if self._shape_counts[shape] == 1:
+                insort(self._prefix_shapes, shape)
+        else:
+            self._trie(subscription.match).set(subscription.topic, subscription)
+
+    def remove(self, subscription: Subscription) -> None:
+        del self.by_id[subscription.id]
+        if subscription.match == EXACT:
+            del self.exact[subscription.topic]
+        elif subscription.match == PREFIX:
+            del self.prefix[subscription.topic]
+            shape = _shape(subscription.topic)
+            self._shape_counts[shape] -= 1
+            if not self._shape_counts[shape]:
+                del self._shape_counts[shape]
+                self._prefix_shapes.remove(shape)
+        else:
+            self._trie(subscription.match).pop(subscription.topic)
+
+    def matching(self, topic: Topic) -> Iterator[Subscription]:
+        """Every subscription whose (pattern, match) matches ``topic``."""
+        subscription = self.exact.get(topic)
+        if subscription is not None:
+            yield subscription
+        if self._prefix_shapes:
+            prefixes = self.prefix
+            depth = len(topic)
+            for levels, length in self._prefix_shapes:
+                if levels > depth:
+                    break
+                last = topic[levels - 1]
+                if length <= len(last):
+                    subscription = prefixes.get(topic[:levels - 1] + (last[:length],))
+                    if subscription is not None:
+                        yield subscription
+        if len(self.wildcard):
+            yield from self.wildcard.match_patterns(topic)
+        if len(self.filters):
+            yield from self.filters.match_filters(topic)
+
+
+def _shape(prefix: Topic) -> tuple[int, int]:
+    """(levels, length of the last level) of a prefix: the prefixes :meth:`matching`
+    probes a topic for."""
+    return len(prefix), len(prefix[-1])
