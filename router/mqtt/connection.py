@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, TypeV
 from router.core import errors
 from router.core.errors import RouterError
 from router.core.incidents import DISCONNECTED, TOO_LARGE
-from router.mqtt.codec import MqttCodec, MqttProtocolError
+from router.mqtt.codec import MqttCodec
+from router.mqtt.primitives import MqttProtocolError
 from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp, Puback,
                                  Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
                                  Subscribe, Unsuback, Unsubscribe)
