@@ -27,6 +27,7 @@ from router.core.credentials import (Principal, normalize_pubkey, verify_cryptos
 from router.core.realm import Realm
 from router.core.router import Router
 from router.wamp.codec import WireMessage
+from router.wamp.outlet import Outlet
 
 HANDSHAKE, CHALLENGED, ESTABLISHED, CLOSING, CLOSED, REFUSING, VERIFYING = range(7)
 """The session's states (see :mod:`router.wamp.session`)."""
@@ -45,7 +46,7 @@ class HandshakeSession(Protocol):
 
     state: int
     client_roles: dict
-    transport: Any
+    transport: Outlet
 
     def send(self, msg: WireMessage) -> None: ...
 
@@ -58,21 +59,22 @@ class HandshakeSession(Protocol):
 
 
 class Handshake:
-    """One session's way from HELLO to WELCOME or ABORT."""
+    """One session's way from HELLO to WELCOME or ABORT. The session is passed to each
+    call rather than kept, so the two make no reference cycle (see
+    tests/test_connection_garbage.py)."""
 
-    def __init__(self, router: Router, session: HandshakeSession) -> None:
+    def __init__(self, router: Router) -> None:
         self._router = router
-        self._session = session
         self._pending: _PendingAuth | None = None
 
-    def on_hello(self, msg: m.Hello, raw: list) -> None:
+    def on_hello(self, session: HandshakeSession, msg: m.Hello, raw: list) -> None:
         """WELCOME, CHALLENGE or refuse: the first of the client's methods the realm allows."""
         realm = self._router.realms.get(msg.realm)
         if realm is None:
-            self._session.abort(errors.NO_SUCH_REALM, f"no realm '{msg.realm}' on this router")
+            session.abort(errors.NO_SUCH_REALM, f"no realm '{msg.realm}' on this router")
             return
         details = raw[2]
-        self._session.client_roles = details.get("roles", {}) if isinstance(details, dict) else {}
+        session.client_roles = details.get("roles", {}) if isinstance(details, dict) else {}
         methods = [m_ for m_ in (msg.authmethods or ["anonymous"]) if isinstance(m_, str)]
         authextra = msg.authextra if isinstance(msg.authextra, dict) else {}
         principals = self._router.principals[realm.name]
@@ -82,43 +84,44 @@ class Handshake:
         for method in methods:
             if method == "anonymous" and realm.anonymous_role is not None:
                 name = f"anonymous-{self._router.new_session_id():x}"
-                self._session.welcome(realm, name, realm.anonymous_role, "anonymous")
+                session.welcome(realm, name, realm.anonymous_role, "anonymous")
                 return
             if method == "tls":
-                client_cn = self._client_cn()
+                client_cn = self._client_cn(session)
                 if client_cn is None:
                     continue
                 cert_principal = principals.get(client_cn)
                 if cert_principal is None or (authid and authid != client_cn):
-                    self._refuse(NO_SUCH_PRINCIPAL if cert_principal is None
+                    self._refuse(session, NO_SUCH_PRINCIPAL if cert_principal is None
                                  else AUTHENTICATION_FAILED,
                                  "the client certificate does not name this principal",
                                  authid or client_cn, "tls",
                                  f"client certificate CN {client_cn!r}")
                     return
-                self._session.welcome(realm, cert_principal.authid, cert_principal.role, "tls")
+                session.welcome(realm, cert_principal.authid, cert_principal.role, "tls")
                 return
             if method == "cryptosign":
-                if self._challenge_cryptosign(realm, authid, principal, authextra):
+                if self._challenge_cryptosign(session, realm, authid, principal, authextra):
                     return
                 continue
             if method in CHALLENGE_METHODS and principal is not None \
                     and method in principal.methods():
-                self._challenge(realm, principal, method)
+                self._challenge(session, realm, principal, method)
                 return
         unknown_key = authid is None and "cryptosign" in methods and "pubkey" in authextra
         if (authid and principal is None and any(m_ in CHALLENGE_METHODS for m_ in methods)
                 or unknown_key):
-            self._refuse(NO_SUCH_PRINCIPAL, f"no principal '{authid or '(by public key)'}' in "
-                         f"realm '{realm.name}'",
+            self._refuse(session, NO_SUCH_PRINCIPAL,
+                         f"no principal '{authid or '(by public key)'}' in realm '{realm.name}'",
                          authid, "/".join(methods), "no such principal")
             return
-        self._refuse(NO_MATCHING_AUTH_METHOD,
+        self._refuse(session, NO_MATCHING_AUTH_METHOD,
                      f"none of the offered auth methods {methods} is available",
                      authid, "/".join(methods), "no matching auth method")
 
-    def _challenge_cryptosign(self, realm: Realm, authid: str | None,
-                              principal: Principal | None, authextra: dict) -> bool:
+    def _challenge_cryptosign(self, session: HandshakeSession, realm: Realm,
+                              authid: str | None, principal: Principal | None,
+                              authextra: dict) -> bool:
         """CHALLENGE for cryptosign if it applies (True), or refuse (True), or skip (False)."""
         pubkey = authextra.get("pubkey")
         pubkey = normalize_pubkey(pubkey) if isinstance(pubkey, str) else None
@@ -128,19 +131,21 @@ class Handshake:
         if principal is None or not principal.cryptosign_pubkeys:
             return False
         if authextra.get("channel_binding") is not None:
-            self._refuse(AUTHENTICATION_FAILED, "cryptosign channel binding is not supported "
-                         "by this router (connect without channel_binding)",
+            self._refuse(session, AUTHENTICATION_FAILED,
+                         "cryptosign channel binding is not supported by this router "
+                         "(connect without channel_binding)",
                          principal.authid, "cryptosign", "channel binding requested")
             return True
         if pubkey is None or pubkey not in principal.cryptosign_pubkeys:
-            self._refuse(AUTHENTICATION_FAILED, "authextra.pubkey is missing or not a key of "
-                         "this principal", principal.authid, "cryptosign", "unknown public key")
+            self._refuse(session, AUTHENTICATION_FAILED,
+                         "authextra.pubkey is missing or not a key of this principal",
+                         principal.authid, "cryptosign", "unknown public key")
             return True
-        self._challenge(realm, principal, "cryptosign", pubkey)
+        self._challenge(session, realm, principal, "cryptosign", pubkey)
         return True
 
-    def _challenge(self, realm: Realm, principal: Principal, method: str,
-                   pubkey: str | None = None) -> None:
+    def _challenge(self, session: HandshakeSession, realm: Realm, principal: Principal,
+                   method: str, pubkey: str | None = None) -> None:
         session_id = self._router.new_session_id()
         extra: dict[str, Any] = {}
         data = ""
@@ -158,23 +163,23 @@ class Handshake:
             extra = {"challenge": data, "channel_binding": None}
         self._pending = _PendingAuth(realm, principal.authid, principal.role, method,
                                           session_id, data, pubkey)
-        self._session.state = CHALLENGED
-        self._session.send(WireMessage([m.Challenge.MESSAGE_TYPE, method, extra]))
+        session.state = CHALLENGED
+        session.send(WireMessage([m.Challenge.MESSAGE_TYPE, method, extra]))
 
-    def on_authenticate(self, msg: m.Authenticate) -> None:
+    def on_authenticate(self, session: HandshakeSession, msg: m.Authenticate) -> None:
         """Check the answer to our CHALLENGE (a ticket off the reactor, in the verifier)."""
         pending, self._pending = self._pending, None
         principal = self._router.principals[pending.realm.name].get(pending.authid)
         signature = msg.signature if isinstance(msg.signature, str) else ""
         if principal is not None and pending.method == "ticket":
             # PBKDF2 takes ~100 ms: never on the reactor
-            self._session.state = VERIFYING
-            self._session.transport.verifying(True)
+            session.state = VERIFYING
+            session.transport.verifying(True)
             if not self._router.verifier.verify(
-                    signature, principal.ticket_hash or "", partial(self._verified, pending),
-                    pending.realm.name, "wamp", self._session.peer_address()):
-                self._session.abort(SERVER_BUSY,
-                                    "too many logins are being verified; try again later")
+                    signature, principal.ticket_hash or "",
+                    partial(self._verified, session, pending),
+                    pending.realm.name, "wamp", session.peer_address()):
+                session.abort(SERVER_BUSY, "too many logins are being verified; try again later")
             return
         ok = False
         if principal is not None:
@@ -183,38 +188,38 @@ class Handshake:
             elif pending.method == "cryptosign":
                 ok = (pending.pubkey in principal.cryptosign_pubkeys
                       and verify_cryptosign(pending.pubkey, pending.challenge, signature))
-        self._verified(pending, ok)
+        self._verified(session, pending, ok)
 
-    def _verified(self, pending: _PendingAuth, ok: bool) -> None:
+    def _verified(self, session: HandshakeSession, pending: _PendingAuth, ok: bool) -> None:
         """WELCOME or the (held back) refusal, unless the client left meanwhile."""
-        if self._session.state == CLOSED:
+        if session.state == CLOSED:
             return
         if not ok:
-            self._refuse(AUTHENTICATION_FAILED, "authentication failed", pending.authid,
+            self._refuse(session, AUTHENTICATION_FAILED, "authentication failed", pending.authid,
                          pending.method, "wrong signature" if pending.method != "ticket"
                          else "wrong ticket")
             return
-        self._session.welcome(pending.realm, pending.authid, pending.role, pending.method,
-                      pending.session_id)
+        session.welcome(pending.realm, pending.authid, pending.role, pending.method,
+                        pending.session_id)
 
-    def _refuse(self, reason: str, message: str, authid: str | None, method: str,
-                why: str) -> None:
+    def _refuse(self, session: HandshakeSession, reason: str, message: str,
+                authid: str | None, method: str, why: str) -> None:
         """ABORT a failed login, held back by the login guard's per-peer delay."""
-        delay = self._router.login_guard.failed("WAMP", self._session.peer_address(), authid,
+        delay = self._router.login_guard.failed("WAMP", session.peer_address(), authid,
                                                 method, why)
-        self._session.state = REFUSING
-        self._session.transport.handshake_done()
+        session.state = REFUSING
+        session.transport.handshake_done()
 
         def abort() -> None:
-            if self._session.state == REFUSING:
-                self._session.abort(reason, message)
+            if session.state == REFUSING:
+                session.abort(reason, message)
 
         self._router.login_guard.refuse(delay, abort)
 
-    def _client_cn(self) -> str | None:
+    def _client_cn(self, session: HandshakeSession) -> str | None:
         """The CN of the verified TLS client certificate of this connection, if any."""
         from router.tls import peer_common_name
-        return peer_common_name(getattr(self._session.transport, "transport", None))
+        return peer_common_name(getattr(session.transport, "transport", None))
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from router.wamp.codec import InvalidUriRequest, WireMessage, decode
 from router.wamp.features import ROUTER_ROLES
 from router.wamp.handshake import (CHALLENGED, CLOSED, CLOSING, ESTABLISHED, HANDSHAKE,
                                    VERIFYING, Handshake)
+from router.wamp.outlet import Outlet
 from router.settings import WampSettings
 
 log = logging.getLogger(__name__)
@@ -72,18 +73,18 @@ class WampSession:
         """Acknowledged events held back while the transport is paused (bounded by
         ``max_unacked`` publications)."""
         self._redelivery = None
-        self.transport: Any = None
+        self.transport: Outlet | None = None
         self._flow: Any = None
         self.state = HANDSHAKE
         self._realm: Realm | None = None
-        self._handshake = Handshake(router, self)
+        self._handshake = Handshake(router)
         self.client_roles: dict = {}
         self._last_payload_size = 0
         self.info: SessionInfo | None = None  # type: ignore[assignment]
 
     # ITransportHandler ------------------------------------------------------
 
-    def onOpen(self, transport: Any) -> None:
+    def onOpen(self, transport: Outlet) -> None:
         self.transport = transport
         self._flow = transport.flow
         self._flow.owner = self
@@ -100,7 +101,7 @@ class WampSession:
             return
         self._last_payload_size = len(payload)
         try:
-            for msg, raw in decode(self.transport._serializer, payload, is_binary):
+            for msg, raw in decode(self.transport.object_serializer, payload, is_binary):
                 if self.state == CLOSED:
                     return
                 self._handle(msg, raw)
@@ -119,12 +120,12 @@ class WampSession:
         elif self.state == HANDSHAKE:
             if type(msg) is not m.Hello:
                 raise ProtocolViolation(f"{type(msg).__name__.upper()} received before HELLO")
-            self._handshake.on_hello(msg, raw)
+            self._handshake.on_hello(self, msg, raw)
         elif self.state == CHALLENGED:
             if type(msg) is not m.Authenticate:
                 raise ProtocolViolation(f"{type(msg).__name__.upper()} received while "
                                         "waiting for AUTHENTICATE")
-            self._handshake.on_authenticate(msg)
+            self._handshake.on_authenticate(self, msg)
         elif self.state == VERIFYING:
             raise ProtocolViolation(f"{type(msg).__name__.upper()} received while the "
                                     "authentication is being verified")
@@ -291,7 +292,7 @@ class WampSession:
             return
         # an unencodable event raises here, before it is awaited
         if self._flow.paused:
-            event.serialize(self.transport._serializer._serializer)
+            event.serialize(self.transport.object_serializer)
             self._unwritten.append(event)
         else:
             self.send(event)
