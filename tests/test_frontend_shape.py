@@ -47,3 +47,17 @@ def test_no_wamp_module_reads_autobahns_serializer_attributes():
              for path in sorted((ROOT / "router" / "wamp").glob("*.py"))
              for node in _attributes(path) if node.attr in ("_serializer", "_serializers")]
     assert reads == []
+
+
+FRONTEND_MODULES = {"wamp": "session.py", "mqtt": "connection.py", "amqp": "connection.py"}
+
+
+def test_one_slow_consumer_kill_path_serves_the_three_frontends():
+    """Counting the disconnection is written once (router/flow.py); each frontend only
+    says goodbye its own way."""
+    for package, module in FRONTEND_MODULES.items():
+        text = (ROOT / "router" / package / module).read_text(encoding="utf-8")
+        assert "disconnect_slow_consumer(" in text, package
+    counted_in = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "router").rglob("*.py"))
+                  if "slow consumer\"" in path.read_text(encoding="utf-8")]
+    assert counted_in == ["router/flow.py"]

@@ -28,8 +28,8 @@ from router.core import errors
 from router.core.broker import Subscription
 from router.core.dealer import Invocation, Registration
 from router.core.errors import ProtocolViolation, RouterError, Unencodable
-from router.core.incidents import (DISCONNECTED, EXPIRED, SLOW_CONSUMER, TOO_LARGE,
-                                  UNACKNOWLEDGED, UNREPRESENTABLE)
+from router.core.incidents import (EXPIRED, SLOW_CONSUMER, TOO_LARGE, UNACKNOWLEDGED,
+                                  UNREPRESENTABLE)
 from router.core.model import Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
@@ -39,6 +39,7 @@ from router.core.router import Router
 from router.core.shared import SharedGroup
 from router.core.topic import from_uri
 from router.core.uri import EXACT
+from router.flow import disconnect_slow_consumer
 from router.wamp.codec import InvalidUriRequest, WireMessage, decode
 from router.wamp.features import ROUTER_ROLES
 from router.wamp.handshake import (CHALLENGED, CLOSED, CLOSING, ESTABLISHED, HANDSHAKE,
@@ -325,12 +326,15 @@ class WampSession:
             self.state = CLOSED
             return
         realm = self._realm
-        realm.incidents.count(realm.name, "wamp", DISCONNECTED,
-                              f"session {self.info.session_id}: slow consumer")
-        self.send(WireMessage([m.Goodbye.MESSAGE_TYPE, {
-            "message": "the client did not read its events fast enough"}, SLOW_CONSUMER_CLOSE]))
+        disconnect_slow_consumer(realm.incidents, realm.name, "wamp",
+                                 f"session {self.info.session_id}", self._slow_consumer_goodbye)
         self._leave_realm()
         self.state = CLOSED
+
+    def _slow_consumer_goodbye(self) -> None:
+        """WAMP's goodbye to a slow consumer."""
+        self.send(WireMessage([m.Goodbye.MESSAGE_TYPE, {
+            "message": "the client did not read its events fast enough"}, SLOW_CONSUMER_CLOSE]))
 
     def _on_event_received(self, msg: m.EventReceived, raw: list) -> None:
         pending = self._unacked.pop(msg.publication, None)
