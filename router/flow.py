@@ -26,6 +26,8 @@ from typing import Any, Callable, Protocol
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
+from router.core.incidents import DISCONNECTED, Incidents
+
 log = logging.getLogger(__name__)
 
 
@@ -48,7 +50,17 @@ class FlowOwner(Protocol):
         """The transport drained: write what was held back (QoS >= 1 queues)."""
 
     def slow_consumer(self) -> None:
-        """Over the bound for too long: send the protocol's reason and count it."""
+        """Over the bound for too long: send the protocol's reason and count it (with
+        :func:`disconnect_slow_consumer` when the client is attached)."""
+
+
+def disconnect_slow_consumer(incidents: Incidents, realm: str, protocol: str, who: str,
+                             goodbye: Callable[[], None]) -> None:
+    """The one way every frontend lets go of an attached client that stayed over its
+    outbound bound: the ``disconnected`` incident, then the protocol's goodbye (``goodbye``:
+    best effort, the client is not reading); the flow aborts the transport right after."""
+    incidents.count(realm, protocol, DISCONNECTED, f"{who}: slow consumer")
+    goodbye()
 
 
 class IntakeGate:

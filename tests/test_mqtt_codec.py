@@ -13,8 +13,9 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, strategies as st
 
-from router.mqtt.codec import (MqttCodec, MqttProtocolError, topic_matches, valid_topic_filter,
-                               valid_topic_name)
+from router.core.topic import filter_matches, from_mqtt, valid_topic_filter, valid_topic_name
+from router.mqtt.codec import MqttCodec
+from router.mqtt.primitives import MqttProtocolError
 from router.mqtt.packets import (Auth, Connack, Connect, Disconnect, Packet, Pingreq, Pingresp,
                                  Puback, Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
                                  Subscribe, SubscriptionOptions, Unsuback, Unsubscribe, Will)
@@ -887,6 +888,11 @@ def test_publish_packet_id_must_match_qos(packet):
 
 
 # --- topics -----------------------------------------------------------------------------------
+
+
+def topic_matches(topic_filter: str, topic_name: str) -> bool:
+    """MQTT matching as the router does it: the core's matcher over the levels."""
+    return filter_matches(from_mqtt(topic_filter), from_mqtt(topic_name))
 
 
 @pytest.mark.parametrize("topic_filter, topic_name, expected", [

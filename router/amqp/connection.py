@@ -66,10 +66,11 @@ from router.amqp.sasl import Identity, SaslServer
 from router.amqp.subscriber import AmqpSubscriber
 from router.core import errors
 from router.core.errors import RouterError
-from router.core.incidents import DISCONNECTED, OVER_LIMIT, UNSUPPORTED
+from router.core.incidents import OVER_LIMIT, UNSUPPORTED
 from router.core.model import SessionInfo
 from router.core.options import valid_group_name
 from router.core.qos import POLICIES
+from router.flow import disconnect_slow_consumer
 
 if TYPE_CHECKING:
     from router.amqp.frontend import AmqpFrontend
@@ -672,12 +673,16 @@ class AmqpConnection:
         if self._closed or self.info is None:
             return
         realm = self.frontend.realm
-        realm.incidents.count(realm.name, "amqp", DISCONNECTED, f"{self.peer}: slow consumer")
+        disconnect_slow_consumer(realm.incidents, realm.name, "amqp", self.peer,
+                                 self._resource_limit_exceeded)
+        self._closed = True
+
+    def _resource_limit_exceeded(self) -> None:
+        """AMQP's goodbye to a slow consumer: close the connection with that condition."""
         self.connection.condition = Condition(RESOURCE_LIMIT_EXCEEDED,
                                               "the client did not read its messages fast enough")
         self.connection.close()
         self.process()
-        self._closed = True
 
     # life cycle ---------------------------------------------------------------------------
 

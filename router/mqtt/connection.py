@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, TypeV
 
 from router.core import errors
 from router.core.errors import RouterError
-from router.core.incidents import DISCONNECTED, TOO_LARGE
-from router.mqtt.codec import MqttCodec, MqttProtocolError
+from router.core.incidents import TOO_LARGE
+from router.flow import disconnect_slow_consumer
+from router.mqtt.codec import MqttCodec
 from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp, Puback,
                                  Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
                                  Subscribe, Unsuback, Unsubscribe)
 from router.mqtt.persistence import StoredMessage
+from router.mqtt.primitives import MqttProtocolError
 from router.mqtt.spread import spread
 
 if TYPE_CHECKING:
@@ -542,11 +544,14 @@ class MqttConnection:
         aborts the transport."""
         if self.session is not None and not self._closed:
             realm = self.frontend.realm
-            realm.incidents.count(realm.name, "mqtt", DISCONNECTED,
-                                  f"client {self.session.client_id}: slow consumer")
-            if self.version == 5:
-                self._send(Disconnect(ReasonCode.QUOTA_EXCEEDED))
+            disconnect_slow_consumer(realm.incidents, realm.name, "mqtt",
+                                     f"client {self.session.client_id}", self._quota_exceeded)
         self._closed = True
+
+    def _quota_exceeded(self) -> None:
+        """MQTT 5's goodbye to a slow consumer (3.1.1 has no server DISCONNECT)."""
+        if self.version == 5:
+            self._send(Disconnect(ReasonCode.QUOTA_EXCEEDED))
 
     def _close_now(self) -> None:
         if not self._closed:

@@ -6,7 +6,7 @@ most reason codes in 3.1.1). Reason codes are always MQTT 5 reason codes so
 that broker logic never branches on the version; the codec translates them to
 3.1.1 CONNACK and SUBACK return codes on the wire.
 
-Properties are a dict keyed by property name (see ``codec.PROPERTIES``):
+Properties are a dict keyed by property name (see ``tables.PROPERTIES``):
 integers for byte/two-byte/four-byte/variable byte integers, ``str`` for UTF-8
 strings, ``bytes`` for binary data, a list of ``(key, value)`` pairs for
 ``user_property`` and a list of integers for ``subscription_identifier``.

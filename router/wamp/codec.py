@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from autobahn.wamp import message
 from autobahn.wamp.exception import InvalidUriError, ProtocolError
-from autobahn.wamp.serializer import (CBORSerializer, MsgPackObjectSerializer,
-                                      MsgPackSerializer, Serializer)
+from autobahn.wamp.interfaces import IObjectSerializer
+from autobahn.wamp.serializer import (CBORObjectSerializer, CBORSerializer,
+                                      MsgPackObjectSerializer, MsgPackSerializer, Serializer)
 
 import struct
 from dataclasses import dataclass
@@ -38,11 +39,22 @@ class RouterMsgPackSerializer(MsgPackSerializer):
     """The ``msgpack`` WAMP serializer (WebSocket ``wamp.2.msgpack``, RawSocket id 2)."""
 
     def __init__(self) -> None:
-        Serializer.__init__(self, _MsgPackObjectSerializer())
+        self.object_serializer = _MsgPackObjectSerializer()
+        Serializer.__init__(self, self.object_serializer)
+
+
+class RouterCborSerializer(CBORSerializer):
+    """The ``cbor`` WAMP serializer (WebSocket ``wamp.2.cbor``, RawSocket id 3)."""
+
+    def __init__(self) -> None:
+        self.object_serializer = CBORObjectSerializer()
+        Serializer.__init__(self, self.object_serializer)
 
 
 SERIALIZER_CLASSES = {"json": FastJsonSerializer, "msgpack": RouterMsgPackSerializer,
-                      "cbor": CBORSerializer}
+                      "cbor": RouterCborSerializer}
+"""Each keeps its object serializer as ``object_serializer``: what the transports and
+:func:`decode` use, so nothing reads autobahn's private attributes."""
 
 
 class WireMessage:
@@ -130,7 +142,7 @@ def make_serializers(names: tuple[str, ...]) -> list[Serializer]:
     return [SERIALIZER_CLASSES[name]() for name in names]
 
 
-def decode(serializer: Serializer, payload: bytes,
+def decode(object_serializer: IObjectSerializer, payload: bytes,
            is_binary: bool | None = None
            ) -> list[tuple[message.Message | InvalidUriRequest, list]]:
     """Decode one transport message into (parsed message, raw list) pairs.
@@ -138,7 +150,6 @@ def decode(serializer: Serializer, payload: bytes,
     Raises :class:`ProtocolViolation` for anything that is not valid WAMP; a
     well-formed request with a malformed URI decodes to :class:`InvalidUriRequest`.
     """
-    object_serializer = serializer._serializer
     if is_binary is not None and is_binary != object_serializer.BINARY:
         raise ProtocolViolation("wrong WebSocket frame type for the negotiated serializer")
     try:

@@ -52,4 +52,5 @@ class FastJsonSerializer(JsonSerializer):
     """The ``json`` WAMP serializer (WebSocket ``wamp.2.json``, RawSocket id 1)."""
 
     def __init__(self) -> None:
-        Serializer.__init__(self, FastJsonObjectSerializer())
+        self.object_serializer = FastJsonObjectSerializer()
+        Serializer.__init__(self, self.object_serializer)

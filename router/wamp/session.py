@@ -7,14 +7,13 @@ guard's delay before its ABORT goes out. WELCOME or the decision to refuse ends 
 handshake for the listener's ``handshake_timeout``: the back-off delay is bounded by
 ``login_backoff.max_delay`` and is never cut short by the handshake timer. Any protocol
 violation sends ABORT ``wamp.error.protocol_violation``, drops the session from its realm
-and closes the transport; nothing after it is processed.
+and closes the transport; nothing after it is processed. The way from HELLO to WELCOME
+or ABORT is :mod:`router.wamp.handshake`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -27,12 +26,10 @@ from autobahn.wamp.exception import TransportLost
 
 from router.core import errors
 from router.core.broker import Subscription
-from router.core.credentials import (Principal, normalize_pubkey, verify_cryptosign,
-                                     verify_wampcra)
 from router.core.dealer import Invocation, Registration
 from router.core.errors import ProtocolViolation, RouterError, Unencodable
-from router.core.incidents import (DISCONNECTED, EXPIRED, SLOW_CONSUMER, TOO_LARGE,
-                                  UNACKNOWLEDGED, UNREPRESENTABLE)
+from router.core.incidents import (EXPIRED, SLOW_CONSUMER, TOO_LARGE, UNACKNOWLEDGED,
+                                  UNREPRESENTABLE)
 from router.core.model import Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
@@ -42,22 +39,18 @@ from router.core.router import Router
 from router.core.shared import SharedGroup
 from router.core.topic import from_uri
 from router.core.uri import EXACT
+from router.flow import disconnect_slow_consumer
 from router.wamp.codec import InvalidUriRequest, WireMessage, decode
 from router.wamp.features import ROUTER_ROLES
+from router.wamp.handshake import (CHALLENGED, CLOSED, CLOSING, ESTABLISHED, HANDSHAKE,
+                                   VERIFYING, Handshake)
+from router.wamp.outlet import Outlet
 from router.settings import WampSettings
 
 log = logging.getLogger(__name__)
 
-HANDSHAKE, CHALLENGED, ESTABLISHED, CLOSING, CLOSED, REFUSING, VERIFYING = range(7)
-
-NO_MATCHING_AUTH_METHOD = "wamp.error.no_matching_auth_method"
-AUTHENTICATION_FAILED = "wamp.error.authentication_failed"
-NO_SUCH_PRINCIPAL = "wamp.error.no_such_principal"
-SERVER_BUSY = "wamp.error.server_busy"
-"""ABORT reason when too many logins are being verified (try again later)."""
 PAYLOAD_SIZE_EXCEEDED = "wamp.error.payload_size_exceeded"
 """ABORT reason when WELCOME is over the client's RawSocket maximum message size."""
-CHALLENGE_METHODS = ("ticket", "wampcra", "cryptosign")
 
 ERROR, EVENT, RESULT, INVOCATION, INTERRUPT = 8, 36, 50, 68, 69
 
@@ -81,36 +74,36 @@ class WampSession:
         """Acknowledged events held back while the transport is paused (bounded by
         ``max_unacked`` publications)."""
         self._redelivery = None
-        self._transport: Any = None
+        self.transport: Outlet | None = None
         self._flow: Any = None
-        self._state = HANDSHAKE
+        self.state = HANDSHAKE
         self._realm: Realm | None = None
-        self._pending_auth: _PendingAuth | None = None
-        self._client_roles: dict = {}
+        self._handshake = Handshake(router)
+        self.client_roles: dict = {}
         self._last_payload_size = 0
         self.info: SessionInfo | None = None  # type: ignore[assignment]
 
     # ITransportHandler ------------------------------------------------------
 
-    def onOpen(self, transport: Any) -> None:
-        self._transport = transport
+    def onOpen(self, transport: Outlet) -> None:
+        self.transport = transport
         self._flow = transport.flow
         self._flow.owner = self
         self._router.connections.add(self)
 
     def onClose(self, was_clean: bool) -> None:
-        self._state = CLOSED
+        self.state = CLOSED
         self._leave_realm()
         self._router.connections.discard(self)
 
     def on_payload(self, payload: bytes, is_binary: bool | None) -> None:
         """Entry point for every transport message (WebSocket message or RawSocket frame)."""
-        if self._state == CLOSED:
+        if self.state == CLOSED:
             return
         self._last_payload_size = len(payload)
         try:
-            for msg, raw in decode(self._transport._serializer, payload, is_binary):
-                if self._state == CLOSED:
+            for msg, raw in decode(self.transport.object_serializer, payload, is_binary):
+                if self.state == CLOSED:
                     return
                 self._handle(msg, raw)
         except ProtocolViolation as exc:
@@ -119,195 +112,48 @@ class WampSession:
     # state machine --------------------------------------------------------
 
     def _handle(self, msg: m.Message, raw: list) -> None:
-        if self._state == ESTABLISHED:
+        if self.state == ESTABLISHED:
             handler = _ESTABLISHED_HANDLERS.get(type(msg))
             if handler is None:
                 raise ProtocolViolation(f"{type(msg).__name__.upper()} is not allowed "
                                         "in an established session")
             handler(self, msg, raw)
-        elif self._state == HANDSHAKE:
+        elif self.state == HANDSHAKE:
             if type(msg) is not m.Hello:
                 raise ProtocolViolation(f"{type(msg).__name__.upper()} received before HELLO")
-            self._on_hello(msg, raw)
-        elif self._state == CHALLENGED:
+            self._handshake.on_hello(self, msg, raw)
+        elif self.state == CHALLENGED:
             if type(msg) is not m.Authenticate:
                 raise ProtocolViolation(f"{type(msg).__name__.upper()} received while "
                                         "waiting for AUTHENTICATE")
-            self._on_authenticate(msg)
-        elif self._state == VERIFYING:
+            self._handshake.on_authenticate(self, msg)
+        elif self.state == VERIFYING:
             raise ProtocolViolation(f"{type(msg).__name__.upper()} received while the "
                                     "authentication is being verified")
-        elif self._state == CLOSING and type(msg) is m.Goodbye:
+        elif self.state == CLOSING and type(msg) is m.Goodbye:
             self._close_transport()
         # REFUSING: the ABORT is on its way; nothing the client says changes that
 
-    def _on_hello(self, msg: m.Hello, raw: list) -> None:
-        realm = self._router.realms.get(msg.realm)
-        if realm is None:
-            self._abort(errors.NO_SUCH_REALM, f"no realm '{msg.realm}' on this router")
-            return
-        details = raw[2]
-        self._client_roles = details.get("roles", {}) if isinstance(details, dict) else {}
-        methods = [m_ for m_ in (msg.authmethods or ["anonymous"]) if isinstance(m_, str)]
-        authextra = msg.authextra if isinstance(msg.authextra, dict) else {}
-        principals = self._router.principals[realm.name]
-        authid = msg.authid if isinstance(msg.authid, str) and msg.authid else None
-        principal = principals.get(authid) if authid else None
-        # the client's order decides, among what this principal (and the realm) offers
-        for method in methods:
-            if method == "anonymous" and realm.anonymous_role is not None:
-                name = f"anonymous-{self._router.new_session_id():x}"
-                self._welcome(realm, name, realm.anonymous_role, "anonymous")
-                return
-            if method == "tls":
-                client_cn = self._client_cn()
-                if client_cn is None:
-                    continue
-                cert_principal = principals.get(client_cn)
-                if cert_principal is None or (authid and authid != client_cn):
-                    self._refuse(NO_SUCH_PRINCIPAL if cert_principal is None
-                                 else AUTHENTICATION_FAILED,
-                                 "the client certificate does not name this principal",
-                                 authid or client_cn, "tls",
-                                 f"client certificate CN {client_cn!r}")
-                    return
-                self._welcome(realm, cert_principal.authid, cert_principal.role, "tls")
-                return
-            if method == "cryptosign":
-                if self._challenge_cryptosign(realm, authid, principal, authextra):
-                    return
-                continue
-            if method in CHALLENGE_METHODS and principal is not None \
-                    and method in principal.methods():
-                self._challenge(realm, principal, method)
-                return
-        unknown_key = authid is None and "cryptosign" in methods and "pubkey" in authextra
-        if (authid and principal is None and any(m_ in CHALLENGE_METHODS for m_ in methods)
-                or unknown_key):
-            self._refuse(NO_SUCH_PRINCIPAL, f"no principal '{authid or '(by public key)'}' in "
-                         f"realm '{realm.name}'",
-                         authid, "/".join(methods), "no such principal")
-            return
-        self._refuse(NO_MATCHING_AUTH_METHOD,
-                     f"none of the offered auth methods {methods} is available",
-                     authid, "/".join(methods), "no matching auth method")
-
-    def _challenge_cryptosign(self, realm: Realm, authid: str | None,
-                              principal: Principal | None, authextra: dict) -> bool:
-        """CHALLENGE for cryptosign if it applies (True), or refuse (True), or skip (False)."""
-        pubkey = authextra.get("pubkey")
-        pubkey = normalize_pubkey(pubkey) if isinstance(pubkey, str) else None
-        if principal is None and authid is None and pubkey is not None:
-            principal = next((p for p in self._router.principals[realm.name].values()
-                              if pubkey in p.cryptosign_pubkeys), None)
-        if principal is None or not principal.cryptosign_pubkeys:
-            return False
-        if authextra.get("channel_binding") is not None:
-            self._refuse(AUTHENTICATION_FAILED, "cryptosign channel binding is not supported "
-                         "by this router (connect without channel_binding)",
-                         principal.authid, "cryptosign", "channel binding requested")
-            return True
-        if pubkey is None or pubkey not in principal.cryptosign_pubkeys:
-            self._refuse(AUTHENTICATION_FAILED, "authextra.pubkey is missing or not a key of "
-                         "this principal", principal.authid, "cryptosign", "unknown public key")
-            return True
-        self._challenge(realm, principal, "cryptosign", pubkey)
-        return True
-
-    def _challenge(self, realm: Realm, principal: Principal, method: str,
-                   pubkey: str | None = None) -> None:
-        session_id = self._router.new_session_id()
-        extra: dict[str, Any] = {}
-        data = ""
-        if method == "wampcra":
-            cra = principal.wampcra
-            data = json.dumps({
-                "authid": principal.authid, "authrole": principal.role,
-                "authmethod": "wampcra", "authprovider": "static", "session": session_id,
-                "nonce": secrets.token_urlsafe(24),
-                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())})
-            extra = {"challenge": data, "salt": cra.salt, "iterations": cra.iterations,
-                     "keylen": cra.keylen}
-        elif method == "cryptosign":
-            data = secrets.token_hex(32)
-            extra = {"challenge": data, "channel_binding": None}
-        self._pending_auth = _PendingAuth(realm, principal.authid, principal.role, method,
-                                          session_id, data, pubkey)
-        self._state = CHALLENGED
-        self._send(WireMessage([m.Challenge.MESSAGE_TYPE, method, extra]))
-
-    def _on_authenticate(self, msg: m.Authenticate) -> None:
-        pending, self._pending_auth = self._pending_auth, None
-        principal = self._router.principals[pending.realm.name].get(pending.authid)
-        signature = msg.signature if isinstance(msg.signature, str) else ""
-        if principal is not None and pending.method == "ticket":
-            # PBKDF2 takes ~100 ms: never on the reactor
-            self._state = VERIFYING
-            self._transport.verifying(True)
-            if not self._router.verifier.verify(
-                    signature, principal.ticket_hash or "", partial(self._verified, pending),
-                    pending.realm.name, "wamp", self._peer_address()):
-                self._abort(SERVER_BUSY, "too many logins are being verified; try again later")
-            return
-        ok = False
-        if principal is not None:
-            if pending.method == "wampcra" and principal.wampcra is not None:
-                ok = verify_wampcra(principal.wampcra, pending.challenge, signature)
-            elif pending.method == "cryptosign":
-                ok = (pending.pubkey in principal.cryptosign_pubkeys
-                      and verify_cryptosign(pending.pubkey, pending.challenge, signature))
-        self._verified(pending, ok)
-
-    def _verified(self, pending: "_PendingAuth", ok: bool) -> None:
-        """WELCOME or the (held back) refusal, unless the client left meanwhile."""
-        if self._state == CLOSED:
-            return
-        if not ok:
-            self._refuse(AUTHENTICATION_FAILED, "authentication failed", pending.authid,
-                         pending.method, "wrong signature" if pending.method != "ticket"
-                         else "wrong ticket")
-            return
-        self._welcome(pending.realm, pending.authid, pending.role, pending.method,
-                      pending.session_id)
-
-    def _refuse(self, reason: str, message: str, authid: str | None, method: str,
-                why: str) -> None:
-        """ABORT a failed login, held back by the login guard's per-peer delay."""
-        delay = self._router.login_guard.failed("WAMP", self._peer_address(), authid, method, why)
-        self._state = REFUSING
-        self._transport.handshake_done()
-
-        def abort() -> None:
-            if self._state == REFUSING:
-                self._abort(reason, message)
-
-        self._router.login_guard.refuse(delay, abort)
-
-    def _client_cn(self) -> str | None:
-        """The CN of the verified TLS client certificate of this connection, if any."""
-        from router.tls import peer_common_name
-        return peer_common_name(getattr(self._transport, "transport", None))
-
-    def _welcome(self, realm: Realm, authid: str, authrole: str, authmethod: str,
+    def welcome(self, realm: Realm, authid: str, authrole: str, authmethod: str,
                  session_id: int | None = None) -> None:
         if session_id is None or session_id in self._router.peers:
             session_id = self._router.new_session_id()
         self.info = SessionInfo(session_id, realm.name, authid, authrole, authmethod,
                                 authprovider="static", protocol=self._protocol_name,
                                 transport={"type": self._protocol_name,
-                                           "peer": self._peer_address()})
+                                           "peer": self.peer_address()})
         self._settings = self._all_settings.get(realm.name, self._settings)
-        self._state = ESTABLISHED
-        self._transport.handshake_done()
+        self.state = ESTABLISHED
+        self.transport.handshake_done()
         try:
-            self._transport.send(WireMessage([m.Welcome.MESSAGE_TYPE, session_id, {
+            self.transport.send(WireMessage([m.Welcome.MESSAGE_TYPE, session_id, {
                 "realm": realm.name, "authid": authid, "authrole": authrole,
                 "authmethod": authmethod, "authprovider": "static", "roles": ROUTER_ROLES}]))
         except PayloadExceededError as exc:
             # the client cannot learn of this session: it must never exist (never attached)
             self._router.incidents.count(realm.name, "wamp", TOO_LARGE,
                                          f"session {session_id}: WELCOME: {exc}: aborted")
-            self._abort(PAYLOAD_SIZE_EXCEEDED, "WELCOME exceeds your maximum message size")
+            self.abort(PAYLOAD_SIZE_EXCEEDED, "WELCOME exceeds your maximum message size")
             return
         except TransportLost:
             pass
@@ -318,7 +164,7 @@ class WampSession:
     # established: pub/sub ------------------------------------------------------
 
     def _on_goodbye(self, msg: m.Goodbye, raw: list) -> None:
-        self._send(WireMessage([m.Goodbye.MESSAGE_TYPE, {}, "wamp.close.goodbye_and_out"]))
+        self.send(WireMessage([m.Goodbye.MESSAGE_TYPE, {}, "wamp.close.goodbye_and_out"]))
         self._leave_realm()
         self._close_transport()
 
@@ -353,8 +199,8 @@ class WampSession:
             self._send_error(m.Publish.MESSAGE_TYPE, request, RouterError(
                 "wamp.error.unavailable",
                 "the event was delivered but could not be stored as the retained event"))
-        elif self._state == ESTABLISHED:
-            self._send(WireMessage([m.Published.MESSAGE_TYPE, request,
+        elif self.state == ESTABLISHED:
+            self.send(WireMessage([m.Published.MESSAGE_TYPE, request,
                                     publication.publication_id]))
 
     def _on_invalid_uri(self, msg: InvalidUriRequest, raw: list) -> None:
@@ -379,7 +225,7 @@ class WampSession:
             self._grants[subscription.id] = (granted, policy)
         else:
             self._grants.pop(subscription.id, None)
-        self._send(WireMessage([m.Subscribed.MESSAGE_TYPE, msg.request, subscription.id]))
+        self.send(WireMessage([m.Subscribed.MESSAGE_TYPE, msg.request, subscription.id]))
         if options.get_retained:
             self._realm.send_retained(self, subscription, self._flow.limits.max_buffered_messages)
 
@@ -390,7 +236,7 @@ class WampSession:
             self._send_error(m.Unsubscribe.MESSAGE_TYPE, msg.request, exc)
             return
         self._grants.pop(msg.subscription, None)
-        self._send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, msg.request]))
+        self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, msg.request]))
 
     def send_event(self, subscription: Subscription, publication: Publication,
                    retained: bool = False) -> None:
@@ -405,23 +251,23 @@ class WampSession:
             self._count(SLOW_CONSUMER, publication)
             return
         if retained:
-            self._send(_event(subscription, publication, retained=True))
+            self.send(_event(subscription, publication, retained=True))
             return
         cache = publication.encodings()
         event = cache.get(subscription.id)
         if event is None:
             event = cache[subscription.id] = _event(subscription, publication)
-        self._send(event)
+        self.send(event)
 
     def ready(self) -> bool:
         """Joined, not over the flow bound and room for unacknowledged events."""
-        return (self._state == ESTABLISHED and not self._flow.over
+        return (self.state == ESTABLISHED and not self._flow.over
                 and len(self._unacked) < self._settings.max_unacked)
 
     def backlog_room(self) -> bool:
         """Joined, the transport accepting and room for unacknowledged events (a retained
         backlog on an acknowledged subscription waits for EVENT_RECEIVED)."""
-        if self._state != ESTABLISHED or len(self._unacked) >= self._settings.max_unacked:
+        if self.state != ESTABLISHED or len(self._unacked) >= self._settings.max_unacked:
             return False
         if self._flow.paused:
             self._flow.stalled()
@@ -447,10 +293,10 @@ class WampSession:
             return
         # an unencodable event raises here, before it is awaited
         if self._flow.paused:
-            event.serialize(self._transport._serializer._serializer)
+            event.serialize(self.transport.object_serializer)
             self._unwritten.append(event)
         else:
-            self._send(event)
+            self.send(event)
         if pending is None:
             pending = self._unacked[publication.publication_id] = _Unacked(
                 publication, time.time())
@@ -469,23 +315,26 @@ class WampSession:
         """The transport drained: write the acknowledged events held back, in order."""
         unwritten = self._unwritten
         while unwritten and not self._flow.paused:
-            self._send(unwritten.popleft())
+            self.send(unwritten.popleft())
         if self._realm is not None:
             self._realm.backlogs.resume(self)  # retained events owed to new subscriptions
 
     def slow_consumer(self) -> None:
         """Over the outbound bound for too long: GOODBYE (best effort) and leave; the
         flow then aborts the transport."""
-        if self._state != ESTABLISHED:
-            self._state = CLOSED
+        if self.state != ESTABLISHED:
+            self.state = CLOSED
             return
         realm = self._realm
-        realm.incidents.count(realm.name, "wamp", DISCONNECTED,
-                              f"session {self.info.session_id}: slow consumer")
-        self._send(WireMessage([m.Goodbye.MESSAGE_TYPE, {
-            "message": "the client did not read its events fast enough"}, SLOW_CONSUMER_CLOSE]))
+        disconnect_slow_consumer(realm.incidents, realm.name, "wamp",
+                                 f"session {self.info.session_id}", self._slow_consumer_goodbye)
         self._leave_realm()
-        self._state = CLOSED
+        self.state = CLOSED
+
+    def _slow_consumer_goodbye(self) -> None:
+        """WAMP's goodbye to a slow consumer."""
+        self.send(WireMessage([m.Goodbye.MESSAGE_TYPE, {
+            "message": "the client did not read its events fast enough"}, SLOW_CONSUMER_CLOSE]))
 
     def _on_event_received(self, msg: m.EventReceived, raw: list) -> None:
         pending = self._unacked.pop(msg.publication, None)
@@ -498,7 +347,7 @@ class WampSession:
 
     def _redeliver(self) -> None:
         self._redelivery = None
-        if self._state != ESTABLISHED:
+        if self.state != ESTABLISHED:
             return
         timeout = self._settings.ack_timeout
         if self._flow.paused:  # the client is not reading: sending again would only pile up
@@ -519,7 +368,7 @@ class WampSession:
             pending.attempts += 1
             pending.sent_at = time.time()
             for event in pending.events:
-                self._send(event)
+                self.send(event)
         if self._unacked:
             self._redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
         if len(self._unacked) < self._settings.max_unacked:
@@ -542,12 +391,12 @@ class WampSession:
 
     def _registered(self, request: int, registration: Registration,
                     error: RouterError | None) -> None:
-        if self._state != ESTABLISHED:
+        if self.state != ESTABLISHED:
             return  # left while the cluster was asked
         if error is not None:
             self._send_error(m.Register.MESSAGE_TYPE, request, error)
         else:
-            self._send(WireMessage([m.Registered.MESSAGE_TYPE, request, registration.id]))
+            self.send(WireMessage([m.Registered.MESSAGE_TYPE, request, registration.id]))
 
     def _on_unregister(self, msg: m.Unregister, raw: list) -> None:
         try:
@@ -555,7 +404,7 @@ class WampSession:
         except RouterError as exc:
             self._send_error(m.Unregister.MESSAGE_TYPE, msg.request, exc)
             return
-        self._send(WireMessage([m.Unregistered.MESSAGE_TYPE, msg.request]))
+        self.send(WireMessage([m.Unregistered.MESSAGE_TYPE, msg.request]))
 
     def _on_call(self, msg: m.Call, raw: list) -> None:
         if msg.payload is not None:
@@ -586,18 +435,18 @@ class WampSession:
         self._realm.dealer.invocation_error(self, msg.request, msg.error, msg.args, msg.kwargs)
 
     def send_invocation(self, invocation: Invocation) -> None:
-        self._send(WireMessage(_with_payload(
+        self.send(WireMessage(_with_payload(
             [INVOCATION, invocation.request_id, invocation.registration.id, invocation.details],
             invocation.args, invocation.kwargs)))
 
     def send_interrupt(self, invocation: Invocation, mode: str, reason: str) -> None:
-        self._send(WireMessage([INTERRUPT, invocation.request_id,
+        self.send(WireMessage([INTERRUPT, invocation.request_id,
                                 {"mode": mode, "reason": reason}]))
 
     def send_result(self, call_request: int, args: list | None, kwargs: dict | None,
                     progress: bool) -> None:
         try:
-            self._send(WireMessage(_with_payload(
+            self.send(WireMessage(_with_payload(
                 [RESULT, call_request, {"progress": True} if progress else {}], args, kwargs)))
         except Unencodable as exc:
             self._send_unencodable(call_request, "result", exc)
@@ -605,7 +454,7 @@ class WampSession:
     def send_call_error(self, call_request: int, error: str, args: list | None,
                         kwargs: dict | None) -> None:
         try:
-            self._send(WireMessage(_with_payload(
+            self.send(WireMessage(_with_payload(
                 [ERROR, m.Call.MESSAGE_TYPE, call_request, {}, error], args, kwargs)))
         except Unencodable as exc:
             self._send_unencodable(call_request, "error", exc)
@@ -618,7 +467,7 @@ class WampSession:
     # peer ---------------------------------------------------------------------
 
     def supports(self, role: str, feature: str) -> bool:
-        features = self._client_roles.get(role)
+        features = self.client_roles.get(role)
         return isinstance(features, dict) and bool(features.get("features", {}).get(feature))
 
     def subscription_revoked(self, subscription: Subscription, reason: str) -> None:
@@ -627,7 +476,7 @@ class WampSession:
         self._realm.unsubscribe(self, subscription.id)
         self._grants.pop(subscription.id, None)
         if self.supports("subscriber", "subscription_revocation"):
-            self._send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, 0, {
+            self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, 0, {
                 "subscription": subscription.id, "reason": errors.NOT_AUTHORIZED}]))
 
     def registration_revoked(self, registration: Registration, reason: str) -> None:
@@ -635,37 +484,37 @@ class WampSession:
         ``registration_revocation`` (the core has already unregistered it). The reason is a
         URI (clients check it); the router's log says which rule went."""
         if self.supports("callee", "registration_revocation"):
-            self._send(WireMessage([m.Unregistered.MESSAGE_TYPE, 0, {
+            self.send(WireMessage([m.Unregistered.MESSAGE_TYPE, 0, {
                 "registration": registration.id, "reason": errors.NOT_AUTHORIZED}]))
 
     def kill(self, reason: str, message: str | None) -> None:
         """Close the session from the router side with GOODBYE (e.g. on shutdown)."""
-        if self._state != ESTABLISHED:
+        if self.state != ESTABLISHED:
             self._close_transport()
             return
-        self._send(WireMessage([m.Goodbye.MESSAGE_TYPE, {"message": message} if message else {},
+        self.send(WireMessage([m.Goodbye.MESSAGE_TYPE, {"message": message} if message else {},
                                 reason]))
-        self._state = CLOSING
+        self.state = CLOSING
         self._leave_realm()
 
     def protocol_violation(self, reason: str) -> None:
-        log.info("protocol violation from %s: %s", self._peer_address(), reason)
-        self._abort(errors.PROTOCOL_VIOLATION, reason)
+        log.info("protocol violation from %s: %s", self.peer_address(), reason)
+        self.abort(errors.PROTOCOL_VIOLATION, reason)
 
     # plumbing -----------------------------------------------------------------
 
-    def _abort(self, reason: str, message: str) -> None:
-        self._send(WireMessage([m.Abort.MESSAGE_TYPE, {"message": message}, reason]))
+    def abort(self, reason: str, message: str) -> None:
+        self.send(WireMessage([m.Abort.MESSAGE_TYPE, {"message": message}, reason]))
         self._leave_realm()
         self._close_transport()
 
     def _send_error(self, request_type: int, request: int, exc: RouterError) -> None:
-        self._send(WireMessage(_with_payload([ERROR, request_type, request, {}, exc.uri],
+        self.send(WireMessage(_with_payload([ERROR, request_type, request, {}, exc.uri],
                                              exc.args_list, exc.kwargs)))
 
-    def _send(self, msg: WireMessage) -> None:
+    def send(self, msg: WireMessage) -> None:
         try:
-            self._transport.send(msg)
+            self.transport.send(msg)
         except PayloadExceededError as exc:
             self._router.incidents.count(
                 self._realm.name if self._realm else "", "wamp", TOO_LARGE,
@@ -688,26 +537,12 @@ class WampSession:
             self._router.forget(self)
 
     def _close_transport(self) -> None:
-        self._state = CLOSED
-        if self._transport is not None:
-            self._transport.close_wamp()
+        self.state = CLOSED
+        if self.transport is not None:
+            self.transport.close_wamp()
 
-    def _peer_address(self) -> str:
-        return getattr(self._transport, "peer", None) or "unknown"
-
-
-@dataclass(frozen=True)
-class _PendingAuth:
-    """A CHALLENGE sent, waiting for AUTHENTICATE."""
-
-    realm: Realm
-    authid: str
-    role: str
-    method: str
-    session_id: int
-    challenge: str = ""
-    """wampcra: the challenge JSON string; cryptosign: the 32 random bytes in hex."""
-    pubkey: str | None = None
+    def peer_address(self) -> str:
+        return getattr(self.transport, "peer", None) or "unknown"
 
 
 @dataclass(slots=True)

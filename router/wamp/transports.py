@@ -14,7 +14,9 @@ from autobahn.twisted.rawsocket import WampRawSocketServerFactory, WampRawSocket
 from autobahn.twisted.websocket import WampWebSocketServerFactory, WampWebSocketServerProtocol
 from autobahn.exception import PayloadExceededError
 from autobahn.wamp.exception import TransportLost
+from autobahn.wamp.interfaces import IObjectSerializer
 from autobahn.wamp.serializer import Serializer
+from autobahn.wamp.websocket import parseSubprotocolIdentifier
 from autobahn.websocket.types import ConnectionDeny
 
 from router.flow import ConnectionFlow, FlowingProtocol
@@ -38,7 +40,10 @@ class RouterWebSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtoc
         self.deny_if_refused()
         if request.path != self.factory.path:
             raise ConnectionDeny(ConnectionDeny.NOT_FOUND, f"no WAMP endpoint at {request.path}")
-        return super().onConnect(request)
+        subprotocol, headers = super().onConnect(request)
+        self.object_serializer = self.factory.object_serializers[
+            parseSubprotocolIdentifier(subprotocol)[1]]
+        return subprotocol, headers
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         self._session.on_payload(payload, isBinary)
@@ -50,7 +55,7 @@ class RouterWebSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtoc
         """
         if self._session is None or self.state != self.STATE_OPEN:
             raise TransportLost()
-        object_serializer = self._serializer._serializer
+        object_serializer = self.object_serializer
         if self._perMessageCompress is None and not self.send_queue:
             data = msg.websocket_frame(object_serializer)
             self.transport.write(data)
@@ -72,6 +77,9 @@ class RouterWebSocketFactory(WampWebSocketServerFactory):
                  path: str, max_message_size: int,
                  new_flow: Callable[[object], ConnectionFlow]) -> None:
         super().__init__(session_factory, serializers=serializers)
+        self.object_serializers: dict[str, IObjectSerializer] = {
+            serializer.SERIALIZER_ID: serializer.object_serializer for serializer in serializers}
+        """By subprotocol serializer id: the ones the router created, shared by connections."""
         self.path = path
         self.new_flow = new_flow
         self.setProtocolOptions(maxMessagePayloadSize=max_message_size,
@@ -93,9 +101,10 @@ class RouterRawSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtoc
                 if handshake[2:4] != b"\x00\x00":
                     self._refuse(RAWSOCKET_ERROR_RESERVED_BITS)
                     return
-                if serializer_id not in self.factory._serializers:
+                if serializer_id not in self.factory.object_serializers:
                     self._refuse(RAWSOCKET_ERROR_SERIALIZER_UNSUPPORTED)
                     return
+                self.object_serializer = self.factory.object_serializers[serializer_id]
         super().dataReceived(data)
 
     def _refuse(self, code: int) -> None:
@@ -109,7 +118,7 @@ class RouterRawSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtoc
         """Send one frame, refusing messages over the peer's announced maximum length."""
         if self._session is None:
             raise TransportLost()
-        frame = msg.rawsocket_frame(self._serializer._serializer)
+        frame = msg.rawsocket_frame(self.object_serializer)
         if len(frame) - 4 > self._max_len_send:
             raise PayloadExceededError(f"{len(frame) - 4} octets exceed the peer's limit of "
                                        f"{self._max_len_send}")
@@ -132,5 +141,9 @@ class RouterRawSocketFactory(WampRawSocketServerFactory):
     def __init__(self, session_factory: Callable[[], WampSession], serializers: list[Serializer],
                  max_message_size: int, new_flow: Callable[[object], ConnectionFlow]) -> None:
         super().__init__(session_factory, serializers=serializers)
+        self.object_serializers: dict[int, IObjectSerializer] = {
+            serializer.RAWSOCKET_SERIALIZER_ID: serializer.object_serializer
+            for serializer in serializers}
+        """By RawSocket serializer id: the ones the router created, shared by connections."""
         self.setProtocolOptions(maxMessagePayloadSize=max_message_size)
         self.new_flow = new_flow
