@@ -39,9 +39,10 @@ from router.mqtt.frontend import MqttFrontend
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
 from router.ports import describe
 from router.reload import PID_FILE, Reloader, authorizer_for
-from router.store.embedded import EmbeddedEngine, live_entries
-from router.store.redis_engine import RedisEngine
-from router.store.sqlite import SqliteStore
+from router.engines.embedded.engine import EmbeddedEngine
+from router.engines.records import live_entries
+from router.engines.redis.engine import RedisEngine
+from router.engines.embedded.sqlite import SqliteStore
 from router.sysinfo import SysFigures
 from router.tls import server_options
 from router.verifier import SecretVerifier

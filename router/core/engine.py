@@ -2,7 +2,7 @@
 
 A realm asks its engine for three things: where its retained events live (and how they
 are made durable), where its event history lives, and how a publication reaches the
-other nodes serving the realm. The embedded engine (:mod:`router.store.embedded`: one
+other nodes serving the realm. The embedded engine (:mod:`router.engines.embedded.engine`: one
 node, retained events in memory written behind to SQLite) answers "nowhere else" to the
 last question, so a single node pays one ``None`` check per publication for the boundary.
 A clustered engine also needs to know which patterns this node's subscribers hold

@@ -28,7 +28,7 @@ from router.core.incidents import STORE_FAILED, Incidents
 from router.core.retention import RetainedEvent
 from router.core.stats import LATENCY_BOUNDS, Histogram
 from router.core.topic import Topic, from_uri
-from router.store.codec import pack_topic, unpack_topic
+from router.engines.records import pack_topic, topic_key, unpack_topic
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +74,6 @@ def _migrate(connection: sqlite3.Connection) -> None:
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     if rows:
         log.info("%d retained topic(s) rekeyed by level", len(rows))
-
-
-def topic_key(topic: Topic) -> str:
-    """A topic's key in the ``retained`` table."""
-    return json.dumps(topic, ensure_ascii=False, separators=(",", ":"))
 
 
 class SqliteStore:

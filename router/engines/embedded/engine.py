@@ -10,15 +10,15 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from router.amqp.persistence import AmqpStore
+from router.engines.embedded.links import SqliteLinkStore
 from router.core.engine import RealmEngine
 from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import Incidents
 from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
 from router.core.topic import SERVER_OWNED
-from router.mqtt.persistence import MqttSessionStore
-from router.store.codec import decode_retained, encode_retained
-from router.store.sqlite import SqliteStore
+from router.engines.embedded.sessions import SqliteSessionStore
+from router.engines.records import encode_retained, live_entries
+from router.engines.embedded.sqlite import SqliteStore
 
 if TYPE_CHECKING:
     from router.core.realm import Realm
@@ -45,13 +45,13 @@ class EmbeddedEngine:
             topic[0] == SERVER_OWNED or store.save_retained(name, topic, entries))
         return RealmEngine(retention, store, EventHistory(history))
 
-    def mqtt_session_store(self, realm: str) -> MqttSessionStore:
+    def mqtt_session_store(self, realm: str) -> SqliteSessionStore:
         """Realm ``realm``'s persistent MQTT sessions, in this node's SQLite file."""
-        return MqttSessionStore(self.store, realm)
+        return SqliteSessionStore(self.store, realm)
 
-    def amqp_store(self, realm: str, local: SqliteStore) -> AmqpStore:
+    def amqp_store(self, realm: str, local: SqliteStore) -> SqliteLinkStore:
         """Realm ``realm``'s durable AMQP links, in this node's SQLite file."""
-        return AmqpStore(local, realm)
+        return SqliteLinkStore(local, realm)
 
     def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
         """Nothing arrives from elsewhere."""
@@ -72,11 +72,3 @@ def restore_retained(retention: RetainedStore, store: SqliteStore, realm: str) -
               if (live := live_entries(blobs, realm, now))]
     retention.restore(topics)
     return len(topics)
-
-
-def live_entries(blobs: list[bytes], realm: str, now: float) -> list[RetainedEvent]:
-    """A stored topic's entries that still apply: not expired, none older than the newest
-    general event (those served only its publisher's session, which is gone)."""
-    entries = [decode_retained(blob, realm) for blob in blobs]
-    newest_general = max((i for i, e in enumerate(entries) if e.general), default=0)
-    return [e for e in entries[newest_general:] if e.expires_at is None or e.expires_at > now]

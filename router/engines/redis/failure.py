@@ -1,6 +1,6 @@
 """Node failure on the Redis engine: liveness keys, one reaper per dead node.
 
-Keys and channels, beside those of :mod:`router.store.redis_engine`:
+Keys and channels, beside those of :mod:`router.engines.redis.engine`:
 
 * set ``wr:nodes``: the names of the nodes that run (or died and are not reaped yet).
 * string ``wr:node-alive:<node>``: the node's boot id, set with a lifetime of
@@ -13,7 +13,7 @@ Keys and channels, beside those of :mod:`router.store.redis_engine`:
 * hash ``wr:testaments:<realm>:<node>``: session id -> MessagePack ``[authid, authrole,
   authmethod, [[topic, args, kwargs, publish options], ...]]``, the testaments of the
   node's WAMP sessions (written in the realm's per-turn batch; removed once published).
-* hash ``wr:mqtt-will:<realm>:<node>`` (:mod:`router.store.redis_sessions`): the wills of
+* hash ``wr:mqtt-will:<realm>:<node>`` (:mod:`router.engines.redis.sessions`): the wills of
   the node's MQTT connections.
 * channel ``wr:node-down``: MessagePack ``[realm, node, [field, value, ...], reaper]``
   (the ``wr:sessions:<realm>`` entries a dead node had), sent by its reaper: every node
@@ -47,11 +47,12 @@ from twisted.internet import task
 from router.core.incidents import ENGINE_UNAVAILABLE, STORE_FAILED
 from router.core.model import SessionInfo
 from router.core.testament import publish_testaments
+from router.engines.redis.lua import script
+from router.engines.redis.resp import BlockingRedis, command
 from router.mqtt.persistence import StoredWill
-from router.store.resp import BlockingRedis, command
 
 if TYPE_CHECKING:
-    from router.store.redis_engine import RedisEngine, RedisRealm
+    from router.engines.redis.engine import RedisEngine, RedisRealm
 
 log = logging.getLogger(__name__)
 
@@ -65,61 +66,15 @@ may take a while from reading Redis to its first heartbeat (restoring sessions, 
 listeners), and must not look dead meanwhile. A node that dies while starting is found dead
 after at most this long."""
 
-HEARTBEAT = """
-local lost = redis.call('EXISTS', KEYS[2]) == 0
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-redis.call('SADD', KEYS[1], ARGV[1])
-local dead = {}
-for _, node in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  if node ~= ARGV[1] and redis.call('EXISTS', ARGV[5] .. node) == 0
-      and redis.call('SET', ARGV[6] .. node, ARGV[1], 'NX', 'PX', ARGV[4]) then
-    dead[#dead + 1] = node
-  end
-end
-return {lost and 1 or 0, dead}
-"""
+HEARTBEAT = script("heartbeat")
 """KEYS nodes set, this node's alive key; ARGV this node, boot id, node timeout (ms), reaper
 lifetime (ms), alive and reaper key prefixes. Refreshes this node's key and answers {1 if
 it had expired, the dead nodes this node now reaps}."""
 
-REAP = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return false end
-local testaments = redis.call('HGETALL', KEYS[2])
-local wills = redis.call('HGETALL', KEYS[3])
-redis.call('DEL', KEYS[2], KEYS[3])
-local prefix = ARGV[1] .. ':'
-local left = {}
-for _, key in ipairs({KEYS[4], KEYS[5]}) do
-  local found = redis.call('HGETALL', key)
-  for i = 1, #found, 2 do
-    if string.sub(found[i], 1, #prefix) == prefix then
-      redis.call('HDEL', key, found[i])
-      if key == KEYS[4] then
-        left[#left + 1] = found[i]
-        left[#left + 1] = found[i + 1]
-      end
-    end
-  end
-end
-redis.call('HDEL', KEYS[6], ARGV[1])
-local adopted = {}
-for k = 7, #KEYS do
-  local ids = {}
-  local owners = redis.call('HGETALL', KEYS[k])
-  for i = 1, #owners, 2 do
-    if owners[i + 1] == ARGV[1] then
-      redis.call('HSET', KEYS[k], owners[i], ARGV[2])
-      ids[#ids + 1] = owners[i]
-    end
-  end
-  adopted[#adopted + 1] = ids
-end
-redis.call('PUBLISH', ARGV[4], cmsgpack.pack({ARGV[3], ARGV[1], left, ARGV[2]}))
-return {testaments, wills, adopted}
-"""
+REAP = script("reap")
 """KEYS the dead node's alive key, testaments and wills; the realm's sessions,
 subscriptions and interest hashes, then its owner hashes (MQTT clients, AMQP durable links:
-:mod:`router.store.redis_claims`); ARGV the dead node, this node, the realm, the node-down
+:mod:`router.engines.redis.claims`); ARGV the dead node, this node, the realm, the node-down
 channel (every node then forgets the dead node's interest, see
 :meth:`RedisRealm.node_down`). Nothing (nil) if the node is alive again, else {testaments,
 wills, {the ids this node now owns, per owner hash}}."""
@@ -127,11 +82,7 @@ wills, {the ids this node now owns, per owner hash}}."""
 ADOPTED = {"mqtt": "MQTT session(s)", "amqp": "AMQP durable link(s)"}
 """What the ids of each owner hash are, for the log of a reaping."""
 
-REAPED = """
-if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[1]) end
-redis.call('DEL', KEYS[2])
-return 0
-"""
+REAPED = script("reaped")
 """KEYS the dead node's alive and reaper keys, the nodes set; ARGV the dead node: reaped
 (unless it came back), no other node needs to."""
 

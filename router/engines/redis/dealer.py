@@ -1,6 +1,6 @@
 """RPC and the session meta API across the nodes of a Redis engine.
 
-Keys and channels, beside those of :mod:`router.store.redis_engine`:
+Keys and channels, beside those of :mod:`router.engines.redis.engine`:
 
 * hash ``wr:registrations:<realm>``: ``"<match> <uri>"`` -> JSON ``{"policy": ...,
   "callees": [[node, session, registration, seq, time], ...]}``, callees in the order they
@@ -44,90 +44,26 @@ from router.core.meta import authroles_filter, by_match, lookup_args, topic_arg
 from router.core.model import SessionInfo
 from router.core.peer import Peer
 from router.core.topic import Topic, topic_matches
-from router.store.resp import command
+from router.engines.redis.lua import script
+from router.engines.redis.resp import command
 
 if TYPE_CHECKING:
     from router.core.realm import Realm
-    from router.store.redis_engine import RedisEngine
+    from router.engines.redis.engine import RedisEngine
 
 REGISTRATIONS_CHANNEL = b"wr:registrations"
 
-REGISTER = """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-local entry = {policy = ARGV[2], callees = {}}
-if raw then
-  entry = cjson.decode(raw)
-  if entry.policy ~= ARGV[2] then
-    return {'wamp.error.procedure_exists_with_different_invocation_policy',
-            'registered with policy ' .. entry.policy}
-  end
-  if ARGV[2] == 'single' then
-    return {'wamp.error.procedure_already_exists', 'registered on node ' .. entry.callees[1][1]}
-  end
-  for _, callee in ipairs(entry.callees) do
-    if callee[1] == ARGV[3] and callee[2] == ARGV[4] then
-      return {'wamp.error.procedure_already_exists', 'this session registered it already'}
-    end
-  end
-end
-local seq = redis.call('INCR', KEYS[2])
-entry.callees[#entry.callees + 1] = {ARGV[3], ARGV[4], ARGV[5], seq, ARGV[6]}
-local value = cjson.encode(entry)
-redis.call('HSET', KEYS[1], ARGV[1], value)
-redis.call('PUBLISH', KEYS[3], cjson.encode({ARGV[7], seq, ARGV[1], value}))
-return {'', seq}
-"""
+REGISTER = script("register")
 """Add callee ``(node, session, registration)`` to procedure ``ARGV[1]`` if the policy
 allows; ``{error, message}`` or ``{'', seq}``. Ids travel as strings: Lua numbers are
 doubles and cjson would round them."""
 
-RELEASE = """
-if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
-local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
-if #fields == 0 then fields = redis.call('HKEYS', KEYS[1]) end
-local changed = 0
-for _, field in ipairs(fields) do
-  local raw = redis.call('HGET', KEYS[1], field)
-  if raw then
-    local entry = cjson.decode(raw)
-    local kept = {}
-    for _, callee in ipairs(entry.callees) do
-      if callee[1] ~= ARGV[2] or (ARGV[3] ~= '' and callee[2] ~= ARGV[3]) then
-        kept[#kept + 1] = callee
-      end
-    end
-    if #kept < #entry.callees then
-      local seq = redis.call('INCR', KEYS[2])
-      local value = false
-      if #kept == 0 then
-        redis.call('HDEL', KEYS[1], field)
-      else
-        entry.callees = kept
-        value = cjson.encode(entry)
-        redis.call('HSET', KEYS[1], field, value)
-      end
-      redis.call('PUBLISH', KEYS[3], cjson.encode({ARGV[1], seq, field, value}))
-      changed = changed + 1
-    end
-  end
-end
-return changed
-"""
+RELEASE = script("release")
 """Remove the callees of node ``ARGV[2]`` (only session ``ARGV[3]``'s unless it is empty)
 from the procedures ``ARGV[4:]`` (every procedure when none are given); with a fourth key
 (the node's alive key) only if it does not exist: the node died and did not come back."""
 
-DROP_NODE_FIELDS = """
-local n = 0
-for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
-  if string.sub(field, 1, #ARGV[1]) == ARGV[1] then
-    redis.call('HDEL', KEYS[1], field)
-    n = n + 1
-  end
-end
-return n
-"""
+DROP_NODE_FIELDS = script("drop_node_fields")
 """Forget the entries (sessions, subscriptions) whose field starts with ``ARGV[1]``
 (``"<node>:"``)."""
 

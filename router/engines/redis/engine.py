@@ -14,7 +14,7 @@ Keys and channels (``<realm>`` and ``<node>`` as configured):
 * hash ``wr:interest:<realm>``: node -> the patterns its subscribers hold in the realm;
   channel ``wr:interest`` announces each change to the other nodes.
 * hash ``wr:retained:<realm>``: topic -> its retained entries (the SQLite row format,
-  :mod:`router.store.codec`); hash ``wr:retained-token:<realm>``: topic -> the token of the
+  :mod:`router.engines.records`); hash ``wr:retained-token:<realm>``: topic -> the token of the
   write that set it; sorted set ``wr:retained-expiry:<realm>``: topic -> when the last of
   its entries expires, swept by every node; channel ``wr:retained`` announces each
   change. Every node keeps the realm's retained events in memory (loaded at start, kept
@@ -24,20 +24,20 @@ Keys and channels (``<realm>`` and ``<node>`` as configured):
   announcement); otherwise it applies its event to what Redis holds and tries again, so two
   nodes setting one topic at once end as if one had set it after the other.
 * lists ``wr:history:<realm>:<match>:<pattern>``: the realm's event history per rule
-  (:mod:`router.store.redis_history`).
+  (:mod:`router.engines.redis.history`).
 
 Delivery between nodes is Redis PUB/SUB: a QoS 0 publication reaches another node at most
 once; a QoS >= 1 publication is acknowledged to its publisher only once every node it was
 sent to has confirmed it, so one a node missed (disconnected, killed) is never acknowledged.
 
-Registrations, forwarded calls and the sessions of every node: :mod:`router.store.redis_rpc`.
-MQTT persistent sessions (:mod:`router.store.redis_sessions`) and AMQP durable links
-(:mod:`router.store.redis_links`) follow their client among nodes
-(:mod:`router.store.redis_claims`); their writes go out in one batch per reactor turn
+Registrations, forwarded calls and the sessions of every node: :mod:`router.engines.redis.dealer`.
+MQTT persistent sessions (:mod:`router.engines.redis.sessions`) and AMQP durable links
+(:mod:`router.engines.redis.links`) follow their client among nodes
+(:mod:`router.engines.redis.claims`); their writes go out in one batch per reactor turn
 (:meth:`RedisRealm.write`), as do copies of WAMP testaments and MQTT wills;
 :meth:`RedisRealm.when_durable` waits for them, for retained writes and for QoS >= 1
 publications forwarded to other nodes. A node that dies is found and reaped by one of the
-others: :mod:`router.store.redis_failure`.
+others: :mod:`router.engines.redis.failure`.
 """
 
 from __future__ import annotations
@@ -61,18 +61,19 @@ from router.core.incidents import ENGINE_BEHIND, ENGINE_UNAVAILABLE, STORE_FAILE
 from router.core.model import Publication
 from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
 from router.core.topic import SERVER_OWNED, Topic
-from router.store.codec import (decode_retained, encode_retained, pack_publication, pack_topic,
-                                unpack_publication, unpack_topic)
-from router.store.embedded import live_entries
-from router.store.redis_failure import (NODE_DOWN_CHANNEL, REAP, NodeWatch, RedisTestaments,
-                                        publish_left, take_left, testaments_key)
-from router.store.redis_history import RedisHistory
-from router.store.redis_rpc import REGISTRATIONS_CHANNEL, RedisDealer, RedisMembership
-from router.store.redis_claims import TAKEOVER_CHANNEL_PREFIX, RedisClaims
-from router.store.redis_links import RedisAmqpStore
-from router.store.redis_sessions import RedisMqttSessionStore
-from router.store.resp import BlockingRedis, RespFactory, RespProtocol, command
-from router.store.sqlite import SqliteStore, topic_key
+from router.engines.embedded.sqlite import SqliteStore
+from router.engines.records import (decode_retained, encode_retained, live_entries,
+                                    pack_publication, pack_topic, topic_key,
+                                    unpack_publication, unpack_topic)
+from router.engines.redis.claims import TAKEOVER_CHANNEL_PREFIX, RedisClaims
+from router.engines.redis.dealer import REGISTRATIONS_CHANNEL, RedisDealer, RedisMembership
+from router.engines.redis.failure import (NODE_DOWN_CHANNEL, REAP, NodeWatch, RedisTestaments,
+                                          publish_left, take_left, testaments_key)
+from router.engines.redis.history import RedisHistory
+from router.engines.redis.links import RedisAmqpStore
+from router.engines.redis.lua import script
+from router.engines.redis.resp import BlockingRedis, RespFactory, RespProtocol, command
+from router.engines.redis.sessions import RedisMqttSessionStore
 
 if TYPE_CHECKING:
     from router.core.realm import Realm
@@ -84,39 +85,11 @@ QOS_CHANNEL_PREFIX = b"wr:node-qos:"
 CONFIRM_CHANNEL_PREFIX = b"wr:confirm:"
 RETAINED_CHANNEL = b"wr:retained"
 
-SWEEP = """
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
-for _, topic in ipairs(due) do
-  redis.call('HDEL', KEYS[1], topic)
-  redis.call('HDEL', KEYS[3], topic)
-  redis.call('ZREM', KEYS[2], topic)
-  redis.call('PUBLISH', ARGV[4], cmsgpack.pack({ARGV[2], ARGV[3], topic, '', ''}))
-end
-return #due
-"""
+SWEEP = script("sweep")
 """Drops topics whose every entry has expired. A topic set again meanwhile has a later
 score, so a sweep never removes a fresher value."""
 
-RETAIN = """
-local current = redis.call('HGET', KEYS[3], ARGV[1]) or ''
-if current ~= ARGV[2] then
-  return {0, current, redis.call('HGET', KEYS[1], ARGV[1]) or ''}
-end
-if ARGV[4] == '' then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  redis.call('HDEL', KEYS[3], ARGV[1])
-else
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
-  redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
-end
-if ARGV[5] == '' then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-else
-  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
-end
-redis.call('PUBLISH', ARGV[6], cmsgpack.pack({ARGV[7], ARGV[8], ARGV[1], ARGV[4], ARGV[3]}))
-return {1}
-"""
+RETAIN = script("retain")
 """Compare and replace one topic: KEYS retained, retained-expiry, retained-token; ARGV
 topic, the token the writer's memory had ('' for none), the new token, the entries ('' to
 remove), the expiry score ('' for none), the channel, realm and node of the announcement.
@@ -367,7 +340,7 @@ class RedisRealm:
                     f"{self.engine.limits.confirm_timeout:g} s")
 
     def reap_command(self, node: str, alive_key: bytes) -> tuple:
-        """The :data:`router.store.redis_failure.REAP` call for dead node ``node``."""
+        """The :data:`router.engines.redis.failure.REAP` call for dead node ``node``."""
         owners = [claims.owner_key for claims in self.claims.values()]
         return ("EVAL", REAP, 6 + len(owners), alive_key, testaments_key(self.name, node),
                 self.sessions.wills_key(node), self.members.sessions_key,
@@ -666,7 +639,7 @@ def _settle(waiting: defer.Deferred, ok: bool) -> None:
 
 
 def _topic_from_key(key: bytes) -> Topic:
-    """The inverse of :func:`router.store.sqlite.topic_key`."""
+    """The inverse of :func:`router.engines.records.topic_key`."""
     return tuple(json.loads(key))
 
 
