@@ -88,3 +88,23 @@ def test_the_cycle_finder_finds_a_type_checking_cycle(tmp_path):
              for name in "abc"}
     assert graph["pkg.b"] == {"pkg.c"}
     assert _cycle(graph) in (["pkg.a", "pkg.b", "pkg.c", "pkg.a"], ["pkg.a", "pkg.c", "pkg.a"])
+
+
+def test_only_the_node_picks_an_engine():
+    """The engines sit behind the contract of ``router/core/engine.py``: no module of
+    ``router/`` outside ``router/engines/`` and ``router/node.py`` imports one (frontends
+    type against the store Protocols they define)."""
+    offenders = []
+    seen = 0
+    for path in sorted((ROOT / "router").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if module == "router.node" or module.startswith("router.engines"):
+            seen += "router.engines" in module
+            continue
+        offenders += [f"{module} imports {target}"  # router/ imports absolutely
+                      for target in sorted(_imported_modules(path, "router"))
+                      if target == "router.engines" or target.startswith("router.engines.")]
+    assert seen > 5  # the engines were found where they live
+    assert "router.engines.redis.engine" in _imported_modules(ROOT / "router/node.py", "router")
+    assert offenders == [], "\n".join(offenders)

@@ -10,18 +10,21 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from router.engines.embedded.links import SqliteLinkStore
-from router.core.engine import RealmEngine
+from router.core.engine import Paused, RealmEngine
 from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import Incidents
 from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
 from router.core.topic import SERVER_OWNED
+from router.engines.embedded.links import SqliteLinkStore
 from router.engines.embedded.sessions import SqliteSessionStore
-from router.engines.records import encode_retained, live_entries
 from router.engines.embedded.sqlite import SqliteStore
+from router.engines.records import encode_retained, live_entries
 
 if TYPE_CHECKING:
+    from router.amqp.persistence import AmqpStore
+    from router.core.engine import Engine
     from router.core.realm import Realm
+    from router.mqtt.persistence import MqttSessionStore
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,7 @@ class EmbeddedEngine:
 
     def __init__(self, store: SqliteStore) -> None:
         self.store = store
+
 
     def open_realm(self, name: str, policy: RetentionPolicy,
                    history: list[HistoryRule]) -> RealmEngine:
@@ -49,9 +53,12 @@ class EmbeddedEngine:
         """Realm ``realm``'s persistent MQTT sessions, in this node's SQLite file."""
         return SqliteSessionStore(self.store, realm)
 
-    def amqp_store(self, realm: str, local: SqliteStore) -> SqliteLinkStore:
+    def amqp_store(self, realm: str) -> SqliteLinkStore:
         """Realm ``realm``'s durable AMQP links, in this node's SQLite file."""
-        return SqliteLinkStore(local, realm)
+        return SqliteLinkStore(self.store, realm)
+
+    def pause_intake_with(self, paused: Paused) -> None:
+        """Never asked: the node pauses its intake for its SQLite writer itself."""
 
     def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
         """Nothing arrives from elsewhere."""
@@ -72,3 +79,7 @@ def restore_retained(retention: RetainedStore, store: SqliteStore, realm: str) -
               if (live := live_entries(blobs, realm, now))]
     retention.restore(topics)
     return len(topics)
+
+
+if TYPE_CHECKING:  # the type checker proves the contract (tests/test_engines.py at run time)
+    _: type[Engine[MqttSessionStore, AmqpStore]] = EmbeddedEngine

@@ -531,3 +531,10 @@ def _node_and_id(field: bytes) -> tuple[str, int]:
 def _pattern(value: bytes) -> tuple[str, Topic]:
     match, levels = json.loads(value)
     return match, tuple(levels)
+
+
+if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
+    from router.core.dealer import ClusterDealer
+    from router.core.engine import Membership
+    _dealer: type[ClusterDealer] = RedisDealer
+    _membership: type[Membership] = RedisMembership

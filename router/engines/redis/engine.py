@@ -55,7 +55,7 @@ from twisted.internet import defer, task
 from twisted.python.failure import Failure
 
 from router.core.broker import Subscription, SubscriptionIndex
-from router.core.engine import ClusterLimits, RealmEngine
+from router.core.engine import ClusterLimits, Paused, RealmEngine
 from router.core.history import HistoryRule
 from router.core.incidents import ENGINE_BEHIND, ENGINE_UNAVAILABLE, STORE_FAILED, Incidents
 from router.core.model import Publication
@@ -76,7 +76,10 @@ from router.engines.redis.resp import BlockingRedis, RespFactory, RespProtocol, 
 from router.engines.redis.sessions import RedisMqttSessionStore
 
 if TYPE_CHECKING:
+    from router.amqp.persistence import AmqpStore
+    from router.core.engine import Engine
     from router.core.realm import Realm
+    from router.mqtt.persistence import MqttSessionStore
 
 log = logging.getLogger(__name__)
 
@@ -647,8 +650,11 @@ class RedisEngine:
     """The engine of a node among several on one Redis (see the module docstring)."""
 
     def __init__(self, address: tuple[str, int, int], node: str, reactor: Any,
-                 limits: ClusterLimits = ClusterLimits()) -> None:
+                 local: SqliteStore, limits: ClusterLimits = ClusterLimits()) -> None:
         self.address = address
+        self.local = local
+        """The node's SQLite store: keeps what stays on the node (QoS 2 tags of AMQP durable
+        sender links)."""
         self.node = node
         self.node_bytes = node.encode()
         self.reactor = reactor
@@ -661,8 +667,8 @@ class RedisEngine:
         self.incidents = Incidents()
         """Replaced by the router's own in :meth:`start`."""
         self.on_pressure: Callable[[bool], None] = lambda pressed: None
-        """Stop (True) / restart (False) reading from publishers: Redis is behind; the node
-        sets it to its intake gate."""
+        """Stop (True) / restart (False) reading from publishers: Redis is behind (set by
+        :meth:`pause_intake_with`)."""
         self.on_adopting: Callable[[bool], None] = lambda adopting: None
         """Stop (True) / restart (False) reading from publishers while this node adopts a
         dead node's clients: a local publication must not miss them either."""
@@ -696,13 +702,19 @@ class RedisEngine:
         to any node."""
         return self.realms[realm].sessions
 
-    def amqp_store(self, realm: str, local: SqliteStore) -> RedisAmqpStore:
+    def amqp_store(self, realm: str) -> RedisAmqpStore:
         """Realm ``realm``'s durable AMQP links, in Redis: they follow their client to any
-        node (``local`` keeps the QoS 2 tags of durable sender links)."""
+        node (the node's SQLite keeps the QoS 2 tags of durable sender links)."""
         shared = self.realms[realm]
-        store = RedisAmqpStore(shared, realm, local)
+        store = RedisAmqpStore(shared, realm, self.local)
         shared.claims["amqp"] = shared.links = store
         return store
+
+    def pause_intake_with(self, paused: Paused) -> None:
+        """Publishers pause while Redis is behind and while this node adopts a dead node's
+        clients."""
+        self.on_pressure = lambda pressed: paused(pressed, "Redis")
+        self.on_adopting = lambda adopting: paused(adopting, "dead-node adoption")
 
     def start(self, realms: dict[str, "Realm"], incidents: Incidents) -> None:
         """Receive from the other nodes for ``realms`` and send to them."""
@@ -873,3 +885,7 @@ class RedisEngine:
         for connector in self._connectors:
             connector.factory.stopTrying()
             connector.disconnect()
+
+
+if TYPE_CHECKING:  # the type checker proves the contract (tests/test_engines.py at run time)
+    _: type[Engine[MqttSessionStore, AmqpStore]] = RedisEngine

@@ -123,3 +123,8 @@ class RedisHistory:
                 if horizon is None or publication.timestamp >= horizon:
                     kept.append((sequence, publication))
         return kept
+
+
+if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
+    from router.core.history import History
+    _: type[History] = RedisHistory

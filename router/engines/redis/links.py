@@ -146,3 +146,9 @@ class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
         what was written so far."""
         RedisClaims.when_durable(self, lambda shared: SqliteLinkStore.when_durable(
             self, lambda stored: callback(shared and stored)))
+
+
+if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
+    from router.amqp.persistence import AmqpStore, LinkClaims
+    _link_store: type[AmqpStore] = RedisAmqpStore
+    _link_claims: type[LinkClaims] = RedisAmqpStore

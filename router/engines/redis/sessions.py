@@ -151,3 +151,9 @@ def _stored(client_id: str, replies: list) -> StoredSession | None:
                                               StoredMessage.unpack(message)))
     stored.inbound = {int(packet_id) for packet_id in inbound}
     return stored
+
+
+if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
+    from router.mqtt.persistence import MqttSessionStore, SessionClaims
+    _session_store: type[MqttSessionStore] = RedisMqttSessionStore
+    _session_claims: type[SessionClaims] = RedisMqttSessionStore
