@@ -20,11 +20,13 @@ from router.engines.embedded.links import SqliteLinkStore
 from router.engines.embedded.sessions import SqliteSessionStore
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.redis.claims import RedisClaims
-from router.engines.redis.dealer import RedisDealer, RedisMembership
-from router.engines.redis.engine import RedisEngine, RedisRealm
+from router.engines.redis.dealer import RedisDealer
+from router.engines.redis.engine import RedisEngine
 from router.engines.redis.failure import RedisTestaments
 from router.engines.redis.history import RedisHistory
 from router.engines.redis.links import RedisAmqpStore
+from router.engines.redis.membership import RedisMembership
+from router.engines.redis.realm import RedisRealm
 from router.engines.redis.sessions import RedisMqttSessionStore
 from router.mqtt.persistence import MqttSessionStore, SessionClaims
 

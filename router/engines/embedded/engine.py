@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from router.core.engine import Paused, RealmEngine
 from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import Incidents
-from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
+from router.core.retention import RetainedStore, RetentionPolicy
 from router.core.topic import SERVER_OWNED
 from router.engines.embedded.links import SqliteLinkStore
 from router.engines.embedded.sessions import SqliteSessionStore

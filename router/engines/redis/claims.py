@@ -40,7 +40,7 @@ from router.engines.redis.lua import script
 from router.engines.redis.resp import BlockingRedis, command
 
 if TYPE_CHECKING:
-    from router.engines.redis.engine import RedisRealm
+    from router.engines.redis.realm import RedisRealm
 
 log = logging.getLogger(__name__)
 

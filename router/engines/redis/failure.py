@@ -52,7 +52,8 @@ from router.engines.redis.resp import BlockingRedis, command
 from router.mqtt.persistence import StoredWill
 
 if TYPE_CHECKING:
-    from router.engines.redis.engine import RedisEngine, RedisRealm
+    from router.engines.redis.engine import RedisEngine
+    from router.engines.redis.realm import RedisRealm
 
 log = logging.getLogger(__name__)
 

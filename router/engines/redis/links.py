@@ -37,7 +37,7 @@ from router.engines.embedded.sqlite import SqliteStore
 from router.engines.redis.claims import RedisClaims
 
 if TYPE_CHECKING:
-    from router.engines.redis.engine import RedisRealm
+    from router.engines.redis.realm import RedisRealm
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from router.mqtt.persistence import (QUEUED, StoredMessage, StoredOutbound, Stor
 from router.engines.redis.claims import RedisClaims
 
 if TYPE_CHECKING:
-    from router.engines.redis.engine import RedisRealm
+    from router.engines.redis.realm import RedisRealm
 
 
 class RedisMqttSessionStore(RedisClaims[StoredSession]):
