@@ -20,9 +20,10 @@ from router.engines.embedded.links import SqliteLinkStore
 from router.engines.embedded.sessions import SqliteSessionStore
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.redis.claims import RedisClaims
+from router.engines.redis.context import EngineContext, RealmContext
 from router.engines.redis.dealer import RedisDealer
 from router.engines.redis.engine import RedisEngine
-from router.engines.redis.failure import RedisTestaments
+from router.engines.redis.failure import LeftRealm, RedisTestaments, WatchedEngine
 from router.engines.redis.history import RedisHistory
 from router.engines.redis.links import RedisAmqpStore
 from router.engines.redis.membership import RedisMembership
@@ -40,6 +41,9 @@ IMPLEMENTATIONS = [
     (AmqpStore, SqliteLinkStore), (AmqpStore, RedisAmqpStore),
     (Claims, RedisClaims), (SessionClaims, RedisMqttSessionStore),
     (LinkClaims, RedisAmqpStore),
+    # what the Redis engine's parts ask of their engine and realm share (no import back)
+    (EngineContext, RedisEngine), (RealmContext, RedisRealm), (LeftRealm, RedisRealm),
+    (WatchedEngine, RedisEngine),
 ]
 
 
@@ -83,5 +87,7 @@ def test_data_members_are_set_by_the_stores(tmp_path):
             assert hasattr(links, name), name
         assert {"release", "adopt", "lost_will"} <= _members(SessionClaims)[1]
         assert {"release", "adopt"} <= _members(LinkClaims)[1]
+        assert {"node", "commands", "limits"} <= _members(EngineContext)[1]
+        assert {"sessions", "dealer", "engine"} <= _members(LeftRealm)[1]
     finally:
         store.close()

@@ -108,3 +108,17 @@ def test_only_the_node_picks_an_engine():
     assert seen > 5  # the engines were found where they live
     assert "router.engines.redis.engine" in _imported_modules(ROOT / "router/node.py", "router")
     assert offenders == [], "\n".join(offenders)
+
+
+def test_no_import_cycle_among_the_engines():
+    """The Redis engine's parts type their back-pointers with ``engines/redis/context.py``'s
+    Protocols, so the engine and realm import their parts and never the reverse."""
+    modules = {}
+    for path in (ROOT / "router/engines").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {name: {target for target in _imported_modules(path, "router")
+                    if target in modules and target != name}
+             for name, path in modules.items()}
+    assert "router.engines.redis.realm" in graph["router.engines.redis.engine"]
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))

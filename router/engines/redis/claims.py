@@ -40,7 +40,7 @@ from router.engines.redis.lua import script
 from router.engines.redis.resp import BlockingRedis, command
 
 if TYPE_CHECKING:
-    from router.engines.redis.realm import RedisRealm
+    from router.engines.redis.context import RealmContext
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class RedisClaims(Generic[Stored]):
     label = ""
     """What an id names, for logs: "MQTT client"."""
 
-    def __init__(self, shared: "RedisRealm", realm: str) -> None:
+    def __init__(self, shared: "RealmContext", realm: str) -> None:
         self._shared = shared
         self._engine = shared.engine
         self._realm = realm

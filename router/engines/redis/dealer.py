@@ -43,7 +43,7 @@ from router.engines.redis.resp import command
 
 if TYPE_CHECKING:
     from router.core.realm import Realm
-    from router.engines.redis.engine import RedisEngine
+    from router.engines.redis.context import EngineContext
 
 REGISTRATIONS_CHANNEL = b"wr:registrations"
 
@@ -104,7 +104,7 @@ class RedisDealer:
     """One realm's registrations and calls across the nodes (a
     :class:`router.core.dealer.ClusterDealer`)."""
 
-    def __init__(self, engine: "RedisEngine", name: str, limits: ClusterLimits) -> None:
+    def __init__(self, engine: "EngineContext", name: str, limits: ClusterLimits) -> None:
         self.engine = engine
         self.name = name
         self.limits = limits

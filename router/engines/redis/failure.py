@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import msgpack
 from twisted.internet import task
@@ -47,15 +48,48 @@ from twisted.internet import task
 from router.core.incidents import ENGINE_UNAVAILABLE, STORE_FAILED
 from router.core.model import SessionInfo
 from router.core.testament import publish_testaments
+from router.engines.redis.context import EngineContext, RealmContext
 from router.engines.redis.lua import script
 from router.engines.redis.resp import BlockingRedis, command
 from router.mqtt.persistence import StoredWill
 
 if TYPE_CHECKING:
-    from router.engines.redis.engine import RedisEngine
-    from router.engines.redis.realm import RedisRealm
+    from router.core.realm import Realm
+    from router.engines.redis.claims import RedisClaims
+    from router.engines.redis.dealer import RedisDealer
+    from router.engines.redis.links import RedisAmqpStore
+    from router.engines.redis.sessions import RedisMqttSessionStore
 
 log = logging.getLogger(__name__)
+
+
+class LeftRealm(RealmContext, Protocol):
+    """A realm's share as failure handling uses it: the stores a dead node's clients are
+    adopted into, the dealer that drops its registrations, the hold on forwarded
+    publications while it is reaped."""
+
+    realm: "Realm | None"
+    sessions: "RedisMqttSessionStore"
+    links: "RedisAmqpStore | None"
+    claims: "dict[str, RedisClaims]"
+    dealer: "RedisDealer"
+
+    def reap_command(self, node: str, alive_key: bytes) -> tuple:
+        """The reaping script's call for dead node ``node`` in this realm."""
+
+    def hold_forwarded(self) -> None:
+        """Keep publications from other nodes until the reaping is answered."""
+
+    def release_forwarded(self) -> None:
+        """Dispatch the publications held since :meth:`hold_forwarded`."""
+
+
+class WatchedEngine(EngineContext, Protocol):
+    """The engine as :class:`NodeWatch` uses it: every realm's share, to reap in each."""
+
+    @property
+    def realms(self) -> "Mapping[str, LeftRealm]":
+        """The realms of the node, by name."""
 
 NODES_KEY = b"wr:nodes"
 ALIVE_PREFIX = b"wr:node-alive:"
@@ -96,7 +130,7 @@ def testaments_key(realm: str, node: str) -> bytes:
 class RedisTestaments:
     """One realm's :class:`router.core.engine.TestamentStore` on Redis (this node's hash)."""
 
-    def __init__(self, shared: "RedisRealm") -> None:
+    def __init__(self, shared: "LeftRealm") -> None:
         self._shared = shared
         self.key = testaments_key(shared.name, shared.engine.node)
 
@@ -121,7 +155,7 @@ class RedisTestaments:
         return True
 
 
-def publish_left(shared: "RedisRealm", node: str, testaments: list, wills: list,
+def publish_left(shared: "LeftRealm", node: str, testaments: list, wills: list,
                  adopted: list | None) -> None:
     """Publish what node ``node`` (dead, or this node's previous run) left in realm
     ``shared``: its sessions' testaments; its clients' wills, with their sessions if
@@ -153,7 +187,7 @@ def publish_left(shared: "RedisRealm", node: str, testaments: list, wills: list,
                  len(testaments) // 2, len(by_client), f"; {counts} adopted" if counts else "")
 
 
-def take_left(shared: "RedisRealm", redis: BlockingRedis) -> tuple[list, list]:
+def take_left(shared: "LeftRealm", redis: BlockingRedis) -> tuple[list, list]:
     """Start-up: the testaments and wills this node's previous run left (it was killed and
     came back before it was reaped), removed from Redis, to publish once running."""
     keys = (testaments_key(shared.name, shared.engine.node), shared.sessions.will_key)
@@ -165,7 +199,7 @@ def take_left(shared: "RedisRealm", redis: BlockingRedis) -> tuple[list, list]:
 class NodeWatch:
     """This node's alive key, and the search for dead nodes (see the module docstring)."""
 
-    def __init__(self, engine: "RedisEngine") -> None:
+    def __init__(self, engine: "WatchedEngine") -> None:
         self.engine = engine
         self.boot = os.urandom(8).hex()
         self.alive_key = ALIVE_PREFIX + engine.node_bytes
@@ -231,7 +265,7 @@ class NodeWatch:
         engine.send(command("EVAL", REAPED, 3, alive_key, REAPER_PREFIX + node.encode(),
                             NODES_KEY, node), 1, what=f"node {node} not marked reaped")
 
-    def _reaped(self, replies: list, shared: "RedisRealm", node: str) -> None:
+    def _reaped(self, replies: list, shared: "LeftRealm", node: str) -> None:
         reaped, _ = replies
         if reaped is None:
             log.info("realm %s: node %s is alive again: not reaped", shared.name, node)
@@ -243,7 +277,7 @@ class NodeWatch:
         self.engine.request(command("PING")).addBoth(
             lambda _: shared.release_forwarded())
 
-    def _reap_failed(self, failure: Any, shared: "RedisRealm", node: str) -> None:
+    def _reap_failed(self, failure: Any, shared: "LeftRealm", node: str) -> None:
         log.error("realm %s: node %s not (fully) reaped: %s", shared.name, node,
                   failure.getTraceback())
         shared.release_forwarded()

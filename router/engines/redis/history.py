@@ -31,7 +31,7 @@ from router.engines.redis.lua import script
 from router.engines.redis.resp import command
 
 if TYPE_CHECKING:
-    from router.engines.redis.engine import RedisEngine
+    from router.engines.redis.context import EngineContext
 
 APPEND = script("append")
 """KEYS: the sequence counter, then one list per rule. ARGV: each rule's limit, each rule's
@@ -42,7 +42,7 @@ its entry without the sequence."""
 class RedisHistory:
     """The history of one realm, kept in Redis (see the module docstring)."""
 
-    def __init__(self, engine: "RedisEngine", realm: str, rules: list[HistoryRule]) -> None:
+    def __init__(self, engine: "EngineContext", realm: str, rules: list[HistoryRule]) -> None:
         self.engine = engine
         self.realm = realm
         self.rules = rules

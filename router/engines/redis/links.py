@@ -37,7 +37,7 @@ from router.engines.embedded.sqlite import SqliteStore
 from router.engines.redis.claims import RedisClaims
 
 if TYPE_CHECKING:
-    from router.engines.redis.realm import RedisRealm
+    from router.engines.redis.context import RealmContext
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
     protocol = "amqp"
     label = "AMQP durable link"
 
-    def __init__(self, shared: "RedisRealm", realm: str, local: SqliteStore) -> None:
+    def __init__(self, shared: "RealmContext", realm: str, local: SqliteStore) -> None:
         RedisClaims.__init__(self, shared, realm)
         SqliteLinkStore.__init__(self, local, realm)
         self._link_key = f"wr:amqp-link:{realm}".encode()

@@ -24,7 +24,7 @@ from router.engines.redis.lua import script
 from router.engines.redis.resp import command
 
 if TYPE_CHECKING:
-    from router.engines.redis.engine import RedisEngine
+    from router.engines.redis.context import EngineContext
 
 DROP_NODE_FIELDS = script("drop_node_fields")
 """Forget the entries (sessions, subscriptions) whose field starts with ``ARGV[1]``
@@ -34,7 +34,7 @@ DROP_NODE_FIELDS = script("drop_node_fields")
 class RedisMembership:
     """One realm's sessions and subscriptions on every node, for the cluster-wide meta API."""
 
-    def __init__(self, engine: "RedisEngine", name: str) -> None:
+    def __init__(self, engine: "EngineContext", name: str) -> None:
         self.engine = engine
         self.sessions_key = f"wr:sessions:{name}".encode()
         self.subscriptions_key = f"wr:subscriptions:{name}".encode()

@@ -35,7 +35,7 @@ from router.engines.redis.sessions import RedisMqttSessionStore
 
 if TYPE_CHECKING:
     from router.core.realm import Realm
-    from router.engines.redis.engine import RedisEngine
+    from router.engines.redis.context import EngineContext
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def unpack_patterns(data: bytes | None) -> set[tuple[Topic, str]]:
 class RedisRealm:
     """One realm's share of the engine: interest both ways, forwarding, retained writes."""
 
-    def __init__(self, engine: "RedisEngine", name: str, policy: RetentionPolicy) -> None:
+    def __init__(self, engine: "EngineContext", name: str, policy: RetentionPolicy) -> None:
         self.engine = engine
         self.name = name
         self.realm: "Realm | None" = None

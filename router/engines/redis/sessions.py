@@ -32,7 +32,7 @@ from router.mqtt.persistence import (QUEUED, StoredMessage, StoredOutbound, Stor
 from router.engines.redis.claims import RedisClaims
 
 if TYPE_CHECKING:
-    from router.engines.redis.realm import RedisRealm
+    from router.engines.redis.context import RealmContext
 
 
 class RedisMqttSessionStore(RedisClaims[StoredSession]):
@@ -42,7 +42,7 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
     protocol = "mqtt"
     label = "MQTT client"
 
-    def __init__(self, shared: "RedisRealm", realm: str) -> None:
+    def __init__(self, shared: "RealmContext", realm: str) -> None:
         super().__init__(shared, realm)
         self._session_key = f"wr:mqtt-session:{realm}".encode()
         self.will_key = self.wills_key(self._engine.node)
