@@ -13,7 +13,7 @@ goodbye) and its transport aborted: a client that does not read cannot be closed
 gracefully, and aborting drops the buffered bytes at once.
 
 Inbound: :class:`IntakeGate` stops reading from every connection that publishes while
-the store's writer is behind (see :class:`router.store.sqlite.SqliteStore`), so a
+the store's writer is behind (see :class:`router.engines.embedded.sqlite.SqliteStore`), so a
 publisher faster than the disk is slowed by TCP flow control, not by our memory.
 """
 

@@ -18,6 +18,7 @@ from twisted.internet.interfaces import IListeningPort, IReactorCore
 
 from router.amqp.frontend import AmqpFrontend
 from router.admin_socket import SOCKET_MODE, AdminFactory
+from router.amqp.persistence import AmqpStore
 from router.amqp.transports import AmqpTcpFactory
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
 from router.core.engine import Engine
@@ -36,12 +37,14 @@ from router.memory import MemoryReclaimer
 from router.metrics.collector import registry_for, watch_retention
 from router.metrics.http import metrics_site
 from router.mqtt.frontend import MqttFrontend
+from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
 from router.ports import describe
 from router.reload import PID_FILE, Reloader, authorizer_for
-from router.store.embedded import EmbeddedEngine, live_entries
-from router.store.redis_engine import RedisEngine
-from router.store.sqlite import SqliteStore
+from router.engines.embedded.engine import EmbeddedEngine
+from router.engines.embedded.sqlite import SqliteStore
+from router.engines.records import live_entries
+from router.engines.redis.engine import RedisEngine
 from router.sysinfo import SysFigures
 from router.tls import server_options
 from router.verifier import SecretVerifier
@@ -112,12 +115,14 @@ def _log_incident(logs: dict[str, RealmEventLog], realm: str, protocol: str, rea
         log_.incident(protocol, reason, n)
 
 
-def make_engine(config: NodeConfig, store: SqliteStore, reactor) -> Engine:
-    """The engine ``config`` names; a Redis engine loads each realm's state from Redis."""
+def make_engine(config: NodeConfig, store: SqliteStore,
+                reactor) -> Engine[MqttSessionStore, AmqpStore]:
+    """The engine ``config`` names; a Redis engine loads each realm's state from Redis.
+    The only place that names an engine implementation."""
     engine = config.engine
     if engine.type == "redis":
         return RedisEngine(engine.redis_address, engine.node, reactor,  # type: ignore[arg-type]
-                           config.cluster)
+                           store, config.cluster)
     return EmbeddedEngine(store)
 
 
@@ -146,10 +151,7 @@ class Node:
                                        max_queued_records=config.eventlog.max_queued_records,
                                        node=config.engine.node)
         self.engine = make_engine(config, self.store, reactor)
-        if isinstance(self.engine, RedisEngine):
-            self.engine.on_pressure = lambda pressed: self.intake.set_paused(pressed, "Redis")
-            self.engine.on_adopting = lambda adopting: self.intake.set_paused(
-                adopting, "dead-node adoption")
+        self.engine.pause_intake_with(self.intake.set_paused)
         self.router = build_router(config, reactor, self.engine, self.eventlog)
         self.engine.start(self.router.realms, self.router.incidents)
         self.store.incidents = self.router.incidents
@@ -290,7 +292,7 @@ class Node:
                 continue
             realm = self.router.realms[listener.realm]
             frontend = AmqpFrontend(self.router, realm, self.config.realms[realm.name].amqp,
-                                    self.engine.amqp_store(realm.name, self.store),
+                                    self.engine.amqp_store(realm.name),
                                     self.reactor)
             restored = frontend.restore()
             if restored:

@@ -6,7 +6,7 @@ from router.core.history import EventHistory, HistoryRule
 from router.core.model import Publication, SessionInfo
 from router.core.retention import RetainedStore, RetentionPolicy
 from router.core.topic import from_uri
-from router.store.codec import encode_retained
+from router.engines.records import encode_retained
 
 PUBLISHER = SessionInfo(1, "realm1", "pub", "anonymous")
 

@@ -20,9 +20,9 @@ import time
 import pytest
 from autobahn.wamp.types import PublishOptions
 
-from router.store.codec import decode_retained, unpack_topic
-from router.store.resp import INCOMPLETE, BlockingRedis, command, parse
-from router.store.sqlite import topic_key
+from router.engines.records import decode_retained, unpack_topic
+from router.engines.redis.resp import INCOMPLETE, BlockingRedis, command, parse
+from router.engines.records import topic_key
 from spark_analytics.reader import read_events
 from spark_analytics.session import Sizing, start_session
 from spark_analytics.storage import HadoopFiles, to_url

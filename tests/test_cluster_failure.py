@@ -22,7 +22,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from proton import Terminus
 
 from router.amqp.persistence import link_id
-from router.store.resp import BlockingRedis
+from router.engines.redis.resp import BlockingRedis
 from tests import amqp_clients
 from tests.amqp_clients import Receive, Send, message, send
 from tests.clients import connect, next_item, run

@@ -17,7 +17,7 @@ import pytest
 
 from router.mqtt.packets import (Puback, Pubcomp, Publish, Pubrec, Pubrel, Subscribe,
                                  SubscriptionOptions)
-from router.store.resp import BlockingRedis
+from router.engines.redis.resp import BlockingRedis
 from tests.harness import RedisServer, RouterProcess
 from tests.mqtt_clients import SECRETS, V5, V311, MqttClient, RawMqtt, mqtt_realm, unique
 

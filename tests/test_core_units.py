@@ -32,7 +32,7 @@ from router.core.topic import from_uri as L
 from router.core.topic import filter_matches, prefix_matches, to_uri, wildcard_matches
 from router.core.trie import TopicTrie
 from router.core.uri import EXACT, MQTT, PREFIX, WILDCARD, is_reserved, is_valid_uri
-from router.store.codec import encode_retained
+from router.engines.records import encode_retained
 
 
 def uri_matches(pattern: str, match: str, uri: str) -> bool:

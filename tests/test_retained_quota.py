@@ -14,7 +14,7 @@ from router.core.model import Eligibility, Publication, SessionInfo
 from router.core.retention import (QUOTA, REALM_LIMIT, Owner, RetainedStore, RetainRefused,
                                    RetentionPolicy, owner_of)
 from router.core.topic import from_uri
-from router.store.codec import decode_retained, encode_retained
+from router.engines.records import decode_retained, encode_retained
 from tests.amqp_clients import Send, message, send
 from tests.amqp_clients import connect as amqp_connect
 from tests.clients import run

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 
-from router.store.sqlite import SqliteStore
+from router.engines.embedded.sqlite import SqliteStore
 
 
 def test_one_failing_durability_callback_does_not_cost_the_others(tmp_path, caplog):
@@ -16,7 +16,7 @@ def test_one_failing_durability_callback_does_not_cost_the_others(tmp_path, capl
     def broken(ok: bool) -> None:
         raise RuntimeError("a bug in one acknowledgement")
 
-    with caplog.at_level(logging.ERROR, logger="router.store.sqlite"):
+    with caplog.at_level(logging.ERROR, logger="router.engines.embedded.sqlite"):
         store.execute("INSERT INTO item VALUES (?)", ("a",))
         store.when_durable(lambda ok: answers.put(("first", ok)))
         store.when_durable(broken)

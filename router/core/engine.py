@@ -2,19 +2,24 @@
 
 A realm asks its engine for three things: where its retained events live (and how they
 are made durable), where its event history lives, and how a publication reaches the
-other nodes serving the realm. The embedded engine (:mod:`router.store.embedded`: one
+other nodes serving the realm. The embedded engine (:mod:`router.engines.embedded`: one
 node, retained events in memory written behind to SQLite) answers "nowhere else" to the
 last question, so a single node pays one ``None`` check per publication for the boundary.
 A clustered engine also needs to know which patterns this node's subscribers hold
 (interest), so that other nodes send it only publications it has a receiver for, the
 dealer's registrations and calls (:class:`router.core.dealer.ClusterDealer`: a call on
 any node reaches a callee on any node) and the sessions of each node (meta API).
+
+The engines live in :mod:`router.engines` and implement these Protocols; only
+:mod:`router.node` picks one. The stores of client state that outlives a connection
+(MQTT sessions, AMQP durable links) are typed by the frontend that uses them (the core
+knows no MQTT or AMQP): :class:`Engine` is generic over them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from router.core.dealer import ClusterDealer
 from router.core.history import History, HistoryRule
@@ -33,7 +38,7 @@ client pattern and ``(subscription, False)`` when one goes; several may share on
 so an engine counts them."""
 
 
-@dataclass(slots=True)
+@runtime_checkable
 class Durability(Protocol):
     """Tells when what a realm's publications changed is stored where the engine keeps it."""
 
@@ -66,6 +71,7 @@ class ClusterLimits:
     """Lifetime of a node's alive key: a node silent this long is dead and reaped."""
 
 
+@runtime_checkable
 class TestamentStore(Protocol):
     """Keeps a copy of each session's testaments beyond this node, so that they are
     published even if the node dies (the Redis engine's other nodes do it then)."""
@@ -79,12 +85,15 @@ class TestamentStore(Protocol):
         """``callback(ok)`` once every change saved so far is stored (or failed to be)."""
 
 
+@runtime_checkable
 class Membership(Protocol):
     """Which sessions a realm has on this node, for answers about the whole cluster."""
 
-    def joined(self, info: SessionInfo) -> None: ...
+    def joined(self, info: SessionInfo) -> None:
+        """``info``'s session joined the realm on this node: other nodes' meta calls list it."""
 
-    def left(self, info: SessionInfo) -> None: ...
+    def left(self, info: SessionInfo) -> None:
+        """``info``'s session left: other nodes no longer list it."""
 
 
 @dataclass(slots=True)
@@ -118,23 +127,36 @@ class ServedRealm(Protocol):
     name: str
 
 
-class Engine(Protocol):
+SessionStore_co = TypeVar("SessionStore_co", covariant=True)
+"""What an engine keeps persistent MQTT sessions in (:class:`router.mqtt.persistence.
+MqttSessionStore`, which the core does not name)."""
+LinkStore_co = TypeVar("LinkStore_co", covariant=True)
+"""What an engine keeps durable AMQP links in (:class:`router.amqp.persistence.AmqpStore`)."""
+Paused = Callable[[bool, str], None]
+"""``paused(True, source)``: stop reading from publishing connections until
+``paused(False, source)`` (see :meth:`router.flow.IntakeGate.set_paused`)."""
+
+
+@runtime_checkable
+class Engine(Protocol[SessionStore_co, LinkStore_co]):
     """Builds each realm's :class:`RealmEngine`; one engine per node."""
 
     def open_realm(self, name: str, policy: RetentionPolicy,
                    history: list[HistoryRule]) -> RealmEngine:
         """The engine of realm ``name`` (retained events as they are now, history rules)."""
 
-    def mqtt_session_store(self, realm: str) -> Any:
-        """Where realm ``realm``'s persistent MQTT sessions live: an object with the methods
-        of :class:`router.mqtt.persistence.MqttSessionStore` (the core knows no MQTT); the
-        Redis engine's is also :class:`Claims` (sessions that follow their client to any
-        node)."""
+    def mqtt_session_store(self, realm: str) -> SessionStore_co:
+        """Where realm ``realm``'s persistent MQTT sessions live; the Redis engine's is also
+        :class:`Claims` (sessions that follow their client to any node)."""
 
-    def amqp_store(self, realm: str, local: Any) -> Any:
-        """Where realm ``realm``'s durable AMQP links live: an object with the methods of
-        :class:`router.amqp.persistence.AmqpStore`, which keeps what stays on the node in
-        ``local`` (the node's SQLite store); the Redis engine's is also :class:`Claims`."""
+    def amqp_store(self, realm: str) -> LinkStore_co:
+        """Where realm ``realm``'s durable AMQP links live; the Redis engine's is also
+        :class:`Claims`."""
+
+    def pause_intake_with(self, paused: Paused) -> None:
+        """The engine calls ``paused`` while it cannot keep up with publishers (the embedded
+        engine never does: its SQLite writer is the node's, which pauses the intake
+        itself); asked once, before :meth:`start`."""
 
     def start(self, realms: "dict[str, ServedRealm]", incidents: Incidents) -> None:
         """The realms are built: start receiving for them (incidents counted in

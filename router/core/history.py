@@ -4,7 +4,7 @@ Bounded by count and age per rule; an event past its message expiry (MQTT 5) is 
 returned. Publications whose eligibility names session ids are never stored (they mean
 nothing later); results are filtered by the caller's eligibility against each original
 publish. :class:`EventHistory` keeps the logs in this process (one node); the Redis
-engine keeps them in Redis (:mod:`router.store.redis_history`) and answers a read when
+engine keeps them in Redis (:mod:`router.engines.redis.history`) and answers a read when
 Redis replies, so a read goes through :meth:`History.read` with a callback.
 """
 

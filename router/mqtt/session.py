@@ -25,11 +25,9 @@ from router.core.shared import SharedGroup
 from router.core.uri import EXACT
 from router.mqtt.outlet import Outlet, SessionOwner
 from router.mqtt.packets import SubscriptionOptions
-from router.mqtt.persistence import StoredMessage, StoredOutbound
+from router.mqtt.persistence import QUEUED, RELEASED, SENT, StoredMessage, StoredOutbound
 
 log = logging.getLogger(__name__)
-
-QUEUED, SENT, RELEASED = "queued", "sent", "released"
 
 _FORWARDED_PROPERTIES = ("payload_format_indicator", "content_type", "response_topic",
                          "correlation_data", "user_property")

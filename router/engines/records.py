@@ -1,14 +1,17 @@
-"""The persisted form of a retained event and the form a publication travels in between
-nodes and sits in the Redis history (MessagePack, so binary payloads survive)."""
+"""Records both engines share: the persisted form of a retained event, the form a
+publication travels in between nodes and sits in the Redis history (MessagePack, so binary
+payloads survive), and the key a topic is stored under (a SQLite row, a Redis hash field)."""
 
 from __future__ import annotations
+
+import json
 
 import msgpack
 
 from router.core.model import Eligibility, Publication, SessionInfo
 from router.core.payload import as_text
 from router.core.retention import Owner, RetainedEvent, earliest
-from router.core.topic import from_uri
+from router.core.topic import Topic, from_uri
 
 
 def encode_retained(publication: Publication, expires_at: float | None,
@@ -105,3 +108,17 @@ def unpack_publication(data: bytes, exclude_me: bool = False) -> tuple[str, Publ
         exclude_me=exclude_me,
         payload_bytes=payload_bytes, qos=qos, payload=payload, properties=properties,
         expires_at=expires_at, amqp=amqp, timestamp=timestamp)
+
+
+def topic_key(topic: Topic) -> str:
+    """A topic's key in storage (the ``retained`` table, the Redis retained hash and history
+    keys): the JSON array of its levels, so no level separator can be confused."""
+    return json.dumps(topic, ensure_ascii=False, separators=(",", ":"))
+
+
+def live_entries(blobs: list[bytes], realm: str, now: float) -> list[RetainedEvent]:
+    """A stored topic's entries that still apply: not expired, none older than the newest
+    general event (those served only its publisher's session, which is gone)."""
+    entries = [decode_retained(blob, realm) for blob in blobs]
+    newest_general = max((i for i, e in enumerate(entries) if e.general), default=0)
+    return [e for e in entries[newest_general:] if e.expires_at is None or e.expires_at > now]

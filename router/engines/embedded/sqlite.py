@@ -28,7 +28,7 @@ from router.core.incidents import STORE_FAILED, Incidents
 from router.core.retention import RetainedEvent
 from router.core.stats import LATENCY_BOUNDS, Histogram
 from router.core.topic import Topic, from_uri
-from router.store.codec import pack_topic, unpack_topic
+from router.engines.records import pack_topic, topic_key, unpack_topic
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +76,10 @@ def _migrate(connection: sqlite3.Connection) -> None:
         log.info("%d retained topic(s) rekeyed by level", len(rows))
 
 
-def topic_key(topic: Topic) -> str:
-    """A topic's key in the ``retained`` table."""
-    return json.dumps(topic, ensure_ascii=False, separators=(",", ":"))
-
-
 class SqliteStore:
-    """Implements :class:`router.core.persistence.RetainedPersistence`."""
+    """The node's SQLite file: the embedded engine's retained events (the realm's
+    :class:`router.core.engine.Durability`), MQTT sessions and AMQP links, and the QoS 2
+    tags of AMQP sender links on any engine; one writer thread, ordered writes."""
 
     def __init__(self, path: Path, call_in_loop: Callable[..., None],
                  max_bytes: int | None = None, max_queued_writes: int = 50_000) -> None:
@@ -90,11 +87,11 @@ class SqliteStore:
         self._call_in_loop = call_in_loop
         self._connection = _connect(path, max_bytes)
         self.incidents = Incidents()
+        """Failed commits are counted here (the node hands in the router's)."""
         self.commit_seconds = Histogram(LATENCY_BOUNDS)
         """How long each batch's commit took (written by the writer thread only)."""
         self.batch_writes = Histogram(BATCH_BOUNDS)
         """Writes (retained topics and statements) per committed batch."""
-        """Failed commits are counted here (the node hands in the router's)."""
         self.on_retained_lost: RetainedLost | None = None
         self._retained_writes: dict[tuple[str, Topic], int] = {}
         """(realm, topic) -> number of its newest queued write, while one is queued: a

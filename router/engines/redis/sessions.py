@@ -2,7 +2,7 @@
 
 Keys (``<realm>`` and ``<client>`` as given; every write of a reactor turn goes to Redis in
 one pipelined batch); ownership and takeover (hash ``wr:mqtt-owner:<realm>``, channel
-``wr:takeover:<node>``) are :mod:`router.store.redis_claims`'s, by client id:
+``wr:takeover:<node>``) are :mod:`router.engines.redis.claims`'s, by client id:
 
 * hash ``wr:mqtt-session:<realm>``: client id -> MessagePack ``[authid, authrole,
   authmethod, expiry, disconnected_at]`` of a persistent session.
@@ -14,7 +14,7 @@ one pipelined batch); ownership and takeover (hash ``wr:mqtt-owner:<realm>``, ch
 * hash ``wr:mqtt-will:<realm>:<node>``: client id -> :meth:`StoredWill.pack` of the will of
   its connection on that node, from CONNECT until the will is published or no longer due
   (DISCONNECT, takeover): what a node that died leaves for the one reaping it
-  (:mod:`router.store.redis_failure`).
+  (:mod:`router.engines.redis.failure`).
 
 A node reaping a dead one becomes the owner of its clients in the reaping script and loads
 each of their sessions as an own claim (:meth:`RedisMqttSessionStore.adopt_clients`).
@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Callable
 
 import msgpack
 
-from router.mqtt.persistence import StoredMessage, StoredOutbound, StoredSession, StoredWill
-from router.mqtt.session import QUEUED
-from router.store.redis_claims import RedisClaims
+from router.mqtt.persistence import (QUEUED, StoredMessage, StoredOutbound, StoredSession,
+                                     StoredWill)
+from router.engines.redis.claims import RedisClaims
 
 if TYPE_CHECKING:
-    from router.store.redis_engine import RedisRealm
+    from router.engines.redis.context import RealmContext
 
 
 class RedisMqttSessionStore(RedisClaims[StoredSession]):
@@ -42,7 +42,7 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
     protocol = "mqtt"
     label = "MQTT client"
 
-    def __init__(self, shared: "RedisRealm", realm: str) -> None:
+    def __init__(self, shared: "RealmContext", realm: str) -> None:
         super().__init__(shared, realm)
         self._session_key = f"wr:mqtt-session:{realm}".encode()
         self.will_key = self.wills_key(self._engine.node)
@@ -151,3 +151,9 @@ def _stored(client_id: str, replies: list) -> StoredSession | None:
                                               StoredMessage.unpack(message)))
     stored.inbound = {int(packet_id) for packet_id in inbound}
     return stored
+
+
+if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
+    from router.mqtt.persistence import MqttSessionStore, SessionClaims
+    _session_store: type[MqttSessionStore] = RedisMqttSessionStore
+    _session_claims: type[SessionClaims] = RedisMqttSessionStore

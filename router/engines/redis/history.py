@@ -6,7 +6,7 @@ expiring ``max_age`` after its last push), so Redis holds at most the rules' lim
 whatever the publishers do. An entry is ``<sequence> <exclude_me><publication>``: the
 sequence (one counter per realm, ``wr:history-seq:<realm>``) orders events across rules
 and nodes and makes an event two rules keep count once; the publication is the form the
-nodes forward to each other (:func:`router.store.codec.pack_publication`).
+nodes forward to each other (:func:`router.engines.records.pack_publication`).
 
 Writes are batched: what a reactor turn recorded goes to Redis as one script call, not
 waited for (lost and counted when Redis is not connected or too far behind). A read asks
@@ -26,35 +26,14 @@ from router.core.history import Answer, HistoryRule, TimeWindow, recordable, sel
 from router.core.incidents import UNENCODABLE
 from router.core.model import Publication, SessionInfo
 from router.core.topic import Topic, topic_matches
-from router.store.codec import pack_publication, unpack_publication
-from router.store.resp import command
-from router.store.sqlite import topic_key
+from router.engines.records import pack_publication, topic_key, unpack_publication
+from router.engines.redis.lua import script
+from router.engines.redis.resp import command
 
 if TYPE_CHECKING:
-    from router.store.redis_engine import RedisEngine
+    from router.engines.redis.context import EngineContext
 
-APPEND = """
-local rules = #KEYS - 1
-local first = 2 * rules + 1
-local events = (#ARGV - 2 * rules) / 2
-local sequence = redis.call('INCRBY', KEYS[1], events) - events
-local touched = {}
-for i = first, #ARGV, 2 do
-  sequence = sequence + 1
-  local entry = string.format('%d ', sequence) .. ARGV[i + 1]
-  for rule in string.gmatch(ARGV[i], '%d+') do
-    local r = tonumber(rule) + 1
-    redis.call('LPUSH', KEYS[r + 1], entry)
-    touched[r] = true
-  end
-end
-for r in pairs(touched) do
-  redis.call('LTRIM', KEYS[r + 1], 0, tonumber(ARGV[r]) - 1)
-  local age = tonumber(ARGV[rules + r])
-  if age > 0 then redis.call('PEXPIRE', KEYS[r + 1], age) end
-end
-return events
-"""
+APPEND = script("append")
 """KEYS: the sequence counter, then one list per rule. ARGV: each rule's limit, each rule's
 max_age in ms (0: none), then per event the indexes of the rules it matched ("0,2") and
 its entry without the sequence."""
@@ -63,7 +42,7 @@ its entry without the sequence."""
 class RedisHistory:
     """The history of one realm, kept in Redis (see the module docstring)."""
 
-    def __init__(self, engine: "RedisEngine", realm: str, rules: list[HistoryRule]) -> None:
+    def __init__(self, engine: "EngineContext", realm: str, rules: list[HistoryRule]) -> None:
         self.engine = engine
         self.realm = realm
         self.rules = rules
@@ -144,3 +123,8 @@ class RedisHistory:
                 if horizon is None or publication.timestamp >= horizon:
                     kept.append((sequence, publication))
         return kept
+
+
+if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
+    from router.core.history import History
+    _: type[History] = RedisHistory

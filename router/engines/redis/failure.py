@@ -1,6 +1,6 @@
 """Node failure on the Redis engine: liveness keys, one reaper per dead node.
 
-Keys and channels, beside those of :mod:`router.store.redis_engine`:
+Keys and channels, beside those of :mod:`router.engines.redis.engine`:
 
 * set ``wr:nodes``: the names of the nodes that run (or died and are not reaped yet).
 * string ``wr:node-alive:<node>``: the node's boot id, set with a lifetime of
@@ -13,7 +13,7 @@ Keys and channels, beside those of :mod:`router.store.redis_engine`:
 * hash ``wr:testaments:<realm>:<node>``: session id -> MessagePack ``[authid, authrole,
   authmethod, [[topic, args, kwargs, publish options], ...]]``, the testaments of the
   node's WAMP sessions (written in the realm's per-turn batch; removed once published).
-* hash ``wr:mqtt-will:<realm>:<node>`` (:mod:`router.store.redis_sessions`): the wills of
+* hash ``wr:mqtt-will:<realm>:<node>`` (:mod:`router.engines.redis.sessions`): the wills of
   the node's MQTT connections.
 * channel ``wr:node-down``: MessagePack ``[realm, node, [field, value, ...], reaper]``
   (the ``wr:sessions:<realm>`` entries a dead node had), sent by its reaper: every node
@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import msgpack
 from twisted.internet import task
@@ -47,13 +48,48 @@ from twisted.internet import task
 from router.core.incidents import ENGINE_UNAVAILABLE, STORE_FAILED
 from router.core.model import SessionInfo
 from router.core.testament import publish_testaments
+from router.engines.redis.context import EngineContext, RealmContext
+from router.engines.redis.lua import script
+from router.engines.redis.resp import BlockingRedis, command
 from router.mqtt.persistence import StoredWill
-from router.store.resp import BlockingRedis, command
 
 if TYPE_CHECKING:
-    from router.store.redis_engine import RedisEngine, RedisRealm
+    from router.core.realm import Realm
+    from router.engines.redis.claims import RedisClaims
+    from router.engines.redis.dealer import RedisDealer
+    from router.engines.redis.links import RedisAmqpStore
+    from router.engines.redis.sessions import RedisMqttSessionStore
 
 log = logging.getLogger(__name__)
+
+
+class LeftRealm(RealmContext, Protocol):
+    """A realm's share as failure handling uses it: the stores a dead node's clients are
+    adopted into, the dealer that drops its registrations, the hold on forwarded
+    publications while it is reaped."""
+
+    realm: "Realm | None"
+    sessions: "RedisMqttSessionStore"
+    links: "RedisAmqpStore | None"
+    claims: "dict[str, RedisClaims]"
+    dealer: "RedisDealer"
+
+    def reap_command(self, node: str, alive_key: bytes) -> tuple:
+        """The reaping script's call for dead node ``node`` in this realm."""
+
+    def hold_forwarded(self) -> None:
+        """Keep publications from other nodes until the reaping is answered."""
+
+    def release_forwarded(self) -> None:
+        """Dispatch the publications held since :meth:`hold_forwarded`."""
+
+
+class WatchedEngine(EngineContext, Protocol):
+    """The engine as :class:`NodeWatch` uses it: every realm's share, to reap in each."""
+
+    @property
+    def realms(self) -> "Mapping[str, LeftRealm]":
+        """The realms of the node, by name."""
 
 NODES_KEY = b"wr:nodes"
 ALIVE_PREFIX = b"wr:node-alive:"
@@ -65,61 +101,15 @@ may take a while from reading Redis to its first heartbeat (restoring sessions, 
 listeners), and must not look dead meanwhile. A node that dies while starting is found dead
 after at most this long."""
 
-HEARTBEAT = """
-local lost = redis.call('EXISTS', KEYS[2]) == 0
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-redis.call('SADD', KEYS[1], ARGV[1])
-local dead = {}
-for _, node in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  if node ~= ARGV[1] and redis.call('EXISTS', ARGV[5] .. node) == 0
-      and redis.call('SET', ARGV[6] .. node, ARGV[1], 'NX', 'PX', ARGV[4]) then
-    dead[#dead + 1] = node
-  end
-end
-return {lost and 1 or 0, dead}
-"""
+HEARTBEAT = script("heartbeat")
 """KEYS nodes set, this node's alive key; ARGV this node, boot id, node timeout (ms), reaper
 lifetime (ms), alive and reaper key prefixes. Refreshes this node's key and answers {1 if
 it had expired, the dead nodes this node now reaps}."""
 
-REAP = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return false end
-local testaments = redis.call('HGETALL', KEYS[2])
-local wills = redis.call('HGETALL', KEYS[3])
-redis.call('DEL', KEYS[2], KEYS[3])
-local prefix = ARGV[1] .. ':'
-local left = {}
-for _, key in ipairs({KEYS[4], KEYS[5]}) do
-  local found = redis.call('HGETALL', key)
-  for i = 1, #found, 2 do
-    if string.sub(found[i], 1, #prefix) == prefix then
-      redis.call('HDEL', key, found[i])
-      if key == KEYS[4] then
-        left[#left + 1] = found[i]
-        left[#left + 1] = found[i + 1]
-      end
-    end
-  end
-end
-redis.call('HDEL', KEYS[6], ARGV[1])
-local adopted = {}
-for k = 7, #KEYS do
-  local ids = {}
-  local owners = redis.call('HGETALL', KEYS[k])
-  for i = 1, #owners, 2 do
-    if owners[i + 1] == ARGV[1] then
-      redis.call('HSET', KEYS[k], owners[i], ARGV[2])
-      ids[#ids + 1] = owners[i]
-    end
-  end
-  adopted[#adopted + 1] = ids
-end
-redis.call('PUBLISH', ARGV[4], cmsgpack.pack({ARGV[3], ARGV[1], left, ARGV[2]}))
-return {testaments, wills, adopted}
-"""
+REAP = script("reap")
 """KEYS the dead node's alive key, testaments and wills; the realm's sessions,
 subscriptions and interest hashes, then its owner hashes (MQTT clients, AMQP durable links:
-:mod:`router.store.redis_claims`); ARGV the dead node, this node, the realm, the node-down
+:mod:`router.engines.redis.claims`); ARGV the dead node, this node, the realm, the node-down
 channel (every node then forgets the dead node's interest, see
 :meth:`RedisRealm.node_down`). Nothing (nil) if the node is alive again, else {testaments,
 wills, {the ids this node now owns, per owner hash}}."""
@@ -127,11 +117,7 @@ wills, {the ids this node now owns, per owner hash}}."""
 ADOPTED = {"mqtt": "MQTT session(s)", "amqp": "AMQP durable link(s)"}
 """What the ids of each owner hash are, for the log of a reaping."""
 
-REAPED = """
-if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[1]) end
-redis.call('DEL', KEYS[2])
-return 0
-"""
+REAPED = script("reaped")
 """KEYS the dead node's alive and reaper keys, the nodes set; ARGV the dead node: reaped
 (unless it came back), no other node needs to."""
 
@@ -144,10 +130,13 @@ def testaments_key(realm: str, node: str) -> bytes:
 class RedisTestaments:
     """One realm's :class:`router.core.engine.TestamentStore` on Redis (this node's hash)."""
 
-    def __init__(self, shared: "RedisRealm") -> None:
+    def __init__(self, shared: "LeftRealm") -> None:
         self._shared = shared
         self.key = testaments_key(shared.name, shared.engine.node)
-        self.when_durable = shared.when_durable
+
+    def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """``callback(ok)`` once Redis holds every testament saved so far."""
+        self._shared.when_durable(callback)
 
     def save(self, info: SessionInfo, testaments: list[list]) -> bool:
         if not testaments:
@@ -166,7 +155,7 @@ class RedisTestaments:
         return True
 
 
-def publish_left(shared: "RedisRealm", node: str, testaments: list, wills: list,
+def publish_left(shared: "LeftRealm", node: str, testaments: list, wills: list,
                  adopted: list | None) -> None:
     """Publish what node ``node`` (dead, or this node's previous run) left in realm
     ``shared``: its sessions' testaments; its clients' wills, with their sessions if
@@ -198,7 +187,7 @@ def publish_left(shared: "RedisRealm", node: str, testaments: list, wills: list,
                  len(testaments) // 2, len(by_client), f"; {counts} adopted" if counts else "")
 
 
-def take_left(shared: "RedisRealm", redis: BlockingRedis) -> tuple[list, list]:
+def take_left(shared: "LeftRealm", redis: BlockingRedis) -> tuple[list, list]:
     """Start-up: the testaments and wills this node's previous run left (it was killed and
     came back before it was reaped), removed from Redis, to publish once running."""
     keys = (testaments_key(shared.name, shared.engine.node), shared.sessions.will_key)
@@ -210,7 +199,7 @@ def take_left(shared: "RedisRealm", redis: BlockingRedis) -> tuple[list, list]:
 class NodeWatch:
     """This node's alive key, and the search for dead nodes (see the module docstring)."""
 
-    def __init__(self, engine: "RedisEngine") -> None:
+    def __init__(self, engine: "WatchedEngine") -> None:
         self.engine = engine
         self.boot = os.urandom(8).hex()
         self.alive_key = ALIVE_PREFIX + engine.node_bytes
@@ -276,7 +265,7 @@ class NodeWatch:
         engine.send(command("EVAL", REAPED, 3, alive_key, REAPER_PREFIX + node.encode(),
                             NODES_KEY, node), 1, what=f"node {node} not marked reaped")
 
-    def _reaped(self, replies: list, shared: "RedisRealm", node: str) -> None:
+    def _reaped(self, replies: list, shared: "LeftRealm", node: str) -> None:
         reaped, _ = replies
         if reaped is None:
             log.info("realm %s: node %s is alive again: not reaped", shared.name, node)
@@ -288,7 +277,7 @@ class NodeWatch:
         self.engine.request(command("PING")).addBoth(
             lambda _: shared.release_forwarded())
 
-    def _reap_failed(self, failure: Any, shared: "RedisRealm", node: str) -> None:
+    def _reap_failed(self, failure: Any, shared: "LeftRealm", node: str) -> None:
         log.error("realm %s: node %s not (fully) reaped: %s", shared.name, node,
                   failure.getTraceback())
         shared.release_forwarded()
@@ -299,3 +288,7 @@ class NodeWatch:
             self._loop.stop()
         return [("DEL", self.alive_key), ("SREM", NODES_KEY, self.engine.node)]
 
+
+if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
+    from router.core.engine import TestamentStore
+    _: type[TestamentStore] = RedisTestaments

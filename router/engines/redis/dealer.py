@@ -1,6 +1,6 @@
-"""RPC and the session meta API across the nodes of a Redis engine.
+"""RPC across the nodes of a Redis engine: registrations and forwarded calls.
 
-Keys and channels, beside those of :mod:`router.store.redis_engine`:
+Keys and channels, beside those of :mod:`router.engines.redis.engine`:
 
 * hash ``wr:registrations:<realm>``: ``"<match> <uri>"`` -> JSON ``{"policy": ...,
   "callees": [[node, session, registration, seq, time], ...]}``, callees in the order they
@@ -12,10 +12,9 @@ Keys and channels, beside those of :mod:`router.store.redis_engine`:
   channel in ``seq`` order) and routes calls from it without asking Redis.
 * channel ``wr:rpc:<node>``: calls for callees on that node and the answers to the calls it
   forwarded, one MessagePack array each.
-* hash ``wr:sessions:<realm>``: ``"<node>:<session>"`` -> JSON ``[authrole, authid]``, and hash
-  ``wr:subscriptions:<realm>``: ``"<node>:<subscription>"`` -> JSON ``[match, levels]``:
-  the sessions and subscriptions of every node, for the meta API
-  (:meth:`RedisMembership.install`).
+
+The sessions and subscriptions of every node, for the meta API, are
+:mod:`router.engines.redis.membership`'s.
 
 The caller's node owns a forwarded call: it answers the caller, keeps a timer (the call's
 own timeout, else ``cluster.call_timeout``) and a bound (``cluster.max_pending_calls``). The
@@ -31,105 +30,32 @@ from itertools import count
 from typing import TYPE_CHECKING, Any, Callable
 
 import msgpack
-from twisted.internet import defer
 
 from router.core import errors
 from router.core.dealer import Registration, RegistrationIndex
 from router.core.engine import ClusterLimits
 from router.core.errors import RouterError
 from router.core.incidents import ENGINE_UNAVAILABLE, QUEUE_FULL
-from router.core.broker import Subscription
-from router.core.dealer import RouterProcedure
-from router.core.meta import authroles_filter, by_match, lookup_args, topic_arg
 from router.core.model import SessionInfo
 from router.core.peer import Peer
-from router.core.topic import Topic, topic_matches
-from router.store.resp import command
+from router.engines.redis.lua import script
+from router.engines.redis.resp import command
 
 if TYPE_CHECKING:
     from router.core.realm import Realm
-    from router.store.redis_engine import RedisEngine
+    from router.engines.redis.context import EngineContext
 
 REGISTRATIONS_CHANNEL = b"wr:registrations"
 
-REGISTER = """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-local entry = {policy = ARGV[2], callees = {}}
-if raw then
-  entry = cjson.decode(raw)
-  if entry.policy ~= ARGV[2] then
-    return {'wamp.error.procedure_exists_with_different_invocation_policy',
-            'registered with policy ' .. entry.policy}
-  end
-  if ARGV[2] == 'single' then
-    return {'wamp.error.procedure_already_exists', 'registered on node ' .. entry.callees[1][1]}
-  end
-  for _, callee in ipairs(entry.callees) do
-    if callee[1] == ARGV[3] and callee[2] == ARGV[4] then
-      return {'wamp.error.procedure_already_exists', 'this session registered it already'}
-    end
-  end
-end
-local seq = redis.call('INCR', KEYS[2])
-entry.callees[#entry.callees + 1] = {ARGV[3], ARGV[4], ARGV[5], seq, ARGV[6]}
-local value = cjson.encode(entry)
-redis.call('HSET', KEYS[1], ARGV[1], value)
-redis.call('PUBLISH', KEYS[3], cjson.encode({ARGV[7], seq, ARGV[1], value}))
-return {'', seq}
-"""
+REGISTER = script("register")
 """Add callee ``(node, session, registration)`` to procedure ``ARGV[1]`` if the policy
 allows; ``{error, message}`` or ``{'', seq}``. Ids travel as strings: Lua numbers are
 doubles and cjson would round them."""
 
-RELEASE = """
-if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
-local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
-if #fields == 0 then fields = redis.call('HKEYS', KEYS[1]) end
-local changed = 0
-for _, field in ipairs(fields) do
-  local raw = redis.call('HGET', KEYS[1], field)
-  if raw then
-    local entry = cjson.decode(raw)
-    local kept = {}
-    for _, callee in ipairs(entry.callees) do
-      if callee[1] ~= ARGV[2] or (ARGV[3] ~= '' and callee[2] ~= ARGV[3]) then
-        kept[#kept + 1] = callee
-      end
-    end
-    if #kept < #entry.callees then
-      local seq = redis.call('INCR', KEYS[2])
-      local value = false
-      if #kept == 0 then
-        redis.call('HDEL', KEYS[1], field)
-      else
-        entry.callees = kept
-        value = cjson.encode(entry)
-        redis.call('HSET', KEYS[1], field, value)
-      end
-      redis.call('PUBLISH', KEYS[3], cjson.encode({ARGV[1], seq, field, value}))
-      changed = changed + 1
-    end
-  end
-end
-return changed
-"""
+RELEASE = script("release")
 """Remove the callees of node ``ARGV[2]`` (only session ``ARGV[3]``'s unless it is empty)
 from the procedures ``ARGV[4:]`` (every procedure when none are given); with a fourth key
 (the node's alive key) only if it does not exist: the node died and did not come back."""
-
-DROP_NODE_FIELDS = """
-local n = 0
-for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
-  if string.sub(field, 1, #ARGV[1]) == ARGV[1] then
-    redis.call('HDEL', KEYS[1], field)
-    n = n + 1
-  end
-end
-return n
-"""
-"""Forget the entries (sessions, subscriptions) whose field starts with ``ARGV[1]``
-(``"<node>:"``)."""
 
 CALL, CANCEL, RESULT, ERROR = range(4)
 """The kinds of message on a node's ``wr:rpc:<node>`` channel."""
@@ -178,7 +104,7 @@ class RedisDealer:
     """One realm's registrations and calls across the nodes (a
     :class:`router.core.dealer.ClusterDealer`)."""
 
-    def __init__(self, engine: "RedisEngine", name: str, limits: ClusterLimits) -> None:
+    def __init__(self, engine: "EngineContext", name: str, limits: ClusterLimits) -> None:
         self.engine = engine
         self.name = name
         self.limits = limits
@@ -490,108 +416,6 @@ def _channel(node: str) -> bytes:
     return b"wr:rpc:" + node.encode()
 
 
-class RedisMembership:
-    """One realm's sessions and subscriptions on every node, for the cluster-wide meta API."""
-
-    def __init__(self, engine: "RedisEngine", name: str) -> None:
-        self.engine = engine
-        self.sessions_key = f"wr:sessions:{name}".encode()
-        self.subscriptions_key = f"wr:subscriptions:{name}".encode()
-
-    def _field(self, local_id: int) -> str:
-        return f"{self.engine.node}:{local_id}"
-
-    def joined(self, info: SessionInfo) -> None:
-        self.engine.send(command("HSET", self.sessions_key, self._field(info.session_id),
-                                 json.dumps([info.authrole, info.authid])), 1)
-
-    def left(self, info: SessionInfo) -> None:
-        self.engine.send(command("HDEL", self.sessions_key, self._field(info.session_id)), 1)
-
-    def subscription(self, subscription: Subscription, present: bool) -> None:
-        """A subscription or shared group on a client pattern came or went on this node."""
-        field = self._field(subscription.id)
-        self.engine.send(command("HSET", self.subscriptions_key, field, json.dumps(
-            [subscription.match, list(subscription.topic)])) if present
-            else command("HDEL", self.subscriptions_key, field), 1)
-
-    def forget_node(self) -> list[tuple]:
-        """The commands that remove this node's sessions and subscriptions (start, clean
-        stop)."""
-        return [("EVAL", DROP_NODE_FIELDS, 1, key, f"{self.engine.node}:")
-                for key in (self.sessions_key, self.subscriptions_key)]
-
-    def _read(self, key: bytes) -> defer.Deferred:
-        """A Deferred of ``[(node, id, value), ...]`` from one of the hashes."""
-        commands = self.engine.commands
-        if commands is None:
-            return defer.fail(RouterError(errors.CANCELED,
-                                          "the cluster (Redis) is not reachable"))
-        return commands.request(command("HGETALL", key)).addCallback(
-            lambda found: [(*_node_and_id(field), value)
-                           for field, value in zip(found[::2], found[1::2])])
-
-    def _sessions(self, args: list) -> defer.Deferred:
-        roles = authroles_filter(args)
-        return self._read(self.sessions_key).addCallback(
-            lambda found: [session for _, session, value in found
-                           if roles is None or json.loads(value)[0] in roles])
-
-    def session_count(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
-        return self._sessions(args).addCallback(len)
-
-    def session_list(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
-        return self._sessions(args)
-
-    def _subscriptions(self) -> defer.Deferred:
-        """A Deferred of ``[(node, id, match, topic), ...]``, by node and id."""
-        return self._read(self.subscriptions_key).addCallback(lambda found: sorted(
-            (node, subscription_id, *_pattern(value))
-            for node, subscription_id, value in found))
-
-    def subscription_list(self, caller: SessionInfo, args: list,
-                          kwargs: dict) -> defer.Deferred:
-        return self._subscriptions().addCallback(
-            lambda found: by_match((match, sid) for _, sid, match, _ in found))
-
-    def subscription_match(self, caller: SessionInfo, args: list,
-                           kwargs: dict) -> defer.Deferred:
-        topic = topic_arg(args)
-        return self._subscriptions().addCallback(
-            lambda found: [sid for _, sid, match, pattern in found
-                           if topic_matches(pattern, match, topic)] or None)
-
-    def subscription_lookup(self, local: RouterProcedure) -> RouterProcedure:
-        """wamp.subscription.lookup: this node's subscription if it has one, else the one
-        of the first node (by name) that has it."""
-
-        def lookup(caller: SessionInfo, args: list, kwargs: dict) -> Any:
-            here = local(caller, args, kwargs)
-            if here is not None:
-                return here
-            wanted = lookup_args(args, kwargs)
-            return self._subscriptions().addCallback(lambda found: next(
-                (sid for _, sid, match, pattern in found if (pattern, match) == wanted), None))
-
-        return lookup
-
-    def install(self, procedures: dict[str, RouterProcedure]) -> None:
-        """Answer the meta API for every node of the realm (see docs/architecture.md)."""
-        procedures.update({
-            "wamp.session.count": self.session_count,
-            "wamp.session.list": self.session_list,
-            "wamp.subscription.list": self.subscription_list,
-            "wamp.subscription.match": self.subscription_match,
-            "wamp.subscription.lookup": self.subscription_lookup(
-                procedures["wamp.subscription.lookup"]),
-        })
-
-
-def _node_and_id(field: bytes) -> tuple[str, int]:
-    node, local_id = field.rsplit(b":", 1)
-    return node.decode(), int(local_id)
-
-
-def _pattern(value: bytes) -> tuple[str, Topic]:
-    match, levels = json.loads(value)
-    return match, tuple(levels)
+if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
+    from router.core.dealer import ClusterDealer
+    _: type[ClusterDealer] = RedisDealer

@@ -10,18 +10,21 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from router.amqp.persistence import AmqpStore
-from router.core.engine import RealmEngine
+from router.core.engine import Paused, RealmEngine
 from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import Incidents
-from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
+from router.core.retention import RetainedStore, RetentionPolicy
 from router.core.topic import SERVER_OWNED
-from router.mqtt.persistence import MqttSessionStore
-from router.store.codec import decode_retained, encode_retained
-from router.store.sqlite import SqliteStore
+from router.engines.embedded.links import SqliteLinkStore
+from router.engines.embedded.sessions import SqliteSessionStore
+from router.engines.embedded.sqlite import SqliteStore
+from router.engines.records import encode_retained, live_entries
 
 if TYPE_CHECKING:
+    from router.amqp.persistence import AmqpStore
+    from router.core.engine import Engine
     from router.core.realm import Realm
+    from router.mqtt.persistence import MqttSessionStore
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,7 @@ class EmbeddedEngine:
 
     def __init__(self, store: SqliteStore) -> None:
         self.store = store
+
 
     def open_realm(self, name: str, policy: RetentionPolicy,
                    history: list[HistoryRule]) -> RealmEngine:
@@ -45,13 +49,16 @@ class EmbeddedEngine:
             topic[0] == SERVER_OWNED or store.save_retained(name, topic, entries))
         return RealmEngine(retention, store, EventHistory(history))
 
-    def mqtt_session_store(self, realm: str) -> MqttSessionStore:
+    def mqtt_session_store(self, realm: str) -> SqliteSessionStore:
         """Realm ``realm``'s persistent MQTT sessions, in this node's SQLite file."""
-        return MqttSessionStore(self.store, realm)
+        return SqliteSessionStore(self.store, realm)
 
-    def amqp_store(self, realm: str, local: SqliteStore) -> AmqpStore:
+    def amqp_store(self, realm: str) -> SqliteLinkStore:
         """Realm ``realm``'s durable AMQP links, in this node's SQLite file."""
-        return AmqpStore(local, realm)
+        return SqliteLinkStore(self.store, realm)
+
+    def pause_intake_with(self, paused: Paused) -> None:
+        """Never asked: the node pauses its intake for its SQLite writer itself."""
 
     def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
         """Nothing arrives from elsewhere."""
@@ -74,9 +81,5 @@ def restore_retained(retention: RetainedStore, store: SqliteStore, realm: str) -
     return len(topics)
 
 
-def live_entries(blobs: list[bytes], realm: str, now: float) -> list[RetainedEvent]:
-    """A stored topic's entries that still apply: not expired, none older than the newest
-    general event (those served only its publisher's session, which is gone)."""
-    entries = [decode_retained(blob, realm) for blob in blobs]
-    newest_general = max((i for i, e in enumerate(entries) if e.general), default=0)
-    return [e for e in entries[newest_general:] if e.expires_at is None or e.expires_at > now]
+if TYPE_CHECKING:  # the type checker proves the contract (tests/test_engines.py at run time)
+    _: type[Engine[MqttSessionStore, AmqpStore]] = EmbeddedEngine

@@ -1,7 +1,7 @@
 """Client state that follows its client to any node: ownership, takeover, load on claim.
 
-Shared by MQTT persistent sessions (:mod:`router.store.redis_sessions`) and AMQP durable
-links (:mod:`router.store.redis_links`); each names its state by a string id (a client id,
+Shared by MQTT persistent sessions (:mod:`router.engines.redis.sessions`) and AMQP durable
+links (:mod:`router.engines.redis.links`); each names its state by a string id (a client id,
 a container id and link name) and says which keys hold it.
 
 * hash ``wr:<protocol>-owner:<realm>``: id -> the node that has the state in memory
@@ -23,7 +23,7 @@ when it does not answer: a stopped node; or at once when that node is found dead
 still under way waits for it to finish.
 
 The node that reaps a dead one becomes the owner of the dead node's ids in the reaping
-script (:data:`router.store.redis_failure.REAP`, every owner hash of the realm) and loads
+script (:data:`router.engines.redis.failure.REAP`, every owner hash of the realm) and loads
 each one's state as an own claim (:meth:`RedisClaims.adopt_owned`).
 """
 
@@ -36,40 +36,22 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 import msgpack
 
 from router.core.incidents import ENGINE_UNAVAILABLE
-from router.store.resp import BlockingRedis, command
+from router.engines.redis.lua import script
+from router.engines.redis.resp import BlockingRedis, command
 
 if TYPE_CHECKING:
-    from router.store.redis_engine import RedisRealm
+    from router.engines.redis.context import RealmContext
 
 log = logging.getLogger(__name__)
 
 TAKEOVER_CHANNEL_PREFIX = b"wr:takeover:"
 
-CLAIM = """
-local holder = redis.call('HGET', KEYS[2], ARGV[1])
-if holder and holder ~= ARGV[5] then
-  return false
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[5])
-local old = redis.call('HGET', KEYS[1], ARGV[1])
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-if old and old ~= ARGV[2] then
-  redis.call('PUBLISH', ARGV[3] .. old, ARGV[4])
-  return old
-end
-return ''
-"""
+CLAIM = script("claim")
 """KEYS owner hash, holder hash; ARGV id, this node, the channel prefix, the "take"
 message, the claiming holder. Answers nil when the state belongs to another holder (nothing
 changed), the previous owner when it was another node (it has been told), else ''."""
 
-DISOWN = """
-if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  redis.call('HDEL', KEYS[2], ARGV[1])
-end
-return 0
-"""
+DISOWN = script("disown")
 """Forget the owner and holder of an id only if it is still this node's."""
 
 Stored = TypeVar("Stored")
@@ -88,7 +70,7 @@ class RedisClaims(Generic[Stored]):
     label = ""
     """What an id names, for logs: "MQTT client"."""
 
-    def __init__(self, shared: "RedisRealm", realm: str) -> None:
+    def __init__(self, shared: "RealmContext", realm: str) -> None:
         self._shared = shared
         self._engine = shared.engine
         self._realm = realm

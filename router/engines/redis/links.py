@@ -4,7 +4,7 @@ Keys (``<realm>`` as configured, ``<link>`` the link's
 :func:`router.amqp.persistence.link_id` of container id and link name; every write of a
 reactor turn goes to Redis in one pipelined batch); ownership and takeover (hash
 ``wr:amqp-owner:<realm>``, channel ``wr:takeover:<node>``) are
-:mod:`router.store.redis_claims`'s, by link id:
+:mod:`router.engines.redis.claims`'s, by link id:
 
 * hash ``wr:amqp-link:<realm>``: link -> MessagePack ``[container, link name, address, qos,
   policy, authid, authrole, authmethod, shared group]``.
@@ -18,7 +18,7 @@ loads each of them as an own claim (:meth:`RedisAmqpStore.adopt_links`): detache
 subscribed there, they queue until their client attaches on any node (or they expire).
 
 The QoS 2 delivery tags of durable *sender* links (exactly-once publishing) stay in the
-node's SQLite, as on a single node (:class:`AmqpStore`).
+node's SQLite, as on a single node (:class:`SqliteLinkStore`).
 """
 
 from __future__ import annotations
@@ -31,26 +31,27 @@ from typing import TYPE_CHECKING, Callable
 
 import msgpack
 
-from router.amqp.persistence import AmqpStore, Outgoing, StoredDurable, expired, link_id
-from router.store.redis_claims import RedisClaims
-from router.store.sqlite import SqliteStore
+from router.amqp.persistence import Outgoing, StoredDurable, expired, link_id
+from router.engines.embedded.links import SqliteLinkStore
+from router.engines.embedded.sqlite import SqliteStore
+from router.engines.redis.claims import RedisClaims
 
 if TYPE_CHECKING:
-    from router.store.redis_engine import RedisRealm
+    from router.engines.redis.context import RealmContext
 
 log = logging.getLogger(__name__)
 
 
-class RedisAmqpStore(RedisClaims[StoredDurable], AmqpStore):
-    """:class:`AmqpStore`'s durable subscriptions on Redis, plus the ownership of durable
+class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
+    """:class:`router.amqp.persistence.AmqpStore`'s durable subscriptions on Redis, plus the ownership of durable
     links among the nodes (:class:`RedisClaims`)."""
 
     protocol = "amqp"
     label = "AMQP durable link"
 
-    def __init__(self, shared: "RedisRealm", realm: str, local: SqliteStore) -> None:
+    def __init__(self, shared: "RealmContext", realm: str, local: SqliteStore) -> None:
         RedisClaims.__init__(self, shared, realm)
-        AmqpStore.__init__(self, local, realm)
+        SqliteLinkStore.__init__(self, local, realm)
         self._link_key = f"wr:amqp-link:{realm}".encode()
         self._expiry_key = f"wr:amqp-expiry:{realm}".encode()
         self.max_expiry = math.inf
@@ -99,7 +100,7 @@ class RedisAmqpStore(RedisClaims[StoredDurable], AmqpStore):
                                           key=lambda item: int(item[0]))]
         return StoredDurable(container, link, *definition, queued=queued, group=group)
 
-    # AmqpStore ---------------------------------------------------------------------------
+    # AmqpStore (router.amqp.persistence) ---------------------------------------------------------------------------
 
     def load(self, max_expiry: float, now: float | None = None) -> list[StoredDurable]:
         """Start-up: the durable links this node owned when it stopped."""
@@ -143,5 +144,11 @@ class RedisAmqpStore(RedisClaims[StoredDurable], AmqpStore):
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         """Once Redis (the links) and the node's SQLite (QoS 2 tags of sender links) have
         what was written so far."""
-        RedisClaims.when_durable(self, lambda shared: AmqpStore.when_durable(
+        RedisClaims.when_durable(self, lambda shared: SqliteLinkStore.when_durable(
             self, lambda stored: callback(shared and stored)))
+
+
+if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
+    from router.amqp.persistence import AmqpStore, LinkClaims
+    _link_store: type[AmqpStore] = RedisAmqpStore
+    _link_claims: type[LinkClaims] = RedisAmqpStore

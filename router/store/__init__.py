@@ -1,1 +1,0 @@
-"""Durable storage on SQLite (WAL), written by one background thread with group commit."""
