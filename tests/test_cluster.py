@@ -104,7 +104,8 @@ def topic(prefix: str = "cl") -> str:
 async def reaches(publisher, probe_topic: str, received: asyncio.Queue) -> None:
     """Publish probes on ``probe_topic`` until the subscriber behind ``received`` gets one:
     its node's interest has then reached the publisher's node."""
-    deadline = time.monotonic() + 30  # a node started under load may take long to hear the others' interest
+    # a node started under load may take long to hear the others' interest
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         publisher.publish(probe_topic, PROBE)
         try:

@@ -37,7 +37,8 @@ def count_until_probe(publisher: MqttClient, subscriber: MqttClient, topic: str,
     """Publish QoS 0 probes until one reaches ``subscriber`` (its node's interest reached
     the publisher's, and everything queued before it has arrived), counting the QoS >= 1
     messages that come first in ``received``."""
-    deadline = time.monotonic() + 30  # a node started under load may take long to hear the others' interest
+    # a node started under load may take long to hear the others' interest
+    deadline = time.monotonic() + 30
     while True:
         assert time.monotonic() < deadline, f"no probe on {topic} arrived"
         publisher.publish(topic, PROBE)
