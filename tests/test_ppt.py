@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import time
 
 import pytest
 from autobahn.wamp.interfaces import IPayloadCodec
@@ -17,7 +19,7 @@ from router.engines.records import (decode_retained, encode_retained, pack_publi
                                     unpack_publication)
 from tests import amqp_clients
 from tests.clients import SERIALIZERS, TIMEOUT, connect, raw_connect, run
-from tests.harness import RouterProcess
+from tests.harness import RedisServer, RouterProcess, redis_cluster
 from tests.metrics_scrape import delta, scrape
 from tests.mqtt_clients import listeners, mqtt_realm, publish_properties, unique
 
@@ -77,15 +79,6 @@ async def close(*clients) -> None:
         client.close()
     for client in clients:
         await asyncio.wait_for(client.closed, TIMEOUT)
-
-
-def dropped(router, protocol: str) -> dict:
-    return scrape(router), protocol
-
-
-def skipped_since(router, before: dict, protocol: str) -> float:
-    return delta(before, scrape(router), "router_messages_dropped_total", realm="realm1",
-                 protocol=protocol, reason="passthru_skipped")
 
 
 # spec dialect, live / retained / history, every serializer ------------------------------------
@@ -400,3 +393,47 @@ def test_retained_passthru_survives_a_restart(tmp_path):
         run(read_it())
     finally:
         process.stop()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None,
+                    reason="redis-server is not installed (README command 2)")
+def test_passthru_crosses_nodes_of_the_redis_engine(tmp_path):
+    """Forwarded live, retained in Redis and read from its history on another node."""
+    topic = "com.ppt.hist.cluster"
+    realm = mqtt_realm("realm1", history=[{"uri": "com.ppt.hist.", "match": "prefix",
+                                           "limit": 5}])
+
+    def start_node(base, redis: RedisServer, name: str) -> RouterProcess:
+        return RouterProcess(base / name, [realm], extra_config={
+            "engine": {"type": "redis", "url": redis.url, "node": name}}).start()
+
+    async def scenario(nodes):
+        subscriber = await joined(nodes["b"], "cbor")
+        subscription = await subscribe(subscriber, topic)
+        publisher = await joined(nodes["a"], "json")
+        # until b's interest reached a, a's publications do not go to b: publish until one does
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "b's interest never reached a"
+            publisher.send([PUBLISH, publisher.next_request(), {**PPT, "retain": True}, topic,
+                            [PAYLOAD]])
+            try:
+                event = await subscriber.recv(0.1)
+                break
+            except TimeoutError:
+                continue
+        assert event[:2] == [EVENT, subscription] and event[3] == PPT
+        assert event[4] == [PAYLOAD]
+        late = await joined(nodes["b"], "msgpack")
+        late_subscription = await subscribe(late, topic, get_retained=True)
+        retained = await late.recv()
+        assert retained[3] == {**PPT, "retained": True} and retained[4] == [PAYLOAD]
+        late.send([CALL, 1, {}, "wamp.subscription.get_events", [late_subscription]])
+        result = await late.recv()
+        assert result[0] == RESULT and result[3][0], result
+        assert all(record["args"] == [PAYLOAD] and record["details"]["ppt_keyid"] == "0x5e2f"
+                   for record in result[3][0])
+        await close(subscriber, publisher, late)
+
+    with redis_cluster(tmp_path, start_node, ("a", "b")) as (_, nodes):
+        run(scenario(nodes))
