@@ -183,7 +183,7 @@ def bare_message(publication: Publication, address: str) -> bytes:
             except (OverflowError, TypeError, KeyError) as exc:
                 cached = Unencodable(f"not representable in AMQP: {exc}")
         cache[key] = cached
-    if type(cached) is not bytes:
+    if not isinstance(cached, bytes):
         raise cached.with_traceback(None)  # every AMQP receiver learns it at once
     return cached
 

@@ -68,7 +68,7 @@ def to_bytes(publication: Publication) -> bytes:
             except (TypeError, ValueError) as exc:
                 cached = Unencodable(f"not representable as JSON bytes: {exc}")
         cache[_CACHE_KEY] = cached
-    if type(cached) is not bytes:
+    if not isinstance(cached, bytes):
         raise cached.with_traceback(None)  # every byte receiver learns it at once
     return cached
 

@@ -30,14 +30,12 @@ RAW_SCHEME = "mqtt"
 
 def read(supports: Supports, role: str, options: dict, args: list | None,
          kwargs: dict | None, payload: bytes | str | None,
-         what: str) -> tuple[Passthru | None, list | None]:
-    """The passthru of one message and its Arguments (``[payload]``), or ``(None, args)``
-    for an ordinary message. ``payload`` is autobahn's parse of the transparency dialect's
-    bare element; ``what`` names the message for the violation's text."""
+         what: str) -> tuple[Passthru, list]:
+    """The passthru of a message that has ``ppt_scheme`` in its options or autobahn's
+    ``payload`` (its parse of the transparency dialect's bare element), and its Arguments
+    (``[payload]``); ``what`` names the message for the violation's text."""
     if payload is not None:
         return _transparency(supports, role, options, payload, what), [payload]
-    if "ppt_scheme" not in options:
-        return None, args
     if not supports(role, "payload_passthru_mode"):
         raise ProtocolViolation(f"{what} uses payload passthru mode, which the session did "
                                 f"not announce for its {role} role")
@@ -45,8 +43,8 @@ def read(supports: Supports, role: str, options: dict, args: list | None,
     for key, value in passthru.options.items():
         if type(value) is not str or (key == "ppt_scheme" and not value):
             raise ProtocolViolation(f"option '{key}' of {what} must be a non-empty string")
-    if (type(args) is not list or len(args) != 1 or type(args[0]) is not bytes
-            or kwargs):
+    if (args is None or type(args) is not list or len(args) != 1
+            or type(args[0]) is not bytes or kwargs):
         raise ProtocolViolation(f"a passthru {what} carries its payload as the one binary "
                                 "item of Arguments, without ArgumentsKw")
     return passthru, args
