@@ -196,6 +196,34 @@ def test_receivers_that_cannot_take_it_are_skipped_and_counted(router, mqtt):
     run(scenario())
 
 
+def test_acknowledged_delivery_carries_it_and_dialects_do_not_cross(router):
+    """An at-least-once subscription gets the passthru EVENT with x_acknowledged_delivery; a
+    session that announced only autobahn's dialect does not get the RFC's (skipped)."""
+    topic = f"com.ppt.ack.{unique('t')}"
+
+    async def scenario():
+        before = scrape(router)
+        acked = await joined(router, "msgpack")
+        other_dialect = await raw_connect(router, "websocket", "json")
+        roles = {"subscriber": {"features": {"payload_transparency": True}}}
+        assert (await other_dialect.hello("realm1", {"roles": roles}))[0] == WELCOME
+        subscription = await subscribe(acked, topic, _qos=1)
+        await subscribe(other_dialect, topic)
+        publisher = await joined(router, "cbor")
+        publication = await publish(publisher, topic, {**PPT, "_qos": 1}, [PAYLOAD])
+        event = await acked.recv()
+        assert event[:3] == [EVENT, subscription, publication]
+        assert event[3] == {**PPT, "x_acknowledged_delivery": True} and event[4] == [PAYLOAD]
+        acked.send([337, publication])  # EVENT_RECEIVED
+        await publish(publisher, topic, {}, ["after"])
+        assert (await other_dialect.recv())[4] == ["after"]
+        assert delta(before, scrape(router), "router_messages_dropped_total", realm="realm1",
+                     protocol="wamp", reason="passthru_skipped") == 1
+        await close(acked, other_dialect, publisher)
+
+    run(scenario())
+
+
 @pytest.mark.parametrize("message,why", [
     ([PUBLISH, 1, PPT, "com.ppt.v", [PAYLOAD]], "not announced"),
     ([PUBLISH, 1, PPT, "com.ppt.v", [PAYLOAD, PAYLOAD]], "two items"),

@@ -545,6 +545,7 @@ class WampSession:
         ``UNSUBSCRIBED`` with request 0 (WAMP AP, Subscription Revocation), others nothing."""
         self._realm.unsubscribe(self, subscription.id)
         self._grants.pop(subscription.id, None)
+        self._raw_views.discard(subscription.id)
         if self.supports("subscriber", "subscription_revocation"):
             self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, 0, {
                 "subscription": subscription.id, "reason": errors.NOT_AUTHORIZED}]))
