@@ -765,8 +765,9 @@ def test_welcome_announces_broker_features_and_valid_session_id(broker_router, t
         features = details["roles"]["broker"]["features"]
         for feature in PUBSUB_FEATURES:
             assert features.get(feature) is True, f"broker feature {feature} not announced"
-        # payloads are never passed through opaquely: must not be announced
-        assert not features.get("payload_passthru_mode")
+        # opaque payloads pass through (tests/test_ppt.py), in both dialects
+        assert features.get("payload_passthru_mode") is True
+        assert features.get("payload_transparency") is True
         assert all(value is True for value in features.values()), features
         await aclose_raw(*clients)
 

@@ -40,7 +40,7 @@ from proton import (Array, Described, Message, decimal32, decimal64, decimal128,
 from router.amqp.encoding import compound, encode, list_fields, section, sections, skip
 from router.core.errors import Unencodable
 from router.core.model import Publication
-from router.core.payload import from_bytes, json_bytes
+from router.core.payload import from_bytes, json_bytes, opaque_refusal
 
 HEADER, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x72, 0x73
 APPLICATION_PROPERTIES, DATA, SEQUENCE, VALUE = 0x74, 0x75, 0x76, 0x77
@@ -175,13 +175,15 @@ def bare_message(publication: Publication, address: str) -> bytes:
     if cached is None:
         if publication.amqp is not None:
             cached = _with_address(publication.amqp, address)
+        elif publication.passthru is not None and publication.payload is None:
+            cached = opaque_refusal(publication)
         else:
             try:
                 cached = _build(publication, address)
             except (OverflowError, TypeError, KeyError) as exc:
                 cached = Unencodable(f"not representable in AMQP: {exc}")
         cache[key] = cached
-    if type(cached) is Unencodable:
+    if not isinstance(cached, bytes):
         raise cached.with_traceback(None)  # every AMQP receiver learns it at once
     return cached
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol
 from router.core import errors
 from router.core.errors import RouterError, Unencodable
 from router.core.ids import router_scope_ids
-from router.core.model import SessionInfo
+from router.core.model import Passthru, SessionInfo
 from router.core.peer import Invocation, Peer, Registration
 from router.core.scheduler import Scheduler
 from router.core.stats import RealmStats
@@ -176,10 +176,16 @@ class Dealer:
 
     def call(self, caller: Peer, call_request: int, procedure: str, args: list | None,
              kwargs: dict | None, receive_progress: bool = False, timeout_ms: int = 0,
-             disclose_caller: bool = False) -> None:
-        """Route a call; the outcome reaches ``caller`` through its Peer callbacks."""
+             disclose_caller: bool = False, passthru: Passthru | None = None) -> None:
+        """Route a call; the outcome reaches ``caller`` through its Peer callbacks.
+        A ``passthru`` call goes only to a callee of this node that announced its feature
+        (else ``wamp.error.feature_not_supported``)."""
         self.stats.calls += 1
         builtin = self.procedures.get(procedure)
+        if passthru is not None and (builtin is not None or self.cluster is not None):
+            self.stats.call_errors += 1
+            raise RouterError(errors.FEATURE_NOT_SUPPORTED,
+                              "payload passthru calls go to client callees on one node only")
         if builtin is not None:
             self._call_builtin(caller, call_request, builtin, args, kwargs)
             return
@@ -193,7 +199,7 @@ class Dealer:
         if registration is None:
             raise self.no_such_procedure(procedure)
         self.invoke(registration, registration.pick(), caller, call_request, procedure, args,
-                    kwargs, receive_progress, timeout_ms, disclose_caller)
+                    kwargs, receive_progress, timeout_ms, disclose_caller, passthru)
 
     def no_such_procedure(self, procedure: str) -> RouterError:
         """The error for a call nobody can take (counted)."""
@@ -203,13 +209,18 @@ class Dealer:
     def invoke(self, registration: Registration, callee: Peer, caller: Peer, call_request: int,
                procedure: str, args: list | None, kwargs: dict | None,
                receive_progress: bool = False, timeout_ms: int = 0,
-               disclose_caller: bool = False) -> None:
+               disclose_caller: bool = False, passthru: Passthru | None = None) -> None:
         """Send a call to ``callee`` of ``registration`` and track it until it is settled."""
+        if passthru is not None and not callee.supports("callee", passthru.feature):
+            self.stats.call_errors += 1
+            raise RouterError(errors.FEATURE_NOT_SUPPORTED,
+                              f"the callee did not announce {passthru.feature}")
         callee_id = callee.info.session_id
         request_id = self._invocation_ids.get(callee_id, 0) + 1
         self._invocation_ids[callee_id] = request_id
         invocation = Invocation(request_id, registration, callee, caller, call_request,
-                                procedure, args, kwargs, receive_progress, disclose_caller)
+                                procedure, args, kwargs, receive_progress, disclose_caller,
+                                passthru=passthru)
         details = invocation.details
         if registration.match != EXACT:
             details["procedure"] = procedure
@@ -256,7 +267,7 @@ class Dealer:
                                    None)
 
     def yield_(self, callee: Peer, request_id: int, args: list | None, kwargs: dict | None,
-               progress: bool) -> None:
+               progress: bool, passthru: Passthru | None = None) -> None:
         """A callee's (progressive) result; unknown ids are late yields after a cancel."""
         key = (callee.info.session_id, request_id)
         invocation = self._by_invocation.get(key)
@@ -264,25 +275,47 @@ class Dealer:
             return
         if progress:
             if invocation.receive_progress and invocation.cancel_mode is None:
-                invocation.caller.send_result(invocation.call_request, args, kwargs, True)
+                self._result(invocation, args, kwargs, True, passthru)
             return
         self._finish(invocation)
         if invocation.cancel_mode is None or invocation.cancel_mode == "kill":
             # in kill mode the callee may finish before it handles the INTERRUPT:
             # the caller then gets the RESULT (RFC: "RESULT or ERROR")
-            invocation.caller.send_result(invocation.call_request, args, kwargs, False)
+            self._result(invocation, args, kwargs, False, passthru)
+
+    def _result(self, invocation: Invocation, args: list | None, kwargs: dict | None,
+                progress: bool, passthru: Passthru | None) -> None:
+        """A result to the caller; a passthru one only if the caller announced it (the RFC
+        makes that ``feature_not_supported``; the caller gets it, as the call ends here)."""
+        caller = invocation.caller
+        if passthru is None:
+            caller.send_result(invocation.call_request, args, kwargs, progress)
+        elif caller.supports("caller", passthru.feature):
+            caller.send_result(invocation.call_request, args, kwargs, progress, passthru)
+        else:
+            self.stats.call_errors += 1
+            caller.send_call_error(invocation.call_request, errors.FEATURE_NOT_SUPPORTED,
+                                   [f"the callee answered with a payload passthru result and "
+                                    f"this session did not announce {passthru.feature}"], None)
 
     def invocation_error(self, callee: Peer, request_id: int, error: str, args: list | None,
-                         kwargs: dict | None) -> None:
+                         kwargs: dict | None, passthru: Passthru | None = None) -> None:
         invocation = self._by_invocation.get((callee.info.session_id, request_id))
         if invocation is None:
             return
         self.stats.call_errors += 1
         self._finish(invocation)
         if invocation.cancel_mode == "kill":
-            invocation.caller.send_call_error(invocation.call_request, errors.CANCELED, args, kwargs)
-        elif invocation.cancel_mode is None:
-            invocation.caller.send_call_error(invocation.call_request, error, args, kwargs)
+            error = errors.CANCELED
+        elif invocation.cancel_mode is not None:
+            return
+        caller = invocation.caller
+        if passthru is None:
+            caller.send_call_error(invocation.call_request, error, args, kwargs)
+        elif caller.supports("caller", passthru.feature):
+            caller.send_call_error(invocation.call_request, error, args, kwargs, passthru)
+        else:  # the error URI reaches it; the payload it could not take does not
+            caller.send_call_error(invocation.call_request, error, None, None)
 
     def cancel(self, caller: Peer, call_request: int, mode: str) -> None:
         if mode not in CANCEL_MODES:

@@ -20,6 +20,12 @@ class Unencodable(Exception):
     JSON or MQTT receiver): that receiver is skipped, the others still get it."""
 
 
+class PassthruRefused(Unencodable):
+    """A Payload Passthru Mode payload for a receiver that cannot take it as it is (a WAMP
+    session that did not announce the feature, or a byte receiver and a scheme other than
+    ``mqtt``): skipped and counted, never sent converted."""
+
+
 class ProtocolViolation(Exception):
     """The peer broke the protocol; its session must be aborted."""
 
@@ -39,6 +45,8 @@ CANCELED = "wamp.error.canceled"
 TIMEOUT = "wamp.error.timeout"
 PROTOCOL_VIOLATION = "wamp.error.protocol_violation"
 OPTION_NOT_ALLOWED = "wamp.error.option_not_allowed"
+FEATURE_NOT_SUPPORTED = "wamp.error.feature_not_supported"
+"""A passthru call (result) for a callee (caller) that did not announce Payload Passthru Mode."""
 LIMIT_EXCEEDED = "wamp.error.limit_exceeded"
 """A request that would take a client-driven structure over its configured bound."""
 KILLED = "wamp.close.killed"

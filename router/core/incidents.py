@@ -28,6 +28,10 @@ UNENCODABLE = "unencodable"
 UNSUPPORTED = "unsupported"
 """A published message refused for a value the router cannot carry (an AMQP decimal or
 described value)."""
+PASSTHRU_SKIPPED = "passthru_skipped"
+"""A Payload Passthru Mode payload not sent to a receiver that cannot take it unchanged (a
+WAMP session that did not announce the feature or its dialect; an MQTT or AMQP receiver
+and a scheme other than ``mqtt``), or a passthru call or result refused for that reason."""
 TOO_LARGE = "too_large"
 """A message over the receiver's maximum message or packet size."""
 DELIVERY_FAILED = "delivery_failed"
@@ -76,8 +80,8 @@ ENGINE_BEHIND = "engine_behind"
 """Reading from publishing connections paused because Redis answers slower than the node
 sends (half of ``cluster.max_pending_commands`` commands unanswered)."""
 
-DROP_REASONS = (SLOW_CONSUMER, QUEUE_FULL, EXPIRED, UNENCODABLE, TOO_LARGE, NOT_AUTHORIZED,
-                INVALID_TOPIC, DELIVERY_FAILED, UNACKNOWLEDGED, EVENTLOG_DROPPED)
+DROP_REASONS = (SLOW_CONSUMER, QUEUE_FULL, EXPIRED, UNENCODABLE, PASSTHRU_SKIPPED, TOO_LARGE,
+                NOT_AUTHORIZED, INVALID_TOPIC, DELIVERY_FAILED, UNACKNOWLEDGED, EVENTLOG_DROPPED)
 """Incident reasons that cost a message; the others are refusals or failures of their own
 (the metrics' dropped counts and ``$SYS`` read this one list)."""
 

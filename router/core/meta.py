@@ -169,6 +169,8 @@ def install_event_history(realm: Realm) -> None:
             for publication in events:
                 details = publication.publisher_details()
                 details["topic"] = publication.name
+                if publication.passthru is not None:  # args is [the opaque payload]
+                    details.update(publication.passthru.options)
                 record = {"timestamp": rfc3339(publication.timestamp),
                           "subscription": subscription.id,
                           "publication": publication.publication_id, "details": details}

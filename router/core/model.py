@@ -85,6 +85,43 @@ class Eligibility:
 ELIGIBILITY_KEYS = ("exclude", "exclude_authid", "exclude_authrole",
                     "eligible", "eligible_authid", "eligible_authrole")
 
+PPT_KEYS = ("ppt_scheme", "ppt_serializer", "ppt_cipher", "ppt_keyid")
+"""The options of WAMP Payload Passthru Mode (AP), forwarded into EVENT / INVOCATION /
+RESULT / ERROR details as the sender wrote them."""
+TRANSPARENCY_KEYS = ("enc_algo", "enc_key", "enc_serializer")
+"""The same for autobahn's older dialect ("payload transparency", what its cryptobox
+``KeyRing`` sends): the payload is the message's last element itself, not in Arguments."""
+
+
+@dataclass(frozen=True, slots=True)
+class Passthru:
+    """An opaque payload the router never decodes (WAMP Payload Passthru Mode): its bytes
+    travel as the one argument ``args=[payload]``, and these options say what they are."""
+
+    options: dict[str, str]
+    """The ``ppt_*`` (or ``enc_*``) keys exactly as the sender gave them."""
+    transparency: bool = False
+    """autobahn's dialect (``enc_algo``...), announced as ``payload_transparency``."""
+
+    @property
+    def scheme(self) -> str:
+        """``ppt_scheme`` (``enc_algo``): ``mqtt`` for plain bytes any byte-oriented
+        receiver may take, anything else (``wamp``, ``cryptobox``, ``x_...``) only for
+        WAMP receivers of the same dialect."""
+        return self.options["enc_algo" if self.transparency else "ppt_scheme"]
+
+    @property
+    def feature(self) -> str:
+        """The HELLO feature a receiver must have announced to get it."""
+        return "payload_transparency" if self.transparency else "payload_passthru_mode"
+
+    def to_json(self) -> list:
+        return [self.transparency, self.options]
+
+    @classmethod
+    def from_json(cls, data: list | None) -> "Passthru | None":
+        return None if data is None else cls(data[1], data[0])
+
 
 @dataclass(slots=True, eq=False)
 class Publication:
@@ -114,6 +151,9 @@ class Publication:
     """The bare message (properties, application-properties, body) of an AMQP publisher,
     encoded as it arrived: AMQP receivers get it unchanged."""
     timestamp: float = field(default_factory=time.time)
+    passthru: Passthru | None = None
+    """Set for a Payload Passthru Mode publication: ``args`` is ``[opaque bytes]``, sent
+    only to receivers that can take it as it is (see :mod:`router.core.payload`)."""
     wire_cache: dict | None = None
     """Per-frontend encodings shared by all receivers (e.g. one WAMP EVENT per subscription)
     during one dispatch; see :meth:`encodings`."""

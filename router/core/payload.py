@@ -16,6 +16,10 @@ Configured per realm (``payload_mapping``):
 
 A publication from a byte-oriented publisher keeps its original bytes, which
 byte-oriented receivers get unchanged.
+
+A WAMP Payload Passthru Mode publication (``Publication.passthru``) is never mapped: with
+``ppt_scheme: "mqtt"`` its payload is the original bytes above; with any other scheme
+(end-to-end encryption) byte receivers cannot take it (:func:`opaque_refusal`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import decimal
 import json
 import uuid
 
-from router.core.errors import Unencodable
+from router.core.errors import PassthruRefused, Unencodable
 from router.core.model import Publication
 
 MAPPINGS = ("json", "binary")
@@ -56,14 +60,26 @@ def to_bytes(publication: Publication) -> bytes:
     cache = publication.encodings()
     cached = cache.get(_CACHE_KEY)
     if cached is None:
-        try:
-            cached = _encode(publication)
-        except (TypeError, ValueError) as exc:
-            cached = Unencodable(f"not representable as JSON bytes: {exc}")
+        if publication.passthru is not None:
+            cached = opaque_refusal(publication)
+        else:
+            try:
+                cached = _encode(publication)
+            except (TypeError, ValueError) as exc:
+                cached = Unencodable(f"not representable as JSON bytes: {exc}")
         cache[_CACHE_KEY] = cached
-    if type(cached) is Unencodable:
+    if not isinstance(cached, bytes):
         raise cached.with_traceback(None)  # every byte receiver learns it at once
     return cached
+
+
+def opaque_refusal(publication: Publication) -> PassthruRefused:
+    """Why a byte-oriented receiver does not get a passthru payload whose scheme is not
+    ``mqtt`` (those carry ``payload``, sent as they are): it would get ciphertext or a
+    format it cannot know, as if it were the message."""
+    scheme = publication.passthru.scheme  # type: ignore[union-attr]
+    return PassthruRefused(f"payload passthru scheme '{scheme}' is only for WAMP receivers "
+                           "that announced it")
 
 
 _CACHE_KEY = "payload-bytes"

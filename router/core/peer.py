@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from router.core.model import Publication, SessionInfo
+from router.core.model import Passthru, Publication, SessionInfo
 from router.core.scheduler import DelayedCall
 from router.core.topic import Topic, is_reserved, pattern_text
 
@@ -41,11 +41,12 @@ class Peer(Protocol):
         """Tell this callee to stop working on an invocation."""
 
     def send_result(self, call_request: int, args: list | None, kwargs: dict | None,
-                    progress: bool) -> None:
-        """Return a (possibly progressive) call result to this caller."""
+                    progress: bool, passthru: Passthru | None = None) -> None:
+        """Return a (possibly progressive) call result to this caller (``passthru``: only
+        to a caller that :meth:`supports` its feature)."""
 
     def send_call_error(self, call_request: int, error: str, args: list | None,
-                        kwargs: dict | None) -> None:
+                        kwargs: dict | None, passthru: Passthru | None = None) -> None:
         """Fail a call of this caller."""
 
     def supports(self, role: str, feature: str) -> bool:
@@ -150,3 +151,5 @@ class Invocation:
     timeout_call: DelayedCall | None = None
     cancel_mode: str | None = None
     details: dict = field(default_factory=dict)
+    passthru: Passthru | None = None
+    """The call's Payload Passthru Mode options (``args`` is then ``[opaque bytes]``)."""

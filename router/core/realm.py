@@ -18,13 +18,13 @@ from router.core.backlog import Backlogs
 from router.core.broker import Broker
 from router.core.dealer import Dealer
 from router.core.engine import RealmEngine
-from router.core.errors import RouterError, Unencodable
+from router.core.errors import PassthruRefused, RouterError, Unencodable
 from router.core.ids import random_id
 from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, OVER_LIMIT,
-                                   QUEUE_FULL, RETAINED_QUOTA, RETAINED_REALM_LIMIT,
+                                   PASSTHRU_SKIPPED, QUEUE_FULL, RETAINED_QUOTA, RETAINED_REALM_LIMIT,
                                    RETAINED_REFUSED,
                                    UNENCODABLE, Incidents)
-from router.core.model import Publication, SessionInfo
+from router.core.model import Passthru, Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer, Registration, Subscription
 from router.core.retention import QUOTA, Owner, RetainRefused
@@ -165,7 +165,8 @@ class Realm:
                 payload_bytes: int = 0, *, payload: bytes | None = None,
                 properties: dict | None = None,
                 expires_at: float | None = None, uri: str | None = None,
-                mqtt_topic: str | None = None, amqp: bytes | None = None) -> Publication:
+                mqtt_topic: str | None = None, amqp: bytes | None = None,
+                passthru: Passthru | None = None) -> Publication:
         """Authorize and dispatch a publication from a client session.
 
         ``topic`` was validated by the frontend; ``uri`` / ``mqtt_topic`` are its WAMP
@@ -174,6 +175,7 @@ class Realm:
         ``on_durable(publication, ok)`` runs once everything the publication made
         durable (retained state, QoS >= 1 copies queued for persistent sessions)
         is stored, at once when there is nothing to store: acknowledge then.
+        ``passthru``: a Payload Passthru Mode publication (``args=[opaque bytes]``).
         """
         self.check_publish(info, topic)
         self.stats.received[options.qos][info.protocol] += 1
@@ -181,7 +183,7 @@ class Realm:
         publication = Publication(random_id(), topic, args, kwargs, info, disclose,
                                   options.eligibility, options.exclude_me, options.retain,
                                   options.retain_ttl, payload_bytes, options.qos, payload,
-                                  properties, expires_at, amqp)
+                                  properties, expires_at, amqp, passthru=passthru)
         if uri is not None:
             publication.uri_view = uri
         if mqtt_topic is not None:
@@ -250,7 +252,9 @@ class Realm:
         info = peer.info
         protocol = info.protocol.split(".", 1)[0]
         detail = f"session {info.session_id}, topic {publication.name}: {exc}"
-        if isinstance(exc, Unencodable):
+        if isinstance(exc, PassthruRefused):
+            self.incidents.count(self.name, protocol, PASSTHRU_SKIPPED, detail)
+        elif isinstance(exc, Unencodable):
             self.incidents.count(self.name, protocol, UNENCODABLE, detail)
         else:
             self.incidents.count(self.name, protocol, DELIVERY_FAILED, detail,
@@ -361,11 +365,18 @@ class Realm:
         cluster.register(peer, registration, claimed)
 
     def call(self, peer: Peer, request: int, procedure: str, args: list | None,
-             kwargs: dict | None, options: CallOptions) -> None:
+             kwargs: dict | None, options: CallOptions, passthru: Passthru | None = None) -> None:
         self.check_uri(procedure)
         levels = from_uri(procedure)
         self.authorize(peer.info, "call", levels)
         disclose = (options.disclose_me
                     or self.authorizer.discloses(peer.info, "call", levels))
-        self.dealer.call(peer, request, procedure, args, kwargs, options.receive_progress,
-                         options.timeout_ms, disclose)
+        try:
+            self.dealer.call(peer, request, procedure, args, kwargs, options.receive_progress,
+                             options.timeout_ms, disclose, passthru)
+        except RouterError as exc:
+            if exc.uri == errors.FEATURE_NOT_SUPPORTED:
+                self.incidents.count(self.name, family(peer.info.protocol), PASSTHRU_SKIPPED,
+                                     f"session {peer.info.session_id}, call {procedure}: "
+                                     f"{exc.message}")
+            raise

@@ -8,7 +8,7 @@ import json
 
 import msgpack
 
-from router.core.model import Eligibility, Publication, SessionInfo
+from router.core.model import Eligibility, Passthru, Publication, SessionInfo
 from router.core.payload import as_text
 from router.core.retention import Owner, RetainedEvent, earliest
 from router.core.topic import Topic, from_uri
@@ -38,6 +38,7 @@ def encode_retained(publication: Publication, expires_at: float | None,
         "amqp": publication.amqp,
         "message_expires": publication.expires_at,
         "owner": owner,
+        "passthru": publication.passthru.to_json() if publication.passthru else None,
     }, use_bin_type=True)
 
 
@@ -54,7 +55,8 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
                               data["disclose"], eligibility, data["exclude_me"], retain=True,
                               timestamp=data["ts"], qos=data.get("qos", 0),
                               payload=data.get("payload"), properties=data.get("properties"), amqp=data.get("amqp"),
-                              expires_at=data.get("message_expires"))
+                              expires_at=data.get("message_expires"),
+                              passthru=Passthru.from_json(data.get("passthru")))
     owner = data.get("owner")
     if owner is not None:
         owner = Owner(*owner)
@@ -90,6 +92,7 @@ def pack_publication(realm: str, publication: Publication) -> bytes:
         publication.disclose, eligibility.to_json() if eligibility is not None else None,
         publication.qos, publication.payload, publication.properties, publication.expires_at,
         publication.amqp, publication.timestamp, publication.payload_bytes,
+        publication.passthru.to_json() if publication.passthru is not None else None,
     ], use_bin_type=True, default=as_text)
 
 
@@ -99,7 +102,7 @@ def unpack_publication(data: bytes, exclude_me: bool = False) -> tuple[str, Publ
     is excluded from its publisher's session if it was when published."""
     (realm, publication_id, topic, args, kwargs, publisher, disclose, eligibility, qos,
      payload, properties, expires_at, amqp, timestamp,
-     payload_bytes) = msgpack.unpackb(data, raw=False, strict_map_key=False)
+     payload_bytes, *passthru) = msgpack.unpackb(data, raw=False, strict_map_key=False)
     info = SessionInfo(publisher[0], realm, publisher[1], publisher[2],
                        protocol=publisher[3]) if publisher is not None else None
     return realm, Publication(
@@ -107,7 +110,8 @@ def unpack_publication(data: bytes, exclude_me: bool = False) -> tuple[str, Publ
         Eligibility.from_json(eligibility) if eligibility is not None else None,
         exclude_me=exclude_me,
         payload_bytes=payload_bytes, qos=qos, payload=payload, properties=properties,
-        expires_at=expires_at, amqp=amqp, timestamp=timestamp)
+        expires_at=expires_at, amqp=amqp, timestamp=timestamp,
+        passthru=Passthru.from_json(passthru[0] if passthru else None))
 
 
 def topic_key(topic: Topic) -> str:

@@ -12,6 +12,8 @@ BROKER_FEATURES = {
     "x_acknowledged_event_delivery": True,
     "x_shared_group": True,
     "subscription_revocation": True,
+    "payload_passthru_mode": True,
+    "payload_transparency": True,
 }
 
 DEALER_FEATURES = {
@@ -24,6 +26,8 @@ DEALER_FEATURES = {
     "session_meta_api": True,
     "testament_meta_api": True,
     "registration_revocation": True,
+    "payload_passthru_mode": True,
+    "payload_transparency": True,
 }
 
 ROUTER_ROLES = {

@@ -27,10 +27,10 @@ from autobahn.wamp.exception import TransportLost
 from router.core import errors
 from router.core.broker import Subscription
 from router.core.dealer import Invocation, Registration
-from router.core.errors import ProtocolViolation, RouterError, Unencodable
+from router.core.errors import PassthruRefused, ProtocolViolation, RouterError, Unencodable
 from router.core.incidents import (EXPIRED, SLOW_CONSUMER, TOO_LARGE, UNACKNOWLEDGED,
                                   UNREPRESENTABLE)
-from router.core.model import Publication, SessionInfo
+from router.core.model import Passthru, Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
 from router.core.qos import ENFORCE_MINIMUM, delivered_qos
@@ -44,6 +44,7 @@ from router.wamp.codec import InvalidUriRequest, WireMessage, decode
 from router.wamp.features import ROUTER_ROLES
 from router.wamp.handshake import (CHALLENGED, CLOSED, CLOSING, ESTABLISHED, HANDSHAKE,
                                    VERIFYING, Handshake)
+from router.wamp import passthru as ppt
 from router.wamp.outlet import Outlet
 from router.settings import WampSettings
 
@@ -69,6 +70,8 @@ class WampSession:
         self._settings = WampSettings()
         self._grants: dict[int, tuple[int, str]] = {}
         """subscription id -> (granted QoS, policy), for subscriptions that may need acks."""
+        self._raw_views: set[int] = set()
+        """Subscriptions that get byte publications as ``ppt_scheme: "mqtt"`` EVENTs."""
         self._unacked: dict[int, _Unacked] = {}
         self._unwritten: deque[WireMessage] = deque()
         """Acknowledged events held back while the transport is paused (bounded by
@@ -174,9 +177,13 @@ class WampSession:
 
     def _on_publish(self, msg: m.Publish, raw: list) -> None:
         options = parse_publish_options(raw[2])
-        if msg.payload is not None:
-            raise ProtocolViolation("payload passthru mode is not supported by this router")
-        if options.retain and not msg.args and not msg.kwargs:
+        args, passthru, payload = msg.args, None, None
+        if msg.payload is not None or "ppt_scheme" in raw[2]:
+            passthru, args = ppt.read(self.supports, "publisher", raw[2], args, msg.kwargs,
+                                      msg.payload, "PUBLISH")
+            if passthru.scheme == ppt.RAW_SCHEME:
+                payload = args[0]  # MQTT and AMQP receivers get these bytes as they are
+        elif options.retain and not msg.args and not msg.kwargs:
             # an empty retained event would reach MQTT subscribers as a zero-byte retained
             # message, which MQTT forbids (MQTT-3.3.1-10/11): empty + retain clears, as there
             options = replace(options, retain=False, retain_clear=True)
@@ -187,8 +194,9 @@ class WampSession:
         topic = msg.topic
         try:
             self._realm.check_uri(topic)
-            self._realm.publish(self.info, from_uri(topic), msg.args, msg.kwargs, options,
-                                on_durable, self._last_payload_size, uri=topic)
+            self._realm.publish(self.info, from_uri(topic), args, msg.kwargs, options,
+                                on_durable, self._last_payload_size, uri=topic,
+                                payload=payload, passthru=passthru)
         except RouterError as exc:
             if options.acknowledge:
                 self._send_error(m.Publish.MESSAGE_TYPE, request, exc)
@@ -212,7 +220,10 @@ class WampSession:
 
     def _on_subscribe(self, msg: m.Subscribe, raw: list) -> None:
         options = parse_subscribe_options(raw[2])
+        raw_view = "_ppt_scheme" in raw[2]
         try:
+            if raw_view:
+                self._check_raw_view(raw[2]["_ppt_scheme"])
             self._realm.check_uri(msg.topic, options.match)
             subscription = self._realm.subscribe(self, from_uri(msg.topic), options,
                                                  self._settings.max_subscriptions)
@@ -225,6 +236,10 @@ class WampSession:
             self._grants[subscription.id] = (granted, policy)
         else:
             self._grants.pop(subscription.id, None)
+        if raw_view:
+            self._raw_views.add(subscription.id)
+        else:
+            self._raw_views.discard(subscription.id)
         self.send(WireMessage([m.Subscribed.MESSAGE_TYPE, msg.request, subscription.id]))
         if options.get_retained:
             self._realm.send_retained(self, subscription, self._flow.limits.max_buffered_messages)
@@ -236,28 +251,55 @@ class WampSession:
             self._send_error(m.Unsubscribe.MESSAGE_TYPE, msg.request, exc)
             return
         self._grants.pop(msg.subscription, None)
+        self._raw_views.discard(msg.subscription)
         self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, msg.request]))
+
+    def _check_raw_view(self, scheme: object) -> None:
+        """``_ppt_scheme: "mqtt"``: byte publications (MQTT payloads, AMQP data bodies) as
+        they are, for a subscriber that announced Payload Passthru Mode."""
+        if scheme != ppt.RAW_SCHEME:
+            raise RouterError(errors.INVALID_ARGUMENT,
+                              f"option '_ppt_scheme' may only be '{ppt.RAW_SCHEME}'")
+        if not self.supports("subscriber", "payload_passthru_mode"):
+            raise RouterError(errors.FEATURE_NOT_SUPPORTED, "option '_ppt_scheme' needs "
+                              "payload_passthru_mode announced for the subscriber role")
 
     def send_event(self, subscription: Subscription, publication: Publication,
                    retained: bool = False) -> None:
         if subscription.match != EXACT and publication.uri(self._realm.uri_check) is None:
             self._count(UNREPRESENTABLE, publication)  # only a pattern can reach such a topic
             return
+        raw_view = False
+        if publication.passthru is not None or self._raw_views:
+            raw_view = self._passthru_view(subscription, publication)
         grant = self._grants.get(subscription.id)
         if grant is not None and delivered_qos(publication.qos, *grant) > 0:
-            self._send_acknowledged(subscription, publication, retained)
+            self._send_acknowledged(subscription, publication, retained, raw_view)
             return
         if self._flow.over:
             self._count(SLOW_CONSUMER, publication)
             return
         if retained:
-            self.send(_event(subscription, publication, retained=True))
+            self.send(_event(subscription, publication, retained=True, raw_view=raw_view))
             return
         cache = publication.encodings()
-        event = cache.get(subscription.id)
+        key = (subscription.id, "raw") if raw_view else subscription.id
+        event = cache.get(key)
         if event is None:
-            event = cache[subscription.id] = _event(subscription, publication)
+            event = cache[key] = _event(subscription, publication, raw_view=raw_view)
         self.send(event)
+
+    def _passthru_view(self, subscription: Subscription, publication: Publication) -> bool:
+        """May this session take a passthru publication (raises :class:`PassthruRefused`
+        if not: skipped and counted)? Does its subscription want a byte publication's
+        bytes as a ``ppt_scheme: "mqtt"`` EVENT?"""
+        passthru = publication.passthru
+        if passthru is not None:
+            if not self.supports("subscriber", passthru.feature):
+                raise PassthruRefused(f"scheme '{passthru.scheme}': the session did not "
+                                      f"announce {passthru.feature}")
+            return False
+        return publication.payload is not None and subscription.id in self._raw_views
 
     def ready(self) -> bool:
         """Joined, not over the flow bound and room for unacknowledged events."""
@@ -275,16 +317,18 @@ class WampSession:
         return True
 
     def _send_acknowledged(self, subscription: Subscription, publication: Publication,
-                           retained: bool) -> None:
+                           retained: bool, raw_view: bool = False) -> None:
         """At-least-once: the event is sent again until the client answers EVENT_RECEIVED."""
         if retained:
-            event = _event(subscription, publication, retained=True, acknowledged=True)
+            event = _event(subscription, publication, retained=True, acknowledged=True,
+                           raw_view=raw_view)
         else:
-            key = (subscription.id, "ack")
+            key = (subscription.id, "ack", raw_view)
             cache = publication.encodings()
             event = cache.get(key)
             if event is None:
-                event = cache[key] = _event(subscription, publication, acknowledged=True)
+                event = cache[key] = _event(subscription, publication, acknowledged=True,
+                                            raw_view=raw_view)
         pending = self._unacked.get(publication.publication_id)
         if pending is None and len(self._unacked) >= self._settings.max_unacked:
             self._count(UNACKNOWLEDGED, publication)
@@ -407,11 +451,14 @@ class WampSession:
         self.send(WireMessage([m.Unregistered.MESSAGE_TYPE, msg.request]))
 
     def _on_call(self, msg: m.Call, raw: list) -> None:
-        if msg.payload is not None:
-            raise ProtocolViolation("payload passthru mode is not supported by this router")
         options = parse_call_options(raw[2])
+        args, passthru = msg.args, None
+        if msg.payload is not None or "ppt_scheme" in raw[2]:
+            passthru, args = ppt.read(self.supports, "caller", raw[2], args, msg.kwargs,
+                                      msg.payload, "CALL")
         try:
-            self._realm.call(self, msg.request, msg.procedure, msg.args, msg.kwargs, options)
+            self._realm.call(self, msg.request, msg.procedure, args, msg.kwargs, options,
+                             passthru)
         except RouterError as exc:
             self._send_error(m.Call.MESSAGE_TYPE, msg.request, exc)
 
@@ -424,7 +471,12 @@ class WampSession:
     def _on_yield(self, msg: m.Yield, raw: list) -> None:
         if not self._realm.dealer.was_issued(self, msg.request):
             raise ProtocolViolation(f"YIELD for unknown invocation {msg.request}")
-        self._realm.dealer.yield_(self, msg.request, msg.args, msg.kwargs, bool(msg.progress))
+        args, passthru = msg.args, None
+        if msg.payload is not None or "ppt_scheme" in raw[2]:
+            passthru, args = ppt.read(self.supports, "callee", raw[2], args, msg.kwargs,
+                                      msg.payload, "YIELD")
+        self._realm.dealer.yield_(self, msg.request, args, msg.kwargs, bool(msg.progress),
+                                  passthru)
 
     def _on_error(self, msg: m.Error, raw: list) -> None:
         if msg.request_type != m.Invocation.MESSAGE_TYPE:
@@ -432,27 +484,45 @@ class WampSession:
                                     "(only INVOCATION errors come from clients)")
         if not self._realm.dealer.was_issued(self, msg.request):
             raise ProtocolViolation(f"ERROR for unknown invocation {msg.request}")
-        self._realm.dealer.invocation_error(self, msg.request, msg.error, msg.args, msg.kwargs)
+        args, passthru = msg.args, None
+        if msg.payload is not None or "ppt_scheme" in raw[3]:
+            passthru, args = ppt.read(self.supports, "callee", raw[3], args, msg.kwargs,
+                                      msg.payload, "ERROR")
+        self._realm.dealer.invocation_error(self, msg.request, msg.error, args, msg.kwargs,
+                                            passthru)
 
     def send_invocation(self, invocation: Invocation) -> None:
-        self.send(WireMessage(_with_payload(
-            [INVOCATION, invocation.request_id, invocation.registration.id, invocation.details],
-            invocation.args, invocation.kwargs)))
+        details = invocation.details
+        head = [INVOCATION, invocation.request_id, invocation.registration.id, details]
+        if invocation.passthru is not None:
+            self.send(WireMessage(ppt.write(head, details, invocation.passthru,
+                                            invocation.args)))  # type: ignore[arg-type]
+            return
+        self.send(WireMessage(_with_payload(head, invocation.args, invocation.kwargs)))
 
     def send_interrupt(self, invocation: Invocation, mode: str, reason: str) -> None:
         self.send(WireMessage([INTERRUPT, invocation.request_id,
                                 {"mode": mode, "reason": reason}]))
 
     def send_result(self, call_request: int, args: list | None, kwargs: dict | None,
-                    progress: bool) -> None:
+                    progress: bool, passthru: Passthru | None = None) -> None:
+        details = {"progress": True} if progress else {}
+        if passthru is not None:
+            self.send(WireMessage(ppt.write([RESULT, call_request, details], details, passthru,
+                                            args)))  # type: ignore[arg-type]
+            return
         try:
-            self.send(WireMessage(_with_payload(
-                [RESULT, call_request, {"progress": True} if progress else {}], args, kwargs)))
+            self.send(WireMessage(_with_payload([RESULT, call_request, details], args, kwargs)))
         except Unencodable as exc:
             self._send_unencodable(call_request, "result", exc)
 
     def send_call_error(self, call_request: int, error: str, args: list | None,
-                        kwargs: dict | None) -> None:
+                        kwargs: dict | None, passthru: Passthru | None = None) -> None:
+        if passthru is not None:
+            details: dict = {}
+            self.send(WireMessage(ppt.write([ERROR, m.Call.MESSAGE_TYPE, call_request, details,
+                                             error], details, passthru, args)))  # type: ignore[arg-type]
+            return
         try:
             self.send(WireMessage(_with_payload(
                 [ERROR, m.Call.MESSAGE_TYPE, call_request, {}, error], args, kwargs)))
@@ -475,6 +545,7 @@ class WampSession:
         ``UNSUBSCRIBED`` with request 0 (WAMP AP, Subscription Revocation), others nothing."""
         self._realm.unsubscribe(self, subscription.id)
         self._grants.pop(subscription.id, None)
+        self._raw_views.discard(subscription.id)
         if self.supports("subscriber", "subscription_revocation"):
             self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, 0, {
                 "subscription": subscription.id, "reason": errors.NOT_AUTHORIZED}]))
@@ -556,8 +627,9 @@ class _Unacked:
 
 
 def _event(subscription: Subscription, publication: Publication, retained: bool = False,
-           acknowledged: bool = False) -> WireMessage:
-    """The EVENT for one subscription; shared by every receiver of a live publication."""
+           acknowledged: bool = False, raw_view: bool = False) -> WireMessage:
+    """The EVENT for one subscription; shared by every receiver of a live publication.
+    ``raw_view``: a byte publication's bytes as they are (``ppt_scheme: "mqtt"``)."""
     details = publication.publisher_details()
     if subscription.match != EXACT:
         details["topic"] = publication.uri_view
@@ -565,8 +637,17 @@ def _event(subscription: Subscription, publication: Publication, retained: bool 
         details["retained"] = True
     if acknowledged:
         details["x_acknowledged_delivery"] = True
-    return WireMessage(_with_payload([EVENT, subscription.id, publication.publication_id, details],
-                                     publication.args, publication.kwargs))
+    head = [EVENT, subscription.id, publication.publication_id, details]
+    if publication.passthru is not None:
+        return WireMessage(ppt.write(head, details, publication.passthru,
+                                     publication.args))  # type: ignore[arg-type]
+    if raw_view:
+        publisher = publication.publisher
+        ppt.raw_details(details, publisher.protocol if publisher is not None else None,
+                        publication.properties)
+        head.append([publication.payload])
+        return WireMessage(head)
+    return WireMessage(_with_payload(head, publication.args, publication.kwargs))
 
 
 def _with_payload(raw: list, args: list | None, kwargs: dict | None) -> list:
