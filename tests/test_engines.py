@@ -17,6 +17,7 @@ from router.core.engine import Claims, Durability, Engine, Membership
 from router.core.history import EventHistory, History
 from router.engines.embedded.engine import EmbeddedEngine
 from router.engines.embedded.links import SqliteLinkStore
+from router.engines.embedded.outbox import SqliteOutboxStore
 from router.engines.embedded.sessions import SqliteSessionStore
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.redis.claims import RedisClaims
@@ -39,6 +40,7 @@ IMPLEMENTATIONS = [
     (contract.TestamentStore, RedisTestaments),
     (MqttSessionStore, SqliteSessionStore), (MqttSessionStore, RedisMqttSessionStore),
     (AmqpStore, SqliteLinkStore), (AmqpStore, RedisAmqpStore),
+    (contract.OutboxStore, SqliteOutboxStore),
     (Claims, RedisClaims), (SessionClaims, RedisMqttSessionStore),
     (LinkClaims, RedisAmqpStore),
     # what the Redis engine's parts ask of their engine and realm share (no import back)

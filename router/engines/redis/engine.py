@@ -139,6 +139,11 @@ class RedisEngine:
         shared.claims["amqp"] = shared.links = store
         return store
 
+    def outbox_store(self, realm: str) -> None:
+        """None: webhooks need one node to send each event, which no node here decides yet
+        (the configuration refuses them on this engine)."""
+        return None
+
     def pause_intake_with(self, paused: Paused) -> None:
         """Publishers pause while Redis is behind and while this node adopts a dead node's
         clients."""
