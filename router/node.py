@@ -51,6 +51,7 @@ from router.verifier import SecretVerifier
 from router.wamp.codec import make_serializers
 from router.wamp.session import WampSession
 from router.wamp.transports import RouterRawSocketFactory, RouterWebSocketFactory
+from router.webhooks.webhook import Webhook, open_webhooks
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,12 @@ class Node:
         """This node's metrics (not prometheus_client's process-global registry)."""
         self.mqtt = self._mqtt_frontends()
         self.amqp = self._amqp_frontends()
+        self.webhooks: list[Webhook] = [
+            hook for name, realm in self.router.realms.items()
+            for hook in open_webhooks(realm, config.realms[name].webhooks,
+                                      self.router.principals[name],
+                                      self.engine.outbox_store(name), reactor)]
+        """Every realm's webhooks (started with the node)."""
         self.sys = SysFigures(self)
         """``$SYS`` topics and ``wamp.router.stats``, published every ``sys_interval``."""
         for realm in self.router.realms.values():
@@ -205,6 +212,8 @@ class Node:
                 raise ListenerFailed(f"{describe(self.config, index)}: cannot listen: "
                                      f"{reason}") from exc
         self._listen_admin()
+        for hook in self.webhooks:
+            hook.start()
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
         self._watch_reload()
         # what start-up built (modules, configuration, restored state) lives as long as the
@@ -356,6 +365,9 @@ class Node:
         deadline = self.reactor.seconds() + self.config.shutdown_timeout
         while self.router.connections and self.reactor.seconds() < deadline:
             yield task.deferLater(self.reactor, 0.05, lambda: None)
+        for hook in self.webhooks:  # what they still queue stays stored for the next start
+            hook.stop()
+            yield hook.client.close()
         for loop in (self._expiry, self._log_flush, self._incident_flush, self._sys_loop):
             if loop.running:
                 loop.stop()
