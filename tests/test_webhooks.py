@@ -267,6 +267,12 @@ def test_the_queue_bound_drops_and_counts(tmp_path):
     assert value(samples, "router_webhook_dropped_total", **labels) == 7
     assert value(samples, "router_messages_dropped_total", realm="realm1", protocol="webhook",
                  reason="queue_full") == 7
+    status = subprocess.run([sys.executable, "-m", "router", "status", "--url",
+                             router.urls["metrics"], "--interval", "0.1"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert ("  webhook orders: backing off, queued 3, delivered 0, failed requests 1, "
+            "dropped 7") in status.stdout.splitlines(), status.stdout
 
 
 def test_a_hanging_target_never_holds_up_other_subscribers(tmp_path, targets):
