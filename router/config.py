@@ -686,6 +686,9 @@ def _webhook(reader: _Reader, realm: str, check: str, roles: dict[str, list[Perm
         raise reader.fail("url", f"is not a URL ({exc})") from None
     if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.fragment:
         raise reader.fail("url", f"must be an http:// or https:// URL, got {json.dumps(url)}")
+    if parsed.username is not None:
+        raise reader.fail("url", "must not hold credentials (the session meta API shows the "
+                          "URL): give the target's Authorization in 'headers'")
     match = reader.get("match", str, defaults.match)
     if match == MQTT:
         topic = _topic_filter(reader)

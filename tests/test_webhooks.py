@@ -251,10 +251,12 @@ def test_queued_events_are_sent_after_a_kill9_restart(tmp_path, targets):
     router.stop()
 
 
-def test_the_queue_bound_drops_and_counts(tmp_path):
+@pytest.mark.parametrize("qos, reason", [(1, "queue_full"), (0, "slow_consumer")])
+def test_the_queue_bound_drops_and_counts(tmp_path, qos, reason):
     port = free_port()  # nothing listens: every request is refused, backing off for long
     router = start_router(tmp_path, hook(f"http://127.0.0.1:{port}/hook", max_queue=3,
-                                         min_backoff=60, max_backoff=60))
+                                         min_backoff=60, max_backoff=60, qos=qos,
+                                         qos_policy="minimum"))
     publisher = mqtt_client(router)
     try:
         for n in range(10):
@@ -266,13 +268,61 @@ def test_the_queue_bound_drops_and_counts(tmp_path):
     assert value(samples, "router_webhook_queued_events", **labels) == 3
     assert value(samples, "router_webhook_dropped_total", **labels) == 7
     assert value(samples, "router_messages_dropped_total", realm="realm1", protocol="webhook",
-                 reason="queue_full") == 7
+                 reason=reason) == 7
     status = subprocess.run([sys.executable, "-m", "router", "status", "--url",
                              router.urls["metrics"], "--interval", "0.1"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert status.returncode == 0, status.stdout + status.stderr
     assert ("  webhook orders: backing off, queued 3, delivered 0, failed requests 1, "
             "dropped 7") in status.stdout.splitlines(), status.stdout
+
+
+def test_an_event_is_given_up_after_max_attempts(tmp_path, targets):
+    target = targets(failures=2)
+    router = start_router(tmp_path, hook(target.url, max_attempts=2, topic="hook/+/attempts",
+                                         match="mqtt"))
+    publisher = mqtt_client(router)
+    try:
+        publisher.publish("hook/a/attempts", b'{"n": 0}', qos=1)
+        publisher.publish("hook/b/not-matched", b'{"n": 1}', qos=1)
+        publisher.publish("hook/b/attempts", b'{"n": 2}', qos=1)
+        accepted = target.wait_accepted(1)
+    finally:
+        publisher.close()
+    assert [r.event["kwargs"]["n"] for r in accepted] == [2]
+    assert [r.event["kwargs"]["n"] for r in target.requests] == [0, 0, 2]
+    samples = wait_metric(router, "router_webhook_dropped_total", 1, realm="realm1",
+                          webhook="orders")
+    assert value(samples, "router_messages_dropped_total", realm="realm1", protocol="webhook",
+                 reason="unacknowledged") == 1
+
+
+def test_the_queue_of_a_webhook_no_longer_configured_is_deleted(tmp_path, targets):
+    port = free_port()
+    router = start_router(tmp_path, hook(f"http://127.0.0.1:{port}/hook"))
+    publisher = mqtt_client(router)
+    try:
+        for n in range(3):
+            publisher.publish("hook/stale", json.dumps({"n": n}).encode(), qos=1)
+    finally:
+        publisher.close()
+    router.stop()
+    target = targets(port=port)
+    realm = router.realms[0]
+    realm["webhooks"] = [hook(target.url, name="renamed")]
+    router.write_config()
+    router.start()
+    assert any("3 queued webhook event(s) deleted" in line for line in router.log_lines)
+    publisher = mqtt_client(router)
+    try:
+        publisher.publish("hook/fresh", b'{"n": 9}', qos=1)
+        accepted = target.wait_accepted(1)
+    finally:
+        publisher.close()
+    assert [r.event["kwargs"]["n"] for r in accepted] == [9]
+    assert accepted[0].event["webhook"] == "renamed"
+    assert len(target.requests) == 1
+    router.stop()
 
 
 def test_a_hanging_target_never_holds_up_other_subscribers(tmp_path, targets):
@@ -319,6 +369,8 @@ URL = "http://127.0.0.1:9/hook"
     ({"name": "a", "topic": "hook"}, "webhooks[0].url", "is required"),
     ({"name": "a", "url": "ftp://x/y", "topic": "hook"}, "webhooks[0].url",
      "must be an http:// or https:// URL"),
+    ({"name": "a", "url": "http://u:p@x/y", "topic": "hook"}, "webhooks[0].url",
+     "must not hold credentials"),
     ({"name": "a", "url": URL, "topic": "hook", "qos": 2}, "webhooks[0].qos", "must be 0 or 1"),
     ({"name": "a b", "url": URL, "topic": "hook"}, "webhooks[0].name", "must be 1 to 64"),
     ({"name": "a", "url": URL, "topic": "hook", "retries": 3}, "webhooks[0].retries",
@@ -332,7 +384,7 @@ URL = "http://127.0.0.1:9/hook"
      "'nobody' is not a principal"),
     ({"name": "a", "url": URL, "topic": "hook", "headers": {"X-A": 1}},
      "webhooks[0].headers.X-A", "header name with a one-line string"),
-], ids=["no-url", "scheme", "qos", "name", "unknown", "bound", "backoff", "topic", "authid",
+], ids=["no-url", "scheme", "credentials", "qos", "name", "unknown", "bound", "backoff", "topic", "authid",
         "header"])
 def test_a_bad_webhook_is_refused_at_load(tmp_path, entry, key, problem):
     path = write_realm(tmp_path, [entry])

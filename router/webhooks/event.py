@@ -31,7 +31,7 @@ def event_body(publication: Publication, realm: str, webhook: str, uri_check: st
     """The JSON body of one event, the payload as a WAMP subscriber of the realm sees it
     (an MQTT or AMQP publisher's bytes mapped by the realm's ``payload_mapping``; binary
     values as WAMP's ``"\\u0000" + base64`` strings). Raises TypeError or ValueError for a
-    value JSON cannot carry (counted as ``unencodable`` by the broker)."""
+    value JSON cannot carry."""
     event: dict[str, Any] = {
         "id": event_id(publication),
         "webhook": webhook,

@@ -24,6 +24,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from router.core.engine import OutboxRecord, OutboxStore
+from router.core.errors import Unencodable
 from router.core.ids import random_id
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNACKNOWLEDGED
 from router.core.credentials import Principal
@@ -142,7 +143,12 @@ class Webhook:
             self._drop(QUEUE_FULL if qos else SLOW_CONSUMER, publication.name,
                        f"{settings.max_queue} events queued, the maximum")
             return
-        body = event_body(publication, self.realm.name, settings.name, self.realm.uri_check, qos)
+        try:
+            body = event_body(publication, self.realm.name, settings.name, self.realm.uri_check,
+                              qos)
+        except (TypeError, ValueError) as exc:
+            raise Unencodable(f"webhook {settings.name}: not representable as JSON: {exc}") \
+                from None
         if self.queued_bytes + len(body) > settings.max_queue_bytes:
             self._drop(QUEUE_FULL if qos else SLOW_CONSUMER, publication.name,
                        f"{self.queued_bytes} bytes queued, {len(body)} more would pass "
