@@ -144,6 +144,17 @@ def mqtt_client(router: RouterProcess) -> MqttClient:
     return client
 
 
+def publish_numbered(router: RouterProcess, topic: str, count: int) -> None:
+    """Publish ``{"n": 0}`` … ``{"n": count - 1}`` on the MQTT ``topic`` at QoS 1, each
+    acknowledged (so each is queued by the webhook, durably at its QoS 1)."""
+    publisher = mqtt_client(router)
+    try:
+        for n in range(count):
+            publisher.publish(topic, json.dumps({"n": n}).encode(), qos=1)
+    finally:
+        publisher.close()
+
+
 def wait_metric(router: RouterProcess, name: str, expected: float, **labels: str) -> dict:
     """Scrape until ``name`` has the value ``expected`` (a bounded loop of real scrapes)."""
     deadline = time.monotonic() + TIMEOUT
@@ -209,13 +220,8 @@ def _ack() -> PublishOptions:
 def test_a_failing_target_gets_every_qos1_event_once_in_order(tmp_path, targets):
     target = targets(failures=5)
     router = start_router(tmp_path, hook(target.url))
-    publisher = mqtt_client(router)
-    try:
-        for n in range(10):
-            publisher.publish("hook/order", json.dumps({"n": n}).encode(), qos=1)
-        accepted = target.wait_accepted(10)
-    finally:
-        publisher.close()
+    publish_numbered(router, "hook/order", 10)
+    accepted = target.wait_accepted(10)
     assert [r.event["kwargs"]["n"] for r in accepted] == list(range(10))
     assert len({r.event["id"] for r in accepted}) == 10
     # the first event was tried six times, with the same id, then taken
@@ -223,10 +229,9 @@ def test_a_failing_target_gets_every_qos1_event_once_in_order(tmp_path, targets)
         ["1", "2", "3", "4", "5", "6"]
     assert {r.headers["X-Webhook-Id"] for r in target.requests[:6]} == {accepted[0].event["id"]}
     assert len(target.requests) == 15
-    samples = scrape(router)
     labels = {"realm": "realm1", "webhook": "orders"}
+    samples = wait_metric(router, "router_webhook_delivered_total", 10, **labels)
     assert value(samples, "router_webhook_failed_requests_total", **labels) == 5
-    assert value(samples, "router_webhook_delivered_total", **labels) == 10
     assert value(samples, "router_webhook_up", **labels) == 1
     assert value(samples, "router_webhook_queued_events", **labels) == 0
 
@@ -234,12 +239,7 @@ def test_a_failing_target_gets_every_qos1_event_once_in_order(tmp_path, targets)
 def test_queued_events_are_sent_after_a_kill9_restart(tmp_path, targets):
     port = free_port()  # the target is down until the router has been killed and restarted
     router = start_router(tmp_path, hook(f"http://127.0.0.1:{port}/hook"))
-    publisher = mqtt_client(router)
-    try:
-        for n in range(5):  # each PUBACK says the event is stored in the webhook's queue
-            publisher.publish("hook/durable", json.dumps({"n": n}).encode(), qos=1)
-    finally:
-        publisher.close()
+    publish_numbered(router, "hook/durable", 5)
     router.kill9()
     router.start()
     assert any("webhook orders: 5 event(s) restored" in line for line in router.log_lines)
@@ -257,12 +257,7 @@ def test_the_queue_bound_drops_and_counts(tmp_path, qos, reason):
     router = start_router(tmp_path, hook(f"http://127.0.0.1:{port}/hook", max_queue=3,
                                          min_backoff=60, max_backoff=60, qos=qos,
                                          qos_policy="minimum"))
-    publisher = mqtt_client(router)
-    try:
-        for n in range(10):
-            publisher.publish("hook/bound", json.dumps({"n": n}).encode(), qos=1)
-    finally:
-        publisher.close()
+    publish_numbered(router, "hook/bound", 10)
     labels = {"realm": "realm1", "webhook": "orders"}
     samples = wait_metric(router, "router_webhook_up", 0, **labels)  # its refusal came back
     assert value(samples, "router_webhook_queued_events", **labels) == 3
@@ -300,12 +295,7 @@ def test_an_event_is_given_up_after_max_attempts(tmp_path, targets):
 def test_the_queue_of_a_webhook_no_longer_configured_is_deleted(tmp_path, targets):
     port = free_port()
     router = start_router(tmp_path, hook(f"http://127.0.0.1:{port}/hook"))
-    publisher = mqtt_client(router)
-    try:
-        for n in range(3):
-            publisher.publish("hook/stale", json.dumps({"n": n}).encode(), qos=1)
-    finally:
-        publisher.close()
+    publish_numbered(router, "hook/stale", 3)
     router.stop()
     target = targets(port=port)
     realm = router.realms[0]
