@@ -21,9 +21,11 @@ from router.config import ConfigError, load_config
 from tests.clients import Sessions, next_item, run
 from tests.harness import OPEN_ROLE, ROOT, RouterProcess, free_port, realm_file
 from tests.metrics_scrape import scrape, value
-from tests.mqtt_clients import MqttClient
+from tests.mqtt_clients import MqttClient, publish_properties
 
 TIMEOUT = 30.0
+URL = "http://127.0.0.1:9/hook"
+"""A URL nothing answers (the discard port), for configurations that are only loaded."""
 SECRET = "hook-secret"
 
 
@@ -315,6 +317,60 @@ def test_the_queue_of_a_webhook_no_longer_configured_is_deleted(tmp_path, target
     router.stop()
 
 
+def test_a_webhook_acts_as_its_principal(tmp_path, targets):
+    """A webhook with an ``authid`` is a receiver of that principal: eligibility lists by
+    authid and authrole decide for it as for a client of the principal."""
+    target = targets()
+    roles = {"anonymous": OPEN_ROLE,
+             "service": [{"uri": "hook.public", "match": "prefix", "allow": ["subscribe"]}]}
+    router = start_router(tmp_path, hook(target.url, topic="hook.public", authid="svc"),
+                          roles=roles, principals={"svc": {"role": "service"}})
+
+    async def scenario():
+        async with Sessions(router) as sessions:
+            publisher = await sessions()
+            for n, eligibility in enumerate([{"exclude_authid": ["svc"]},
+                                             {"eligible_authrole": ["other"]},
+                                             {"eligible_authid": ["svc"]},
+                                             {"eligible_authrole": ["service"]}]):
+                await publisher.publish("hook.public.x", n,
+                                        options=PublishOptions(acknowledge=True, **eligibility))
+
+    run(scenario())
+    accepted = target.wait_accepted(2)
+    assert [r.event["args"] for r in accepted] == [[2], [3]]
+    assert len(target.requests) == 2
+
+
+def test_an_event_that_expires_while_queued_is_dropped(tmp_path, targets):
+    port = free_port()
+    router = start_router(tmp_path, hook(f"http://127.0.0.1:{port}/hook"))
+    publisher = mqtt_client(router)
+    try:
+        publisher.publish("hook/expiring", b'{"n": 0}', qos=1,
+                          properties=publish_properties(MessageExpiryInterval=1))
+        publisher.publish("hook/lasting", b'{"n": 1}', qos=1)
+    finally:
+        publisher.close()
+    samples = wait_metric(router, "router_messages_dropped_total", 1, realm="realm1",
+                          protocol="webhook", reason="expired")
+    assert value(samples, "router_webhook_queued_events", realm="realm1", webhook="orders") == 1
+    target = targets(port=port)
+    accepted = target.wait_accepted(1)
+    assert [r.event["kwargs"]["n"] for r in accepted] == [1]
+
+
+def test_a_changed_webhook_needs_a_restart(tmp_path):
+    router = start_router(tmp_path, hook(URL))
+    router.realms[0]["webhooks"] = [hook(URL, max_queue=5)]
+    router.write_config()
+    result = subprocess.run([sys.executable, "-m", "router", "reload", "--config",
+                             str(router.config_path)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "needs a restart: realm realm1: 'webhooks' changed" in result.stdout
+
+
 def test_a_hanging_target_never_holds_up_other_subscribers(tmp_path, targets):
     target = targets(hanging=True)
     router = start_router(tmp_path, hook(target.url, timeout=120))
@@ -350,9 +406,6 @@ def write_realm(tmp_path: Path, webhooks: list, engine: dict | None = None,
         config["engine"] = engine
     (tmp_path / "config.json").write_text(json.dumps(config))
     return tmp_path / "config.json"
-
-
-URL = "http://127.0.0.1:9/hook"
 
 
 @pytest.mark.parametrize("entry, key, problem", [
