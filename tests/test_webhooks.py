@@ -157,12 +157,15 @@ def publish_numbered(router: RouterProcess, topic: str, count: int) -> None:
         publisher.close()
 
 
-def wait_metric(router: RouterProcess, name: str, expected: float, **labels: str) -> dict:
-    """Scrape until ``name`` has the value ``expected`` (a bounded loop of real scrapes)."""
+def wait_metric(router: RouterProcess, name: str, expected: float, at_least: bool = False,
+                **labels: str) -> dict:
+    """Scrape until ``name`` has the value ``expected`` (or more, ``at_least``): a bounded
+    loop of real scrapes."""
     deadline = time.monotonic() + TIMEOUT
     while True:
         samples = scrape(router)
-        if value(samples, name, **labels) == expected:
+        found = value(samples, name, **labels)
+        if found == expected or (at_least and found > expected):
             return samples
         assert time.monotonic() < deadline, f"{name} never reached {expected}"
         time.sleep(0.05)
@@ -369,6 +372,19 @@ def test_a_changed_webhook_needs_a_restart(tmp_path):
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "needs a restart: realm realm1: 'webhooks' changed" in result.stdout
+
+
+def test_a_request_without_an_answer_in_time_is_sent_again(tmp_path, targets):
+    target = targets(hanging=True)
+    router = start_router(tmp_path, hook(target.url, timeout=0.5))
+    publish_numbered(router, "hook/timeout", 1)
+    labels = {"realm": "realm1", "webhook": "orders"}
+    wait_metric(router, "router_webhook_failed_requests_total", 1, at_least=True, **labels)
+    target.release.set()  # the target answers from now on
+    samples = wait_metric(router, "router_webhook_delivered_total", 1, **labels)
+    assert value(samples, "router_webhook_queued_events", **labels) == 0
+    assert len(target.requests) >= 2
+    assert len({r.headers["X-Webhook-Id"] for r in target.requests}) == 1
 
 
 def test_a_hanging_target_never_holds_up_other_subscribers(tmp_path, targets):
