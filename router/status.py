@@ -122,11 +122,11 @@ def summary(before: Samples, after: Samples, seconds: float, url: str,
 
 
 def _webhook_lines(after: Samples, realm: str) -> list[str]:
-    """One line per webhook of ``realm``: up or backing off, queued, delivered, failed."""
+    """One line per webhook of ``realm``: up or down (backing off, stopped), its counts."""
     figures = {name: _by(after, f"router_webhook_{name}", "realm", "webhook")
                for name in ("up", "queued_events", "delivered_total", "failed_requests_total",
                             "dropped_total")}
-    return [f"  webhook {hook}: {'up' if figures['up'][(name, hook)] else 'backing off'}, "
+    return [f"  webhook {hook}: {'up' if figures['up'][(name, hook)] else 'down'}, "
             f"queued {figures['queued_events'].get((name, hook), 0):g}, delivered "
             f"{figures['delivered_total'].get((name, hook), 0):g}, failed requests "
             f"{figures['failed_requests_total'].get((name, hook), 0):g}, dropped "

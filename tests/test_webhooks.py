@@ -273,7 +273,7 @@ def test_the_queue_bound_drops_and_counts(tmp_path, qos, reason):
                              router.urls["metrics"], "--interval", "0.1"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert status.returncode == 0, status.stdout + status.stderr
-    assert ("  webhook orders: backing off, queued 3, delivered 0, failed requests 1, "
+    assert ("  webhook orders: down, queued 3, delivered 0, failed requests 1, "
             "dropped 7") in status.stdout.splitlines(), status.stdout
 
 

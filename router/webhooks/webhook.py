@@ -23,11 +23,11 @@ from typing import Any, Protocol
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
+from router.core.credentials import Principal
 from router.core.engine import OutboxRecord, OutboxStore
 from router.core.errors import Unencodable
 from router.core.ids import random_id
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNACKNOWLEDGED
-from router.core.credentials import Principal
 from router.core.model import Publication, SessionInfo
 from router.core.options import SubscribeOptions
 from router.core.ownership import anonymous_authid
@@ -46,7 +46,11 @@ PROTOCOL = "webhook"
 """The protocol a webhook's session, metrics and incidents are counted under."""
 UP, BACKING_OFF, STOPPED = "up", "backing_off", "stopped"
 """A webhook's states: its last request succeeded (or none failed yet); its target is
-failing and the next attempt waits; it no longer takes events (a reload revoked it)."""
+failing and the next attempt waits; it no longer takes events (the node is stopping, or its
+session was killed)."""
+MAX_DOUBLINGS = 30
+"""Failures after which the back-off stops doubling (it is at ``max_backoff`` long before)."""
+
 
 class Client(Protocol):
     """How a webhook reaches its URL (:class:`router.webhooks.client.WebhookClient`)."""
@@ -135,13 +139,14 @@ class Webhook:
     def send_event(self, subscription: Subscription, publication: Publication,
                    retained: bool = False) -> None:
         """Queue one event (its body made now); at the queue's bound, drop it (counted)."""
-        settings = self.settings
-        qos = min(1, delivered_qos(publication.qos, settings.qos, settings.qos_policy))
         if self.state == STOPPED:
             return
+        settings = self.settings
+        qos = min(1, delivered_qos(publication.qos, settings.qos, settings.qos_policy))
         if len(self.queue) >= settings.max_queue:
-            self._drop(QUEUE_FULL if qos else SLOW_CONSUMER, publication.name,
-                       f"{settings.max_queue} events queued, the maximum")
+            self._drop(QUEUE_FULL if qos else SLOW_CONSUMER,
+                       f"topic {publication.name}: {settings.max_queue} events queued, the "
+                       "maximum")
             return
         try:
             body = event_body(publication, self.realm.name, settings.name, self.realm.uri_check,
@@ -150,9 +155,10 @@ class Webhook:
             raise Unencodable(f"webhook {settings.name}: not representable as JSON: {exc}") \
                 from None
         if self.queued_bytes + len(body) > settings.max_queue_bytes:
-            self._drop(QUEUE_FULL if qos else SLOW_CONSUMER, publication.name,
-                       f"{self.queued_bytes} bytes queued, {len(body)} more would pass "
-                       f"max_queue_bytes ({settings.max_queue_bytes})")
+            self._drop(QUEUE_FULL if qos else SLOW_CONSUMER,
+                       f"topic {publication.name}: {self.queued_bytes} bytes queued, "
+                       f"{len(body)} more would pass max_queue_bytes "
+                       f"({settings.max_queue_bytes})")
             return
         record = OutboxRecord(self._next_seq, body, publication.expires_at)
         self._next_seq += 1
@@ -173,10 +179,11 @@ class Webhook:
             self._store.remove(self.settings.name, pending.record.seq)  # type: ignore[union-attr]
         self._attempts = 0
 
-    def _drop(self, reason: str, topic: str, why: str) -> None:
+    def _drop(self, reason: str, detail: str) -> None:
+        """Count one event given up (incident ``reason``, protocol ``webhook``)."""
         self.dropped += 1
         self.realm.incidents.count(self.realm.name, PROTOCOL, reason,
-                                   f"webhook {self.settings.name}, topic {topic}: {why}")
+                                   f"webhook {self.settings.name}: {detail}")
 
     # sending ---------------------------------------------------------------------------
 
@@ -185,7 +192,8 @@ class Webhook:
         if self._sending or self._retry is not None or self.state == STOPPED:
             return
         while self.queue and _expired(self.queue[0].record):
-            self._drop(EXPIRED, self.settings.name, "its message expiry passed while queued")
+            self._drop(EXPIRED, f"event {self.queue[0].event}: its message expiry passed "
+                       "while it was queued")
             self._pop()
         if not self.queue:
             return
@@ -224,12 +232,13 @@ class Webhook:
             return
         reason = failure.getErrorMessage() or failure.type.__name__
         if settings.max_attempts is not None and self._attempts >= settings.max_attempts:
-            self._drop(UNACKNOWLEDGED, settings.name,
-                       f"given up after {self._attempts} attempt(s), the last: {reason}")
+            self._drop(UNACKNOWLEDGED, f"event {self.queue[0].event} given up after "
+                       f"{self._attempts} attempt(s), the last: {reason}")
             self._pop()
             self._send_next()
             return
-        delay = min(settings.max_backoff, settings.min_backoff * 2 ** (self._attempts - 1))
+        doublings = min(self._attempts - 1, MAX_DOUBLINGS)
+        delay = min(settings.max_backoff, settings.min_backoff * 2 ** doublings)
         if self.state != BACKING_OFF:
             log.warning("realm %s: webhook %s: %s failed: %s; retrying every %g s at most",
                         self.realm.name, settings.name, settings.url, reason,
