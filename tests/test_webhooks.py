@@ -345,6 +345,35 @@ def test_a_webhook_acts_as_its_principal(tmp_path, targets):
     assert len(target.requests) == 2
 
 
+def test_a_webhook_is_a_session_and_a_role_change_stops_it(tmp_path, targets):
+    target = targets()
+    service = [{"uri": "hook", "match": "prefix", "allow": ["subscribe"]}]
+    roles = {"anonymous": OPEN_ROLE, "service": service, "service2": service}
+    router = start_router(tmp_path, hook(target.url, authid="svc"), roles=roles,
+                          principals={"svc": {"role": "service"}})
+
+    async def sessions_meta():
+        async with Sessions(router) as sessions:
+            operator = await sessions()
+            return [await operator.call("wamp.session.get", session)
+                    for session in await operator.call("wamp.session.list")]
+
+    webhook = next(d for d in run(sessions_meta()) if d["transport"].get("type") == "webhook")
+    assert (webhook["authid"], webhook["authrole"], webhook["authmethod"]) == \
+        ("svc", "service", "webhook")
+    assert webhook["transport"]["url"] == target.url
+    router.realms[0]["principals"]["svc"]["role"] = "service2"
+    router.write_config()
+    result = subprocess.run([sys.executable, "-m", "router", "reload", "--config",
+                             str(router.config_path)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "the principal 'svc' now has the role 'service2'" in result.stdout
+    router.wait_for_log(r"webhook orders stopped")
+    assert value(scrape(router), "router_webhook_up", realm="realm1", webhook="orders") == 0
+    assert not any(d["transport"].get("type") == "webhook" for d in run(sessions_meta()))
+
+
 def test_an_event_that_expires_while_queued_is_dropped(tmp_path, targets):
     port = free_port()
     router = start_router(tmp_path, hook(f"http://127.0.0.1:{port}/hook"))

@@ -276,7 +276,7 @@ class Webhook:
         return False
 
     def kill(self, reason: str, message: str | None) -> None:
-        """Closed by the router (an operator's kill, a reload that lapsed its principal)."""
+        """Closed by the router (a reload gave its principal another role)."""
         log.warning("realm %s: webhook %s stopped: %s", self.realm.name, self.settings.name,
                     message or reason)
         self.stop()
