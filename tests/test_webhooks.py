@@ -171,6 +171,12 @@ def wait_metric(router: RouterProcess, name: str, expected: float, at_least: boo
         time.sleep(0.05)
 
 
+def router_cli(*args: str) -> subprocess.CompletedProcess:
+    """``python -m router ARGS`` as an operator runs it."""
+    return subprocess.run([sys.executable, "-m", "router", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
 def check_signature(request: Received) -> None:
     """The signature header is the HMAC-SHA256 of ``<timestamp>.<body>`` under the secret."""
     stamp = request.headers["X-Webhook-Timestamp"]
@@ -269,9 +275,7 @@ def test_the_queue_bound_drops_and_counts(tmp_path, qos, reason):
     assert value(samples, "router_webhook_dropped_total", **labels) == 7
     assert value(samples, "router_messages_dropped_total", realm="realm1", protocol="webhook",
                  reason=reason) == 7
-    status = subprocess.run([sys.executable, "-m", "router", "status", "--url",
-                             router.urls["metrics"], "--interval", "0.1"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    status = router_cli("status", "--url", router.urls["metrics"], "--interval", "0.1")
     assert status.returncode == 0, status.stdout + status.stderr
     assert ("  webhook orders: down, queued 3, delivered 0, failed requests 1, "
             "dropped 7") in status.stdout.splitlines(), status.stdout
@@ -364,9 +368,7 @@ def test_a_webhook_is_a_session_and_a_role_change_stops_it(tmp_path, targets):
     assert webhook["transport"]["url"] == target.url
     router.realms[0]["principals"]["svc"]["role"] = "service2"
     router.write_config()
-    result = subprocess.run([sys.executable, "-m", "router", "reload", "--config",
-                             str(router.config_path)], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60)
+    result = router_cli("reload", "--config", str(router.config_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "the principal 'svc' now has the role 'service2'" in result.stdout
     router.wait_for_log(r"webhook orders stopped")
@@ -396,9 +398,7 @@ def test_a_changed_webhook_needs_a_restart(tmp_path):
     router = start_router(tmp_path, hook(URL))
     router.realms[0]["webhooks"] = [hook(URL, max_queue=5)]
     router.write_config()
-    result = subprocess.run([sys.executable, "-m", "router", "reload", "--config",
-                             str(router.config_path)], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60)
+    result = router_cli("reload", "--config", str(router.config_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "needs a restart: realm realm1: 'webhooks' changed" in result.stdout
 
@@ -504,8 +504,7 @@ def test_a_webhook_its_role_may_not_subscribe_is_refused(tmp_path, who):
     anonymous = "limited" if who == "anonymous" else "anonymous"
     path = write_realm(tmp_path, [hook(URL, topic="hook.private", **extra)], roles=roles,
                        principals=principals, anonymous_role=anonymous)
-    result = subprocess.run([sys.executable, "-m", "router", "check-config", "--config",
-                             str(path)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = router_cli("check-config", "--config", str(path))
     assert result.returncode != 0
     assert ("webhooks[0].topic: role 'limited' may not subscribe to 'hook.private'"
             in result.stderr), result.stderr
