@@ -203,6 +203,8 @@ class Node:
         self.reclaimer.start()
         if self.config.sys_interval > 0:
             self._sys_loop.start(self.config.sys_interval, now=True)
+        for hook in self.webhooks:  # subscribed before any client can publish
+            hook.start()
         for index, listener in enumerate(self.config.listeners):
             try:
                 self.ports.append((listener, self._listen(listener)))
@@ -212,8 +214,6 @@ class Node:
                 raise ListenerFailed(f"{describe(self.config, index)}: cannot listen: "
                                      f"{reason}") from exc
         self._listen_admin()
-        for hook in self.webhooks:
-            hook.start()
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
         self._watch_reload()
         # what start-up built (modules, configuration, restored state) lives as long as the

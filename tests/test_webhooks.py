@@ -247,11 +247,15 @@ def test_a_failing_target_gets_every_qos1_event_once_in_order(tmp_path, targets)
     assert value(samples, "router_webhook_queued_events", **labels) == 0
 
 
-def test_queued_events_are_sent_after_a_kill9_restart(tmp_path, targets):
-    port = free_port()  # the target is down until the router has been killed and restarted
+@pytest.mark.parametrize("stop", ["kill9", "sigterm"])
+def test_queued_events_are_sent_after_a_restart(tmp_path, targets, stop):
+    port = free_port()  # the target is down until the router has been stopped and restarted
     router = start_router(tmp_path, hook(f"http://127.0.0.1:{port}/hook"))
     publish_numbered(router, "hook/durable", 5)
-    router.kill9()
+    if stop == "kill9":
+        router.kill9()
+    else:
+        assert router.stop() == 0
     router.start()
     assert any("webhook orders: 5 event(s) restored" in line for line in router.log_lines)
     target = targets(port=port)
