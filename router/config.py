@@ -672,7 +672,7 @@ def _webhook(reader: _Reader, realm: str, check: str, roles: dict[str, list[Perm
     """One ``webhooks`` entry, its subscription checked against the role it acts in."""
     reader.reject_unknown({"name", "url", "topic", "match", "authid", "secret", "qos",
                            "qos_policy", "max_queue", "max_queue_bytes", "timeout",
-                           "min_backoff", "max_backoff", "max_attempts", "headers"})
+                           "min_backoff", "max_backoff", "max_attempts", "headers", "ca"})
     defaults = WebhookSettings("", "", "")
     name = reader.get("name", str)
     if not WEBHOOK_NAME.fullmatch(name):
@@ -733,6 +733,16 @@ def _webhook(reader: _Reader, realm: str, check: str, roles: dict[str, list[Perm
         if (type(value) is not str or not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", key)
                 or any(ch in value for ch in "\r\n")):
             raise headers_reader.fail(key, "must be a header name with a one-line string value")
+    ca = reader.get("ca", (str, type(None)), None)
+    ca_path = reader.source.parent / ca if ca is not None else None
+    if ca_path is not None:
+        if parsed.scheme != "https":
+            raise reader.fail("ca", "applies to an https:// url only")
+        try:
+            ssl.create_default_context(cafile=str(ca_path))
+        except (ssl.SSLError, OSError) as exc:
+            raise reader.fail("ca", f"cannot read CA certificates from {ca_path} ({exc})") \
+                from None
     return WebhookSettings(
         name, url, reader.get("topic", str), match, authid, secret, qos,
         _one_of(reader, "qos_policy", POLICIES, defaults.qos_policy),
@@ -741,7 +751,7 @@ def _webhook(reader: _Reader, realm: str, check: str, roles: dict[str, list[Perm
         float(_positive(reader, "timeout", (int, float), defaults.timeout)),
         min_backoff, max_backoff,
         _positive(reader, "max_attempts", (int, type(None)), defaults.max_attempts),
-        tuple(headers_reader.data.items()))
+        tuple(headers_reader.data.items()), ca_path)
 
 
 def _realm_log(reader: _Reader, default_enabled: bool) -> RealmLogSettings:

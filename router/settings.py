@@ -5,6 +5,7 @@ Here, outside the frontend packages, so that reading the configuration loads no 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from router.core.qos import ENFORCE_MINIMUM
 
@@ -107,3 +108,6 @@ class WebhookSettings:
     """Requests for one event before it is given up (counted); None: retried until taken."""
     headers: tuple[tuple[str, str], ...] = ()
     """Extra request headers (an ``Authorization`` the target expects, say)."""
+    ca: Path | None = None
+    """PEM file of the CA(s) an ``https`` target's certificate must chain to instead of the
+    system's (a private CA); None: the system's trusted CAs."""

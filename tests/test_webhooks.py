@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import ssl
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ import pytest
 from autobahn.wamp.types import PublishOptions
 
 from router.config import ConfigError, load_config
+from tests.auth_helpers import make_certs
 from tests.clients import Sessions, next_item, run
 from tests.harness import OPEN_ROLE, ROOT, RouterProcess, free_port, realm_file
 from tests.metrics_scrape import scrape, value
@@ -47,7 +49,9 @@ class Target:
     answers 500 to the first ``failures`` of them, or holds them unanswered while
     ``hanging``."""
 
-    def __init__(self, port: int = 0, failures: int = 0, hanging: bool = False) -> None:
+    def __init__(self, port: int = 0, failures: int = 0, hanging: bool = False,
+                 certs: dict[str, Path] | None = None) -> None:
+        """``certs`` (tests.auth_helpers.make_certs): serve HTTPS with its server pair."""
         self.requests: list[Received] = []
         self.failures = failures
         self.release = threading.Event()
@@ -81,11 +85,17 @@ class Target:
         self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
+        self.scheme = "http"
+        if certs is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(certs["cert"], certs["key"])
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.scheme = "https"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"{self.scheme}://localhost:{self.port}/hook"
 
     def accepted(self) -> list[Received]:
         with self._changed:
@@ -226,6 +236,22 @@ def test_wamp_and_mqtt_events_reach_the_target_signed(tmp_path, targets):
 
 def _ack() -> PublishOptions:
     return PublishOptions(acknowledge=True)
+
+
+def test_an_https_target_is_reached_when_its_certificate_chains_to_the_ca(tmp_path, targets):
+    certs = make_certs(tmp_path / "certs")
+    target = targets(certs=certs)
+    trusted = hook(target.url, name="trusted", ca=str(certs["ca"]))
+    untrusted = hook(target.url, name="untrusted", min_backoff=60, max_backoff=60)
+    router = start_router(tmp_path / "router", trusted, untrusted)
+    publish_numbered(router, "hook/tls", 1)
+    accepted = target.wait_accepted(1)
+    check_signature(accepted[0])
+    assert accepted[0].event["webhook"] == "trusted"
+    # the other one does not trust the test CA: its handshake fails, nothing is sent
+    wait_metric(router, "router_webhook_failed_requests_total", 1, realm="realm1",
+                webhook="untrusted")
+    assert [r.event["webhook"] for r in target.requests] == ["trusted"]
 
 
 def test_a_failing_target_gets_every_qos1_event_once_in_order(tmp_path, targets):
@@ -474,10 +500,14 @@ def write_realm(tmp_path: Path, webhooks: list, engine: dict | None = None,
     ({"name": "a", "url": URL, "topic": "a b"}, "webhooks[0].topic", "is not a valid"),
     ({"name": "a", "url": URL, "topic": "hook", "authid": "nobody"}, "webhooks[0].authid",
      "'nobody' is not a principal"),
+    ({"name": "a", "url": URL, "topic": "hook", "ca": "ca.pem"}, "webhooks[0].ca",
+     "applies to an https:// url only"),
+    ({"name": "a", "url": "https://x/y", "topic": "hook", "ca": "missing.pem"},
+     "webhooks[0].ca", "cannot read CA certificates"),
     ({"name": "a", "url": URL, "topic": "hook", "headers": {"X-A": 1}},
      "webhooks[0].headers.X-A", "header name with a one-line string"),
-], ids=["no-url", "scheme", "credentials", "qos", "name", "unknown", "bound", "backoff", "topic", "authid",
-        "header"])
+], ids=["no-url", "scheme", "credentials", "qos", "name", "unknown", "bound", "backoff", "topic",
+        "authid", "ca-http", "ca-missing", "header"])
 def test_a_bad_webhook_is_refused_at_load(tmp_path, entry, key, problem):
     path = write_realm(tmp_path, [entry])
     with pytest.raises(ConfigError) as error:

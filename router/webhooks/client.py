@@ -5,11 +5,14 @@ threads, the request and its answer are events like any client connection's."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from twisted.internet import defer, protocol
+from twisted.internet.ssl import Certificate, trustRootFromCertificates
 from twisted.python.failure import Failure
-from twisted.web.client import Agent, HTTPConnectionPool, ResponseDone, ResponseFailed
+from twisted.web.client import (Agent, BrowserLikePolicyForHTTPS, HTTPConnectionPool,
+                                ResponseDone, ResponseFailed)
 from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IBodyProducer, IResponse
@@ -19,13 +22,17 @@ from zope.interface import implementer
 class WebhookClient:
     """POSTs to one URL; each request gets the status of its answer or fails."""
 
-    def __init__(self, reactor: Any, url: str, timeout: float) -> None:
+    def __init__(self, reactor: Any, url: str, timeout: float, ca: Path | None = None) -> None:
+        """``ca``: the PEM file of the CAs an https target must chain to (read now, at
+        start-up); None: the system's."""
         self._reactor = reactor
         self._url = url.encode("ascii")
         self._timeout = timeout
         self._pool = HTTPConnectionPool(reactor, persistent=True)
         self._pool.maxPersistentPerHost = 1
-        self._agent = Agent(reactor, connectTimeout=timeout, pool=self._pool)
+        trust = (BrowserLikePolicyForHTTPS(trustRoot=_trust_root(ca)) if ca is not None
+                 else BrowserLikePolicyForHTTPS())
+        self._agent = Agent(reactor, trust, connectTimeout=timeout, pool=self._pool)
 
     def post(self, headers: dict[str, str], body: bytes) -> "defer.Deferred[int]":
         """The answer's status once its body is read (and dropped: the connection is then
@@ -41,6 +48,13 @@ class WebhookClient:
     def close(self) -> "defer.Deferred[None]":
         """Close the idle connection (at shutdown)."""
         return self._pool.closeCachedConnections()
+
+
+def _trust_root(ca: Path) -> Any:
+    """Every certificate of a PEM file, as the roots an https target must chain to."""
+    end = b"-----END CERTIFICATE-----"
+    blocks = [block + end for block in ca.read_bytes().split(end) if b"-----BEGIN" in block]
+    return trustRootFromCertificates([Certificate.loadPEM(block) for block in blocks])
 
 
 def _drain(response: IResponse) -> "defer.Deferred[int]":

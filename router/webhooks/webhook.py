@@ -307,5 +307,6 @@ def open_webhooks(realm: Realm, configured: tuple[WebhookSettings, ...],
         role = (principals[settings.authid].role if settings.authid is not None
                 else realm.anonymous_role)
         hooks.append(Webhook(realm, settings, role or "", store,
-                             WebhookClient(reactor, settings.url, settings.timeout), reactor))
+                             WebhookClient(reactor, settings.url, settings.timeout,
+                                           settings.ca), reactor))
     return hooks
