@@ -382,13 +382,16 @@ def test_a_webhook_acts_as_its_principal(tmp_path, targets):
 def test_a_webhook_is_a_session_and_a_role_change_stops_it(tmp_path, targets):
     target = targets()
     service = [{"uri": "hook", "match": "prefix", "allow": ["subscribe"]}]
-    roles = {"anonymous": OPEN_ROLE, "service": service, "service2": service}
+    stats = {"uri": "wamp.router.", "match": "prefix", "allow": ["call"]}
+    roles = {"anonymous": OPEN_ROLE + [stats], "service": service, "service2": service}
     router = start_router(tmp_path, hook(target.url, authid="svc"), roles=roles,
                           principals={"svc": {"role": "service"}})
 
     async def sessions_meta():
         async with Sessions(router) as sessions:
             operator = await sessions()
+            figures = await operator.call("wamp.router.stats")
+            assert figures["clients/connected"] == 1  # the operator: a webhook is no client
             return [await operator.call("wamp.session.get", session)
                     for session in await operator.call("wamp.session.list")]
 
