@@ -672,7 +672,8 @@ def _webhook(reader: _Reader, realm: str, check: str, roles: dict[str, list[Perm
     """One ``webhooks`` entry, its subscription checked against the role it acts in."""
     reader.reject_unknown({"name", "url", "topic", "match", "authid", "secret", "qos",
                            "qos_policy", "max_queue", "max_queue_bytes", "timeout",
-                           "min_backoff", "max_backoff", "max_attempts", "headers", "ca"})
+                           "min_backoff", "max_backoff", "max_attempts", "headers", "ca",
+                           "node"})
     defaults = WebhookSettings("", "", "")
     name = reader.get("name", str)
     if not WEBHOOK_NAME.fullmatch(name):
@@ -751,7 +752,8 @@ def _webhook(reader: _Reader, realm: str, check: str, roles: dict[str, list[Perm
         float(_positive(reader, "timeout", (int, float), defaults.timeout)),
         min_backoff, max_backoff,
         _positive(reader, "max_attempts", (int, type(None)), defaults.max_attempts),
-        tuple(headers_reader.data.items()), ca_path)
+        tuple(headers_reader.data.items()), reader.get("node", (str, type(None)), None),
+        ca_path)
 
 
 def _realm_log(reader: _Reader, default_enabled: bool) -> RealmLogSettings:
@@ -844,10 +846,13 @@ def load_config(path: Path | str) -> NodeConfig:
         raise memory_reader.fail("trim_interval", f"must not be negative, got {trim_interval}")
     engine = _engine(reader.child("engine", reader.get("engine", dict, {"type": "embedded"})))
     for realm in realms.values():
-        if realm.webhooks and engine.type != "embedded":
-            raise ConfigError(realm.source, "webhooks", "not supported on the redis engine "
-                              "yet (each event would be POSTed by every node): remove them or "
-                              "run the embedded engine")
+        for index, hook in enumerate(realm.webhooks):
+            if engine.type == "redis" and hook.node is None:
+                raise ConfigError(realm.source, f"webhooks[{index}].node", "is required on the "
+                                  "redis engine: the name of the one node that sends its events")
+            if engine.type != "redis" and hook.node is not None:
+                raise ConfigError(realm.source, f"webhooks[{index}].node", "applies to the "
+                                  "redis engine only (this node runs every webhook)")
     sys_interval = reader.get("sys_interval", (int, float), NodeConfig.sys_interval)
     if sys_interval < 0:
         raise reader.fail("sys_interval", f"must not be negative, got {sys_interval}")

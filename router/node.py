@@ -171,7 +171,8 @@ class Node:
             hook for name, realm in self.router.realms.items()
             for hook in open_webhooks(realm, config.realms[name].webhooks,
                                       self.router.principals[name],
-                                      self.engine.outbox_store(name), reactor)]
+                                      self.engine.outbox_store(name), reactor,
+                                      config.engine.node)]
         """Every realm's webhooks (started with the node)."""
         self.sys = SysFigures(self)
         """``$SYS`` topics and ``wamp.router.stats``, published every ``sys_interval``."""

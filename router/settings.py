@@ -108,6 +108,9 @@ class WebhookSettings:
     """Requests for one event before it is given up (counted); None: retried until taken."""
     headers: tuple[tuple[str, str], ...] = ()
     """Extra request headers (an ``Authorization`` the target expects, say)."""
+    node: str | None = None
+    """The node that runs the webhook on the Redis engine (its ``engine.node``); the others
+    leave it alone. None on the embedded engine."""
     ca: Path | None = None
     """PEM file of the CA(s) an ``https`` target's certificate must chain to instead of the
     system's (a private CA); None: the system's trusted CAs."""

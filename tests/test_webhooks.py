@@ -525,10 +525,16 @@ def test_two_webhooks_of_one_name_are_refused(tmp_path):
         load_config(path)
 
 
-def test_webhooks_are_refused_on_the_redis_engine(tmp_path):
-    path = write_realm(tmp_path, [hook(URL)],
-                       engine={"type": "redis", "url": "redis://127.0.0.1:6379/0", "node": "a"})
-    with pytest.raises(ConfigError, match="not supported on the redis engine"):
+REDIS = {"type": "redis", "url": "redis://127.0.0.1:6379/0", "node": "a"}
+
+
+@pytest.mark.parametrize("engine, entry, problem", [
+    (REDIS, hook(URL), r"webhooks\[0\]\.node: is required on the redis engine"),
+    (None, hook(URL, node="a"), r"webhooks\[0\]\.node: applies to the redis engine only"),
+], ids=["redis-without-node", "embedded-with-node"])
+def test_the_node_of_a_webhook_is_named_on_redis_only(tmp_path, engine, entry, problem):
+    path = write_realm(tmp_path, [entry], engine=engine)
+    with pytest.raises(ConfigError, match=problem):
         load_config(path)
 
 

@@ -187,9 +187,8 @@ class Engine(Protocol[SessionStore_co, LinkStore_co]):
         """Where realm ``realm``'s durable AMQP links live; the Redis engine's is also
         :class:`Claims`."""
 
-    def outbox_store(self, realm: str) -> OutboxStore | None:
-        """Where realm ``realm``'s durable outbound queues live; None: this engine keeps
-        none (the configuration refuses webhooks on it)."""
+    def outbox_store(self, realm: str) -> OutboxStore:
+        """Where realm ``realm``'s durable outbound queues (webhooks' QoS 1 events) live."""
 
     def pause_intake_with(self, paused: Paused) -> None:
         """The engine calls ``paused`` while it cannot keep up with publishers (the embedded

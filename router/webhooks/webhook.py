@@ -294,9 +294,10 @@ def _expired(record: OutboxRecord) -> bool:
 
 def open_webhooks(realm: Realm, configured: tuple[WebhookSettings, ...],
                   principals: dict[str, Principal], store: OutboxStore | None,
-                  reactor: Any) -> list[Webhook]:
-    """The realm's webhooks, each with its own client, not started yet; queues the store
-    holds for webhooks no longer configured are deleted (logged)."""
+                  reactor: Any, node: str | None = None) -> list[Webhook]:
+    """The realm's webhooks this node runs (``node``: its name on the Redis engine, where
+    each webhook names its node), each with its own client, not started yet; queues the
+    store holds for webhooks no longer configured are deleted (logged)."""
     if store is not None:
         gone = store.forget_others({settings.name for settings in configured})
         if gone:
@@ -304,6 +305,8 @@ def open_webhooks(realm: Realm, configured: tuple[WebhookSettings, ...],
                         "longer configured", realm.name, gone)
     hooks = []
     for settings in configured:
+        if settings.node is not None and settings.node != node:
+            continue
         role = (principals[settings.authid].role if settings.authid is not None
                 else realm.anonymous_role)
         hooks.append(Webhook(realm, settings, role or "", store,
