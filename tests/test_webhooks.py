@@ -21,7 +21,8 @@ from autobahn.wamp.types import PublishOptions
 from router.config import ConfigError, load_config
 from tests.auth_helpers import make_certs
 from tests.clients import Sessions, next_item, run
-from tests.harness import OPEN_ROLE, ROOT, RouterProcess, free_port, realm_file
+from tests.harness import (OPEN_ROLE, ROOT, RedisServer, RouterProcess, free_port,
+                           realm_file, redis_cluster)
 from tests.metrics_scrape import scrape, value
 from tests.mqtt_clients import MqttClient, publish_properties
 
@@ -290,6 +291,38 @@ def test_queued_events_are_sent_after_a_restart(tmp_path, targets, stop):
     for request in accepted:
         check_signature(request)
     router.stop()
+
+
+def test_on_redis_one_node_sends_every_event_of_the_cluster_across_its_kill9(tmp_path,
+                                                                             targets):
+    """Node a runs the webhook; node b's publications reach it through Redis, each
+    acknowledged only once queued there; a kill -9 of node a loses none."""
+    port = free_port()  # the target is down until node a has been killed and restarted
+    webhook = hook(f"http://127.0.0.1:{port}/hook", node="a")
+
+    def start_node(base: Path, redis: RedisServer, name: str) -> RouterProcess:
+        listeners = [{"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
+                     {"type": "metrics", "host": "127.0.0.1", "port": 0}]
+        engine = {"type": "redis", "url": redis.url, "node": name}
+        return RouterProcess(base / name, [realm_file("realm1", webhooks=[webhook])],
+                             listeners, extra_config={"engine": engine}).start()
+
+    with redis_cluster(tmp_path, start_node, ("a", "b")) as (_, nodes):
+        publish_numbered(nodes["b"], "hook/cluster", 4)
+        publisher = mqtt_client(nodes["a"])
+        try:
+            publisher.publish("hook/cluster", b'{"n": 4}', qos=1)
+        finally:
+            publisher.close()
+        assert value(scrape(nodes["a"]), "router_webhook_queued_events", realm="realm1",
+                     webhook="orders") == 5
+        assert not any(name.startswith("router_webhook") for name, _ in scrape(nodes["b"]))
+        nodes["a"].kill9()
+        nodes["a"].start()
+        target = targets(port=port)
+        accepted = target.wait_accepted(5)
+    assert [r.event["kwargs"]["n"] for r in accepted] == list(range(5))
+    assert len(target.requests) == 5  # one node sent them, once each
 
 
 @pytest.mark.parametrize("qos, reason", [(1, "queue_full"), (0, "slow_consumer")])
