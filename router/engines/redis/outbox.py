@@ -4,8 +4,9 @@ events outlive its node and its node's disk.
 Keys (``<realm>`` and ``<queue>``, the webhook's name, as configured):
 
 * hash ``wr:outbox:<realm>:<queue>``: sequence number -> MessagePack ``[body, expires_at]``.
-* set ``wr:outboxes:<realm>``: the queues of the realm, so that one whose webhook is no longer
-  configured is found and deleted at start without scanning keys.
+* hash ``wr:outboxes:<realm>``: queue -> the node that last wrote it, so that a node finds and
+  deletes at start its queues whose webhook is no longer configured, without scanning keys,
+  and never another node's (whose configuration may differ for a while).
 
 Writes go out in the realm's batch of the reactor turn (:meth:`RealmContext.write`), so a
 QoS >= 1 publication forwarded from another node is confirmed to it only once its event is
@@ -36,7 +37,7 @@ class RedisOutboxStore:
         self._realm = realm
         self._index = f"wr:outboxes:{realm}".encode()
         self._indexed: set[str] = set()
-        """Queues this node has put in the index since it started."""
+        """Queues this node has named itself the writer of since it started."""
 
     def _key(self, queue: str) -> bytes:
         return f"wr:outbox:{self._realm}:{queue}".encode()
@@ -63,12 +64,14 @@ class RedisOutboxStore:
         redis = self._blocking()
         try:
             gone = 0
-            for name in redis.call("SMEMBERS", self._index):
+            found = redis.call("HGETALL", self._index)
+            node = self._shared.engine.node_bytes
+            for name, writer in zip(found[::2], found[1::2]):
                 queue = name.decode()
-                if queue not in queues:
+                if writer == node and queue not in queues:
                     gone += redis.call("HLEN", self._key(queue))
                     redis.call("DEL", self._key(queue))
-                    redis.call("SREM", self._index, name)
+                    redis.call("HDEL", self._index, name)
         finally:
             redis.close()
         return gone
@@ -76,7 +79,8 @@ class RedisOutboxStore:
     def append(self, queue: str, record: OutboxRecord) -> None:
         if queue not in self._indexed:
             self._indexed.add(queue)
-            self._shared.write(command("SADD", self._index, queue))
+            self._shared.write(command("HSET", self._index, queue,
+                                       self._shared.engine.node_bytes))
         self._shared.write(command("HSET", self._key(queue), record.seq,
                                    msgpack.packb([record.body, record.expires_at])))
 
