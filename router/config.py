@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from router.core.authorization import ACTIONS, PermissionRule
+from router.core.authorization import ACTIONS, Authorizer, PermissionRule, Role
 from router.core.credentials import (MOSQUITTO_HASHES, SCHEME, Principal, WampCra,
                                      normalize_pubkey)
 from router.core.engine import ClusterLimits
 from router.core.history import HistoryRule
+from router.core.model import SessionInfo
 from router.core.ownership import assigned_to_anonymous
 from router.core.payload import MAPPINGS
 from router.core.qos import POLICIES, QOS_LEVELS
@@ -29,7 +30,7 @@ from router.core.retention import RetentionPolicy
 from router.eventlog.realm_log import RealmLogSettings
 from router.eventlog.schema import KINDS
 from router.flow import FlowLimits
-from router.settings import AmqpSettings, MqttSettings, WampSettings
+from router.settings import AmqpSettings, MqttSettings, WampSettings, WebhookSettings
 from router.core.topic import SHARE_PREFIX, Topic, from_mqtt, from_uri, valid_topic_filter
 from router.core.uri import MATCH_POLICIES, MQTT, is_valid_uri
 from router.verifier import MAX_PENDING
@@ -113,6 +114,8 @@ class RealmConfig:
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     wamp: WampSettings = field(default_factory=WampSettings)
     amqp: AmqpSettings = field(default_factory=AmqpSettings)
+    webhooks: tuple[WebhookSettings, ...] = ()
+    """Topic patterns whose events are POSTed to URLs (router/webhooks)."""
 
 
 @dataclass(frozen=True)
@@ -616,7 +619,7 @@ def load_realm(path: Path, expected_name: str) -> RealmConfig:
     """Read and validate one realm file."""
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"name", "uri_check", "anonymous_role", "roles", "principals",
-                           "retention", "history", "mqtt", "wamp", "amqp"})
+                           "retention", "history", "mqtt", "wamp", "amqp", "webhooks"})
     name = reader.get("name", str)
     if name != expected_name:
         raise reader.fail("name", f"is '{name}' but config.json loads this file as "
@@ -647,8 +650,110 @@ def load_realm(path: Path, expected_name: str) -> RealmConfig:
     mqtt = _mqtt(reader.child("mqtt", reader.get("mqtt", dict, {})))
     wamp = _wamp(reader.child("wamp", reader.get("wamp", dict, {})))
     amqp = _amqp(reader.child("amqp", reader.get("amqp", dict, {})), mqtt)
+    hooks_reader = reader.child("webhooks", reader.get("webhooks", list, []))
+    webhooks = tuple(_webhook(hooks_reader.child(i, entry), name, check, roles, anonymous,
+                              principals)
+                     for i, entry in enumerate(hooks_reader.data))
+    names = [hook.name for hook in webhooks]
+    for index, hook in enumerate(webhooks):
+        if names.index(hook.name) != index:
+            raise hooks_reader.fail(f"[{index}].name", f"'{hook.name}' names another webhook "
+                                    "of the realm too")
     return RealmConfig(name, path, roles, check, anonymous, principals, retention, history, mqtt,
-                       wamp, amqp)
+                       wamp, amqp, webhooks)
+
+
+WEBHOOK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+"""Webhook names become metric labels and queue keys: kept to characters needing no quoting."""
+
+
+def _webhook(reader: _Reader, realm: str, check: str, roles: dict[str, list[PermissionRule]],
+             anonymous: str | None, principals: dict[str, Principal]) -> WebhookSettings:
+    """One ``webhooks`` entry, its subscription checked against the role it acts in."""
+    reader.reject_unknown({"name", "url", "topic", "match", "authid", "secret", "qos",
+                           "qos_policy", "max_queue", "max_queue_bytes", "timeout",
+                           "min_backoff", "max_backoff", "max_attempts", "headers", "ca",
+                           "node"})
+    defaults = WebhookSettings("", "", "")
+    name = reader.get("name", str)
+    if not WEBHOOK_NAME.fullmatch(name):
+        raise reader.fail("name", "must be 1 to 64 letters, digits, '_', '.' or '-', "
+                          f"got {json.dumps(name)}")
+    url = reader.get("url", str)
+    try:
+        parsed = urlsplit(url)
+        parsed.port  # noqa: B018 (a port that is no number raises here)
+    except ValueError as exc:
+        raise reader.fail("url", f"is not a URL ({exc})") from None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.fragment:
+        raise reader.fail("url", f"must be an http:// or https:// URL, got {json.dumps(url)}")
+    if parsed.username is not None:
+        raise reader.fail("url", "must not hold credentials (the session meta API shows the "
+                          "URL): give the target's Authorization in 'headers'")
+    match = reader.get("match", str, defaults.match)
+    if match == MQTT:
+        topic = _topic_filter(reader)
+    elif match in MATCH_POLICIES:
+        uri = reader.get("topic", str)
+        if not is_valid_uri(uri, check, match):
+            raise reader.fail("topic", f"'{uri}' is not a valid {check} URI for match "
+                              f"'{match}' (or give an MQTT filter with match 'mqtt')")
+        topic = from_uri(uri)
+    else:
+        raise reader.fail("match", f"must be one of {', '.join(MATCH_POLICIES + (MQTT,))}, "
+                          f"got '{match}'")
+    authid = reader.get("authid", (str, type(None)), None)
+    if authid is None:
+        if anonymous is None:
+            raise reader.fail("authid", "is required: the realm has no anonymous_role for a "
+                              "webhook without one to act in")
+        role = anonymous
+    elif authid not in principals:
+        raise reader.fail("authid", f"'{authid}' is not a principal of the realm")
+    else:
+        role = principals[authid].role
+    identity = SessionInfo(0, realm, authid or "anonymous-webhook", role,
+                           "webhook" if authid else "anonymous", protocol="webhook")
+    if not Authorizer({name: Role(name, rules) for name, rules in roles.items()}).allows(
+            identity, "subscribe", topic, match):
+        raise reader.fail("topic", f"role '{role}' may not subscribe to "
+                          f"'{reader.get('topic', str)}' (match '{match}')")
+    secret = reader.get("secret", (str, type(None)), None)
+    if secret == "":
+        raise reader.fail("secret", "must not be empty (leave it out to send unsigned requests)")
+    qos = reader.get("qos", int, defaults.qos)
+    if qos not in (0, 1):
+        raise reader.fail("qos", f"must be 0 or 1, got {qos}")
+    min_backoff = float(_positive(reader, "min_backoff", (int, float), defaults.min_backoff))
+    max_backoff = float(_positive(reader, "max_backoff", (int, float), defaults.max_backoff))
+    if max_backoff < min_backoff:
+        raise reader.fail("max_backoff", f"must be at least min_backoff ({min_backoff:g}), "
+                          f"got {max_backoff:g}")
+    headers_reader = reader.child("headers", reader.get("headers", dict, {}))
+    for key, value in headers_reader.data.items():
+        if (type(value) is not str or not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", key)
+                or any(ch in value for ch in "\r\n")):
+            raise headers_reader.fail(key, "must be a header name with a one-line string value")
+    ca = reader.get("ca", (str, type(None)), None)
+    ca_path = reader.source.parent / ca if ca is not None else None
+    if ca_path is not None:
+        if parsed.scheme != "https":
+            raise reader.fail("ca", "applies to an https:// url only")
+        try:
+            ssl.create_default_context(cafile=str(ca_path))
+        except (ssl.SSLError, OSError) as exc:
+            raise reader.fail("ca", f"cannot read CA certificates from {ca_path} ({exc})") \
+                from None
+    return WebhookSettings(
+        name, url, reader.get("topic", str), match, authid, secret, qos,
+        _one_of(reader, "qos_policy", POLICIES, defaults.qos_policy),
+        _positive(reader, "max_queue", int, defaults.max_queue),
+        _positive(reader, "max_queue_bytes", int, defaults.max_queue_bytes),
+        float(_positive(reader, "timeout", (int, float), defaults.timeout)),
+        min_backoff, max_backoff,
+        _positive(reader, "max_attempts", (int, type(None)), defaults.max_attempts),
+        tuple(headers_reader.data.items()), reader.get("node", (str, type(None)), None),
+        ca_path)
 
 
 def _realm_log(reader: _Reader, default_enabled: bool) -> RealmLogSettings:
@@ -740,6 +845,14 @@ def load_config(path: Path | str) -> NodeConfig:
     if trim_interval < 0:
         raise memory_reader.fail("trim_interval", f"must not be negative, got {trim_interval}")
     engine = _engine(reader.child("engine", reader.get("engine", dict, {"type": "embedded"})))
+    for realm in realms.values():
+        for index, hook in enumerate(realm.webhooks):
+            if engine.type == "redis" and hook.node is None:
+                raise ConfigError(realm.source, f"webhooks[{index}].node", "is required on the "
+                                  "redis engine: the name of the one node that sends its events")
+            if engine.type != "redis" and hook.node is not None:
+                raise ConfigError(realm.source, f"webhooks[{index}].node", "applies to the "
+                                  "redis engine only (this node runs every webhook)")
     sys_interval = reader.get("sys_interval", (int, float), NodeConfig.sys_interval)
     if sys_interval < 0:
         raise reader.fail("sys_interval", f"must not be negative, got {sys_interval}")

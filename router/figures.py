@@ -13,6 +13,7 @@ from router.core.router import Router
 from router.core.stats import Histogram
 from router.limits import ConnectionLimits
 from router.mqtt.frontend import MqttFrontend
+from router.webhooks.webhook import Webhook
 
 
 class WriterFigures(Protocol):
@@ -45,6 +46,10 @@ class NodeFigures(Protocol):
     @property
     def mqtt(self) -> Mapping[str, MqttFrontend]:
         """Per realm, its MQTT frontend: the persistent sessions whose client is away."""
+
+    @property
+    def webhooks(self) -> Sequence[Webhook]:
+        """Every realm's webhooks: their state, queue and counts."""
 
     @property
     def listener_limits(self) -> Sequence[ConnectionLimits]:

@@ -51,6 +51,7 @@ from router.verifier import SecretVerifier
 from router.wamp.codec import make_serializers
 from router.wamp.session import WampSession
 from router.wamp.transports import RouterRawSocketFactory, RouterWebSocketFactory
+from router.webhooks.webhook import Webhook, open_webhooks
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,13 @@ class Node:
         """This node's metrics (not prometheus_client's process-global registry)."""
         self.mqtt = self._mqtt_frontends()
         self.amqp = self._amqp_frontends()
+        self.webhooks: list[Webhook] = [
+            hook for name, realm in self.router.realms.items()
+            for hook in open_webhooks(realm, config.realms[name].webhooks,
+                                      self.router.principals[name],
+                                      self.engine.outbox_store(name), reactor,
+                                      config.engine.node)]
+        """Every realm's webhooks (started with the node)."""
         self.sys = SysFigures(self)
         """``$SYS`` topics and ``wamp.router.stats``, published every ``sys_interval``."""
         for realm in self.router.realms.values():
@@ -196,6 +204,8 @@ class Node:
         self.reclaimer.start()
         if self.config.sys_interval > 0:
             self._sys_loop.start(self.config.sys_interval, now=True)
+        for hook in self.webhooks:  # subscribed before any client can publish
+            hook.start()
         for index, listener in enumerate(self.config.listeners):
             try:
                 self.ports.append((listener, self._listen(listener)))
@@ -356,6 +366,9 @@ class Node:
         deadline = self.reactor.seconds() + self.config.shutdown_timeout
         while self.router.connections and self.reactor.seconds() < deadline:
             yield task.deferLater(self.reactor, 0.05, lambda: None)
+        for hook in self.webhooks:  # what they still queue stays stored for the next start
+            hook.stop()
+            yield hook.client.close()
         for loop in (self._expiry, self._log_flush, self._incident_flush, self._sys_loop):
             if loop.running:
                 loop.stop()

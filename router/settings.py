@@ -5,6 +5,7 @@ Here, outside the frontend packages, so that reading the configuration loads no 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from router.core.qos import ENFORCE_MINIMUM
 
@@ -70,3 +71,46 @@ class AmqpSettings:
     max_links: int = 1_000
     """Links one connection may have attached; one more is refused
     (``amqp:resource-limit-exceeded``)."""
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """One webhook of a realm (an entry of the realm file's ``webhooks`` list): the events of
+    a topic pattern POSTed as JSON to a URL (see docs/webhooks.md)."""
+
+    name: str
+    """Unique in the realm: names the webhook's durable queue, its metrics and incidents."""
+    url: str
+    """``http://`` or ``https://`` URL each event is POSTed to."""
+    topic: str
+    """The pattern subscribed to: a URI of the realm, or an MQTT filter with match ``mqtt``."""
+    match: str = "exact"
+    authid: str | None = None
+    """The principal the webhook subscribes as (its role's rules apply); None: the realm's
+    anonymous role."""
+    secret: str | None = None
+    """Key of the ``X-Webhook-Signature`` HMAC-SHA256; None: requests are not signed."""
+    qos: int = 1
+    """1: events wait in a durable queue until the target answers 2xx; 0: in memory only."""
+    qos_policy: str = "maximum"
+    """How an event's QoS follows from the publication's and ``qos`` (router.core.qos)."""
+    max_queue: int = 10_000
+    """Events waiting for the target at most; one more is dropped (counted)."""
+    max_queue_bytes: int = 64 * 1024 * 1024
+    """Bytes of request bodies waiting at most; one more event is dropped (counted)."""
+    timeout: float = 10.0
+    """Seconds one request may take (connect, send, answer) before it counts as failed."""
+    min_backoff: float = 0.5
+    """Seconds before the first retry of a failed request; doubled at each failure."""
+    max_backoff: float = 60.0
+    """Seconds between two retries at most."""
+    max_attempts: int | None = None
+    """Requests for one event before it is given up (counted); None: retried until taken."""
+    headers: tuple[tuple[str, str], ...] = ()
+    """Extra request headers (an ``Authorization`` the target expects, say)."""
+    node: str | None = None
+    """The node that runs the webhook on the Redis engine (its ``engine.node``); the others
+    leave it alone. None on the embedded engine."""
+    ca: Path | None = None
+    """PEM file of the CA(s) an ``https`` target's certificate must chain to instead of the
+    system's (a private CA); None: the system's trusted CAs."""

@@ -112,12 +112,26 @@ def summary(before: Samples, after: Samples, seconds: float, url: str,
         own = router_owned.get((realm,), 0)
         lines.append(f"  retained topics: {retained[(realm,)] - own:g}"
                      + (f" (and {own:g} of the router's own $SYS topics)" if own else ""))
+        lines += _webhook_lines(after, realm)
     drops = _by(after, "router_messages_dropped_total", "realm", "protocol", "reason")
     lines.append("drops since start:" + ("" if any(drops.values()) else " none"))
     for (realm, protocol, reason), n in sorted(drops.items()):
         if n:
             lines.append(f"  {realm or '-'} {protocol} {reason}: {n:g}")
     return "\n".join(lines)
+
+
+def _webhook_lines(after: Samples, realm: str) -> list[str]:
+    """One line per webhook of ``realm``: up or down (backing off, stopped), its counts."""
+    figures = {name: _by(after, f"router_webhook_{name}", "realm", "webhook")
+               for name in ("up", "queued_events", "delivered_total", "failed_requests_total",
+                            "dropped_total")}
+    return [f"  webhook {hook}: {'up' if figures['up'][(name, hook)] else 'down'}, "
+            f"queued {figures['queued_events'].get((name, hook), 0):g}, delivered "
+            f"{figures['delivered_total'].get((name, hook), 0):g}, failed requests "
+            f"{figures['failed_requests_total'].get((name, hook), 0):g}, dropped "
+            f"{figures['dropped_total'].get((name, hook), 0):g}"
+            for name, hook in sorted(figures["up"]) if name == realm]
 
 
 def _listener_names(config: NodeConfig | None) -> list[str]:

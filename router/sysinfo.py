@@ -25,6 +25,7 @@ from router.core.realm import Realm
 from router.core.topic import SERVER_OWNED
 from router.figures import NodeFigures
 from router.mqtt.session import MqttSession
+from router.webhooks.webhook import Webhook
 
 BROKER = (SERVER_OWNED, "broker")
 """The first levels of every figure's topic, as Mosquitto names them."""
@@ -56,8 +57,8 @@ class SysFigures:
         sent = sum(sum(counts.values()) for counts in stats.delivered)
         dropped = sum(n for (name, _, reason), n in self.node.router.incidents.totals.items()
                       if name == realm.name and reason in DROP_REASONS)
-        clients = [peer for peer in realm.sessions.values()
-                   if not isinstance(peer, AmqpSubscriber)]  # a link, not a client
+        clients = [peer for peer in realm.sessions.values()  # a link or a webhook: no client
+                   if not isinstance(peer, (AmqpSubscriber, Webhook))]
         connected = sum(1 for peer in clients
                         if not isinstance(peer, MqttSession) or peer.connection is not None)
         mqtt = self.node.mqtt.get(realm.name)

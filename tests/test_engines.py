@@ -17,6 +17,7 @@ from router.core.engine import Claims, Durability, Engine, Membership
 from router.core.history import EventHistory, History
 from router.engines.embedded.engine import EmbeddedEngine
 from router.engines.embedded.links import SqliteLinkStore
+from router.engines.embedded.outbox import SqliteOutboxStore
 from router.engines.embedded.sessions import SqliteSessionStore
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.redis.claims import RedisClaims
@@ -27,6 +28,7 @@ from router.engines.redis.failure import LeftRealm, RedisTestaments, WatchedEngi
 from router.engines.redis.history import RedisHistory
 from router.engines.redis.links import RedisAmqpStore
 from router.engines.redis.membership import RedisMembership
+from router.engines.redis.outbox import RedisOutboxStore
 from router.engines.redis.realm import RedisRealm
 from router.engines.redis.sessions import RedisMqttSessionStore
 from router.mqtt.persistence import MqttSessionStore, SessionClaims
@@ -39,6 +41,7 @@ IMPLEMENTATIONS = [
     (contract.TestamentStore, RedisTestaments),
     (MqttSessionStore, SqliteSessionStore), (MqttSessionStore, RedisMqttSessionStore),
     (AmqpStore, SqliteLinkStore), (AmqpStore, RedisAmqpStore),
+    (contract.OutboxStore, SqliteOutboxStore), (contract.OutboxStore, RedisOutboxStore),
     (Claims, RedisClaims), (SessionClaims, RedisMqttSessionStore),
     (LinkClaims, RedisAmqpStore),
     # what the Redis engine's parts ask of their engine and realm share (no import back)

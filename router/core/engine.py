@@ -96,6 +96,40 @@ class Membership(Protocol):
         """``info``'s session left: other nodes no longer list it."""
 
 
+@dataclass(frozen=True, slots=True)
+class OutboxRecord:
+    """One event waiting in a durable outbound queue, as its sender will send it."""
+
+    seq: int
+    """Its place in the queue (increasing; what :meth:`OutboxStore.remove` names)."""
+    body: bytes
+    expires_at: float | None = None
+    """After this time it is not sent any more (the publication's message expiry)."""
+
+
+@runtime_checkable
+class OutboxStore(Protocol):
+    """A realm's durable queues of outbound events (a webhook's QoS 1 events) that wait until
+    their target took them: the order kept, the writes ordered with every other write of the
+    engine, so a publisher acknowledged after :meth:`when_durable` knows its event is queued."""
+
+    def load(self, queue: str) -> list[OutboxRecord]:
+        """The records of ``queue`` left by an earlier run, oldest first (at start-up)."""
+
+    def forget_others(self, queues: set[str]) -> int:
+        """Delete every queue of the realm not named in ``queues`` (webhooks no longer
+        configured), at start-up; how many records went."""
+
+    def append(self, queue: str, record: OutboxRecord) -> None:
+        """Keep ``record`` at the end of ``queue``."""
+
+    def remove(self, queue: str, seq: int) -> None:
+        """The record ``seq`` of ``queue`` was taken by its target (or given up)."""
+
+    def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(ok)`` once every change made so far is stored."""
+
+
 @dataclass(slots=True)
 class RealmEngine:
     """What an engine provides to one realm."""
@@ -152,6 +186,9 @@ class Engine(Protocol[SessionStore_co, LinkStore_co]):
     def amqp_store(self, realm: str) -> LinkStore_co:
         """Where realm ``realm``'s durable AMQP links live; the Redis engine's is also
         :class:`Claims`."""
+
+    def outbox_store(self, realm: str) -> OutboxStore:
+        """Where realm ``realm``'s durable outbound queues (webhooks' QoS 1 events) live."""
 
     def pause_intake_with(self, paused: Paused) -> None:
         """The engine calls ``paused`` while it cannot keep up with publishers (the embedded

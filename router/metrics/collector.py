@@ -24,6 +24,7 @@ from router.core.topic import REST, SERVER_OWNED
 from router.core.uri import MQTT
 from router.figures import NodeFigures
 from router.mqtt.session import MqttSession
+from router.webhooks.webhook import UP
 
 PROTOCOLS = ("wamp", "mqtt", "amqp")
 DROP_PROTOCOLS = {why.EVENTLOG_DROPPED: ("eventlog",)}
@@ -64,6 +65,7 @@ class RouterCollector(Collector):
         yield from self._store()
         yield from self._logins()
         yield from self._rpc()
+        yield from self._webhooks()
         uptime = GaugeMetricFamily("router_uptime_seconds", "Seconds since the router started.")
         uptime.add_metric([], time.time() - self.started)
         yield uptime
@@ -240,6 +242,35 @@ class RouterCollector(Collector):
             families["timeouts"].add_metric(labels, stats.call_timeouts)
             families["cancels"].add_metric(labels, stats.call_cancels)
         yield from families.values()
+
+    def _webhooks(self) -> Iterator[Metric]:
+        labels = ["realm", "webhook"]
+        up = GaugeMetricFamily("router_webhook_up", "1 while a webhook's target takes its "
+                               "events (its last request succeeded), 0 while it backs off or "
+                               "is stopped.", labels=labels)
+        queued_events = GaugeMetricFamily("router_webhook_queued_events",
+                                          "Events waiting for a webhook's target.",
+                                          labels=labels)
+        queued_bytes = GaugeMetricFamily("router_webhook_queued_bytes",
+                                         "Request bodies waiting for a webhook's target.",
+                                         labels=labels)
+        delivered = CounterMetricFamily("router_webhook_delivered",
+                                        "Events a webhook's target answered 2xx.", labels=labels)
+        failed = CounterMetricFamily("router_webhook_failed_requests",
+                                     "Requests that failed (not 2xx, no connection, timeout); "
+                                     "each is retried.", labels=labels)
+        dropped = CounterMetricFamily("router_webhook_dropped",
+                                      "Events a webhook gave up (queue at its bound, expired, "
+                                      "max_attempts reached).", labels=labels)
+        for hook in self.node.webhooks:
+            names = [hook.realm.name, hook.settings.name]
+            up.add_metric(names, 1 if hook.state == UP else 0)
+            queued_events.add_metric(names, len(hook.queue))
+            queued_bytes.add_metric(names, hook.queued_bytes)
+            delivered.add_metric(names, hook.delivered)
+            failed.add_metric(names, hook.failed)
+            dropped.add_metric(names, hook.dropped)
+        yield from (up, queued_events, queued_bytes, delivered, failed, dropped)
 
 
 def _fold(counts: Counter[str]) -> Counter[str]:

@@ -16,6 +16,7 @@ from router.core.incidents import Incidents
 from router.core.retention import RetainedStore, RetentionPolicy
 from router.core.topic import SERVER_OWNED
 from router.engines.embedded.links import SqliteLinkStore
+from router.engines.embedded.outbox import SqliteOutboxStore
 from router.engines.embedded.sessions import SqliteSessionStore
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.records import encode_retained, live_entries
@@ -56,6 +57,10 @@ class EmbeddedEngine:
     def amqp_store(self, realm: str) -> SqliteLinkStore:
         """Realm ``realm``'s durable AMQP links, in this node's SQLite file."""
         return SqliteLinkStore(self.store, realm)
+
+    def outbox_store(self, realm: str) -> SqliteOutboxStore:
+        """Realm ``realm``'s webhook queues, in this node's SQLite file."""
+        return SqliteOutboxStore(self.store, realm)
 
     def pause_intake_with(self, paused: Paused) -> None:
         """Never asked: the node pauses its intake for its SQLite writer itself."""

@@ -60,6 +60,7 @@ from router.engines.redis.dealer import REGISTRATIONS_CHANNEL
 from router.engines.redis.failure import NODE_DOWN_CHANNEL, NodeWatch, publish_left
 from router.engines.redis.history import RedisHistory
 from router.engines.redis.links import RedisAmqpStore
+from router.engines.redis.outbox import RedisOutboxStore
 from router.engines.redis.realm import (CONFIRM_CHANNEL_PREFIX, INTEREST_CHANNEL,
                                         QOS_CHANNEL_PREFIX, RETAINED_CHANNEL, RedisRealm,
                                         unpack_patterns)
@@ -138,6 +139,11 @@ class RedisEngine:
         store = RedisAmqpStore(shared, realm, self.local)
         shared.claims["amqp"] = shared.links = store
         return store
+
+    def outbox_store(self, realm: str) -> RedisOutboxStore:
+        """Realm ``realm``'s webhook queues, in Redis (each read and written only by the node
+        the configuration names to run its webhook)."""
+        return RedisOutboxStore(self.realms[realm], realm)
 
     def pause_intake_with(self, paused: Paused) -> None:
         """Publishers pause while Redis is behind and while this node adopts a dead node's
