@@ -84,9 +84,10 @@ class PermissionRule:
         levels = []
         for level in self.pattern:
             if level in values:
-                level = values[level]
-                if not level or any(char in level for char in "/+#\0"):
+                value = values[level]
+                if not value or any(char in value for char in "/+#\0"):
                     return None
+                level = value
             levels.append(level)
         return PermissionRule(tuple(levels), MQTT, self.actions, self.disclose)
 

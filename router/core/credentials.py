@@ -39,7 +39,7 @@ class WampCra:
     keylen: int
     key: str
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, str | int]:
         return {"salt": self.salt, "iterations": self.iterations, "keylen": self.keylen,
                 "key": self.key}
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol
 from router.core import errors
 from router.core.errors import RouterError, Unencodable
 from router.core.ids import router_scope_ids
-from router.core.model import SessionInfo
+from router.core.model import Args, Kwargs, SessionInfo
 from router.core.peer import Invocation, Peer, Registration
 from router.core.scheduler import Scheduler
 from router.core.stats import RealmStats
@@ -27,7 +27,7 @@ INVOKE_POLICIES = ("single", "roundrobin", "random", "first", "last")
 CANCEL_MODES = ("skip", "kill", "killnowait")
 
 
-RouterProcedure = Callable[[SessionInfo, list, dict], Any]
+RouterProcedure = Callable[[SessionInfo, Args, Kwargs], object]
 """A procedure the router implements itself: (caller, args, kwargs) -> result, or a
 Deferred of the result when the answer needs I/O (cluster-wide meta API on Redis)."""
 
@@ -96,8 +96,8 @@ class ClusterDealer(Protocol):
     def unregister(self, peer: Peer, registrations: list[Registration]) -> None:
         """``peer`` is no callee of ``registrations`` anymore."""
 
-    def call(self, caller: Peer, call_request: int, procedure: str, args: list | None,
-             kwargs: dict | None, receive_progress: bool, timeout_ms: int,
+    def call(self, caller: Peer, call_request: int, procedure: str, args: Args | None,
+             kwargs: Kwargs | None, receive_progress: bool, timeout_ms: int,
              disclose_caller: bool) -> None:
         """Route a call (raise :class:`RouterError` when nobody can take it)."""
 
@@ -174,8 +174,8 @@ class Dealer:
         del self.by_id[registration.id]
         self.registrations.remove(registration)
 
-    def call(self, caller: Peer, call_request: int, procedure: str, args: list | None,
-             kwargs: dict | None, receive_progress: bool = False, timeout_ms: int = 0,
+    def call(self, caller: Peer, call_request: int, procedure: str, args: Args | None,
+             kwargs: Kwargs | None, receive_progress: bool = False, timeout_ms: int = 0,
              disclose_caller: bool = False) -> None:
         """Route a call; the outcome reaches ``caller`` through its Peer callbacks."""
         self.stats.calls += 1
@@ -201,7 +201,7 @@ class Dealer:
         return RouterError(errors.NO_SUCH_PROCEDURE, f"no callee registered for '{procedure}'")
 
     def invoke(self, registration: Registration, callee: Peer, caller: Peer, call_request: int,
-               procedure: str, args: list | None, kwargs: dict | None,
+               procedure: str, args: Args | None, kwargs: Kwargs | None,
                receive_progress: bool = False, timeout_ms: int = 0,
                disclose_caller: bool = False) -> None:
         """Send a call to ``callee`` of ``registration`` and track it until it is settled."""
@@ -232,7 +232,7 @@ class Dealer:
                               f"the arguments cannot be sent to the callee: {exc}") from None
 
     def _call_builtin(self, caller: Peer, call_request: int, procedure: RouterProcedure,
-                      args: list | None, kwargs: dict | None) -> None:
+                      args: Args | None, kwargs: Kwargs | None) -> None:
         try:
             result = procedure(caller.info, list(args or ()), dict(kwargs or {}))
         except TypeError as exc:
@@ -255,7 +255,7 @@ class Dealer:
                                    [f"the answer could not be made: {failure.getErrorMessage()}"],
                                    None)
 
-    def yield_(self, callee: Peer, request_id: int, args: list | None, kwargs: dict | None,
+    def yield_(self, callee: Peer, request_id: int, args: Args | None, kwargs: Kwargs | None,
                progress: bool) -> None:
         """A callee's (progressive) result; unknown ids are late yields after a cancel."""
         key = (callee.info.session_id, request_id)
@@ -272,8 +272,8 @@ class Dealer:
             # the caller then gets the RESULT (RFC: "RESULT or ERROR")
             invocation.caller.send_result(invocation.call_request, args, kwargs, False)
 
-    def invocation_error(self, callee: Peer, request_id: int, error: str, args: list | None,
-                         kwargs: dict | None) -> None:
+    def invocation_error(self, callee: Peer, request_id: int, error: str, args: Args | None,
+                         kwargs: Kwargs | None) -> None:
         invocation = self._by_invocation.get((callee.info.session_id, request_id))
         if invocation is None:
             return

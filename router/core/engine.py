@@ -19,7 +19,7 @@ knows no MQTT or AMQP): :class:`Engine` is generic over them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from router.core.dealer import ClusterDealer
 from router.core.history import History, HistoryRule
@@ -71,12 +71,18 @@ class ClusterLimits:
     """Lifetime of a node's alive key: a node silent this long is dead and reaped."""
 
 
+StoredTestament: TypeAlias = list[Any]
+"""A testament as a store keeps it: ``[topic, args, kwargs, publish options]``, a list
+because that is what it reads back from its codec; its payload is application values
+(:data:`router.core.model.Args`)."""
+
+
 @runtime_checkable
 class TestamentStore(Protocol):
     """Keeps a copy of each session's testaments beyond this node, so that they are
     published even if the node dies (the Redis engine's other nodes do it then)."""
 
-    def save(self, info: SessionInfo, testaments: list[list]) -> bool:
+    def save(self, info: SessionInfo, testaments: list[StoredTestament]) -> bool:
         """``info``'s testaments now are ``testaments`` (each ``[topic, args, kwargs,
         publish options]``, in publication order); an empty list forgets the session.
         False when they cannot be copied at all (then :meth:`when_durable` is not asked)."""

@@ -97,7 +97,8 @@ class EventHistory:
     def __init__(self, rules: list[HistoryRule], clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._sequence = itertools.count()
-        self._logs = [(rule, deque(maxlen=rule.limit)) for rule in rules]
+        self._logs: list[tuple[HistoryRule, deque[tuple[int, Publication]]]] = [
+            (rule, deque(maxlen=rule.limit)) for rule in rules]
 
     def __bool__(self) -> bool:
         return bool(self._logs)

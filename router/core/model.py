@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from router.core.topic import Topic, display, mqtt_name, wamp_uri
+
+Args: TypeAlias = list[Any]
+"""The positional payload of an event, call or error: application values the router passes
+on without looking into them (whatever the serializer decoded), hence ``Any``."""
+Kwargs: TypeAlias = dict[str, Any]
+"""The keyword payload of an event, call or error (see :data:`Args`)."""
+Details: TypeAlias = dict[str, Any]
+"""A WAMP options or details dictionary: keys the router knows are read one by one and
+checked (:mod:`router.core.options`); the others are passed on or ignored."""
 
 _UNKNOWN = object()
 
@@ -73,12 +82,12 @@ class Eligibility:
         """Session ids lose their meaning across a restart; such events must not outlive it."""
         return self.exclude is not None or self.eligible is not None
 
-    def to_json(self) -> dict[str, list]:
+    def to_json(self) -> dict[str, list[Any]]:
         return {name: sorted(getattr(self, name)) for name in ELIGIBILITY_KEYS
                 if getattr(self, name) is not None}
 
     @classmethod
-    def from_json(cls, data: dict[str, list]) -> "Eligibility":
+    def from_json(cls, data: dict[str, list[Any]]) -> "Eligibility":
         return cls(**{name: frozenset(values) for name, values in data.items()})
 
 
@@ -93,8 +102,8 @@ class Publication:
     publication_id: int
     topic: Topic
     """The levels of the topic (see :mod:`router.core.topic`)."""
-    args: list | None
-    kwargs: dict | None
+    args: Args | None
+    kwargs: Kwargs | None
     publisher: SessionInfo | None
     disclose: bool = False
     eligibility: Eligibility | None = None
@@ -106,7 +115,7 @@ class Publication:
     qos: int = 0
     payload: bytes | None = None
     """The raw payload of a byte-oriented publisher (MQTT, AMQP), passed on unchanged."""
-    properties: dict | None = None
+    properties: Details | None = None
     """MQTT 5 properties passed through to MQTT receivers (user properties, content type...)."""
     expires_at: float | None = None
     """Message expiry: the event is not delivered after this time."""
@@ -114,7 +123,7 @@ class Publication:
     """The bare message (properties, application-properties, body) of an AMQP publisher,
     encoded as it arrived: AMQP receivers get it unchanged."""
     timestamp: float = field(default_factory=time.time)
-    wire_cache: dict | None = None
+    wire_cache: dict[str, Any] | None = None
     """Per-frontend encodings shared by all receivers (e.g. one WAMP EVENT per subscription)
     during one dispatch; see :meth:`encodings`."""
     uri_view: str | None | object = field(default=_UNKNOWN, repr=False)
@@ -122,7 +131,7 @@ class Publication:
     mqtt_view: str | None | object = field(default=_UNKNOWN, repr=False)
     """The topic as an MQTT topic name (``None``: it is not one), once asked for."""
 
-    def encodings(self) -> dict:
+    def encodings(self) -> dict[str, Any]:
         """The wire-encodings cache, created on first use: retained and historic events
         spend most of their life without one."""
         cache = self.wire_cache

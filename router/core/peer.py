@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from router.core.model import Publication, SessionInfo
+from router.core.model import Args, Details, Kwargs, Publication, SessionInfo
 from router.core.scheduler import DelayedCall
 from router.core.topic import Topic, is_reserved, pattern_text
 
@@ -40,12 +40,12 @@ class Peer(Protocol):
     def send_interrupt(self, invocation: "Invocation", mode: str, reason: str) -> None:
         """Tell this callee to stop working on an invocation."""
 
-    def send_result(self, call_request: int, args: list | None, kwargs: dict | None,
+    def send_result(self, call_request: int, args: Args | None, kwargs: Kwargs | None,
                     progress: bool) -> None:
         """Return a (possibly progressive) call result to this caller."""
 
-    def send_call_error(self, call_request: int, error: str, args: list | None,
-                        kwargs: dict | None) -> None:
+    def send_call_error(self, call_request: int, error: str, args: Args | None,
+                        kwargs: Kwargs | None) -> None:
         """Fail a call of this caller."""
 
     def supports(self, role: str, feature: str) -> bool:
@@ -98,7 +98,7 @@ class Subscription:
         """The pattern as the meta API shows it: MQTT filters in ``/`` form, the rest dotted."""
         return pattern_text(self.topic, self.match)
 
-    def details(self) -> dict:
+    def details(self) -> Details:
         return {"id": self.id, "created": self.created, "uri": self.uri, "match": self.match}
 
 
@@ -143,10 +143,10 @@ class Invocation:
     caller: Peer
     call_request: int
     procedure: str
-    args: list | None
-    kwargs: dict | None
+    args: Args | None
+    kwargs: Kwargs | None
     receive_progress: bool
     disclose_caller: bool
     timeout_call: DelayedCall | None = None
     cancel_mode: str | None = None
-    details: dict = field(default_factory=dict)
+    details: Details = field(default_factory=dict)

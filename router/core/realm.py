@@ -24,7 +24,7 @@ from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, OVE
                                    QUEUE_FULL, RETAINED_QUOTA, RETAINED_REALM_LIMIT,
                                    RETAINED_REFUSED,
                                    UNENCODABLE, Incidents)
-from router.core.model import Publication, SessionInfo
+from router.core.model import Args, Details, Kwargs, Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer, Registration, Subscription
 from router.core.retention import QUOTA, Owner, RetainRefused
@@ -159,11 +159,11 @@ class Realm:
                               "the '$SYS' topics belong to the router")
         self.authorize(info, "publish", topic)
 
-    def publish(self, info: SessionInfo, topic: Topic, args: list | None, kwargs: dict | None,
+    def publish(self, info: SessionInfo, topic: Topic, args: Args | None, kwargs: Kwargs | None,
                 options: PublishOptions,
                 on_durable: Callable[[Publication, bool], None] | None = None,
                 payload_bytes: int = 0, *, payload: bytes | None = None,
-                properties: dict | None = None,
+                properties: Details | None = None,
                 expires_at: float | None = None, uri: str | None = None,
                 mqtt_topic: str | None = None, amqp: bytes | None = None) -> Publication:
         """Authorize and dispatch a publication from a client session.
@@ -278,7 +278,7 @@ class Realm:
                                                peer.info)
         self.backlogs.start(peer, subscription, events, bound)
 
-    def publish_meta(self, topic: str, args: list) -> None:
+    def publish_meta(self, topic: str, args: Args) -> None:
         """Publish a router-originated meta event (nobody to exclude, nothing to authorize)."""
         if not self.broker.meta_subscriptions:
             return  # nobody can receive it: not made (a big SUBSCRIBE makes thousands)
@@ -360,8 +360,8 @@ class Realm:
 
         cluster.register(peer, registration, claimed)
 
-    def call(self, peer: Peer, request: int, procedure: str, args: list | None,
-             kwargs: dict | None, options: CallOptions) -> None:
+    def call(self, peer: Peer, request: int, procedure: str, args: Args | None,
+             kwargs: Kwargs | None, options: CallOptions) -> None:
         self.check_uri(procedure)
         levels = from_uri(procedure)
         self.authorize(peer.info, "call", levels)

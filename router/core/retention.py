@@ -324,7 +324,7 @@ class RetainedStore:
                 heapq.heappush(self._expiry, (entry.expires_at, next(self._pushes), topic, entry))
         if len(self._expiry) > 2 * len(timed) + 16:
             self._expiry = [(entry.expires_at, next(self._pushes), topic, entry)
-                            for entry, topic in timed.items()]
+                            for entry, topic in timed.items() if entry.expires_at is not None]
             heapq.heapify(self._expiry)
 
     def _enforce_limits(self, kept: Topic, owner: Owner, cause: Publication) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 from typing import Callable, Iterator
 
-from router.core.model import Publication
+from router.core.model import Details, Publication
 from router.core.peer import Peer, Subscription
 from router.core.subscriptions import SubscriptionIndex
 from router.core.topic import Topic
@@ -43,7 +43,7 @@ class SharedGroup(Subscription):
         self.group = group
         self.turn = 0
 
-    def details(self) -> dict:
+    def details(self) -> Details:
         details = super().details()
         details["x_shared_group"] = self.group
         return details
@@ -99,7 +99,7 @@ class SharedGroups:
     """The shared groups of one realm, matched with the same index as subscriptions."""
 
     def __init__(self) -> None:
-        self._index = SubscriptionIndex()
+        self._index: SubscriptionIndex[_GroupsAt] = SubscriptionIndex()
         self._index_ids = itertools.count(1)
         self.by_id: dict[int, SharedGroup] = {}
 
@@ -113,7 +113,7 @@ class SharedGroups:
         at = self._index.lookup(topic, match)
         if at is None:
             at = _GroupsAt(next(self._index_ids), topic, match)
-            self._index.add(at)  # type: ignore[arg-type]
+            self._index.add(at)
         at.groups[group] = shared
         self.by_id[subscription_id] = shared
         return shared
@@ -121,13 +121,14 @@ class SharedGroups:
     def remove(self, shared: SharedGroup) -> None:
         del self.by_id[shared.id]
         at = self._index.lookup(shared.topic, shared.match)
-        del at.groups[shared.group]  # type: ignore[union-attr]
-        if not at.groups:  # type: ignore[union-attr]
-            self._index.remove(at)  # type: ignore[arg-type]
+        assert at is not None, "a group is indexed until its last member leaves"
+        del at.groups[shared.group]
+        if not at.groups:
+            self._index.remove(at)
 
     def matching(self, topic: Topic) -> Iterator[SharedGroup]:
         for at in self._index.matching(topic):
-            yield from at.groups.values()  # type: ignore[attr-defined]
+            yield from at.groups.values()
 
     def dispatch(self, publication: Publication, meta_only: bool, failed: Failure
                  ) -> list[Peer]:
@@ -145,6 +146,7 @@ class SharedGroups:
                   failed: Failure) -> Peer | None:
         """Another member of ``group`` takes a publication ``leaving`` will not complete:
         that member, or None."""
-        if self.by_id.get(group.id) is not group or publication.expired():
+        shared = self.by_id.get(group.id)
+        if shared is not group or shared is None or publication.expired():
             return None
-        return group.deliver(publication, failed, leaving)  # type: ignore[attr-defined]
+        return shared.deliver(publication, failed, leaving)

@@ -46,9 +46,10 @@ class TopicTrie(Generic[V]):
     def get(self, key: Topic, default: V | None = None) -> V | None:
         node = self._root
         for part in key:
-            node = node.children.get(part)
-            if node is None:
+            child = node.children.get(part)
+            if child is None:
                 return default
+            node = child
         return default if node.value is _MISSING else node.value  # type: ignore[return-value]
 
     def set(self, key: Topic, value: V) -> None:
@@ -156,9 +157,10 @@ class TopicTrie(Generic[V]):
         and ``a.bc``; see :func:`router.core.topic.prefix_matches`)."""
         node = self._root
         for part in prefix[:-1]:
-            node = node.children.get(part)
-            if node is None:
+            child = node.children.get(part)
+            if child is None:
                 return
+            node = child
         partial = prefix[-1]
         for name, child in list(node.children.items()):
             if name.startswith(partial):

@@ -36,7 +36,7 @@ from router.core.dealer import Registration, RegistrationIndex
 from router.core.engine import ClusterLimits
 from router.core.errors import RouterError
 from router.core.incidents import ENGINE_UNAVAILABLE, QUEUE_FULL
-from router.core.model import SessionInfo
+from router.core.model import Args, Kwargs, SessionInfo
 from router.core.peer import Peer
 from router.engines.redis.lua import script
 from router.engines.redis.resp import command
@@ -86,13 +86,13 @@ class RemoteCaller:
         self.node = node
         self.info = info
 
-    def send_result(self, call_request: int, args: list | None, kwargs: dict | None,
+    def send_result(self, call_request: int, args: Args | None, kwargs: Kwargs | None,
                     progress: bool) -> None:
         self.dealer.answer(self.node, call_request,
                            [RESULT, self.dealer.name, call_request, args, kwargs, progress])
 
-    def send_call_error(self, call_request: int, error: str, args: list | None,
-                        kwargs: dict | None) -> None:
+    def send_call_error(self, call_request: int, error: str, args: Args | None,
+                        kwargs: Kwargs | None) -> None:
         self.dealer.answer(self.node, call_request,
                            [ERROR, self.dealer.name, call_request, error, args, kwargs])
 
@@ -229,8 +229,8 @@ class RedisDealer:
 
     # calls ------------------------------------------------------------------
 
-    def call(self, caller: Peer, call_request: int, procedure: str, args: list | None,
-             kwargs: dict | None, receive_progress: bool, timeout_ms: int,
+    def call(self, caller: Peer, call_request: int, procedure: str, args: Args | None,
+             kwargs: Kwargs | None, receive_progress: bool, timeout_ms: int,
              disclose_caller: bool) -> None:
         realm = self.realm
         assert realm is not None
@@ -258,8 +258,8 @@ class RedisDealer:
             return None, None
         return local, callee
 
-    def _forward(self, caller: Peer, call_request: int, procedure: str, args: list | None,
-                 kwargs: dict | None, receive_progress: bool, timeout_ms: int,
+    def _forward(self, caller: Peer, call_request: int, procedure: str, args: Args | None,
+                 kwargs: Kwargs | None, receive_progress: bool, timeout_ms: int,
                  disclose_caller: bool, node: str, session_id: int,
                  registration_id: int) -> None:
         engine = self.engine

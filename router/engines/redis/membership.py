@@ -18,7 +18,7 @@ from router.core.broker import Subscription
 from router.core.dealer import RouterProcedure
 from router.core.errors import RouterError
 from router.core.meta import authroles_filter, by_match, lookup_args, topic_arg
-from router.core.model import SessionInfo
+from router.core.model import Args, Kwargs, SessionInfo
 from router.core.topic import Topic, topic_matches
 from router.engines.redis.lua import script
 from router.engines.redis.resp import command
@@ -72,16 +72,16 @@ class RedisMembership:
             lambda found: [(*_node_and_id(field), value)
                            for field, value in zip(found[::2], found[1::2])])
 
-    def _sessions(self, args: list) -> defer.Deferred:
+    def _sessions(self, args: Args) -> defer.Deferred:
         roles = authroles_filter(args)
         return self._read(self.sessions_key).addCallback(
             lambda found: [session for _, session, value in found
                            if roles is None or json.loads(value)[0] in roles])
 
-    def session_count(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
+    def session_count(self, caller: SessionInfo, args: Args, kwargs: Kwargs) -> defer.Deferred:
         return self._sessions(args).addCallback(len)
 
-    def session_list(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
+    def session_list(self, caller: SessionInfo, args: Args, kwargs: Kwargs) -> defer.Deferred:
         return self._sessions(args)
 
     def _subscriptions(self) -> defer.Deferred:
@@ -90,13 +90,13 @@ class RedisMembership:
             (node, subscription_id, *_pattern(value))
             for node, subscription_id, value in found))
 
-    def subscription_list(self, caller: SessionInfo, args: list,
-                          kwargs: dict) -> defer.Deferred:
+    def subscription_list(self, caller: SessionInfo, args: Args,
+                          kwargs: Kwargs) -> defer.Deferred:
         return self._subscriptions().addCallback(
             lambda found: by_match((match, sid) for _, sid, match, _ in found))
 
-    def subscription_match(self, caller: SessionInfo, args: list,
-                           kwargs: dict) -> defer.Deferred:
+    def subscription_match(self, caller: SessionInfo, args: Args,
+                           kwargs: Kwargs) -> defer.Deferred:
         topic = topic_arg(args)
         return self._subscriptions().addCallback(
             lambda found: [sid for _, sid, match, pattern in found
@@ -106,7 +106,7 @@ class RedisMembership:
         """wamp.subscription.lookup: this node's subscription if it has one, else the one
         of the first node (by name) that has it."""
 
-        def lookup(caller: SessionInfo, args: list, kwargs: dict) -> Any:
+        def lookup(caller: SessionInfo, args: Args, kwargs: Kwargs) -> Any:
             here = local(caller, args, kwargs)
             if here is not None:
                 return here
