@@ -16,7 +16,7 @@ from router.core import errors
 from router.core.errors import RouterError, Unencodable
 from router.core.ids import router_scope_ids
 from router.core.model import Args, Kwargs, SessionInfo
-from router.core.peer import Invocation, Peer, Registration
+from router.core.peer import Caller, Invocation, Peer, Registration
 from router.core.scheduler import Scheduler
 from router.core.stats import RealmStats
 from router.core.topic import from_uri
@@ -101,7 +101,7 @@ class ClusterDealer(Protocol):
              disclose_caller: bool) -> None:
         """Route a call (raise :class:`RouterError` when nobody can take it)."""
 
-    def cancel(self, caller: Peer, call_request: int, mode: str) -> None:
+    def cancel(self, caller: Caller, call_request: int, mode: str) -> None:
         """Cancel a call this node forwarded (nothing if it is not one)."""
 
     def caller_left(self, session_id: int) -> None:
@@ -284,7 +284,7 @@ class Dealer:
         elif invocation.cancel_mode is None:
             invocation.caller.send_call_error(invocation.call_request, error, args, kwargs)
 
-    def cancel(self, caller: Peer, call_request: int, mode: str) -> None:
+    def cancel(self, caller: Caller, call_request: int, mode: str) -> None:
         if mode not in CANCEL_MODES:
             raise RouterError(errors.INVALID_ARGUMENT, f"unknown cancel mode '{mode}'")
         invocation = self._by_call.get((caller.info.session_id, call_request))

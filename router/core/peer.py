@@ -15,10 +15,26 @@ from router.core.scheduler import DelayedCall
 from router.core.topic import Topic, is_reserved, pattern_text
 
 
-class Peer(Protocol):
-    """A session attached to a realm, whatever its wire protocol."""
+class Caller(Protocol):
+    """Whoever a call's answer goes to: a session here (a :class:`Peer`) or, in a cluster,
+    a caller on another node that only ever gets answers."""
 
     info: SessionInfo
+
+    def send_result(self, call_request: int, args: Args | None, kwargs: Kwargs | None,
+                    progress: bool) -> None:
+        """Return a (possibly progressive) call result to this caller."""
+
+    def send_call_error(self, call_request: int, error: str, args: Args | None,
+                        kwargs: Kwargs | None) -> None:
+        """Fail a call of this caller."""
+
+    def supports(self, role: str, feature: str) -> bool:
+        """Did the peer announce ``feature`` for ``role``?"""
+
+
+class Peer(Caller, Protocol):
+    """A session attached to a realm, whatever its wire protocol."""
 
     def send_event(self, subscription: "Subscription", publication: Publication,
                    retained: bool = False) -> None:
@@ -39,17 +55,6 @@ class Peer(Protocol):
 
     def send_interrupt(self, invocation: "Invocation", mode: str, reason: str) -> None:
         """Tell this callee to stop working on an invocation."""
-
-    def send_result(self, call_request: int, args: Args | None, kwargs: Kwargs | None,
-                    progress: bool) -> None:
-        """Return a (possibly progressive) call result to this caller."""
-
-    def send_call_error(self, call_request: int, error: str, args: Args | None,
-                        kwargs: Kwargs | None) -> None:
-        """Fail a call of this caller."""
-
-    def supports(self, role: str, feature: str) -> bool:
-        """Did the peer announce ``feature`` for ``role``?"""
 
     def kill(self, reason: str, message: str | None) -> None:
         """Close the session from the router side."""

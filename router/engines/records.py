@@ -20,7 +20,7 @@ def encode_retained(publication: Publication, expires_at: float | None,
     The owner travels with the entry, so SQLite rows and Redis hashes (one format) keep
     each principal's retained quota across restarts and among nodes."""
     publisher = publication.publisher
-    return msgpack.packb({
+    blob: bytes = msgpack.packb({
         "id": publication.publication_id,
         "topic": publication.topic,
         "args": publication.args,
@@ -39,6 +39,7 @@ def encode_retained(publication: Publication, expires_at: float | None,
         "message_expires": publication.expires_at,
         "owner": owner,
     }, use_bin_type=True)
+    return blob
 
 
 def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
@@ -67,14 +68,17 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
 
 def pack_topic(entries: list[RetainedEvent]) -> bytes:
     """A topic's row: its entries' encodings (made again where the store dropped them)."""
-    return msgpack.packb([
+    row: bytes = msgpack.packb([
         entry.blob if entry.blob is not None
         else encode_retained(entry.publication, entry.expires_at, entry.owner)
         for entry in entries], use_bin_type=True)
+    return row
 
 
 def unpack_topic(blob: bytes) -> list[bytes]:
-    return msgpack.unpackb(blob, raw=False)
+    """A topic's row read back: its entries' encodings (see :func:`decode_retained`)."""
+    blobs: list[bytes] = msgpack.unpackb(blob, raw=False)
+    return blobs
 
 
 def pack_publication(realm: str, publication: Publication) -> bytes:
@@ -82,7 +86,7 @@ def pack_publication(realm: str, publication: Publication) -> bytes:
     decimals (from CBOR publishers) go as the text every receiver but CBOR gets anyway."""
     publisher = publication.publisher
     eligibility = publication.eligibility
-    return msgpack.packb([
+    packed: bytes = msgpack.packb([
         realm, publication.publication_id, publication.topic, publication.args,
         publication.kwargs,
         (publisher.session_id, publisher.authid, publisher.authrole, publisher.protocol)
@@ -91,6 +95,7 @@ def pack_publication(realm: str, publication: Publication) -> bytes:
         publication.qos, publication.payload, publication.properties, publication.expires_at,
         publication.amqp, publication.timestamp, publication.payload_bytes,
     ], use_bin_type=True, default=as_text)
+    return packed
 
 
 def unpack_publication(data: bytes, exclude_me: bool = False) -> tuple[str, Publication]:

@@ -79,7 +79,7 @@ class SqliteSessionStore:
             self._store.execute(f"DELETE FROM {table} WHERE realm = ? AND client_id = ?",
                                 (self._realm, client_id))
 
-    def save_subscription(self, client_id: str, topic_filter: str, options: list) -> None:
+    def save_subscription(self, client_id: str, topic_filter: str, options: list[int]) -> None:
         self._store.execute(
             "INSERT OR REPLACE INTO mqtt_subscription (realm, client_id, filter, options) "
             "VALUES (?, ?, ?, ?)",

@@ -37,7 +37,7 @@ import msgpack
 
 from router.core.incidents import ENGINE_UNAVAILABLE
 from router.engines.redis.lua import script
-from router.engines.redis.resp import BlockingRedis, command
+from router.engines.redis.resp import BlockingRedis, Command, Reply, command
 
 if TYPE_CHECKING:
     from router.engines.redis.context import RealmContext
@@ -86,11 +86,11 @@ class RedisClaims(Generic[Stored]):
         self._waiting_for: dict[str, str] = {}
         """Ids in ``_waiting`` -> the node they wait for."""
 
-    def _reads(self, owned: str) -> list[tuple]:
+    def _reads(self, owned: str) -> list[Command]:
         """The commands that read one id's state (answered in this order)."""
         raise NotImplementedError
 
-    def _stored(self, owned: str, replies: list) -> Stored | None:
+    def _stored(self, owned: str, replies: list[Reply]) -> Stored | None:
         """The state from the replies to :meth:`_reads`; None if Redis holds none."""
         raise NotImplementedError
 
@@ -98,8 +98,9 @@ class RedisClaims(Generic[Stored]):
         self._shared.write(command(*args))
 
     def _message(self, kind: str, owned: str) -> bytes:
-        return msgpack.packb([self._realm, self.protocol, kind, owned, self._engine.node],
-                             use_bin_type=True)
+        message: bytes = msgpack.packb(
+            [self._realm, self.protocol, kind, owned, self._engine.node], use_bin_type=True)
+        return message
 
     def claim(self, owned: str, holder: str, load: bool,
               answer: Callable[[Stored | None], None], refused: Callable[[], None]) -> None:

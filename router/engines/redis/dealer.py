@@ -27,23 +27,26 @@ import json
 import time
 from dataclasses import dataclass
 from itertools import count
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 
 import msgpack
 
 from router.core import errors
-from router.core.dealer import Registration, RegistrationIndex
+from router.core.dealer import RegistrationIndex
 from router.core.engine import ClusterLimits
 from router.core.errors import RouterError
 from router.core.incidents import ENGINE_UNAVAILABLE, QUEUE_FULL
 from router.core.model import Args, Kwargs, SessionInfo
-from router.core.peer import Peer
+from router.core.peer import Caller, Peer, Registration
 from router.engines.redis.lua import script
-from router.engines.redis.resp import command
+from router.engines.redis.resp import Command, Reply, command
 
 if TYPE_CHECKING:
     from router.core.realm import Realm
     from router.engines.redis.context import EngineContext
+Message: TypeAlias = "list[Any]"
+"""A message between the dealers of two nodes as MessagePack decodes it: ``[kind, realm,
+...]``, its fields per kind (see the module docstring)."""
 
 REGISTRATIONS_CHANNEL = b"wr:registrations"
 
@@ -135,7 +138,7 @@ class RedisDealer:
         request.addCallbacks(self._claimed, self._claim_failed, callbackArgs=(answer,),
                              errbackArgs=(answer,))
 
-    def _claimed(self, reply: list, answer: Callable[[RouterError | None], None]) -> None:
+    def _claimed(self, reply: list[Reply], answer: Callable[[RouterError | None], None]) -> None:
         error, detail = reply
         if error:
             answer(RouterError(error.decode(), detail.decode()))
@@ -153,11 +156,11 @@ class RedisDealer:
         self.engine.send(command("EVAL", RELEASE, 3, *self.keys, self.name, self.engine.node,
                                  peer.info.session_id, *map(_field, registrations)), 1)
 
-    def release_node(self) -> tuple:
+    def release_node(self) -> Command:
         """The command that removes every registration of this node (start, clean stop)."""
         return ("EVAL", RELEASE, 3, *self.keys, self.name, self.engine.node, "")
 
-    def release_dead(self, node: str, alive_key: bytes) -> tuple:
+    def release_dead(self, node: str, alive_key: bytes) -> Command:
         """The command that removes every registration of node ``node`` if it is dead."""
         return ("EVAL", RELEASE, 4, *self.keys, alive_key, self.name, node, "")
 
@@ -175,7 +178,7 @@ class RedisDealer:
                             + command("GET", self.keys[1]) + command("EXEC"),
                             3).addCallbacks(self._loaded, self._load_failed)
 
-    def _loaded(self, replies: list) -> None:
+    def _loaded(self, replies: list[Reply]) -> None:
         found, seq = replies
         if int(seq or 0) >= self.applied:  # else a later read was applied already
             snapshot = dict(zip(found[::2], found[1::2]))
@@ -324,7 +327,7 @@ class RedisDealer:
         self._calls.pop(forwarded.id, None)
         self._by_caller.pop((forwarded.caller.info.session_id, forwarded.call_request), None)
 
-    def cancel(self, caller: Peer, call_request: int, mode: str) -> None:
+    def cancel(self, caller: Caller, call_request: int, mode: str) -> None:
         forwarded = self._by_caller.get((caller.info.session_id, call_request))
         if forwarded is None or forwarded.killing:
             return
@@ -352,7 +355,7 @@ class RedisDealer:
 
     # the node's channel -------------------------------------------------------
 
-    def received(self, message: list) -> None:
+    def received(self, message: Message) -> None:
         """A message on this node's ``wr:rpc:<node>`` channel for this realm."""
         kind = message[0]
         if kind == RESULT:
@@ -380,7 +383,7 @@ class RedisDealer:
                     RemoteCaller(self, origin, SessionInfo(session_id, self.name, "", "")),
                     call_id, mode)
 
-    def _invoke(self, message: list) -> None:
+    def _invoke(self, message: Message) -> None:
         """Run a call another node forwarded, with this node's dealer."""
         (_, _, origin, call_id, session_id, registration_id, procedure, args, kwargs,
          receive_progress, disclose, caller_id, authid, authrole, timeout_ms) = message
@@ -397,7 +400,7 @@ class RedisDealer:
         except RouterError as exc:
             caller.send_call_error(call_id, exc.uri, exc.args_list, exc.kwargs)
 
-    def answer(self, node: str, call_id: int, message: list) -> None:
+    def answer(self, node: str, call_id: int, message: Message) -> None:
         """Send a result or error back to the caller's node."""
         try:
             data = msgpack.packb(message, use_bin_type=True)
@@ -414,8 +417,3 @@ def _field(registration: Registration) -> str:
 
 def _channel(node: str) -> bytes:
     return b"wr:rpc:" + node.encode()
-
-
-if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
-    from router.core.dealer import ClusterDealer
-    _: type[ClusterDealer] = RedisDealer

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import msgpack
 from twisted.internet import defer, task
@@ -63,14 +63,11 @@ from router.engines.redis.links import RedisAmqpStore
 from router.engines.redis.realm import (CONFIRM_CHANNEL_PREFIX, INTEREST_CHANNEL,
                                         QOS_CHANNEL_PREFIX, RETAINED_CHANNEL, RedisRealm,
                                         unpack_patterns)
-from router.engines.redis.resp import BlockingRedis, RespFactory, RespProtocol, command
+from router.engines.redis.resp import BlockingRedis, Reply, RespFactory, RespProtocol, command
 from router.engines.redis.sessions import RedisMqttSessionStore
 
 if TYPE_CHECKING:
-    from router.amqp.persistence import AmqpStore
-    from router.core.engine import Engine
     from router.core.realm import Realm
-    from router.mqtt.persistence import MqttSessionStore
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +142,7 @@ class RedisEngine:
         self.on_pressure = lambda pressed: paused(pressed, "Redis")
         self.on_adopting = lambda adopting: paused(adopting, "dead-node adoption")
 
-    def start(self, realms: dict[str, "Realm"], incidents: Incidents) -> None:
+    def start(self, realms: "Mapping[str, Realm]", incidents: Incidents) -> None:
         """Receive from the other nodes for ``realms`` and send to them."""
         self.incidents = incidents
         for name, shared in self.realms.items():
@@ -218,14 +215,14 @@ class RedisEngine:
         self.incidents.count(realm, "engine", ENGINE_UNAVAILABLE,
                              f"{what}: {why}" if what else why)
 
-    def request(self, data: bytes, skipped: int = 0) -> defer.Deferred:
+    def request(self, data: bytes, skipped: int = 0) -> defer.Deferred[Reply]:
         """A Deferred of the last reply (see :meth:`RespProtocol.request`); failed when
         Redis is not connected."""
         if self.commands is None:
             return defer.fail(ConnectionError("Redis is not connected"))
         return self.commands.request(data, skipped)
 
-    def _push(self, message: list) -> None:
+    def _push(self, message: list[Reply]) -> None:
         if not isinstance(message, list):
             return
         if message[0] != b"message":
@@ -314,7 +311,3 @@ class RedisEngine:
         for connector in self._connectors:
             connector.factory.stopTrying()
             connector.disconnect()
-
-
-if TYPE_CHECKING:  # the type checker proves the contract (tests/test_engines.py at run time)
-    _: type[Engine[MqttSessionStore, AmqpStore]] = RedisEngine

@@ -35,6 +35,7 @@ from router.amqp.persistence import Outgoing, StoredDurable, expired, link_id
 from router.engines.embedded.links import SqliteLinkStore
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.redis.claims import RedisClaims
+from router.engines.redis.resp import Command, Reply
 
 if TYPE_CHECKING:
     from router.engines.redis.context import RealmContext
@@ -73,18 +74,19 @@ class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
         suffix = f"{self._realm}:{owned}".encode()
         return b"wr:amqp-queue:" + suffix, b"wr:amqp-count:" + suffix
 
-    def _reads(self, owned: str) -> list[tuple]:
+    def _reads(self, owned: str) -> list[Command]:
         queue, counts = self._keys(owned)
         return [("HGET", self._link_key, owned), ("HGET", self._expiry_key, owned),
                 ("HGETALL", queue), ("HGETALL", counts)]
 
-    def _stored(self, owned: str, replies: list) -> StoredDurable | None:
+    def _stored(self, owned: str, replies: list[Reply]) -> StoredDurable | None:
         """The link's subscription and queue; None if Redis holds none or it expired (then
         it is deleted)."""
         record, expiry, queue, counts = replies
         if record is None:
             return None
-        container, link, *definition, group = msgpack.unpackb(record, raw=False)
+        (container, link, address, qos, policy, authid, authrole, authmethod,
+         group) = msgpack.unpackb(record, raw=False)
         timeout, detached_at = (msgpack.unpackb(expiry) if expiry is not None
                                 else (self.max_expiry, None))
         timeout = min(timeout, self.max_expiry)
@@ -98,7 +100,8 @@ class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
         queued = [Outgoing.unpack(int(seq), blob, int(count_of.get(seq, 0)))
                   for seq, blob in sorted(zip(queue[::2], queue[1::2]),
                                           key=lambda item: int(item[0]))]
-        return StoredDurable(container, link, *definition, queued=queued, group=group)
+        return StoredDurable(container, link, address, qos, policy, authid, authrole,
+                             authmethod, queued=queued, group=group)
 
     # AmqpStore (router.amqp.persistence) ---------------------------------------------------------------------------
 
@@ -146,9 +149,3 @@ class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
         what was written so far."""
         RedisClaims.when_durable(self, lambda shared: SqliteLinkStore.when_durable(
             self, lambda stored: callback(shared and stored)))
-
-
-if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
-    from router.amqp.persistence import AmqpStore, LinkClaims
-    _link_store: type[AmqpStore] = RedisAmqpStore
-    _link_claims: type[LinkClaims] = RedisAmqpStore

@@ -30,6 +30,7 @@ import msgpack
 from router.mqtt.persistence import (QUEUED, StoredMessage, StoredOutbound, StoredSession,
                                      StoredWill)
 from router.engines.redis.claims import RedisClaims
+from router.engines.redis.resp import Command, Reply
 
 if TYPE_CHECKING:
     from router.engines.redis.context import RealmContext
@@ -81,12 +82,12 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
         return (b"wr:mqtt-subs:" + suffix, b"wr:mqtt-queue:" + suffix,
                 b"wr:mqtt-state:" + suffix, b"wr:mqtt-inbound:" + suffix)
 
-    def _reads(self, owned: str) -> list[tuple]:
+    def _reads(self, owned: str) -> list[Command]:
         subs, queue, state, inbound = self._keys(owned)
         return [("HGET", self._session_key, owned), ("HGETALL", subs), ("HGETALL", queue),
                 ("HGETALL", state), ("SMEMBERS", inbound)]
 
-    def _stored(self, owned: str, replies: list) -> StoredSession | None:
+    def _stored(self, owned: str, replies: list[Reply]) -> StoredSession | None:
         return _stored(owned, replies)
 
     # MqttSessionStore -----------------------------------------------------------
@@ -104,7 +105,7 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
         self._write("HDEL", self._session_key, client_id)
         self._write("DEL", *self._keys(client_id))
 
-    def save_subscription(self, client_id: str, topic_filter: str, options: list) -> None:
+    def save_subscription(self, client_id: str, topic_filter: str, options: list[int]) -> None:
         self._write("HSET", self._keys(client_id)[0], topic_filter, msgpack.packb(options))
 
     def delete_subscription(self, client_id: str, topic_filter: str) -> None:
@@ -132,7 +133,7 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
         self._write("SREM", self._keys(client_id)[3], packet_id)
 
 
-def _stored(client_id: str, replies: list) -> StoredSession | None:
+def _stored(client_id: str, replies: list[Reply]) -> StoredSession | None:
     """A session from the replies to HGET session, HGETALL subscriptions / queue / queue
     state, SMEMBERS inbound; None if Redis has no persistent session of that client."""
     record, subs, queue, states, inbound = replies
@@ -151,9 +152,3 @@ def _stored(client_id: str, replies: list) -> StoredSession | None:
                                               StoredMessage.unpack(message)))
     stored.inbound = {int(packet_id) for packet_id in inbound}
     return stored
-
-
-if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
-    from router.mqtt.persistence import MqttSessionStore, SessionClaims
-    _session_store: type[MqttSessionStore] = RedisMqttSessionStore
-    _session_claims: type[SessionClaims] = RedisMqttSessionStore
