@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any, Callable, Protocol
 
 from router.core import errors
+from router.core.deadlines import CallDeadlines, answer_timed_out
 from router.core.errors import RouterError, Unencodable
 from router.core.ids import router_scope_ids
 from router.core.model import Args, Kwargs, SessionInfo
@@ -126,6 +127,7 @@ class Dealer:
         self._invocation_ids: dict[int, int] = {}
         self._by_invocation: dict[tuple[int, int], Invocation] = {}
         self._by_call: dict[tuple[int, int], Invocation] = {}
+        self._deadlines: CallDeadlines[Invocation] = CallDeadlines(scheduler, self._timed_out)
 
     def register(self, peer: Peer, uri: str, match: str, policy: str,
                  limit: int | None = None) -> Registration:
@@ -220,8 +222,7 @@ class Dealer:
             details["caller_authid"] = caller.info.authid
             details["caller_authrole"] = caller.info.authrole
         if timeout_ms > 0:
-            invocation.timeout_call = self._scheduler.callLater(
-                timeout_ms / 1000.0, self._timed_out, invocation)
+            self._deadlines.start(invocation, timeout_ms / 1000.0)
         self._by_invocation[(callee_id, request_id)] = invocation
         self._by_call[(caller.info.session_id, call_request)] = invocation
         try:
@@ -305,19 +306,14 @@ class Dealer:
             caller.send_call_error(call_request, errors.CANCELED, ["call canceled"], None)
 
     def _timed_out(self, invocation: Invocation) -> None:
-        invocation.timeout_call = None
-        self.stats.call_timeouts += 1
         if invocation.callee.supports("callee", "call_canceling"):
             invocation.callee.send_interrupt(invocation, "killnowait", errors.TIMEOUT)
         invocation.cancel_mode = "timeout"
         self._finish(invocation)
-        invocation.caller.send_call_error(invocation.call_request, errors.TIMEOUT,
-                                          ["call timed out"], None)
+        answer_timed_out(invocation.caller, invocation.call_request, self.stats)
 
     def _finish(self, invocation: Invocation) -> None:
-        if invocation.timeout_call is not None:
-            invocation.timeout_call.cancel()
-            invocation.timeout_call = None
+        self._deadlines.stop(invocation)
         self._by_call.pop((invocation.caller.info.session_id, invocation.call_request), None)
         self._by_invocation.pop((invocation.callee.info.session_id, invocation.request_id), None)
 

@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from router.core.model import Args, Details, Kwargs, Publication, SessionInfo
-from router.core.scheduler import DelayedCall
 from router.core.topic import Topic, is_reserved, pattern_text
 
 
@@ -152,6 +151,5 @@ class Invocation:
     kwargs: Kwargs | None
     receive_progress: bool
     disclose_caller: bool
-    timeout_call: DelayedCall | None = None
     cancel_mode: str | None = None
     details: Details = field(default_factory=dict)

@@ -33,6 +33,7 @@ import msgpack
 
 from router.core import errors
 from router.core.dealer import RegistrationIndex
+from router.core.deadlines import CallDeadlines, answer_timed_out
 from router.core.engine import ClusterLimits
 from router.core.errors import RouterError
 from router.core.incidents import ENGINE_UNAVAILABLE, QUEUE_FULL
@@ -73,7 +74,6 @@ class Forwarded:
     call_request: int
     node: str
     receive_progress: bool
-    timer: Any = None
     killing: bool = False
     """Canceled in ``kill`` mode: the callee's answer settles it."""
 
@@ -125,6 +125,8 @@ class RedisDealer:
         """Registrations Redis accepted, by ``seq``, answered once the copy holds them."""
         self._calls: dict[int, Forwarded] = {}
         self._by_caller: dict[tuple[int, int], Forwarded] = {}
+        self._deadlines: CallDeadlines[Forwarded] = CallDeadlines(engine.reactor,
+                                                                  self._timed_out)
         self._ids = count(1)
 
     # registrations ----------------------------------------------------------
@@ -289,7 +291,7 @@ class RedisDealer:
             raise RouterError(errors.INVALID_ARGUMENT,
                               f"the arguments cannot be sent to the callee: {exc}") from None
         forwarded = Forwarded(call_id, caller, call_request, node, receive_progress)
-        forwarded.timer = engine.reactor.callLater(delay, self._timed_out, forwarded)
+        self._deadlines.start(forwarded, delay)
         self._calls[call_id] = forwarded
         self._by_caller[(info.session_id, call_request)] = forwarded
         engine.commands.request(command("PUBLISH", _channel(node), data)).addCallbacks(
@@ -313,17 +315,12 @@ class RedisDealer:
 
     def _timed_out(self, forwarded: Forwarded) -> None:
         """No answer in time (the callee's node also times the call out, if it runs)."""
-        forwarded.timer = None
         self._finish(forwarded)
-        if self.realm is not None:
-            self.realm.stats.call_timeouts += 1
-        forwarded.caller.send_call_error(forwarded.call_request, errors.TIMEOUT,
-                                         ["call timed out"], None)
+        answer_timed_out(forwarded.caller, forwarded.call_request,
+                         self.realm.stats if self.realm is not None else None)
 
     def _finish(self, forwarded: Forwarded) -> None:
-        if forwarded.timer is not None:
-            forwarded.timer.cancel()
-            forwarded.timer = None
+        self._deadlines.stop(forwarded)
         self._calls.pop(forwarded.id, None)
         self._by_caller.pop((forwarded.caller.info.session_id, forwarded.call_request), None)
 
