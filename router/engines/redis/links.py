@@ -18,7 +18,8 @@ loads each of them as an own claim (:meth:`RedisAmqpStore.adopt_links`): detache
 subscribed there, they queue until their client attaches on any node (or they expire).
 
 The QoS 2 delivery tags of durable *sender* links (exactly-once publishing) stay in the
-node's SQLite, as on a single node (:class:`SqliteLinkStore`).
+node's SQLite, as on a single node (:class:`router.engines.embedded.links.SqliteInboundTags`,
+which the store holds and hands those calls to).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Callable
 import msgpack
 
 from router.amqp.persistence import Outgoing, StoredDurable, expired, link_id
-from router.engines.embedded.links import SqliteLinkStore
+from router.engines.embedded.links import SqliteInboundTags
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.redis.claims import RedisClaims
 from router.engines.redis.resp import Command, Reply
@@ -43,16 +44,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
-    """:class:`router.amqp.persistence.AmqpStore`'s durable subscriptions on Redis, plus the ownership of durable
-    links among the nodes (:class:`RedisClaims`)."""
+class RedisAmqpStore(RedisClaims[StoredDurable]):
+    """:class:`router.amqp.persistence.AmqpStore`'s durable subscriptions on Redis, plus the
+    ownership of durable links among the nodes (:class:`RedisClaims`); the QoS 2 tags of
+    sender links in the node's SQLite file."""
 
     protocol = "amqp"
     label = "AMQP durable link"
 
     def __init__(self, shared: "RealmContext", realm: str, local: SqliteStore) -> None:
-        RedisClaims.__init__(self, shared, realm)
-        SqliteLinkStore.__init__(self, local, realm)
+        super().__init__(shared, realm)
+        self._tags = SqliteInboundTags(local, realm)
+        self.inbound = self._tags.inbound
+        """Unsettled QoS 2 delivery tags per durable sender link (container, link)."""
+        self._expiry: dict[tuple[str, str], tuple[float, float | None]] = {}
+        """(timeout, detached_at) of each link read or set here."""
         self._link_key = f"wr:amqp-link:{realm}".encode()
         self._expiry_key = f"wr:amqp-expiry:{realm}".encode()
         self.max_expiry = math.inf
@@ -110,6 +116,10 @@ class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
         self.max_expiry = max_expiry
         return self.load_owned()
 
+    def expiry_of(self, container: str, link: str) -> tuple[float, float | None]:
+        """(timeout, detached_at) of a link read by :meth:`load` or claimed here."""
+        return self._expiry[(container, link)]
+
     def set_expiry(self, container: str, link: str, timeout: float,
                    detached_at: float | None = None) -> None:
         self._expiry[(container, link)] = (timeout, detached_at)
@@ -144,8 +154,24 @@ class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
         self._write("HDEL", queue, seq)
         self._write("HDEL", counts, seq)
 
+    def has_inbound(self, key: tuple[str, str], tag: bytes) -> bool:
+        """See :meth:`SqliteInboundTags.has_inbound` (sender links' tags stay on the node)."""
+        return self._tags.has_inbound(key, tag)
+
+    def add_inbound(self, key: tuple[str, str], tag: bytes) -> None:
+        """See :meth:`SqliteInboundTags.add_inbound`."""
+        self._tags.add_inbound(key, tag)
+
+    def delete_inbound(self, key: tuple[str, str], tag: bytes) -> None:
+        """See :meth:`SqliteInboundTags.delete_inbound`."""
+        self._tags.delete_inbound(key, tag)
+
+    def forget_inbound(self, key: tuple[str, str]) -> None:
+        """See :meth:`SqliteInboundTags.forget_inbound`."""
+        self._tags.forget_inbound(key)
+
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         """Once Redis (the links) and the node's SQLite (QoS 2 tags of sender links) have
         what was written so far."""
-        RedisClaims.when_durable(self, lambda shared: SqliteLinkStore.when_durable(
-            self, lambda stored: callback(shared and stored)))
+        super().when_durable(lambda shared: self._tags.when_durable(
+            lambda stored: callback(shared and stored)))
