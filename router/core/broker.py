@@ -203,6 +203,8 @@ class Broker:
         return True
 
     def delivery_failed(self, peer: Peer, publication: Publication, exc: Exception) -> None:
+        """A delivery to ``peer`` raised: counted and reported by the realm, so one broken
+        receiver costs the others nothing."""
         if self._delivery_failed is not None:
             self._delivery_failed(peer, publication, exc)
 

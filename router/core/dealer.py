@@ -42,6 +42,8 @@ class RegistrationIndex:
         self.wildcard: TopicTrie[Registration] = TopicTrie()
 
     def get(self, uri: str, match: str) -> Registration | None:
+        """The registration on exactly this (uri, match), if any: REGISTER asks it to join or
+        refuse an existing one."""
         if match == EXACT:
             return self.exact.get(uri)
         if match == PREFIX:
@@ -49,6 +51,7 @@ class RegistrationIndex:
         return self.wildcard.get(from_uri(uri))
 
     def add(self, registration: Registration) -> None:
+        """File a new registration under its match policy, so :meth:`match` finds it."""
         if registration.match == EXACT:
             self.exact[registration.uri] = registration
         elif registration.match == PREFIX:
@@ -57,6 +60,7 @@ class RegistrationIndex:
             self.wildcard.set(from_uri(registration.uri), registration)
 
     def remove(self, registration: Registration) -> None:
+        """Drop a registration whose last callee left."""
         if registration.match == EXACT:
             del self.exact[registration.uri]
         elif registration.match == PREFIX:
@@ -154,6 +158,8 @@ class Dealer:
         return registration
 
     def unregister(self, peer: Peer, registration_id: int) -> Registration:
+        """The callee's UNREGISTER: it stops receiving calls on the registration (gone when it
+        was the last callee); the cluster is told so other nodes stop routing here."""
         registration = self.by_id.get(registration_id)
         if registration is None or peer not in registration.callees:
             raise RouterError(errors.NO_SUCH_REGISTRATION,
@@ -275,6 +281,8 @@ class Dealer:
 
     def invocation_error(self, callee: Peer, request_id: int, error: str, args: Args | None,
                          kwargs: Kwargs | None) -> None:
+        """The callee's ERROR for an invocation: passed to the caller, and the call is settled
+        (unknown ids are late replies after a cancel or timeout)."""
         invocation = self._by_invocation.get((callee.info.session_id, request_id))
         if invocation is None:
             return
@@ -286,6 +294,8 @@ class Dealer:
             invocation.caller.send_call_error(invocation.call_request, error, args, kwargs)
 
     def cancel(self, caller: Caller, call_request: int, mode: str) -> None:
+        """The caller's CANCEL in ``mode`` (skip, kill, killnowait): the callee is interrupted if
+        it can be, and the caller answered unless ``kill`` waits for the callee's own answer."""
         if mode not in CANCEL_MODES:
             raise RouterError(errors.INVALID_ARGUMENT, f"unknown cancel mode '{mode}'")
         invocation = self._by_call.get((caller.info.session_id, call_request))

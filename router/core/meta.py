@@ -19,6 +19,8 @@ from router.core.uri import EXACT, MATCH_POLICIES, PREFIX
 
 
 def authroles_filter(args: Args) -> set[str] | None:
+    """The optional ``filter_authroles`` argument of the session meta procedures, checked: None
+    when the caller gave none."""
     if not args or args[0] is None:
         return None
     if type(args[0]) is not list or any(type(role) is not str for role in args[0]):

@@ -63,6 +63,8 @@ class Eligibility:
     eligible_authrole: frozenset[str] | None = None
 
     def admits(self, session: SessionInfo) -> bool:
+        """May ``session`` receive the publication? Asked once per receiver on every publication
+        with lists."""
         if self.exclude is not None and session.session_id in self.exclude:
             return False
         if self.exclude_authid is not None and session.authid in self.exclude_authid:
@@ -83,11 +85,14 @@ class Eligibility:
         return self.exclude is not None or self.eligible is not None
 
     def to_json(self) -> dict[str, list[Any]]:
+        """The lists as stored with a retained event or sent to another node (only those
+        present)."""
         return {name: sorted(getattr(self, name)) for name in ELIGIBILITY_KEYS
                 if getattr(self, name) is not None}
 
     @classmethod
     def from_json(cls, data: dict[str, list[Any]]) -> "Eligibility":
+        """The lists back from :meth:`to_json`'s form."""
         return cls(**{name: frozenset(values) for name, values in data.items()})
 
 

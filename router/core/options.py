@@ -19,6 +19,8 @@ from router.core.uri import EXACT, MATCH_POLICIES
 
 @dataclass(frozen=True, slots=True)
 class PublishOptions:
+    """A PUBLISH's options as the core uses them, checked once by :func:`parse_publish_options`
+    (MQTT and AMQP build them directly)."""
     acknowledge: bool = False
     exclude_me: bool = True
     disclose_me: bool = False
@@ -31,6 +33,8 @@ class PublishOptions:
 
 @dataclass(frozen=True, slots=True)
 class SubscribeOptions:
+    """A SUBSCRIBE's options as the core uses them, checked once by
+    :func:`parse_subscribe_options`."""
     match: str = EXACT
     get_retained: bool = False
     qos: int | None = None
@@ -116,6 +120,7 @@ def parse_subscribe_options(options: Details) -> SubscribeOptions:
 
 @dataclass(frozen=True, slots=True)
 class CallOptions:
+    """A CALL's options as the core uses them, checked once by :func:`parse_call_options`."""
     receive_progress: bool = False
     timeout_ms: int = 0
     disclose_me: bool = False

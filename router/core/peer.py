@@ -103,6 +103,7 @@ class Subscription:
         return pattern_text(self.topic, self.match)
 
     def details(self) -> Details:
+        """The subscription as ``wamp.subscription.get`` describes it."""
         return {"id": self.id, "created": self.created, "uri": self.uri, "match": self.match}
 
 

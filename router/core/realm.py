@@ -86,6 +86,8 @@ class Realm:
     # sessions -------------------------------------------------------------
 
     def attach(self, peer: Peer) -> None:
+        """A session joined: it can be reached by id, is counted, and other nodes' meta calls
+        list it."""
         self.sessions[peer.info.session_id] = peer
         self.stats.sessions_opened[peer.info.protocol] += 1
         if self._membership is not None:
@@ -99,6 +101,8 @@ class Realm:
         self._leave_hooks.append(hook)
 
     def detach(self, peer: Peer) -> None:
+        """A session left: its subscriptions, registrations, calls and backlogs go with it, and
+        its testaments are published."""
         info = peer.info
         if self.sessions.pop(info.session_id, None) is None:
             return
@@ -122,11 +126,15 @@ class Realm:
     # pub/sub --------------------------------------------------------------
 
     def check_uri(self, uri: str, match: str = EXACT) -> None:
+        """Refuse a URI that the realm's ``uri_check`` (loose or strict) rejects for ``match``,
+        before it reaches an index."""
         if not is_valid_uri(uri, self.uri_check, match):
             raise RouterError(errors.INVALID_URI, f"invalid URI '{uri}' for match '{match}'")
 
     def authorize(self, info: SessionInfo, action: str, topic: Topic,
                   match: str = EXACT) -> None:
+        """Refuse (``not_authorized``, counted and logged) what the session's role does not
+        allow; the message names the topic as the client wrote it."""
         if not self.authorizer.allows(info, action, topic, match):
             mqtt = match == MQTT or info.protocol.startswith("mqtt")  # as the client wrote it
             named = pattern_text(topic, MQTT) if mqtt else display(topic)
@@ -313,6 +321,8 @@ class Realm:
         return subscription
 
     def unsubscribe(self, peer: Peer, subscription_id: int) -> Subscription:
+        """The session's UNSUBSCRIBE: it stops receiving on the subscription (its retained
+        backlog ends too)."""
         subscription = self.broker.unsubscribe(peer, subscription_id)
         if subscription is None:
             raise RouterError(errors.NO_SUCH_SUBSCRIPTION,
@@ -362,6 +372,8 @@ class Realm:
 
     def call(self, peer: Peer, request: int, procedure: str, args: Args | None,
              kwargs: Kwargs | None, options: CallOptions) -> None:
+        """A CALL: checked and authorized, then answered by a router procedure or routed to a
+        callee (on this node or, in a cluster, another)."""
         self.check_uri(procedure)
         levels = from_uri(procedure)
         self.authorize(peer.info, "call", levels)

@@ -44,6 +44,8 @@ class SharedGroup(Subscription):
         self.turn = 0
 
     def details(self) -> Details:
+        """As a subscription's details, with the group's name, so the meta API tells groups
+        apart."""
         details = super().details()
         details["x_shared_group"] = self.group
         return details
@@ -104,6 +106,8 @@ class SharedGroups:
         self.by_id: dict[int, SharedGroup] = {}
 
     def lookup(self, topic: Topic, match: str, group: str) -> SharedGroup | None:
+        """The group ``group`` on (topic, match), if it exists: a new member joins it instead of
+        creating another."""
         at = self._index.lookup(topic, match)
         return at.groups.get(group) if at is not None else None
 
@@ -119,6 +123,8 @@ class SharedGroups:
         return shared
 
     def remove(self, shared: SharedGroup) -> None:
+        """The group's last member left: the group goes (and its index entry with its last
+        group)."""
         del self.by_id[shared.id]
         at = self._index.lookup(shared.topic, shared.match)
         assert at is not None, "a group is indexed until its last member leaves"
@@ -127,6 +133,7 @@ class SharedGroups:
             self._index.remove(at)
 
     def matching(self, topic: Topic) -> Iterator[SharedGroup]:
+        """Every group whose pattern matches ``topic``: each gets one delivery of a publication."""
         for at in self._index.matching(topic):
             yield from at.groups.values()
 

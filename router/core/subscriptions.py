@@ -20,13 +20,17 @@ class Pattern(Protocol):
     """What the index files an entry under: its id and its (topic pattern, match)."""
 
     @property
-    def id(self) -> int: ...
+    def id(self) -> int:
+        """The entry's id: the index's ``by_id`` finds it for UNSUBSCRIBE and the meta API."""
 
     @property
-    def topic(self) -> Topic: ...
+    def topic(self) -> Topic:
+        """The topic pattern the entry is filed under."""
 
     @property
-    def match(self) -> str: ...
+    def match(self) -> str:
+        """The match policy (exact, prefix, wildcard, MQTT filter) that picks the structure it is
+        filed in."""
 
 
 Entry = TypeVar("Entry", bound=Pattern)
@@ -52,6 +56,7 @@ class SubscriptionIndex(Generic[Entry]):
         return self.filters if match == MQTT else self.wildcard
 
     def lookup(self, topic: Topic, match: str) -> Entry | None:
+        """The entry on exactly (topic, match): a second SUBSCRIBE on the same pattern joins it."""
         if match == EXACT:
             return self.exact.get(topic)
         if match == PREFIX:
@@ -59,6 +64,7 @@ class SubscriptionIndex(Generic[Entry]):
         return self._trie(match).get(topic)
 
     def add(self, subscription: Entry) -> None:
+        """File an entry in the structure of its match policy, so :meth:`matching` finds it."""
         self.by_id[subscription.id] = subscription
         if subscription.match == EXACT:
             self.exact[subscription.topic] = subscription
@@ -72,6 +78,7 @@ class SubscriptionIndex(Generic[Entry]):
             self._trie(subscription.match).set(subscription.topic, subscription)
 
     def remove(self, subscription: Entry) -> None:
+        """Drop an entry whose last subscriber left."""
         del self.by_id[subscription.id]
         if subscription.match == EXACT:
             del self.exact[subscription.topic]

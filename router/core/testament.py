@@ -37,6 +37,7 @@ Answer: TypeAlias = "int | defer.Deferred[int | None] | None"
 
 @dataclass(frozen=True, slots=True)
 class Testament:
+    """One event a session asked to be published when it goes (``wamp.session.add_testament``)."""
     topic: str
     args: Args | None
     kwargs: Kwargs | None
@@ -75,6 +76,8 @@ class Testaments:
         realm.on_leave(self._publish_all)
 
     def add(self, caller: SessionInfo, args: Args, kwargs: Kwargs) -> Answer:
+        """``wamp.session.add_testament``: checked and authorized now, so it cannot fail when the
+        session is gone; bounded per session (``wamp.max_testaments``)."""
         topic = args[0] if args else kwargs.get("topic")
         t_args = args[1] if len(args) > 1 else kwargs.get("args")
         t_kwargs = args[2] if len(args) > 2 else kwargs.get("kwargs")
@@ -109,6 +112,8 @@ class Testaments:
 
     def flush(self, caller: SessionInfo, args: Args,
               kwargs: Kwargs) -> Answer:
+        """``wamp.session.flush_testaments``: drop the testaments of a scope; answers how many
+        went."""
         scope = args[0] if args else kwargs.get("scope", "destroyed")
         if scope not in SCOPES:
             raise RouterError(errors.INVALID_ARGUMENT, f"scope must be one of {', '.join(SCOPES)}")

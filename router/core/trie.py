@@ -44,6 +44,7 @@ class TopicTrie(Generic[V]):
         return self._size
 
     def get(self, key: Topic, default: V | None = None) -> V | None:
+        """The value stored under exactly ``key`` (no pattern matching), else ``default``."""
         node = self._root
         for part in key:
             child = node.children.get(part)
@@ -53,6 +54,7 @@ class TopicTrie(Generic[V]):
         return default if node.value is _MISSING else node.value  # type: ignore[return-value]
 
     def set(self, key: Topic, value: V) -> None:
+        """Store ``value`` under ``key``, creating the levels it needs."""
         node = self._root
         for part in key:
             child = node.children.get(part)
@@ -65,6 +67,8 @@ class TopicTrie(Generic[V]):
         node.key = key
 
     def pop(self, key: Topic, default: V | None = None) -> V | None:
+        """Remove and return the value under ``key``, pruning levels left empty so the trie does
+        not grow with churn."""
         path = [self._root]
         parts = key
         for part in parts:
@@ -87,6 +91,7 @@ class TopicTrie(Generic[V]):
         return value  # type: ignore[return-value]
 
     def items(self) -> Iterator[tuple[Topic, V]]:
+        """Every stored (key, value), for listings and restores."""
         yield from self._subtree(self._root)
 
     def match_patterns(self, topic_parts: Topic) -> Iterator[V]:
