@@ -43,6 +43,8 @@ def encode_retained(publication: Publication, expires_at: float | None,
 
 
 def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
+    """A retained entry back from :func:`encode_retained`'s bytes, also reading entries stored by
+    older versions (dotted topics, no owner)."""
     data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
     publisher = None
     if data["publisher"] is not None:

@@ -36,6 +36,8 @@ class EmbeddedEngine:
 
     def open_realm(self, name: str, policy: RetentionPolicy,
                    history: list[HistoryRule]) -> RealmEngine:
+        """The realm's retained events restored from SQLite and written behind to it on every
+        change (the router's own ``$SYS`` topics excepted), with an in-memory history."""
         store = self.store
         retention = RetainedStore(policy, encode_retained)
         restored = restore_retained(retention, store, name)

@@ -148,6 +148,8 @@ class SqliteLinkStore(SqliteInboundTags):
 
     def save(self, container: str, link: str, address: str, qos: int, policy: str,
              authid: str, authrole: str, authmethod: str, group: str | None = None) -> None:
+        """A durable link's definition (and its shared group) as a row, so the link is restored
+        after a restart."""
         self._store.execute(
             "INSERT OR REPLACE INTO amqp_durable (realm, container, link, address, qos, policy, "
             "authid, authrole, authmethod) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -161,12 +163,14 @@ class SqliteLinkStore(SqliteInboundTags):
                                 (self._realm, container, link, group))
 
     def delete(self, container: str, link: str) -> None:
+        """The link is gone: every row it had, in the same ordered batch as its earlier writes."""
         self._expiry.pop((container, link), None)
         for table in ("amqp_durable", "amqp_queued", "amqp_expiry", "amqp_shared"):
             self._store.execute(f"DELETE FROM {table} WHERE realm = ? AND container = ? "
                                 "AND link = ?", (self._realm, container, link))
 
     def enqueue(self, container: str, link: str, item: Outgoing) -> None:
+        """A message queued for the link, kept until it is accepted, across a restart."""
         self._store.execute(
             "INSERT OR REPLACE INTO amqp_queued (realm, container, link, seq, message, "
             "delivery_count) VALUES (?, ?, ?, ?, ?, ?)",
@@ -181,5 +185,6 @@ class SqliteLinkStore(SqliteInboundTags):
                              container, link, item.seq))
 
     def remove(self, container: str, link: str, seq: int) -> None:
+        """A queued message was accepted or dropped: it is not redelivered after a restart."""
         self._store.execute("DELETE FROM amqp_queued WHERE realm = ? AND container = ? "
                             "AND link = ? AND seq = ?", (self._realm, container, link, seq))

@@ -119,6 +119,9 @@ class SqliteStore:
         return [(tuple(json.loads(key)), unpack_topic(entries)) for key, entries in rows]
 
     def save_retained(self, realm: str, topic: Topic, entries: list[RetainedEvent]) -> None:
+        """Queue a topic's retained entries for the writer (entries naming sessions are left out:
+        the ids mean nothing after a restart); repeated writes of a topic in one batch
+        coalesce."""
         durable = [entry for entry in entries if not _names_sessions(entry)]
         self._queue_write()
         self._write_numbers += 1

@@ -250,4 +250,5 @@ class RedisClaims(Generic[Stored]):
             redis.close()
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """``callback(ok)`` once Redis answered every write of the realm queued so far."""
         self._shared.when_durable(callback)

@@ -91,15 +91,19 @@ class RemoteCaller:
 
     def send_result(self, call_request: int, args: Args | None, kwargs: Kwargs | None,
                     progress: bool) -> None:
+        """A result for a caller on another node: sent back to that node, which passes it on."""
         self.dealer.answer(self.node, call_request,
                            [RESULT, self.dealer.name, call_request, args, kwargs, progress])
 
     def send_call_error(self, call_request: int, error: str, args: Args | None,
                         kwargs: Kwargs | None) -> None:
+        """An error for a caller on another node: sent back to that node, which passes it on."""
         self.dealer.answer(self.node, call_request,
                            [ERROR, self.dealer.name, call_request, error, args, kwargs])
 
     def supports(self, role: str, feature: str) -> bool:
+        """Never asked of a caller (features are asked of callees); answered for the
+        :class:`Peer` contract."""
         return False  # only asked of callees
 
 
@@ -133,6 +137,9 @@ class RedisDealer:
 
     def register(self, peer: Peer, registration: Registration,
                  answer: Callable[[RouterError | None], None]) -> None:
+        """Claim the registration in Redis, where every node's registrations meet: ``answer``
+        the refusal (as a single node's dealer would refuse it), or None once the cluster's
+        copy holds it."""
         info = peer.info
         request = self.engine.request(command(
             "EVAL", REGISTER, 3, *self.keys, _field(registration), registration.policy,
@@ -155,6 +162,8 @@ class RedisDealer:
         answer(RouterError(errors.CANCELED, "the cluster (Redis) could not be asked"))
 
     def unregister(self, peer: Peer, registrations: list[Registration]) -> None:
+        """The callee's registrations here are released in Redis, so no node routes calls to it
+        any more."""
         self.engine.send(command("EVAL", RELEASE, 3, *self.keys, self.name, self.engine.node,
                                  peer.info.session_id, *map(_field, registrations)), 1)
 
@@ -237,6 +246,8 @@ class RedisDealer:
     def call(self, caller: Peer, call_request: int, procedure: str, args: Args | None,
              kwargs: Kwargs | None, receive_progress: bool, timeout_ms: int,
              disclose_caller: bool) -> None:
+        """A call with no local callee: forwarded to the node of the callee the cluster's
+        registration picks."""
         realm = self.realm
         assert realm is not None
         registration = self.index.lookup(procedure)
@@ -325,6 +336,8 @@ class RedisDealer:
         self._by_caller.pop((forwarded.caller.info.session_id, forwarded.call_request), None)
 
     def cancel(self, caller: Caller, call_request: int, mode: str) -> None:
+        """A CANCEL of a forwarded call: sent to the callee's node, and the caller answered
+        unless ``kill`` waits for the callee."""
         forwarded = self._by_caller.get((caller.info.session_id, call_request))
         if forwarded is None or forwarded.killing:
             return
@@ -343,6 +356,8 @@ class RedisDealer:
              forwarded.caller.info.session_id, mode])), 1)
 
     def caller_left(self, session_id: int) -> None:
+        """A caller left: its forwarded calls are canceled on the callees' nodes, so callees stop
+        working for nobody."""
         if not self._calls:
             return
         for forwarded in [f for f in self._calls.values()

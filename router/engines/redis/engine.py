@@ -110,6 +110,8 @@ class RedisEngine:
 
     def open_realm(self, name: str, policy: RetentionPolicy,
                    history: list[HistoryRule]) -> RealmEngine:
+        """The realm's share of the cluster: its state read from Redis now (a blocking read:
+        start-up, before the reactor runs), then kept in step with the other nodes."""
         shared = self.realms[name] = RedisRealm(self, name, policy)
         host, port, db = self.address
         redis = BlockingRedis(host, port, db)
@@ -292,6 +294,8 @@ class RedisEngine:
                 shared.received(publication)
 
     def sweep(self) -> None:
+        """Once a second: expired retained topics, unconfirmed forwards and unanswered writes are
+        settled, so nothing waits forever on a silent node or Redis."""
         for shared in self.realms.values():
             shared.sweep()
             shared.expire_unconfirmed()  # first: it counts its own incidents

@@ -140,6 +140,8 @@ class RedisTestaments:
         self._shared.when_durable(callback)
 
     def save(self, info: SessionInfo, testaments: list[StoredTestament]) -> bool:
+        """Copy the session's testaments to Redis, so another node publishes them if this one
+        dies; False when they cannot be encoded."""
         if not testaments:
             self._shared.write(command("HDEL", self.key, info.session_id))
             return True
@@ -220,6 +222,7 @@ class NodeWatch:
         redis.call("SADD", NODES_KEY, self.engine.node)
 
     def start(self) -> None:
+        """Refresh this node's alive key and look for dead nodes every ``heartbeat_interval``."""
         self._loop.start(self.engine.limits.heartbeat_interval, now=False)
 
     def beat(self) -> None:

@@ -62,6 +62,8 @@ class RedisHistory:
         return 0
 
     def record(self, publication: Publication) -> None:
+        """Append a publication to every matching rule's list in Redis, in one script call per
+        reactor turn."""
         if not recordable(publication):
             return
         matched = b",".join(b"%d" % index for index, rule in enumerate(self.rules)

@@ -122,17 +122,21 @@ class RedisAmqpStore(RedisClaims[StoredDurable]):
 
     def set_expiry(self, container: str, link: str, timeout: float,
                    detached_at: float | None = None) -> None:
+        """The link's timeout and detach time, in Redis: a node adopting the link knows when it
+        expires."""
         self._expiry[(container, link)] = (timeout, detached_at)
         self._write("HSET", self._expiry_key, link_id(container, link),
                     msgpack.packb([timeout, detached_at]))
 
     def save(self, container: str, link: str, address: str, qos: int, policy: str,
              authid: str, authrole: str, authmethod: str, group: str | None = None) -> None:
+        """A durable link's definition in Redis, so any node can restore it."""
         self._write("HSET", self._link_key, link_id(container, link), msgpack.packb(
             [container, link, address, qos, policy, authid, authrole, authmethod, group],
             use_bin_type=True))
 
     def delete(self, container: str, link: str) -> None:
+        """The link is gone: its definition, expiry and queue leave Redis."""
         self._expiry.pop((container, link), None)
         owned = link_id(container, link)
         self._write("HDEL", self._link_key, owned)
@@ -140,16 +144,20 @@ class RedisAmqpStore(RedisClaims[StoredDurable]):
         self._write("DEL", *self._keys(owned))
 
     def enqueue(self, container: str, link: str, item: Outgoing) -> None:
+        """A message queued for the link in Redis, so it follows the link to any node."""
         queue, counts = self._keys(link_id(container, link))
         self._write("HSET", queue, item.seq, item.pack())
         self._write("HSET", counts, item.seq, item.delivery_count)
 
     def update_count(self, container: str, link: str, item: Outgoing,
                      count: int | None = None) -> None:
+        """The delivery count of a queued message, kept apart from the message so counting
+        rewrites a number only."""
         self._write("HSET", self._keys(link_id(container, link))[1], item.seq,
                     item.delivery_count if count is None else count)
 
     def remove(self, container: str, link: str, seq: int) -> None:
+        """A queued message was accepted or dropped."""
         queue, counts = self._keys(link_id(container, link))
         self._write("HDEL", queue, seq)
         self._write("HDEL", counts, seq)

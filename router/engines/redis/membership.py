@@ -43,10 +43,12 @@ class RedisMembership:
         return f"{self.engine.node}:{local_id}"
 
     def joined(self, info: SessionInfo) -> None:
+        """List the session in Redis, so meta calls on any node count it."""
         self.engine.send(command("HSET", self.sessions_key, self._field(info.session_id),
                                  json.dumps([info.authrole, info.authid])), 1)
 
     def left(self, info: SessionInfo) -> None:
+        """The session no longer appears in other nodes' meta answers."""
         self.engine.send(command("HDEL", self.sessions_key, self._field(info.session_id)), 1)
 
     def subscription(self, subscription: Subscription, present: bool) -> None:
@@ -80,10 +82,12 @@ class RedisMembership:
 
     def session_count(self, caller: SessionInfo, args: Args,
                       kwargs: Kwargs) -> defer.Deferred[int]:
+        """``wamp.session.count`` over every node (read from Redis)."""
         return self._sessions(args).addCallback(len)
 
     def session_list(self, caller: SessionInfo, args: Args,
                      kwargs: Kwargs) -> defer.Deferred[list[int]]:
+        """``wamp.session.list`` over every node (read from Redis)."""
         return self._sessions(args)
 
     def _subscriptions(self) -> defer.Deferred[list[tuple[str, int, str, Topic]]]:
@@ -94,11 +98,13 @@ class RedisMembership:
 
     def subscription_list(self, caller: SessionInfo, args: Args,
                           kwargs: Kwargs) -> defer.Deferred[dict[str, list[int]]]:
+        """``wamp.subscription.list`` over every node (read from Redis)."""
         return self._subscriptions().addCallback(
             lambda found: by_match((match, sid) for _, sid, match, _ in found))
 
     def subscription_match(self, caller: SessionInfo, args: Args,
                            kwargs: Kwargs) -> defer.Deferred[list[int] | None]:
+        """``wamp.subscription.match`` over every node (read from Redis)."""
         topic = topic_arg(args)
         return self._subscriptions().addCallback(
             lambda found: [sid for _, sid, match, pattern in found

@@ -128,6 +128,7 @@ class RespProtocol(protocol.Protocol):
         return len(self._waiting)
 
     def connectionMade(self) -> None:
+        """Select the database first, then tell the factory's owner the connection is usable."""
         factory = self.factory
         if factory is not None:
             if factory.db:
@@ -167,6 +168,7 @@ class RespProtocol(protocol.Protocol):
             self.on_pressure(True)
 
     def dataReceived(self, data: bytes) -> None:
+        """Parse every complete reply in the buffer and hand each to its waiter, in order."""
         buffer = self._buffer
         buffer += data
         position = 0
@@ -201,6 +203,8 @@ class RespProtocol(protocol.Protocol):
             waiter.callback(reply)
 
     def connectionLost(self, reason: Any = None) -> None:
+        """Fail every request still waiting (their commands may or may not have run) and release
+        the pressure on publishers."""
         waiting, self._waiting = self._waiting, deque()
         self._batch_error = None
         for waiter in waiting:
@@ -228,6 +232,8 @@ class RespFactory(protocol.ReconnectingClientFactory):
     # Twisted types a factory's protocols as ones whose ``factory`` is a plain Factory;
     # this one's protocols know theirs is a RespFactory
     def buildProtocol(self, addr: Any) -> RespProtocol:  # type: ignore[override]
+        """A fresh connection with the node's bound; a successful connect resets the reconnect
+        delay."""
         self.resetDelay()  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
         connection = RespProtocol(self.max_pending)
         connection.factory = self
@@ -244,6 +250,7 @@ class BlockingRedis:
             self.call("SELECT", db)
 
     def call(self, *args: Arg) -> Reply:
+        """Send one command and wait for its reply (an error reply raises :class:`RedisError`)."""
         self._socket.sendall(command(*args))
         while True:
             parsed = parse(self._buffer, 0) if self._buffer else INCOMPLETE
@@ -259,4 +266,5 @@ class BlockingRedis:
             self._buffer += chunk
 
     def close(self) -> None:
+        """Close the start-up connection once the reactor's connections take over."""
         self._socket.close()
