@@ -10,7 +10,9 @@ pattern registration such as prefix ``wam`` cannot answer for the router.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
+
+from twisted.python.failure import Failure
 
 from router.core import errors
 from router.core.deadlines import CallDeadlines, answer_timed_out
@@ -208,7 +210,7 @@ class Dealer:
         self.stats.call_errors += 1
         return RouterError(errors.NO_SUCH_PROCEDURE, f"no callee registered for '{procedure}'")
 
-    def invoke(self, registration: Registration, callee: Peer, caller: Peer, call_request: int,
+    def invoke(self, registration: Registration, callee: Peer, caller: Caller, call_request: int,
                procedure: str, args: Args | None, kwargs: Kwargs | None,
                receive_progress: bool = False, timeout_ms: int = 0,
                disclose_caller: bool = False) -> None:
@@ -250,10 +252,10 @@ class Dealer:
             return
         self._builtin_answer(caller, call_request, result)
 
-    def _builtin_answer(self, caller: Peer, call_request: int, result: Any) -> None:
+    def _builtin_answer(self, caller: Caller, call_request: int, result: object) -> None:
         caller.send_result(call_request, None if result is None else [result], None, False)
 
-    def _builtin_failed(self, caller: Peer, call_request: int, failure: Any) -> None:
+    def _builtin_failed(self, caller: Caller, call_request: int, failure: Failure) -> None:
         error = failure.value
         if isinstance(error, RouterError):
             caller.send_call_error(call_request, error.uri, error.args_list, error.kwargs)

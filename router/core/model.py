@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, TypeAlias
 
 from router.core.topic import Topic, display, mqtt_name, wamp_uri
@@ -17,7 +18,13 @@ Details: TypeAlias = dict[str, Any]
 """A WAMP options or details dictionary: keys the router knows are read one by one and
 checked (:mod:`router.core.options`); the others are passed on or ignored."""
 
-_UNKNOWN = object()
+class _Unknown(Enum):
+    """A publication's topic view not worked out yet (None is a real answer: no such name)."""
+
+    UNKNOWN = "unknown"
+
+
+_UNKNOWN = _Unknown.UNKNOWN
 
 
 @dataclass(slots=True)
@@ -131,9 +138,9 @@ class Publication:
     wire_cache: dict[str, Any] | None = None
     """Per-frontend encodings shared by all receivers (e.g. one WAMP EVENT per subscription)
     during one dispatch; see :meth:`encodings`."""
-    uri_view: str | None | object = field(default=_UNKNOWN, repr=False)
+    uri_view: str | None | _Unknown = field(default=_UNKNOWN, repr=False)
     """The topic as a WAMP URI of its realm (``None``: it is not one), once asked for."""
-    mqtt_view: str | None | object = field(default=_UNKNOWN, repr=False)
+    mqtt_view: str | None | _Unknown = field(default=_UNKNOWN, repr=False)
     """The topic as an MQTT topic name (``None``: it is not one), once asked for."""
 
     def encodings(self) -> dict[str, Any]:
@@ -150,7 +157,7 @@ class Publication:
         view = self.uri_view
         if view is _UNKNOWN:
             view = self.uri_view = wamp_uri(self.topic, uri_check)
-        return view  # type: ignore[return-value]
+        return view
 
     def mqtt_topic(self) -> str | None:
         """The topic as an MQTT topic name, built once per publication; ``None`` if it
@@ -158,7 +165,7 @@ class Publication:
         view = self.mqtt_view
         if view is _UNKNOWN:
             view = self.mqtt_view = mqtt_name(self.topic)
-        return view  # type: ignore[return-value]
+        return view
 
     @property
     def name(self) -> str:

@@ -145,7 +145,7 @@ class Invocation:
     request_id: int
     registration: Registration
     callee: Peer
-    caller: Peer
+    caller: Caller
     call_request: int
     procedure: str
     args: Args | None

@@ -27,7 +27,7 @@ from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, OVE
 from router.core.model import Args, Details, Kwargs, Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer, Registration, Subscription
-from router.core.retention import QUOTA, Owner, RetainRefused
+from router.core.retention import QUOTA, Owner, RetainedStore, RetainRefused
 from router.core.scheduler import Scheduler
 from router.core.shared import SharedGroup, SharedGroups
 from router.core.stats import RealmStats, family
@@ -199,7 +199,7 @@ class Realm:
             if options.retain_clear:
                 changed = self.retention.clear(topic) > 0
             elif options.retain and not self.retention.declines(topic):
-                self._retain(publication)
+                self._retain(self.retention, publication)
                 changed = True
         if expires_at is not None and publication.expired():
             receivers = 0  # an expiry interval of 0: it is over before anyone can get it
@@ -220,13 +220,13 @@ class Realm:
                 on_durable(publication, True)
         return publication
 
-    def _retain(self, publication: Publication) -> None:
+    def _retain(self, retention: RetainedStore, publication: Publication) -> None:
         """Retain before anything is delivered: a payload that cannot be stored refuses the
         whole publish, so the publisher's answer is true for every receiver."""
         try:
-            self.retention.retain(publication)  # type: ignore[union-attr]
+            retention.retain(publication)
         except RetainRefused as exc:  # only a client's publication has a quota
-            protocol = family(publication.publisher.protocol)  # type: ignore[union-attr]
+            protocol = _protocol_of(publication)
             self.incidents.count(self.name, protocol, RETAINED_REFUSED,
                                  f"topic {publication.name}: {exc}")
             raise RouterError(errors.LIMIT_EXCEEDED, f"the retained event is too large ({exc}); "
@@ -240,8 +240,10 @@ class Realm:
                           cause: Publication) -> None:
         """Count and log (sparingly) a retained topic evicted to make room for ``cause``,
         under the protocol of the client whose publish caused it."""
-        protocol = family(cause.publisher.protocol)  # type: ignore[union-attr]
-        policy = self.retention.policy  # type: ignore[union-attr]
+        retention = self.retention
+        assert retention is not None, "only a realm's retained store evicts"
+        protocol = _protocol_of(cause)
+        policy = retention.policy
         if reason == QUOTA:
             self.incidents.count(self.name, protocol, RETAINED_QUOTA,
                                  f"topic {display(topic)} evicted: its owner ({owner}) is over "
@@ -301,7 +303,7 @@ class Realm:
         publication = Publication(random_id(), topic, None, None, None, retain=True,
                                   payload=payload)
         if self.retention is not None and not self.retention.declines(topic):
-            self._retain(publication)
+            self._retain(self.retention, publication)
         self.broker.dispatch(publication)
 
     def subscribe(self, peer: Peer, topic: Topic, options: SubscribeOptions,
@@ -381,3 +383,10 @@ class Realm:
                     or self.authorizer.discloses(peer.info, "call", levels))
         self.dealer.call(peer, request, procedure, args, kwargs, options.receive_progress,
                          options.timeout_ms, disclose)
+
+
+def _protocol_of(publication: Publication) -> str:
+    """Whose protocol an incident about ``publication`` is counted under: its publisher's
+    (``router`` for the router's own publications, which have none)."""
+    publisher = publication.publisher
+    return family(publisher.protocol) if publisher is not None else "router"

@@ -34,6 +34,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 import msgpack
+from twisted.python.failure import Failure
 
 from router.core.incidents import ENGINE_UNAVAILABLE
 from router.engines.redis.lua import script
@@ -142,7 +143,7 @@ class RedisClaims(Generic[Stored]):
         else:
             self._finish(owned, answer, None)
 
-    def _claim_failed(self, failure: Any, owned: str,
+    def _claim_failed(self, failure: Failure, owned: str,
                       answer: Callable[[Stored | None], None]) -> None:
         self._engine.incidents.count(self._realm, self.protocol, ENGINE_UNAVAILABLE,
                                      f"{self.label} {owned}: not claimed or read in Redis "

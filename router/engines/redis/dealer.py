@@ -30,10 +30,11 @@ from itertools import count
 from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 
 import msgpack
+from twisted.python.failure import Failure
 
 from router.core import errors
-from router.core.dealer import RegistrationIndex
 from router.core.deadlines import CallDeadlines, answer_timed_out
+from router.core.dealer import RegistrationIndex
 from router.core.engine import ClusterLimits
 from router.core.errors import RouterError
 from router.core.incidents import ENGINE_UNAVAILABLE, QUEUE_FULL
@@ -156,7 +157,7 @@ class RedisDealer:
         else:
             self._claims[detail] = answer
 
-    def _claim_failed(self, failure: Any, answer: Callable[[RouterError | None], None]) -> None:
+    def _claim_failed(self, failure: Failure, answer: Callable[[RouterError | None], None]) -> None:
         self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
                                     f"registration not claimed ({failure.getErrorMessage()})")
         answer(RouterError(errors.CANCELED, "the cluster (Redis) could not be asked"))
@@ -204,7 +205,7 @@ class RedisDealer:
         for settled in [s for s in self._claims if s <= self.applied]:
             self._claims.pop(settled)(None)
 
-    def _load_failed(self, failure: Any) -> None:
+    def _load_failed(self, failure: Failure) -> None:
         self._held = None  # the next subscription (after a reconnect) reads again
         self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
                                     f"registrations not read ({failure.getErrorMessage()})")
@@ -313,7 +314,7 @@ class RedisDealer:
         if receivers == 0:
             self._fail(forwarded, f"the callee's node {forwarded.node} is not running")
 
-    def _not_sent(self, failure: Any, forwarded: Forwarded) -> None:
+    def _not_sent(self, failure: Failure, forwarded: Forwarded) -> None:
         self._fail(forwarded, f"the call was not sent to node {forwarded.node} "
                               f"({failure.getErrorMessage()})")
 
@@ -407,7 +408,7 @@ class RedisDealer:
                                    None)
             return
         try:
-            self.realm.dealer.invoke(local, callee, caller, call_id, procedure,  # type: ignore[arg-type]
+            self.realm.dealer.invoke(local, callee, caller, call_id, procedure,
                                      args, kwargs, receive_progress, timeout_ms, disclose)
         except RouterError as exc:
             caller.send_call_error(call_id, exc.uri, exc.args_list, exc.kwargs)

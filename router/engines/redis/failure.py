@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import msgpack
 from twisted.internet import task
+from twisted.python.failure import Failure
 
 from router.core.engine import StoredTestament
 from router.core.incidents import ENGINE_UNAVAILABLE, STORE_FAILED
@@ -245,7 +246,7 @@ class NodeWatch:
         for node in dead:
             self.reap(node.decode())
 
-    def _not_beaten(self, failure: Any) -> None:
+    def _not_beaten(self, failure: Failure) -> None:
         self.engine.incidents.count("", "engine", ENGINE_UNAVAILABLE,
                                     f"heartbeat not written to Redis "
                                     f"({failure.getErrorMessage()}): other nodes find this "
@@ -281,7 +282,7 @@ class NodeWatch:
         self.engine.request(command("PING")).addBoth(
             lambda _: shared.release_forwarded())
 
-    def _reap_failed(self, failure: Any, shared: "LeftRealm", node: str) -> None:
+    def _reap_failed(self, failure: Failure, shared: "LeftRealm", node: str) -> None:
         log.error("realm %s: node %s not (fully) reaped: %s", shared.name, node,
                   failure.getTraceback())
         shared.release_forwarded()

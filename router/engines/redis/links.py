@@ -109,7 +109,7 @@ class RedisAmqpStore(RedisClaims[StoredDurable]):
         return StoredDurable(container, link, address, qos, policy, authid, authrole,
                              authmethod, queued=queued, group=group)
 
-    # AmqpStore (router.amqp.persistence) ---------------------------------------------------------------------------
+    # AmqpStore (router.amqp.persistence) ------------------------------------------------
 
     def load(self, max_expiry: float, now: float | None = None) -> list[StoredDurable]:
         """Start-up: the durable links this node owned when it stopped."""

@@ -64,12 +64,24 @@ class ConflictError(Exception):
     """A retained change that kept losing to other nodes' changes of the same topic."""
 
 
+class _NodesAt:
+    """The nodes holding one (topic pattern, match): what :class:`RemoteInterest` indexes."""
+
+    __slots__ = ("id", "topic", "match", "nodes")
+
+    def __init__(self, index_id: int, topic: Topic, match: str) -> None:
+        self.id = index_id
+        self.topic = topic
+        self.match = match
+        self.nodes: set[str] = set()
+
+
 class RemoteInterest:
     """Which other nodes want which topics of one realm: the broker's index, with node
     names where the broker has sessions."""
 
     def __init__(self) -> None:
-        self.index: SubscriptionIndex[Subscription] = SubscriptionIndex()
+        self.index: SubscriptionIndex[_NodesAt] = SubscriptionIndex()
         self._ids = count(1)
         self._patterns: dict[str, set[tuple[Topic, str]]] = {}
 
@@ -80,15 +92,15 @@ class RemoteInterest:
         for topic, match in old - patterns:
             entry = index.lookup(topic, match)
             if entry is not None:
-                entry.subscribers.pop(node, None)  # type: ignore[call-overload]
-                if not entry.subscribers:
+                entry.nodes.discard(node)
+                if not entry.nodes:
                     index.remove(entry)
         for topic, match in patterns - old:
             entry = index.lookup(topic, match)
             if entry is None:
-                entry = Subscription(next(self._ids), topic, match)
+                entry = _NodesAt(next(self._ids), topic, match)
                 index.add(entry)
-            entry.subscribers[node] = None  # type: ignore[index,assignment]
+            entry.nodes.add(node)
         if patterns:
             self._patterns[node] = patterns
 
@@ -104,7 +116,7 @@ class RemoteInterest:
         """The nodes with a pattern matching ``topic``."""
         found: set[str] = set()
         for entry in self.index.matching(topic):
-            found.update(entry.subscribers)  # type: ignore[arg-type]
+            found.update(entry.nodes)
         return found
 
 
@@ -271,8 +283,8 @@ class RedisRealm:
         if listeners == 0:  # the node is not subscribed: stopped, or cut off from Redis
             self._not_handed(None, confirmed, publication, node)
 
-    def _not_handed(self, failure: Any, confirmed: defer.Deferred[bool], publication: Publication,
-                    node: str) -> None:
+    def _not_handed(self, failure: Failure | None, confirmed: defer.Deferred[bool],
+                    publication: Publication, node: str) -> None:
         why = failure.getErrorMessage() if failure is not None else "it is not listening"
         self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
                                     f"topic {publication.name}: not handed to node {node}: {why}")
@@ -403,9 +415,10 @@ class RedisRealm:
         self._latest_own[key] = token
         if entries:
             self.tokens[key] = token
-            expiries = [entry.expires_at for entry in entries]
+            expiries = [entry.expires_at for entry in entries if entry.expires_at is not None]
             blob = pack_topic(entries)
-            score = b"" if None in expiries else repr(max(expiries)).encode()  # type: ignore[type-var]
+            # the topic expires with its last entry; an entry without expiry keeps it
+            score = b"" if len(expiries) < len(entries) else repr(max(expiries)).encode()
         else:
             self.tokens.pop(key, None)
             blob = score = b""
@@ -433,7 +446,7 @@ class RedisRealm:
         self.retention.revert(_topic_from_key(key), merged)
         return self._write_retained(key, merged, action, current, attempts - 1)
 
-    def _write_failed(self, failure: Any, key: bytes, token: bytes) -> bool:
+    def _write_failed(self, failure: Failure, key: bytes, token: bytes) -> bool:
         if self._latest_own.get(key) == token:
             del self._latest_own[key]
         self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
@@ -477,7 +490,7 @@ class RedisRealm:
         self._track(engine.request(b"".join(writes), len(writes) - 1).addErrback(
             self._batch_failed, len(writes)))
 
-    def _batch_failed(self, failure: Any, commands: int) -> bool:
+    def _batch_failed(self, failure: Failure, commands: int) -> bool:
         self.engine.incidents.count(self.name, "engine", STORE_FAILED,
                                     f"{commands} client-state write(s) not stored in Redis "
                                     f"({failure.getErrorMessage()})")
