@@ -10,7 +10,7 @@ pattern registration such as prefix ``wam`` cannot answer for the router.
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, Protocol
+from typing import Callable, Generic, Protocol
 
 from twisted.python.failure import Failure
 
@@ -19,7 +19,7 @@ from router.core.deadlines import CallDeadlines, answer_timed_out
 from router.core.errors import RouterError, Unencodable
 from router.core.ids import router_scope_ids
 from router.core.model import Args, Kwargs, SessionInfo
-from router.core.peer import Caller, Invocation, Peer, Registration
+from router.core.peer import Callee, Caller, Invocation, Peer, Registration
 from router.core.scheduler import Scheduler
 from router.core.stats import RealmStats
 from router.core.topic import from_uri
@@ -35,15 +35,15 @@ RouterProcedure = Callable[[SessionInfo, Args, Kwargs], object]
 Deferred of the result when the answer needs I/O (cluster-wide meta API on Redis)."""
 
 
-class RegistrationIndex:
+class RegistrationIndex(Generic[Callee]):
     """Registrations by procedure pattern, looked up by the spec's precedence."""
 
     def __init__(self) -> None:
-        self.exact: dict[str, Registration] = {}
-        self.prefix: dict[str, Registration] = {}
-        self.wildcard: TopicTrie[Registration] = TopicTrie()
+        self.exact: dict[str, Registration[Callee]] = {}
+        self.prefix: dict[str, Registration[Callee]] = {}
+        self.wildcard: TopicTrie[Registration[Callee]] = TopicTrie()
 
-    def get(self, uri: str, match: str) -> Registration | None:
+    def get(self, uri: str, match: str) -> Registration[Callee] | None:
         """The registration on exactly this (uri, match), if any: REGISTER asks it to join or
         refuse an existing one."""
         if match == EXACT:
@@ -52,7 +52,7 @@ class RegistrationIndex:
             return self.prefix.get(uri)
         return self.wildcard.get(from_uri(uri))
 
-    def add(self, registration: Registration) -> None:
+    def add(self, registration: Registration[Callee]) -> None:
         """File a new registration under its match policy, so :meth:`match` finds it."""
         if registration.match == EXACT:
             self.exact[registration.uri] = registration
@@ -61,7 +61,7 @@ class RegistrationIndex:
         else:
             self.wildcard.set(from_uri(registration.uri), registration)
 
-    def remove(self, registration: Registration) -> None:
+    def remove(self, registration: Registration[Callee]) -> None:
         """Drop a registration whose last callee left."""
         if registration.match == EXACT:
             del self.exact[registration.uri]
@@ -70,7 +70,7 @@ class RegistrationIndex:
         else:
             self.wildcard.pop(from_uri(registration.uri))
 
-    def lookup(self, procedure: str) -> Registration | None:
+    def lookup(self, procedure: str) -> Registration[Callee] | None:
         """The registration a call to ``procedure`` goes to."""
         registration = self.exact.get(procedure)
         if registration is not None:
@@ -95,12 +95,12 @@ class ClusterDealer(Protocol):
     answered only once the cluster accepted it.
     """
 
-    def register(self, peer: Peer, registration: Registration,
+    def register(self, peer: Peer, registration: Registration[Peer],
                  answer: Callable[[RouterError | None], None]) -> None:
         """Add ``peer`` as a callee of ``registration`` cluster-wide; ``answer(None)`` once
         every call routed on this node can reach it, ``answer(error)`` if refused."""
 
-    def unregister(self, peer: Peer, registrations: list[Registration]) -> None:
+    def unregister(self, peer: Peer, registrations: list[Registration[Peer]]) -> None:
         """``peer`` is no callee of ``registrations`` anymore."""
 
     def call(self, caller: Peer, call_request: int, procedure: str, args: Args | None,
@@ -122,11 +122,11 @@ class Dealer:
         self._scheduler = scheduler
         self.stats = stats if stats is not None else RealmStats()
         self._ids = router_scope_ids()
-        self.registrations = RegistrationIndex()
+        self.registrations: RegistrationIndex[Peer] = RegistrationIndex()
         self.cluster: ClusterDealer | None = None
         """Set by a clustered engine: registrations and calls span every node."""
-        self.by_id: dict[int, Registration] = {}
-        self._by_session: dict[int, dict[Registration, None]] = {}
+        self.by_id: dict[int, Registration[Peer]] = {}
+        self._by_session: dict[int, dict[Registration[Peer], None]] = {}
         """The registrations each session is a callee of, in order: counted against its
         limit, and dropped when it leaves, without a look at anyone else's."""
         self.procedures: dict[str, RouterProcedure] = {}
@@ -136,7 +136,7 @@ class Dealer:
         self._deadlines: CallDeadlines[Invocation] = CallDeadlines(scheduler, self._timed_out)
 
     def register(self, peer: Peer, uri: str, match: str, policy: str,
-                 limit: int | None = None) -> Registration:
+                 limit: int | None = None) -> Registration[Peer]:
         """Add ``peer`` as a callee of ``uri``; ``limit``: how many registrations the session
         may hold (one more raises ``limit_exceeded``)."""
         if policy not in INVOKE_POLICIES:
@@ -159,7 +159,7 @@ class Dealer:
         self._by_session.setdefault(peer.info.session_id, {})[registration] = None
         return registration
 
-    def unregister(self, peer: Peer, registration_id: int) -> Registration:
+    def unregister(self, peer: Peer, registration_id: int) -> Registration[Peer]:
         """The callee's UNREGISTER: it stops receiving calls on the registration (gone when it
         was the last callee); the cluster is told so other nodes stop routing here."""
         registration = self.by_id.get(registration_id)
@@ -171,7 +171,7 @@ class Dealer:
             self.cluster.unregister(peer, [registration])
         return registration
 
-    def drop_callee(self, registration: Registration, peer: Peer) -> None:
+    def drop_callee(self, registration: Registration[Peer], peer: Peer) -> None:
         """Remove one callee here only (a cluster is told by the caller of this, if at all)."""
         registration.callees.remove(peer)
         held = self._by_session.get(peer.info.session_id)
@@ -210,8 +210,8 @@ class Dealer:
         self.stats.call_errors += 1
         return RouterError(errors.NO_SUCH_PROCEDURE, f"no callee registered for '{procedure}'")
 
-    def invoke(self, registration: Registration, callee: Peer, caller: Caller, call_request: int,
-               procedure: str, args: Args | None, kwargs: Kwargs | None,
+    def invoke(self, registration: Registration[Peer], callee: Peer, caller: Caller,
+               call_request: int, procedure: str, args: Args | None, kwargs: Kwargs | None,
                receive_progress: bool = False, timeout_ms: int = 0,
                disclose_caller: bool = False) -> None:
         """Send a call to ``callee`` of ``registration`` and track it until it is settled."""

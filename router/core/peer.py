@@ -8,7 +8,7 @@ import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
 from router.core.model import Args, Details, Kwargs, Publication, SessionInfo
 from router.core.topic import Topic, is_reserved, pattern_text
@@ -63,7 +63,7 @@ class Peer(Caller, Protocol):
         drop it as the session's own unsubscribe would, and tell the client if its
         protocol can."""
 
-    def registration_revoked(self, registration: "Registration", reason: str) -> None:
+    def registration_revoked(self, registration: "Registration[Peer]", reason: str) -> None:
         """The core has unregistered this callee (a reload took the permission away):
         tell the client if its protocol can."""
 
@@ -107,7 +107,13 @@ class Subscription:
         return {"id": self.id, "created": self.created, "uri": self.uri, "match": self.match}
 
 
-class Registration:
+Callee = TypeVar("Callee")
+"""What a registration's callees are: a :class:`Peer` on this node; in a cluster's copy of
+every node's registrations (:class:`router.core.dealer.ClusterDealer`), whatever names a
+callee on any node."""
+
+
+class Registration(Generic[Callee]):
     """One procedure pattern (uri, match) and the callees registered on it."""
 
     __slots__ = ("id", "uri", "match", "policy", "callees", "created", "turn")
@@ -117,14 +123,13 @@ class Registration:
         self.uri = uri
         self.match = match
         self.policy = policy
-        self.callees: list[Any] = []
-        """Peers in order of registration; a cluster's registrations (see
-        :class:`router.core.dealer.ClusterDealer`) hold whatever names a callee on any node."""
+        self.callees: list[Callee] = []
+        """The callees in order of registration."""
         self.created = datetime.now(timezone.utc).isoformat()
         self.turn = 0
         """Calls picked so far (roundrobin)."""
 
-    def pick(self) -> Any:
+    def pick(self) -> Callee:
         """The callee for the next call under this registration's invocation policy."""
         if self.policy == "roundrobin":
             callee = self.callees[self.turn % len(self.callees)]
@@ -143,7 +148,7 @@ class Invocation:
     the caller."""
 
     request_id: int
-    registration: Registration
+    registration: Registration[Peer]
     callee: Peer
     caller: Caller
     call_request: int

@@ -344,7 +344,7 @@ class Realm:
     # rpc ------------------------------------------------------------------
 
     def register(self, peer: Peer, procedure: str, match: str, policy: str,
-                 answer: Callable[[Registration, RouterError | None], None],
+                 answer: Callable[[Registration[Peer], RouterError | None], None],
                  limit: int | None = None) -> None:
         """Register ``peer``; ``answer(registration, None)`` once calls can reach it (at once
         on a single node, once the cluster accepted it on many), ``answer(registration,

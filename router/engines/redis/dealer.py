@@ -46,6 +46,9 @@ from router.engines.redis.resp import Command, Reply, command
 if TYPE_CHECKING:
     from router.core.realm import Realm
     from router.engines.redis.context import EngineContext
+RemoteCallee: TypeAlias = "tuple[str, int, int]"
+"""A callee in the cluster's copy of the registrations: (node, session, registration id
+there)."""
 Message: TypeAlias = "list[Any]"
 """A message between the dealers of two nodes as MessagePack decodes it: ``[kind, realm,
 ...]``, its fields per kind (see the module docstring)."""
@@ -119,9 +122,9 @@ class RedisDealer:
         self.realm: "Realm | None" = None
         self.keys = (f"wr:registrations:{name}".encode(),
                      f"wr:registrations-seq:{name}".encode(), REGISTRATIONS_CHANNEL)
-        self.index = RegistrationIndex()
+        self.index: RegistrationIndex[RemoteCallee] = RegistrationIndex()
         """The cluster's registrations; callees are ``(node, session, registration)``."""
-        self._fields: dict[str, Registration] = {}
+        self._fields: dict[str, Registration[RemoteCallee]] = {}
         self.applied = 0
         """``seq`` of the last change the copy holds."""
         self._held: list[tuple[int, str, str | None]] | None = None
@@ -136,7 +139,7 @@ class RedisDealer:
 
     # registrations ----------------------------------------------------------
 
-    def register(self, peer: Peer, registration: Registration,
+    def register(self, peer: Peer, registration: Registration[Peer],
                  answer: Callable[[RouterError | None], None]) -> None:
         """Claim the registration in Redis, where every node's registrations meet: ``answer``
         the refusal (as a single node's dealer would refuse it), or None once the cluster's
@@ -162,7 +165,7 @@ class RedisDealer:
                                     f"registration not claimed ({failure.getErrorMessage()})")
         answer(RouterError(errors.CANCELED, "the cluster (Redis) could not be asked"))
 
-    def unregister(self, peer: Peer, registrations: list[Registration]) -> None:
+    def unregister(self, peer: Peer, registrations: list[Registration[Peer]]) -> None:
         """The callee's registrations here are released in Redis, so no node routes calls to it
         any more."""
         self.engine.send(command("EVAL", RELEASE, 3, *self.keys, self.name, self.engine.node,
@@ -234,7 +237,7 @@ class RedisDealer:
             return
         entry = json.loads(value)
         match, uri = field.split(" ", 1)
-        registration = Registration(0, uri, match, entry["policy"])
+        registration: Registration[RemoteCallee] = Registration(0, uri, match, entry["policy"])
         registration.callees = [(node, int(session), int(registration_id))
                                 for node, session, registration_id, *_ in entry["callees"]]
         if old is not None:
@@ -259,20 +262,22 @@ class RedisDealer:
             self._forward(caller, call_request, procedure, args, kwargs, receive_progress,
                           timeout_ms, disclose_caller, node, session_id, registration_id)
             return
-        local, callee = self._callee(session_id, registration_id)
-        if callee is None:
+        found = self._callee(session_id, registration_id)
+        if found is None:
             raise realm.dealer.no_such_procedure(procedure)  # it left a moment ago
+        local, callee = found
         realm.dealer.invoke(local, callee, caller, call_request, procedure, args, kwargs,
                             receive_progress, timeout_ms, disclose_caller)
 
-    def _callee(self, session_id: int, registration_id: int) -> tuple[Any, Peer | None]:
+    def _callee(self, session_id: int,
+                registration_id: int) -> tuple[Registration[Peer], Peer] | None:
         """This node's registration and callee session, if both are still here."""
         realm = self.realm
         assert realm is not None
         local = realm.dealer.by_id.get(registration_id)
         callee = realm.sessions.get(session_id)
-        if local is None or callee not in local.callees:
-            return None, None
+        if local is None or callee is None or callee not in local.callees:
+            return None
         return local, callee
 
     def _forward(self, caller: Peer, call_request: int, procedure: str, args: Args | None,
@@ -401,15 +406,17 @@ class RedisDealer:
         (_, _, origin, call_id, session_id, registration_id, procedure, args, kwargs,
          receive_progress, disclose, caller_id, authid, authrole, timeout_ms) = message
         caller = RemoteCaller(self, origin, SessionInfo(caller_id, self.name, authid, authrole))
-        local, callee = self._callee(session_id, registration_id)
-        if callee is None or self.realm is None:
+        realm = self.realm
+        found = self._callee(session_id, registration_id) if realm is not None else None
+        if realm is None or found is None:
             caller.send_call_error(call_id, errors.NO_SUCH_PROCEDURE,
                                    [f"the callee of '{procedure}' left node {self.engine.node}"],
                                    None)
             return
+        local, callee = found
         try:
-            self.realm.dealer.invoke(local, callee, caller, call_id, procedure,
-                                     args, kwargs, receive_progress, timeout_ms, disclose)
+            realm.dealer.invoke(local, callee, caller, call_id, procedure,
+                                args, kwargs, receive_progress, timeout_ms, disclose)
         except RouterError as exc:
             caller.send_call_error(call_id, exc.uri, exc.args_list, exc.kwargs)
 
@@ -424,7 +431,8 @@ class RedisDealer:
         self.engine.send(command("PUBLISH", _channel(node), data), 1)
 
 
-def _field(registration: Registration) -> str:
+def _field(registration: Registration[Peer]) -> str:
+    """A registration's field in the registrations hash: its match and its URI."""
     return f"{registration.match} {registration.uri}"
 
 
