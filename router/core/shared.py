@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 
 from router.core.model import Details, Publication
 from router.core.peer import Peer, Subscription
-from router.core.subscriptions import SubscriptionIndex
+from router.core.subscriptions import PatternEntry, SubscriptionIndex
 from router.core.topic import Topic
 
 Failure = Callable[[Peer, Publication, Exception], None]
@@ -85,15 +85,13 @@ class SharedGroup(Subscription):
         return True
 
 
-class _GroupsAt:
+class _GroupsAt(PatternEntry):
     """Every group on one (topic pattern, match): the value the subscription index stores."""
 
-    __slots__ = ("id", "topic", "match", "groups")
+    __slots__ = ("groups",)
 
     def __init__(self, index_id: int, topic: Topic, match: str) -> None:
-        self.id = index_id
-        self.topic = topic
-        self.match = match
+        super().__init__(index_id, topic, match)
         self.groups: dict[str, SharedGroup] = {}
 
 

@@ -33,6 +33,19 @@ class Pattern(Protocol):
         filed in."""
 
 
+class PatternEntry:
+    """An index entry for what several holders share on one (topic pattern, match), when
+    that is not a :class:`Subscription` (the shared groups on a pattern; in the Redis engine,
+    the other nodes holding it): subclasses add what they keep."""
+
+    __slots__ = ("id", "topic", "match")
+
+    def __init__(self, entry_id: int, topic: Topic, match: str) -> None:
+        self.id = entry_id
+        self.topic = topic
+        self.match = match
+
+
 Entry = TypeVar("Entry", bound=Pattern)
 """What an index holds: the broker's :class:`Subscription`, the shared groups' entries
 (every group on one pattern)."""

@@ -17,7 +17,7 @@ from twisted.internet import defer, task
 from twisted.python.failure import Failure
 
 from router.core.peer import Subscription
-from router.core.subscriptions import SubscriptionIndex
+from router.core.subscriptions import PatternEntry, SubscriptionIndex
 from router.core.incidents import ENGINE_BEHIND, ENGINE_UNAVAILABLE, STORE_FAILED
 from router.core.model import Publication
 from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
@@ -64,15 +64,13 @@ class ConflictError(Exception):
     """A retained change that kept losing to other nodes' changes of the same topic."""
 
 
-class _NodesAt:
+class _NodesAt(PatternEntry):
     """The nodes holding one (topic pattern, match): what :class:`RemoteInterest` indexes."""
 
-    __slots__ = ("id", "topic", "match", "nodes")
+    __slots__ = ("nodes",)
 
     def __init__(self, index_id: int, topic: Topic, match: str) -> None:
-        self.id = index_id
-        self.topic = topic
-        self.match = match
+        super().__init__(index_id, topic, match)
         self.nodes: set[str] = set()
 
 
