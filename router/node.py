@@ -117,7 +117,7 @@ def _log_incident(logs: dict[str, RealmEventLog], realm: str, protocol: str, rea
 
 
 def make_engine(config: NodeConfig, store: SqliteStore,
-                reactor) -> Engine[MqttSessionStore, AmqpStore]:
+                reactor) -> Engine[MqttSessionStore, AmqpStore, Realm]:
     """The engine ``config`` names; a Redis engine loads each realm's state from Redis.
     The only place that names an engine implementation."""
     engine = config.engine

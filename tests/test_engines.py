@@ -1,7 +1,7 @@
 """Both engines implement the engine contract: every member of every Protocol of
 ``router/core/engine.py`` and of the frontends' store Protocols, with the Protocol's
 parameters (what Go asserts with ``var _ Broker = (*RedisBroker)(nil)``; the modules of
-each engine also hold a ``TYPE_CHECKING`` assignment for a static type checker)."""
+each engine are also checked by mypy, see router/engines/conformance.py)."""
 
 from __future__ import annotations
 

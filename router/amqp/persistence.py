@@ -87,7 +87,7 @@ class StoredDurable:
 
 
 @runtime_checkable
-class LinkClaims(Claims, Protocol):
+class LinkClaims(Claims["StoredDurable"], Protocol):
     """The Redis engine's :class:`Claims` of durable links: also the adoption of the links
     of a node that died."""
 

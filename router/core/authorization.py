@@ -84,9 +84,10 @@ class PermissionRule:
         levels = []
         for level in self.pattern:
             if level in values:
-                level = values[level]
-                if not level or any(char in level for char in "/+#\0"):
+                value = values[level]
+                if not value or any(char in value for char in "/+#\0"):
                     return None
+                level = value
             levels.append(level)
         return PermissionRule(tuple(levels), MQTT, self.actions, self.disclose)
 
@@ -162,10 +163,14 @@ class Role:
         return Role(self.name, [rule for rule in bound if rule is not None])
 
     def allows(self, action: str, topic: Topic, match: str = EXACT) -> bool:
+        """Does a rule of the role (not a personal ``%u``/``%c`` one, which needs the session)
+        allow ``action`` on the pattern?"""
         return any(action in rule.actions and not rule.personal and rule.covers(topic, match)
                    for rule in self.rules)
 
     def discloses(self, action: str, topic: Topic) -> bool:
+        """Must the caller or publisher be disclosed to receivers (a rule with ``disclose``),
+        whatever the client asked?"""
         return any(rule.disclose and action in rule.actions and rule.covers(topic)
                    and not rule.personal for rule in self.rules)
 
@@ -195,6 +200,9 @@ class Authorizer:
         self._cache: dict[tuple[object, str, Topic, str], bool] = {}
 
     def allows(self, info: SessionInfo, action: str, topic: Topic, match: str = EXACT) -> bool:
+        """The authorization check of every request, cached per (role or identity, action, topic,
+        match): asked on each publish and call, so the rules are walked once per distinct
+        request."""
         subject: object = info.authrole
         if self._personal and subject in self._personal:
             subject = _identity(info)
@@ -209,6 +217,8 @@ class Authorizer:
         return decision
 
     def discloses(self, info: SessionInfo, action: str, topic: Topic) -> bool:
+        """Does the session's role force disclosure of its identity for ``action`` on ``topic``?
+        Roles without any disclosing rule answer at once."""
         role = self._roles.get(info.authrole)
         if role is None or not role.discloser:  # most roles: nothing more on every publish
             return False

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from router.core.model import Publication
 from router.core.peer import Peer, Subscription
-from router.core.scheduler import Scheduler
+from router.core.scheduler import DelayedCall, Scheduler
 
 if TYPE_CHECKING:
     from router.core.broker import Broker
@@ -91,7 +91,7 @@ class Backlogs:
         self._due: dict[Peer, None] = {}
         """Peers that used their turn's budget and can take more: pumped next turn."""
         self._pumping: set[Peer] = set()
-        self._call = None
+        self._call: DelayedCall | None = None
 
     def start(self, peer: Peer, subscription: "Subscription", events: Iterator[Publication],
               bound: int) -> None:
@@ -101,6 +101,7 @@ class Backlogs:
         session_id = peer.info.session_id
         previous = subscription.held.get(session_id) if subscription.held else None
         if previous is not None:  # subscribed again (MQTT retain handling 0): one queue
+            assert isinstance(previous, RetainedBacklog), "only a backlog holds live events"
             backlog.held, previous.held = previous.held, deque()
             backlog.held_ids = previous.held_ids
             self._finish(previous)

@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Callable
 from router.core import errors
 from router.core.errors import RouterError
 from router.core.ids import router_scope_ids
-from router.core.model import Publication
+from router.core.model import Args, Publication
 from router.core.peer import Peer, Subscription
+from router.core.shared import SharedGroup, SharedGroups
 from router.core.stats import RealmStats
 from router.core.subscriptions import SubscriptionIndex
 from router.core.topic import Topic
 
 if TYPE_CHECKING:
     from router.core.engine import Interest
-    from router.core.shared import SharedGroups
 
 
-MetaPublisher = Callable[[str, list], None]
+MetaPublisher = Callable[[str, Args], None]
 """Publishes a router meta event on a ``wamp.`` URI."""
 DeliveryFailure = Callable[[Peer, Publication, Exception], None]
 """Told about a receiver that could not take a publication (the others still get it)."""
@@ -40,7 +40,7 @@ class Broker:
                  stats: RealmStats | None = None) -> None:
         """``interest``: told when a subscription or shared group on a client pattern is
         created or deleted (the engine tells other nodes what to send here)."""
-        self.index = SubscriptionIndex()
+        self.index: SubscriptionIndex[Subscription] = SubscriptionIndex()
         self.stats = stats if stats is not None else RealmStats()
         self.shared = shared
         """Shared groups (see :mod:`router.core.shared`): one member per publication."""
@@ -115,10 +115,10 @@ class Broker:
         if not subscription.is_meta:
             self._meta("wamp.subscription.on_unsubscribe", [session_id, subscription.id])
         if not subscription.subscribers:
-            if subscription.id in self.index.by_id:
-                self.index.remove(subscription)
-            else:
+            if isinstance(subscription, SharedGroup):
                 self.shared.remove(subscription)
+            else:
+                self.index.remove(subscription)
             if subscription.is_meta:
                 self.meta_subscriptions -= 1
             else:
@@ -203,9 +203,11 @@ class Broker:
         return True
 
     def delivery_failed(self, peer: Peer, publication: Publication, exc: Exception) -> None:
+        """A delivery to ``peer`` raised: counted and reported by the realm, so one broken
+        receiver costs the others nothing."""
         if self._delivery_failed is not None:
             self._delivery_failed(peer, publication, exc)
 
-    def _meta(self, topic: str, args: list) -> None:
+    def _meta(self, topic: str, args: Args) -> None:
         if self._meta_publish is not None:
             self._meta_publish(topic, args)

@@ -39,7 +39,9 @@ class WampCra:
     keylen: int
     key: str
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, str | int]:
+        """The form the realm files keep, so salted WAMP-CRA secrets survive a rewrite of the
+        file."""
         return {"salt": self.salt, "iterations": self.iterations, "keylen": self.keylen,
                 "key": self.key}
 
@@ -139,6 +141,8 @@ def wampcra_signature(key: str, challenge: str) -> str:
 
 
 def verify_wampcra(cra: WampCra, challenge: str, signature: str) -> bool:
+    """Is ``signature`` the client's proof of the key for ``challenge``? Compared in constant
+    time, so timing does not leak the expected value."""
     expected = wampcra_signature(cra.key, challenge)
     return hmac.compare_digest(expected.encode("ascii"),
                                signature.strip().encode("utf-8", "replace"))

@@ -10,13 +10,16 @@ pattern registration such as prefix ``wam`` cannot answer for the router.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, Protocol
+from typing import Callable, Generic, Protocol
+
+from twisted.python.failure import Failure
 
 from router.core import errors
+from router.core.deadlines import CallDeadlines, answer_timed_out
 from router.core.errors import RouterError, Unencodable
 from router.core.ids import router_scope_ids
-from router.core.model import Passthru, SessionInfo
-from router.core.peer import Invocation, Peer, Registration
+from router.core.model import Args, Kwargs, Passthru, SessionInfo
+from router.core.peer import Callee, Caller, Invocation, Peer, Registration
 from router.core.scheduler import Scheduler
 from router.core.stats import RealmStats
 from router.core.topic import from_uri
@@ -27,27 +30,30 @@ INVOKE_POLICIES = ("single", "roundrobin", "random", "first", "last")
 CANCEL_MODES = ("skip", "kill", "killnowait")
 
 
-RouterProcedure = Callable[[SessionInfo, list, dict], Any]
+RouterProcedure = Callable[[SessionInfo, Args, Kwargs], object]
 """A procedure the router implements itself: (caller, args, kwargs) -> result, or a
 Deferred of the result when the answer needs I/O (cluster-wide meta API on Redis)."""
 
 
-class RegistrationIndex:
+class RegistrationIndex(Generic[Callee]):
     """Registrations by procedure pattern, looked up by the spec's precedence."""
 
     def __init__(self) -> None:
-        self.exact: dict[str, Registration] = {}
-        self.prefix: dict[str, Registration] = {}
-        self.wildcard: TopicTrie[Registration] = TopicTrie()
+        self.exact: dict[str, Registration[Callee]] = {}
+        self.prefix: dict[str, Registration[Callee]] = {}
+        self.wildcard: TopicTrie[Registration[Callee]] = TopicTrie()
 
-    def get(self, uri: str, match: str) -> Registration | None:
+    def get(self, uri: str, match: str) -> Registration[Callee] | None:
+        """The registration on exactly this (uri, match), if any: REGISTER asks it to join or
+        refuse an existing one."""
         if match == EXACT:
             return self.exact.get(uri)
         if match == PREFIX:
             return self.prefix.get(uri)
         return self.wildcard.get(from_uri(uri))
 
-    def add(self, registration: Registration) -> None:
+    def add(self, registration: Registration[Callee]) -> None:
+        """File a new registration under its match policy, so :meth:`match` finds it."""
         if registration.match == EXACT:
             self.exact[registration.uri] = registration
         elif registration.match == PREFIX:
@@ -55,7 +61,8 @@ class RegistrationIndex:
         else:
             self.wildcard.set(from_uri(registration.uri), registration)
 
-    def remove(self, registration: Registration) -> None:
+    def remove(self, registration: Registration[Callee]) -> None:
+        """Drop a registration whose last callee left."""
         if registration.match == EXACT:
             del self.exact[registration.uri]
         elif registration.match == PREFIX:
@@ -63,7 +70,7 @@ class RegistrationIndex:
         else:
             self.wildcard.pop(from_uri(registration.uri))
 
-    def lookup(self, procedure: str) -> Registration | None:
+    def lookup(self, procedure: str) -> Registration[Callee] | None:
         """The registration a call to ``procedure`` goes to."""
         registration = self.exact.get(procedure)
         if registration is not None:
@@ -88,20 +95,20 @@ class ClusterDealer(Protocol):
     answered only once the cluster accepted it.
     """
 
-    def register(self, peer: Peer, registration: Registration,
+    def register(self, peer: Peer, registration: Registration[Peer],
                  answer: Callable[[RouterError | None], None]) -> None:
         """Add ``peer`` as a callee of ``registration`` cluster-wide; ``answer(None)`` once
         every call routed on this node can reach it, ``answer(error)`` if refused."""
 
-    def unregister(self, peer: Peer, registrations: list[Registration]) -> None:
+    def unregister(self, peer: Peer, registrations: list[Registration[Peer]]) -> None:
         """``peer`` is no callee of ``registrations`` anymore."""
 
-    def call(self, caller: Peer, call_request: int, procedure: str, args: list | None,
-             kwargs: dict | None, receive_progress: bool, timeout_ms: int,
+    def call(self, caller: Peer, call_request: int, procedure: str, args: Args | None,
+             kwargs: Kwargs | None, receive_progress: bool, timeout_ms: int,
              disclose_caller: bool) -> None:
         """Route a call (raise :class:`RouterError` when nobody can take it)."""
 
-    def cancel(self, caller: Peer, call_request: int, mode: str) -> None:
+    def cancel(self, caller: Caller, call_request: int, mode: str) -> None:
         """Cancel a call this node forwarded (nothing if it is not one)."""
 
     def caller_left(self, session_id: int) -> None:
@@ -115,20 +122,21 @@ class Dealer:
         self._scheduler = scheduler
         self.stats = stats if stats is not None else RealmStats()
         self._ids = router_scope_ids()
-        self.registrations = RegistrationIndex()
+        self.registrations: RegistrationIndex[Peer] = RegistrationIndex()
         self.cluster: ClusterDealer | None = None
         """Set by a clustered engine: registrations and calls span every node."""
-        self.by_id: dict[int, Registration] = {}
-        self._by_session: dict[int, dict[Registration, None]] = {}
+        self.by_id: dict[int, Registration[Peer]] = {}
+        self._by_session: dict[int, dict[Registration[Peer], None]] = {}
         """The registrations each session is a callee of, in order: counted against its
         limit, and dropped when it leaves, without a look at anyone else's."""
         self.procedures: dict[str, RouterProcedure] = {}
         self._invocation_ids: dict[int, int] = {}
         self._by_invocation: dict[tuple[int, int], Invocation] = {}
         self._by_call: dict[tuple[int, int], Invocation] = {}
+        self._deadlines: CallDeadlines[Invocation] = CallDeadlines(scheduler, self._timed_out)
 
     def register(self, peer: Peer, uri: str, match: str, policy: str,
-                 limit: int | None = None) -> Registration:
+                 limit: int | None = None) -> Registration[Peer]:
         """Add ``peer`` as a callee of ``uri``; ``limit``: how many registrations the session
         may hold (one more raises ``limit_exceeded``)."""
         if policy not in INVOKE_POLICIES:
@@ -151,7 +159,9 @@ class Dealer:
         self._by_session.setdefault(peer.info.session_id, {})[registration] = None
         return registration
 
-    def unregister(self, peer: Peer, registration_id: int) -> Registration:
+    def unregister(self, peer: Peer, registration_id: int) -> Registration[Peer]:
+        """The callee's UNREGISTER: it stops receiving calls on the registration (gone when it
+        was the last callee); the cluster is told so other nodes stop routing here."""
         registration = self.by_id.get(registration_id)
         if registration is None or peer not in registration.callees:
             raise RouterError(errors.NO_SUCH_REGISTRATION,
@@ -161,7 +171,7 @@ class Dealer:
             self.cluster.unregister(peer, [registration])
         return registration
 
-    def drop_callee(self, registration: Registration, peer: Peer) -> None:
+    def drop_callee(self, registration: Registration[Peer], peer: Peer) -> None:
         """Remove one callee here only (a cluster is told by the caller of this, if at all)."""
         registration.callees.remove(peer)
         held = self._by_session.get(peer.info.session_id)
@@ -174,8 +184,8 @@ class Dealer:
         del self.by_id[registration.id]
         self.registrations.remove(registration)
 
-    def call(self, caller: Peer, call_request: int, procedure: str, args: list | None,
-             kwargs: dict | None, receive_progress: bool = False, timeout_ms: int = 0,
+    def call(self, caller: Peer, call_request: int, procedure: str, args: Args | None,
+             kwargs: Kwargs | None, receive_progress: bool = False, timeout_ms: int = 0,
              disclose_caller: bool = False, passthru: Passthru | None = None) -> None:
         """Route a call; the outcome reaches ``caller`` through its Peer callbacks.
         A ``passthru`` call goes only to a callee of this node that announced its feature
@@ -206,8 +216,8 @@ class Dealer:
         self.stats.call_errors += 1
         return RouterError(errors.NO_SUCH_PROCEDURE, f"no callee registered for '{procedure}'")
 
-    def invoke(self, registration: Registration, callee: Peer, caller: Peer, call_request: int,
-               procedure: str, args: list | None, kwargs: dict | None,
+    def invoke(self, registration: Registration[Peer], callee: Peer, caller: Caller,
+               call_request: int, procedure: str, args: Args | None, kwargs: Kwargs | None,
                receive_progress: bool = False, timeout_ms: int = 0,
                disclose_caller: bool = False, passthru: Passthru | None = None) -> None:
         """Send a call to ``callee`` of ``registration`` and track it until it is settled."""
@@ -231,8 +241,7 @@ class Dealer:
             details["caller_authid"] = caller.info.authid
             details["caller_authrole"] = caller.info.authrole
         if timeout_ms > 0:
-            invocation.timeout_call = self._scheduler.callLater(
-                timeout_ms / 1000.0, self._timed_out, invocation)
+            self._deadlines.start(invocation, timeout_ms / 1000.0)
         self._by_invocation[(callee_id, request_id)] = invocation
         self._by_call[(caller.info.session_id, call_request)] = invocation
         try:
@@ -243,7 +252,7 @@ class Dealer:
                               f"the arguments cannot be sent to the callee: {exc}") from None
 
     def _call_builtin(self, caller: Peer, call_request: int, procedure: RouterProcedure,
-                      args: list | None, kwargs: dict | None) -> None:
+                      args: Args | None, kwargs: Kwargs | None) -> None:
         try:
             result = procedure(caller.info, list(args or ()), dict(kwargs or {}))
         except TypeError as exc:
@@ -254,10 +263,10 @@ class Dealer:
             return
         self._builtin_answer(caller, call_request, result)
 
-    def _builtin_answer(self, caller: Peer, call_request: int, result: Any) -> None:
+    def _builtin_answer(self, caller: Caller, call_request: int, result: object) -> None:
         caller.send_result(call_request, None if result is None else [result], None, False)
 
-    def _builtin_failed(self, caller: Peer, call_request: int, failure: Any) -> None:
+    def _builtin_failed(self, caller: Caller, call_request: int, failure: Failure) -> None:
         error = failure.value
         if isinstance(error, RouterError):
             caller.send_call_error(call_request, error.uri, error.args_list, error.kwargs)
@@ -266,7 +275,7 @@ class Dealer:
                                    [f"the answer could not be made: {failure.getErrorMessage()}"],
                                    None)
 
-    def yield_(self, callee: Peer, request_id: int, args: list | None, kwargs: dict | None,
+    def yield_(self, callee: Peer, request_id: int, args: Args | None, kwargs: Kwargs | None,
                progress: bool, passthru: Passthru | None = None) -> None:
         """A callee's (progressive) result; unknown ids are late yields after a cancel."""
         key = (callee.info.session_id, request_id)
@@ -283,7 +292,7 @@ class Dealer:
             # the caller then gets the RESULT (RFC: "RESULT or ERROR")
             self._result(invocation, args, kwargs, False, passthru)
 
-    def _result(self, invocation: Invocation, args: list | None, kwargs: dict | None,
+    def _result(self, invocation: Invocation, args: Args | None, kwargs: Kwargs | None,
                 progress: bool, passthru: Passthru | None) -> None:
         """A result to the caller; a passthru one only if the caller announced it (the RFC
         makes that ``feature_not_supported``; the caller gets it, as the call ends here)."""
@@ -298,8 +307,10 @@ class Dealer:
                                    [f"the callee answered with a payload passthru result and "
                                     f"this session did not announce {passthru.feature}"], None)
 
-    def invocation_error(self, callee: Peer, request_id: int, error: str, args: list | None,
-                         kwargs: dict | None, passthru: Passthru | None = None) -> None:
+    def invocation_error(self, callee: Peer, request_id: int, error: str, args: Args | None,
+                         kwargs: Kwargs | None, passthru: Passthru | None = None) -> None:
+        """The callee's ERROR for an invocation: passed to the caller, and the call is settled
+        (unknown ids are late replies after a cancel or timeout)."""
         invocation = self._by_invocation.get((callee.info.session_id, request_id))
         if invocation is None:
             return
@@ -317,7 +328,9 @@ class Dealer:
         else:  # the error URI reaches it; the payload it could not take does not
             caller.send_call_error(invocation.call_request, error, None, None)
 
-    def cancel(self, caller: Peer, call_request: int, mode: str) -> None:
+    def cancel(self, caller: Caller, call_request: int, mode: str) -> None:
+        """The caller's CANCEL in ``mode`` (skip, kill, killnowait): the callee is interrupted if
+        it can be, and the caller answered unless ``kill`` waits for the callee's own answer."""
         if mode not in CANCEL_MODES:
             raise RouterError(errors.INVALID_ARGUMENT, f"unknown cancel mode '{mode}'")
         invocation = self._by_call.get((caller.info.session_id, call_request))
@@ -338,19 +351,14 @@ class Dealer:
             caller.send_call_error(call_request, errors.CANCELED, ["call canceled"], None)
 
     def _timed_out(self, invocation: Invocation) -> None:
-        invocation.timeout_call = None
-        self.stats.call_timeouts += 1
         if invocation.callee.supports("callee", "call_canceling"):
             invocation.callee.send_interrupt(invocation, "killnowait", errors.TIMEOUT)
         invocation.cancel_mode = "timeout"
         self._finish(invocation)
-        invocation.caller.send_call_error(invocation.call_request, errors.TIMEOUT,
-                                          ["call timed out"], None)
+        answer_timed_out(invocation.caller, invocation.call_request, self.stats)
 
     def _finish(self, invocation: Invocation) -> None:
-        if invocation.timeout_call is not None:
-            invocation.timeout_call.cancel()
-            invocation.timeout_call = None
+        self._deadlines.stop(invocation)
         self._by_call.pop((invocation.caller.info.session_id, invocation.call_request), None)
         self._by_invocation.pop((invocation.callee.info.session_id, invocation.request_id), None)
 

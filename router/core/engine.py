@@ -19,7 +19,8 @@ knows no MQTT or AMQP): :class:`Engine` is generic over them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import (TYPE_CHECKING, Any, Callable, Mapping, Protocol, TypeAlias, TypeVar,
+                    runtime_checkable)
 
 from router.core.dealer import ClusterDealer
 from router.core.history import History, HistoryRule
@@ -71,12 +72,18 @@ class ClusterLimits:
     """Lifetime of a node's alive key: a node silent this long is dead and reaped."""
 
 
+StoredTestament: TypeAlias = list[Any]
+"""A testament as a store keeps it: ``[topic, args, kwargs, publish options]``, a list
+because that is what it reads back from its codec; its payload is application values
+(:data:`router.core.model.Args`)."""
+
+
 @runtime_checkable
 class TestamentStore(Protocol):
     """Keeps a copy of each session's testaments beyond this node, so that they are
     published even if the node dies (the Redis engine's other nodes do it then)."""
 
-    def save(self, info: SessionInfo, testaments: list[list]) -> bool:
+    def save(self, info: SessionInfo, testaments: list[StoredTestament]) -> bool:
         """``info``'s testaments now are ``testaments`` (each ``[topic, args, kwargs,
         publish options]``, in publication order); an empty list forgets the session.
         False when they cannot be copied at all (then :meth:`when_durable` is not asked)."""
@@ -156,9 +163,12 @@ class ServedRealm(Protocol):
     """A built realm as :meth:`Engine.start` hands it over: a
     :class:`router.core.realm.Realm`, named here by what an engine may count on because
     the realm imports this module. An engine that reaches further in (the Redis engine:
-    the realm's dealer and broker) types it itself."""
+    the realm's dealer and broker) names the realm class as :class:`Engine`'s third
+    parameter."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The realm's name, the key an engine filed its share of the realm under."""
 
 
 SessionStore_co = TypeVar("SessionStore_co", covariant=True)
@@ -166,13 +176,17 @@ SessionStore_co = TypeVar("SessionStore_co", covariant=True)
 MqttSessionStore`, which the core does not name)."""
 LinkStore_co = TypeVar("LinkStore_co", covariant=True)
 """What an engine keeps durable AMQP links in (:class:`router.amqp.persistence.AmqpStore`)."""
+Realm_contra = TypeVar("Realm_contra", bound=ServedRealm, contravariant=True)
+"""What an engine is handed the built realms as (:class:`router.core.realm.Realm`)."""
+State_co = TypeVar("State_co", covariant=True)
+"""The client state a :class:`Claims` store hands over with a claim."""
 Paused = Callable[[bool, str], None]
 """``paused(True, source)``: stop reading from publishing connections until
 ``paused(False, source)`` (see :meth:`router.flow.IntakeGate.set_paused`)."""
 
 
 @runtime_checkable
-class Engine(Protocol[SessionStore_co, LinkStore_co]):
+class Engine(Protocol[SessionStore_co, LinkStore_co, Realm_contra]):
     """Builds each realm's :class:`RealmEngine`; one engine per node."""
 
     def open_realm(self, name: str, policy: RetentionPolicy,
@@ -195,7 +209,7 @@ class Engine(Protocol[SessionStore_co, LinkStore_co]):
         engine never does: its SQLite writer is the node's, which pauses the intake
         itself); asked once, before :meth:`start`."""
 
-    def start(self, realms: "dict[str, ServedRealm]", incidents: Incidents) -> None:
+    def start(self, realms: Mapping[str, Realm_contra], incidents: Incidents) -> None:
         """The realms are built: start receiving for them (incidents counted in
         ``incidents``)."""
 
@@ -204,7 +218,7 @@ class Engine(Protocol[SessionStore_co, LinkStore_co]):
 
 
 @runtime_checkable
-class Claims(Protocol):
+class Claims(Protocol[State_co]):
     """A store whose client state follows its client among nodes (the Redis engine's): a
     client first claims the id of its state (an MQTT client id, an AMQP durable link);
     another node's claim makes this one let go."""
@@ -213,7 +227,7 @@ class Claims(Protocol):
     """Set by the frontend: ``release(id, done)`` drops the state here (its client is
     detached as a takeover) and calls ``done`` once its writes are stored."""
 
-    def claim(self, owned: str, holder: str, load: bool, answer: Callable[[Any], None],
+    def claim(self, owned: str, holder: str, load: bool, answer: Callable[[State_co | None], None],
               refused: Callable[[], None]) -> None:
         """Own ``owned`` for ``holder`` (:func:`router.core.ownership.owner`);
         ``answer(state or None)``, with the state only if ``load``; or ``refused()`` when

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from router.core.model import Args, Kwargs
+
 
 class RouterError(Exception):
     """A request failed with a WAMP error URI (also the canonical error for other protocols)."""
 
-    def __init__(self, uri: str, message: str | None = None, args: list | None = None,
-                 kwargs: dict | None = None) -> None:
+    def __init__(self, uri: str, message: str | None = None, args: Args | None = None,
+                 kwargs: Kwargs | None = None) -> None:
         super().__init__(message or uri)
         self.uri = uri
         self.message = message

@@ -31,6 +31,7 @@ class TimeWindow:
     until_time: float | None = None
 
     def contains(self, timestamp: float) -> bool:
+        """Is an event published at ``timestamp`` inside the window a history read asked for?"""
         return ((self.from_time is None or timestamp >= self.from_time)
                 and (self.after_time is None or timestamp > self.after_time)
                 and (self.before_time is None or timestamp < self.before_time)
@@ -39,6 +40,8 @@ class TimeWindow:
 
 @dataclass(frozen=True)
 class HistoryRule:
+    """Which events a realm keeps in its history (a topic pattern), how many and for how long:
+    configured per realm, so memory stays bounded."""
     pattern: Topic
     match: str
     limit: int
@@ -97,7 +100,8 @@ class EventHistory:
     def __init__(self, rules: list[HistoryRule], clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._sequence = itertools.count()
-        self._logs = [(rule, deque(maxlen=rule.limit)) for rule in rules]
+        self._logs: list[tuple[HistoryRule, deque[tuple[int, Publication]]]] = [
+            (rule, deque(maxlen=rule.limit)) for rule in rules]
 
     def __bool__(self) -> bool:
         return bool(self._logs)
@@ -107,6 +111,8 @@ class EventHistory:
         return sum(len(log) for _, log in self._logs)
 
     def record(self, publication: Publication) -> None:
+        """Keep a publication in every log whose rule matches it (the oldest goes when a log is
+        full); events for named sessions are not recordable."""
         if not recordable(publication):
             return
         entry = None
@@ -135,4 +141,6 @@ class EventHistory:
 
 
 def rfc3339(timestamp: float) -> str:
+    """A timestamp as the meta API answers it (RFC 3339, UTC, ``Z``), whatever the client's
+    language."""
     return datetime.fromtimestamp(timestamp, timezone.utc).isoformat().replace("+00:00", "Z")

@@ -16,6 +16,7 @@ from collections import Counter, deque
 from typing import Callable
 
 from router.core.incidents import LOGIN_FAILED, Incidents
+from router.core.scheduler import Scheduler
 
 log = logging.getLogger("router.auth")
 
@@ -38,7 +39,7 @@ def peer_host(peer: str | None) -> str:
 class LoginGuard:
     """Counts failures per peer host; hands out the delay for the next refusal."""
 
-    def __init__(self, clock, window: float = WINDOW, free: int = FREE_FAILURES,
+    def __init__(self, clock: Scheduler, window: float = WINDOW, free: int = FREE_FAILURES,
                  max_delay: float = MAX_DELAY, incidents: Incidents | None = None) -> None:
         self.clock = clock
         self.window = window

@@ -10,14 +10,17 @@ from twisted.internet import defer
 
 from router.core import errors
 from router.core.errors import RouterError
-from router.core.model import Publication, SessionInfo
+from router.core.model import Args, Details, Kwargs, Publication, SessionInfo
+from router.core.peer import Subscription
 from router.core.history import TimeWindow, rfc3339
 from router.core.realm import Realm
 from router.core.topic import Topic, display, dotted_form, from_uri
 from router.core.uri import EXACT, MATCH_POLICIES, PREFIX
 
 
-def authroles_filter(args: list) -> set[str] | None:
+def authroles_filter(args: Args) -> set[str] | None:
+    """The optional ``filter_authroles`` argument of the session meta procedures, checked: None
+    when the caller gave none."""
     if not args or args[0] is None:
         return None
     if type(args[0]) is not list or any(type(role) is not str for role in args[0]):
@@ -25,20 +28,20 @@ def authroles_filter(args: list) -> set[str] | None:
     return set(args[0])
 
 
-def _int_arg(args: list, name: str) -> int:
+def _int_arg(args: Args, name: str) -> int:
     if not args or type(args[0]) is not int:
         raise RouterError(errors.INVALID_ARGUMENT, f"'{name}' (an integer id) is required")
     return args[0]
 
 
-def topic_arg(args: list) -> Topic:
+def topic_arg(args: Args) -> Topic:
     """The topic of wamp.subscription.lookup / match."""
     if not args or type(args[0]) is not str:
         raise RouterError(errors.INVALID_ARGUMENT, "'topic' (a string) is required")
     return from_uri(args[0])
 
 
-def lookup_args(args: list, kwargs: dict) -> tuple[Topic, str]:
+def lookup_args(args: Args, kwargs: Kwargs) -> tuple[Topic, str]:
     """(topic, match) of wamp.subscription.lookup(topic, options)."""
     topic = topic_arg(args)
     options = args[1] if len(args) > 1 and isinstance(args[1], dict) else kwargs
@@ -59,18 +62,18 @@ def by_match(subscriptions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
 def install_session_meta(realm: Realm) -> None:
     """wamp.session.count / list / get."""
 
-    def matching(args: list) -> list[int]:
+    def matching(args: Args) -> list[int]:
         roles = authroles_filter(args)
         return [sid for sid, peer in realm.sessions.items()
                 if roles is None or peer.info.authrole in roles]
 
-    def count(caller: SessionInfo, args: list, kwargs: dict) -> int:
+    def count(caller: SessionInfo, args: Args, kwargs: Kwargs) -> int:
         return len(matching(args))
 
-    def list_(caller: SessionInfo, args: list, kwargs: dict) -> list[int]:
+    def list_(caller: SessionInfo, args: Args, kwargs: Kwargs) -> list[int]:
         return matching(args)
 
-    def get(caller: SessionInfo, args: list, kwargs: dict) -> dict:
+    def get(caller: SessionInfo, args: Args, kwargs: Kwargs) -> Details:
         peer = realm.sessions.get(_int_arg(args, "session"))
         if peer is None:
             raise RouterError(errors.NO_SUCH_SESSION, "no such session")
@@ -88,34 +91,34 @@ def install_subscription_meta(realm: Realm) -> None:
     broker = realm.broker
     index = broker.index
 
-    def subscription(args: list):
+    def subscription(args: Args) -> Subscription:
         found = broker.find(_int_arg(args, "subscription"))
         if found is None:
             raise RouterError(errors.NO_SUCH_SUBSCRIPTION, "no such subscription")
         return found
 
-    def list_(caller: SessionInfo, args: list, kwargs: dict) -> dict:
+    def list_(caller: SessionInfo, args: Args, kwargs: Kwargs) -> dict[str, list[int]]:
         return by_match((sub.match, sub.id) for sub in itertools.chain(
             index.by_id.values(), broker.shared.by_id.values()) if not sub.is_meta)
 
-    def lookup(caller: SessionInfo, args: list, kwargs: dict) -> int | None:
+    def lookup(caller: SessionInfo, args: Args, kwargs: Kwargs) -> int | None:
         found = index.lookup(*lookup_args(args, kwargs))
         return found.id if found is not None else None
 
-    def match(caller: SessionInfo, args: list, kwargs: dict) -> list[int] | None:
+    def match(caller: SessionInfo, args: Args, kwargs: Kwargs) -> list[int] | None:
         topic = topic_arg(args)
         ids = [sub.id for sub in itertools.chain(index.matching(topic),
                                                  broker.shared.matching(topic))
                if not sub.is_meta]
         return ids or None
 
-    def get(caller: SessionInfo, args: list, kwargs: dict) -> dict:
+    def get(caller: SessionInfo, args: Args, kwargs: Kwargs) -> Details:
         return subscription(args).details()
 
-    def list_subscribers(caller: SessionInfo, args: list, kwargs: dict) -> list[int]:
+    def list_subscribers(caller: SessionInfo, args: Args, kwargs: Kwargs) -> list[int]:
         return list(subscription(args).subscribers)
 
-    def count_subscribers(caller: SessionInfo, args: list, kwargs: dict) -> int:
+    def count_subscribers(caller: SessionInfo, args: Args, kwargs: Kwargs) -> int:
         return len(subscription(args).subscribers)
 
     realm.dealer.procedures.update({
@@ -128,7 +131,7 @@ def install_subscription_meta(realm: Realm) -> None:
     })
 
 
-def _timestamp_kwarg(kwargs: dict, key: str) -> float | None:
+def _timestamp_kwarg(kwargs: Kwargs, key: str) -> float | None:
     value = kwargs.get(key)
     if value is None:
         return None
@@ -143,8 +146,11 @@ def install_event_history(realm: Realm) -> None:
     answered when the history is read (at once on one node, when Redis replies on many:
     the dealer sends what the Deferred gives)."""
     history = realm.history
+    if history is None:
+        return  # the realm keeps no history: there is nothing to answer from
 
-    def get_events(caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred:
+    def get_events(caller: SessionInfo, args: Args,
+                   kwargs: Kwargs) -> defer.Deferred[list[Details]]:
         subscription = realm.broker.find(_int_arg(args, "subscription"))
         if subscription is None:
             raise RouterError(errors.NO_SUCH_SUBSCRIPTION, "no such subscription")
@@ -158,7 +164,7 @@ def install_event_history(realm: Realm) -> None:
         window = TimeWindow(*(_timestamp_kwarg(kwargs, key) for key in
                               ("from_time", "after_time", "before_time", "until_time")))
 
-        answer = defer.Deferred()
+        answer: defer.Deferred[list[Details]] = defer.Deferred()
 
         def records(events: list[Publication] | Exception) -> None:
             if isinstance(events, Exception):
@@ -196,14 +202,16 @@ def install_retention_admin(realm: Realm) -> None:
     when that name is not the dotted form (an MQTT topic such as ``/a`` or ``a.b/c``).
     """
     retention = realm.retention
+    if retention is None:
+        return  # the realm retains nothing: there is nothing to list or purge
 
-    def _prefix(kwargs: dict, args: list) -> Topic:
+    def _prefix(kwargs: Kwargs, args: Args) -> Topic:
         prefix = kwargs.get("prefix", args[0] if args else "")
         if type(prefix) is not str:
             raise RouterError(errors.INVALID_ARGUMENT, "'prefix' must be a string")
         return from_uri(prefix)
 
-    def _topic(kwargs: dict) -> Topic | None:
+    def _topic(kwargs: Kwargs) -> Topic | None:
         topic, levels = kwargs.get("topic"), kwargs.get("levels")
         if topic is not None:
             if type(topic) is not str:
@@ -217,11 +225,11 @@ def install_retention_admin(realm: Realm) -> None:
             return tuple(levels)
         return None
 
-    def list_(caller: SessionInfo, args: list, kwargs: dict) -> list[dict]:
+    def list_(caller: SessionInfo, args: Args, kwargs: Kwargs) -> list[Details]:
         limit = kwargs.get("limit", 1000)
         if type(limit) is not int or limit < 0:
             raise RouterError(errors.INVALID_ARGUMENT, "'limit' must be a non-negative integer")
-        listed = []
+        listed: list[Details] = []
         for topic, entries in retention.topics(_prefix(kwargs, args), PREFIX):
             if len(listed) >= limit:
                 break
@@ -236,7 +244,7 @@ def install_retention_admin(realm: Realm) -> None:
             })
         return sorted(listed, key=lambda item: item["topic"])
 
-    def purge(caller: SessionInfo, args: list, kwargs: dict) -> int:
+    def purge(caller: SessionInfo, args: Args, kwargs: Kwargs) -> int:
         topic = _topic(kwargs)
         if topic is not None:
             return 1 if retention.clear(topic) else 0

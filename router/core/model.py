@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, TypeAlias
 
 from router.core.topic import Topic, display, mqtt_name, wamp_uri
 
-_UNKNOWN = object()
+Args: TypeAlias = list[Any]
+"""The positional payload of an event, call or error: application values the router passes
+on without looking into them (whatever the serializer decoded), hence ``Any``."""
+Kwargs: TypeAlias = dict[str, Any]
+"""The keyword payload of an event, call or error (see :data:`Args`)."""
+Details: TypeAlias = dict[str, Any]
+"""A WAMP options or details dictionary: keys the router knows are read one by one and
+checked (:mod:`router.core.options`); the others are passed on or ignored."""
+
+class _Unknown(Enum):
+    """A publication's topic view not worked out yet (None is a real answer: no such name)."""
+
+    UNKNOWN = "unknown"
+
+
+_UNKNOWN = _Unknown.UNKNOWN
 
 
 @dataclass(slots=True)
@@ -54,6 +70,8 @@ class Eligibility:
     eligible_authrole: frozenset[str] | None = None
 
     def admits(self, session: SessionInfo) -> bool:
+        """May ``session`` receive the publication? Asked once per receiver on every publication
+        with lists."""
         if self.exclude is not None and session.session_id in self.exclude:
             return False
         if self.exclude_authid is not None and session.authid in self.exclude_authid:
@@ -73,12 +91,15 @@ class Eligibility:
         """Session ids lose their meaning across a restart; such events must not outlive it."""
         return self.exclude is not None or self.eligible is not None
 
-    def to_json(self) -> dict[str, list]:
+    def to_json(self) -> dict[str, list[Any]]:
+        """The lists as stored with a retained event or sent to another node (only those
+        present)."""
         return {name: sorted(getattr(self, name)) for name in ELIGIBILITY_KEYS
                 if getattr(self, name) is not None}
 
     @classmethod
-    def from_json(cls, data: dict[str, list]) -> "Eligibility":
+    def from_json(cls, data: dict[str, list[Any]]) -> "Eligibility":
+        """The lists back from :meth:`to_json`'s form."""
         return cls(**{name: frozenset(values) for name, values in data.items()})
 
 
@@ -115,11 +136,13 @@ class Passthru:
         """The HELLO feature a receiver must have announced to get it."""
         return "payload_transparency" if self.transparency else "payload_passthru_mode"
 
-    def to_json(self) -> list:
+    def to_json(self) -> list[Any]:
+        """The stored form (retained and history records, cluster packs)."""
         return [self.transparency, self.options]
 
     @classmethod
-    def from_json(cls, data: list | None) -> "Passthru | None":
+    def from_json(cls, data: list[Any] | None) -> "Passthru | None":
+        """Back from :meth:`to_json`; ``None`` for records made before passthru existed."""
         return None if data is None else cls(data[1], data[0])
 
 
@@ -130,8 +153,8 @@ class Publication:
     publication_id: int
     topic: Topic
     """The levels of the topic (see :mod:`router.core.topic`)."""
-    args: list | None
-    kwargs: dict | None
+    args: Args | None
+    kwargs: Kwargs | None
     publisher: SessionInfo | None
     disclose: bool = False
     eligibility: Eligibility | None = None
@@ -143,7 +166,7 @@ class Publication:
     qos: int = 0
     payload: bytes | None = None
     """The raw payload of a byte-oriented publisher (MQTT, AMQP), passed on unchanged."""
-    properties: dict | None = None
+    properties: Details | None = None
     """MQTT 5 properties passed through to MQTT receivers (user properties, content type...)."""
     expires_at: float | None = None
     """Message expiry: the event is not delivered after this time."""
@@ -154,15 +177,15 @@ class Publication:
     passthru: Passthru | None = None
     """Set for a Payload Passthru Mode publication: ``args`` is ``[opaque bytes]``, sent
     only to receivers that can take it as it is (see :mod:`router.core.payload`)."""
-    wire_cache: dict | None = None
+    wire_cache: dict[str, Any] | None = None
     """Per-frontend encodings shared by all receivers (e.g. one WAMP EVENT per subscription)
     during one dispatch; see :meth:`encodings`."""
-    uri_view: str | None | object = field(default=_UNKNOWN, repr=False)
+    uri_view: str | None | _Unknown = field(default=_UNKNOWN, repr=False)
     """The topic as a WAMP URI of its realm (``None``: it is not one), once asked for."""
-    mqtt_view: str | None | object = field(default=_UNKNOWN, repr=False)
+    mqtt_view: str | None | _Unknown = field(default=_UNKNOWN, repr=False)
     """The topic as an MQTT topic name (``None``: it is not one), once asked for."""
 
-    def encodings(self) -> dict:
+    def encodings(self) -> dict[str, Any]:
         """The wire-encodings cache, created on first use: retained and historic events
         spend most of their life without one."""
         cache = self.wire_cache
@@ -176,7 +199,7 @@ class Publication:
         view = self.uri_view
         if view is _UNKNOWN:
             view = self.uri_view = wamp_uri(self.topic, uri_check)
-        return view  # type: ignore[return-value]
+        return view
 
     def mqtt_topic(self) -> str | None:
         """The topic as an MQTT topic name, built once per publication; ``None`` if it
@@ -184,7 +207,7 @@ class Publication:
         view = self.mqtt_view
         if view is _UNKNOWN:
             view = self.mqtt_view = mqtt_name(self.topic)
-        return view  # type: ignore[return-value]
+        return view
 
     @property
     def name(self) -> str:

@@ -8,9 +8,10 @@ violation (as the WAMP test vectors expect); unknown keys are ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from router.core.errors import ProtocolViolation
-from router.core.model import ELIGIBILITY_KEYS, Eligibility
+from router.core.model import Details, Eligibility
 from router.core.qos import POLICIES, QOS_LEVELS
 from router.core.topic import valid_group_name
 from router.core.uri import EXACT, MATCH_POLICIES
@@ -18,6 +19,8 @@ from router.core.uri import EXACT, MATCH_POLICIES
 
 @dataclass(frozen=True, slots=True)
 class PublishOptions:
+    """A PUBLISH's options as the core uses them, checked once by :func:`parse_publish_options`
+    (MQTT and AMQP build them directly)."""
     acknowledge: bool = False
     exclude_me: bool = True
     disclose_me: bool = False
@@ -30,6 +33,8 @@ class PublishOptions:
 
 @dataclass(frozen=True, slots=True)
 class SubscribeOptions:
+    """A SUBSCRIBE's options as the core uses them, checked once by
+    :func:`parse_subscribe_options`."""
     match: str = EXACT
     get_retained: bool = False
     qos: int | None = None
@@ -41,14 +46,20 @@ class SubscribeOptions:
     alone (WAMP ``x_shared_group``, MQTT ``$share/{group}/``, AMQP ``x-shared-group``)."""
 
 
-def _bool(options: dict, key: str, default: bool) -> bool:
+_NO_LISTS = Eligibility()
+
+Id = TypeVar("Id", int, str)
+"""The kind of id an eligibility list holds: session ids or authids/authroles."""
+
+
+def _bool(options: Details, key: str, default: bool) -> bool:
     value = options.get(key, default)
     if type(value) is not bool:
         raise ProtocolViolation(f"option '{key}' must be a bool, got {type(value).__name__}")
     return value
 
 
-def _id_list(options: dict, key: str, kind: type) -> frozenset | None:
+def _id_list(options: Details, key: str, kind: type[Id]) -> frozenset[Id] | None:
     if key not in options:
         return None
     value = options[key]
@@ -57,16 +68,17 @@ def _id_list(options: dict, key: str, kind: type) -> frozenset | None:
     return frozenset(value)
 
 
-def parse_publish_options(options: dict) -> PublishOptions:
+def parse_publish_options(options: Details) -> PublishOptions:
     """Validate and normalise a WAMP-style publish options dict."""
     if type(options) is not dict:
         raise ProtocolViolation("publish options must be a dict")
-    lists = {}
-    for key in ELIGIBILITY_KEYS:
-        kind = int if key in ("exclude", "eligible") else str
-        parsed = _id_list(options, key, kind)
-        if parsed is not None:
-            lists[key] = parsed
+    eligibility = Eligibility(
+        exclude=_id_list(options, "exclude", int),
+        exclude_authid=_id_list(options, "exclude_authid", str),
+        exclude_authrole=_id_list(options, "exclude_authrole", str),
+        eligible=_id_list(options, "eligible", int),
+        eligible_authid=_id_list(options, "eligible_authid", str),
+        eligible_authrole=_id_list(options, "eligible_authrole", str))
     ttl = options.get("_retain_ttl")
     if ttl is not None and (type(ttl) not in (int, float) or ttl <= 0):
         raise ProtocolViolation("option '_retain_ttl' must be a positive number of seconds")
@@ -81,11 +93,11 @@ def parse_publish_options(options: dict) -> PublishOptions:
         retain=_bool(options, "retain", False),
         retain_ttl=float(ttl) if ttl is not None else None,
         retain_clear=_bool(options, "_retain_clear", False),
-        eligibility=Eligibility(**lists) if lists else None,
+        eligibility=eligibility if eligibility != _NO_LISTS else None,
     )
 
 
-def parse_subscribe_options(options: dict) -> SubscribeOptions:
+def parse_subscribe_options(options: Details) -> SubscribeOptions:
     """Validate and normalise a WAMP-style subscribe options dict."""
     if type(options) is not dict:
         raise ProtocolViolation("subscribe options must be a dict")
@@ -108,12 +120,13 @@ def parse_subscribe_options(options: dict) -> SubscribeOptions:
 
 @dataclass(frozen=True, slots=True)
 class CallOptions:
+    """A CALL's options as the core uses them, checked once by :func:`parse_call_options`."""
     receive_progress: bool = False
     timeout_ms: int = 0
     disclose_me: bool = False
 
 
-def parse_call_options(options: dict) -> CallOptions:
+def parse_call_options(options: Details) -> CallOptions:
     """Validate and normalise a WAMP-style call options dict."""
     if type(options) is not dict:
         raise ProtocolViolation("call options must be a dict")

@@ -31,12 +31,12 @@ import json
 import uuid
 
 from router.core.errors import PassthruRefused, Unencodable
-from router.core.model import Publication
+from router.core.model import Args, Kwargs, Publication
 
 MAPPINGS = ("json", "binary")
 
 
-def from_bytes(data: bytes, mapping: str) -> tuple[list | None, dict | None]:
+def from_bytes(data: bytes, mapping: str) -> tuple[Args | None, Kwargs | None]:
     """(args, kwargs) for a byte payload."""
     if not data:
         return None, None
@@ -58,7 +58,7 @@ def to_bytes(publication: Publication) -> bytes:
     if publication.payload is not None:
         return publication.payload
     cache = publication.encodings()
-    cached = cache.get(_CACHE_KEY)
+    cached: bytes | Unencodable | None = cache.get(_CACHE_KEY)
     if cached is None:
         if publication.passthru is not None:
             cached = opaque_refusal(publication)
@@ -68,7 +68,7 @@ def to_bytes(publication: Publication) -> bytes:
             except (TypeError, ValueError) as exc:
                 cached = Unencodable(f"not representable as JSON bytes: {exc}")
         cache[_CACHE_KEY] = cached
-    if not isinstance(cached, bytes):
+    if isinstance(cached, Unencodable):
         raise cached.with_traceback(None)  # every byte receiver learns it at once
     return cached
 

@@ -8,17 +8,33 @@ import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
-from router.core.model import Passthru, Publication, SessionInfo
-from router.core.scheduler import DelayedCall
+from router.core.model import Args, Details, Kwargs, Passthru, Publication, SessionInfo
 from router.core.topic import Topic, is_reserved, pattern_text
 
 
-class Peer(Protocol):
-    """A session attached to a realm, whatever its wire protocol."""
+class Caller(Protocol):
+    """Whoever a call's answer goes to: a session here (a :class:`Peer`) or, in a cluster,
+    a caller on another node that only ever gets answers."""
 
     info: SessionInfo
+
+    def send_result(self, call_request: int, args: Args | None, kwargs: Kwargs | None,
+                    progress: bool, passthru: Passthru | None = None) -> None:
+        """Return a (possibly progressive) call result to this caller (``passthru``: only
+        to a caller that :meth:`supports` its feature)."""
+
+    def send_call_error(self, call_request: int, error: str, args: Args | None,
+                        kwargs: Kwargs | None, passthru: Passthru | None = None) -> None:
+        """Fail a call of this caller."""
+
+    def supports(self, role: str, feature: str) -> bool:
+        """Did the peer announce ``feature`` for ``role``?"""
+
+
+class Peer(Caller, Protocol):
+    """A session attached to a realm, whatever its wire protocol."""
 
     def send_event(self, subscription: "Subscription", publication: Publication,
                    retained: bool = False) -> None:
@@ -40,18 +56,6 @@ class Peer(Protocol):
     def send_interrupt(self, invocation: "Invocation", mode: str, reason: str) -> None:
         """Tell this callee to stop working on an invocation."""
 
-    def send_result(self, call_request: int, args: list | None, kwargs: dict | None,
-                    progress: bool, passthru: Passthru | None = None) -> None:
-        """Return a (possibly progressive) call result to this caller (``passthru``: only
-        to a caller that :meth:`supports` its feature)."""
-
-    def send_call_error(self, call_request: int, error: str, args: list | None,
-                        kwargs: dict | None, passthru: Passthru | None = None) -> None:
-        """Fail a call of this caller."""
-
-    def supports(self, role: str, feature: str) -> bool:
-        """Did the peer announce ``feature`` for ``role``?"""
-
     def kill(self, reason: str, message: str | None) -> None:
         """Close the session from the router side."""
 
@@ -60,7 +64,7 @@ class Peer(Protocol):
         drop it as the session's own unsubscribe would, and tell the client if its
         protocol can."""
 
-    def registration_revoked(self, registration: "Registration", reason: str) -> None:
+    def registration_revoked(self, registration: "Registration[Peer]", reason: str) -> None:
         """The core has unregistered this callee (a reload took the permission away):
         tell the client if its protocol can."""
 
@@ -99,11 +103,18 @@ class Subscription:
         """The pattern as the meta API shows it: MQTT filters in ``/`` form, the rest dotted."""
         return pattern_text(self.topic, self.match)
 
-    def details(self) -> dict:
+    def details(self) -> Details:
+        """The subscription as ``wamp.subscription.get`` describes it."""
         return {"id": self.id, "created": self.created, "uri": self.uri, "match": self.match}
 
 
-class Registration:
+Callee = TypeVar("Callee")
+"""What a registration's callees are: a :class:`Peer` on this node; in a cluster's copy of
+every node's registrations (:class:`router.core.dealer.ClusterDealer`), whatever names a
+callee on any node."""
+
+
+class Registration(Generic[Callee]):
     """One procedure pattern (uri, match) and the callees registered on it."""
 
     __slots__ = ("id", "uri", "match", "policy", "callees", "created", "turn")
@@ -113,14 +124,13 @@ class Registration:
         self.uri = uri
         self.match = match
         self.policy = policy
-        self.callees: list[Any] = []
-        """Peers in order of registration; a cluster's registrations (see
-        :class:`router.core.dealer.ClusterDealer`) hold whatever names a callee on any node."""
+        self.callees: list[Callee] = []
+        """The callees in order of registration."""
         self.created = datetime.now(timezone.utc).isoformat()
         self.turn = 0
         """Calls picked so far (roundrobin)."""
 
-    def pick(self) -> Any:
+    def pick(self) -> Callee:
         """The callee for the next call under this registration's invocation policy."""
         if self.policy == "roundrobin":
             callee = self.callees[self.turn % len(self.callees)]
@@ -139,17 +149,16 @@ class Invocation:
     the caller."""
 
     request_id: int
-    registration: Registration
+    registration: Registration[Peer]
     callee: Peer
-    caller: Peer
+    caller: Caller
     call_request: int
     procedure: str
-    args: list | None
-    kwargs: dict | None
+    args: Args | None
+    kwargs: Kwargs | None
     receive_progress: bool
     disclose_caller: bool
-    timeout_call: DelayedCall | None = None
     cancel_mode: str | None = None
-    details: dict = field(default_factory=dict)
+    details: Details = field(default_factory=dict)
     passthru: Passthru | None = None
     """The call's Payload Passthru Mode options (``args`` is then ``[opaque bytes]``)."""

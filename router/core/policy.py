@@ -36,6 +36,7 @@ class PolicyOutcome:
     revoked_registrations: int = 0
 
     def summary(self) -> str:
+        """One line for the reload's log and its answer to the operator."""
         return (f"{len(self.closed)} session(s) closed, {self.revoked_subscriptions} "
                 f"subscription(s) and {self.revoked_registrations} registration(s) revoked")
 

@@ -24,10 +24,10 @@ from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, OVE
                                    PASSTHRU_SKIPPED, QUEUE_FULL, RETAINED_QUOTA, RETAINED_REALM_LIMIT,
                                    RETAINED_REFUSED,
                                    UNENCODABLE, Incidents)
-from router.core.model import Passthru, Publication, SessionInfo
+from router.core.model import Args, Details, Kwargs, Passthru, Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer, Registration, Subscription
-from router.core.retention import QUOTA, Owner, RetainRefused
+from router.core.retention import QUOTA, Owner, RetainedStore, RetainRefused
 from router.core.scheduler import Scheduler
 from router.core.shared import SharedGroup, SharedGroups
 from router.core.stats import RealmStats, family
@@ -86,6 +86,8 @@ class Realm:
     # sessions -------------------------------------------------------------
 
     def attach(self, peer: Peer) -> None:
+        """A session joined: it can be reached by id, is counted, and other nodes' meta calls
+        list it."""
         self.sessions[peer.info.session_id] = peer
         self.stats.sessions_opened[peer.info.protocol] += 1
         if self._membership is not None:
@@ -99,6 +101,8 @@ class Realm:
         self._leave_hooks.append(hook)
 
     def detach(self, peer: Peer) -> None:
+        """A session left: its subscriptions, registrations, calls and backlogs go with it, and
+        its testaments are published."""
         info = peer.info
         if self.sessions.pop(info.session_id, None) is None:
             return
@@ -122,11 +126,15 @@ class Realm:
     # pub/sub --------------------------------------------------------------
 
     def check_uri(self, uri: str, match: str = EXACT) -> None:
+        """Refuse a URI that the realm's ``uri_check`` (loose or strict) rejects for ``match``,
+        before it reaches an index."""
         if not is_valid_uri(uri, self.uri_check, match):
             raise RouterError(errors.INVALID_URI, f"invalid URI '{uri}' for match '{match}'")
 
     def authorize(self, info: SessionInfo, action: str, topic: Topic,
                   match: str = EXACT) -> None:
+        """Refuse (``not_authorized``, counted and logged) what the session's role does not
+        allow; the message names the topic as the client wrote it."""
         if not self.authorizer.allows(info, action, topic, match):
             mqtt = match == MQTT or info.protocol.startswith("mqtt")  # as the client wrote it
             named = pattern_text(topic, MQTT) if mqtt else display(topic)
@@ -159,11 +167,11 @@ class Realm:
                               "the '$SYS' topics belong to the router")
         self.authorize(info, "publish", topic)
 
-    def publish(self, info: SessionInfo, topic: Topic, args: list | None, kwargs: dict | None,
+    def publish(self, info: SessionInfo, topic: Topic, args: Args | None, kwargs: Kwargs | None,
                 options: PublishOptions,
                 on_durable: Callable[[Publication, bool], None] | None = None,
                 payload_bytes: int = 0, *, payload: bytes | None = None,
-                properties: dict | None = None,
+                properties: Details | None = None,
                 expires_at: float | None = None, uri: str | None = None,
                 mqtt_topic: str | None = None, amqp: bytes | None = None,
                 passthru: Passthru | None = None) -> Publication:
@@ -193,7 +201,7 @@ class Realm:
             if options.retain_clear:
                 changed = self.retention.clear(topic) > 0
             elif options.retain and not self.retention.declines(topic):
-                self._retain(publication)
+                self._retain(self.retention, publication)
                 changed = True
         if expires_at is not None and publication.expired():
             receivers = 0  # an expiry interval of 0: it is over before anyone can get it
@@ -214,13 +222,13 @@ class Realm:
                 on_durable(publication, True)
         return publication
 
-    def _retain(self, publication: Publication) -> None:
+    def _retain(self, retention: RetainedStore, publication: Publication) -> None:
         """Retain before anything is delivered: a payload that cannot be stored refuses the
         whole publish, so the publisher's answer is true for every receiver."""
         try:
-            self.retention.retain(publication)  # type: ignore[union-attr]
+            retention.retain(publication)
         except RetainRefused as exc:  # only a client's publication has a quota
-            protocol = family(publication.publisher.protocol)  # type: ignore[union-attr]
+            protocol = _protocol_of(publication)
             self.incidents.count(self.name, protocol, RETAINED_REFUSED,
                                  f"topic {publication.name}: {exc}")
             raise RouterError(errors.LIMIT_EXCEEDED, f"the retained event is too large ({exc}); "
@@ -234,8 +242,10 @@ class Realm:
                           cause: Publication) -> None:
         """Count and log (sparingly) a retained topic evicted to make room for ``cause``,
         under the protocol of the client whose publish caused it."""
-        protocol = family(cause.publisher.protocol)  # type: ignore[union-attr]
-        policy = self.retention.policy  # type: ignore[union-attr]
+        retention = self.retention
+        assert retention is not None, "only a realm's retained store evicts"
+        protocol = _protocol_of(cause)
+        policy = retention.policy
         if reason == QUOTA:
             self.incidents.count(self.name, protocol, RETAINED_QUOTA,
                                  f"topic {display(topic)} evicted: its owner ({owner}) is over "
@@ -282,7 +292,7 @@ class Realm:
                                                peer.info)
         self.backlogs.start(peer, subscription, events, bound)
 
-    def publish_meta(self, topic: str, args: list) -> None:
+    def publish_meta(self, topic: str, args: Args) -> None:
         """Publish a router-originated meta event (nobody to exclude, nothing to authorize)."""
         if not self.broker.meta_subscriptions:
             return  # nobody can receive it: not made (a big SUBSCRIBE makes thousands)
@@ -297,7 +307,7 @@ class Realm:
         publication = Publication(random_id(), topic, None, None, None, retain=True,
                                   payload=payload)
         if self.retention is not None and not self.retention.declines(topic):
-            self._retain(publication)
+            self._retain(self.retention, publication)
         self.broker.dispatch(publication)
 
     def subscribe(self, peer: Peer, topic: Topic, options: SubscribeOptions,
@@ -317,6 +327,8 @@ class Realm:
         return subscription
 
     def unsubscribe(self, peer: Peer, subscription_id: int) -> Subscription:
+        """The session's UNSUBSCRIBE: it stops receiving on the subscription (its retained
+        backlog ends too)."""
         subscription = self.broker.unsubscribe(peer, subscription_id)
         if subscription is None:
             raise RouterError(errors.NO_SUCH_SUBSCRIPTION,
@@ -336,7 +348,7 @@ class Realm:
     # rpc ------------------------------------------------------------------
 
     def register(self, peer: Peer, procedure: str, match: str, policy: str,
-                 answer: Callable[[Registration, RouterError | None], None],
+                 answer: Callable[[Registration[Peer], RouterError | None], None],
                  limit: int | None = None) -> None:
         """Register ``peer``; ``answer(registration, None)`` once calls can reach it (at once
         on a single node, once the cluster accepted it on many), ``answer(registration,
@@ -364,8 +376,10 @@ class Realm:
 
         cluster.register(peer, registration, claimed)
 
-    def call(self, peer: Peer, request: int, procedure: str, args: list | None,
-             kwargs: dict | None, options: CallOptions, passthru: Passthru | None = None) -> None:
+    def call(self, peer: Peer, request: int, procedure: str, args: Args | None,
+             kwargs: Kwargs | None, options: CallOptions, passthru: Passthru | None = None) -> None:
+        """A CALL: checked and authorized, then answered by a router procedure or routed to a
+        callee (on this node or, in a cluster, another)."""
         self.check_uri(procedure)
         levels = from_uri(procedure)
         self.authorize(peer.info, "call", levels)
@@ -380,3 +394,10 @@ class Realm:
                                      f"session {peer.info.session_id}, call {procedure}: "
                                      f"{exc.message}")
             raise
+
+
+def _protocol_of(publication: Publication) -> str:
+    """Whose protocol an incident about ``publication`` is counted under: its publisher's
+    (``router`` for the router's own publications, which have none)."""
+    publisher = publication.publisher
+    return family(publisher.protocol) if publisher is not None else "router"

@@ -102,6 +102,8 @@ class RetainRefused(Exception):
 
 @dataclass(slots=True, eq=False)
 class RetainedEvent:
+    """One retained entry of a topic: the publication and what retention bounds need to know of
+    it (expiry, size, owner)."""
     publication: Publication
     expires_at: float | None
     size: int
@@ -115,6 +117,8 @@ class RetainedEvent:
 
     @property
     def general(self) -> bool:
+        """Does every subscriber get it (no black/white lists)? A newer general event supersedes
+        all older entries."""
         return self.publication.eligibility is None
 
 
@@ -176,6 +180,8 @@ class RetainedStore:
     # writing --------------------------------------------------------------
 
     def declines(self, topic: Topic) -> bool:
+        """Is the topic one the realm's policy does not retain (``retention.decline``)? Then a
+        retained publication is only routed."""
         return any(topic_matches(pattern, match, topic) for pattern, match in self.policy.declined)
 
     def retain(self, publication: Publication) -> RetainedEvent:
@@ -324,7 +330,7 @@ class RetainedStore:
                 heapq.heappush(self._expiry, (entry.expires_at, next(self._pushes), topic, entry))
         if len(self._expiry) > 2 * len(timed) + 16:
             self._expiry = [(entry.expires_at, next(self._pushes), topic, entry)
-                            for entry, topic in timed.items()]
+                            for entry, topic in timed.items() if entry.expires_at is not None]
             heapq.heapify(self._expiry)
 
     def _enforce_limits(self, kept: Topic, owner: Owner, cause: Publication) -> None:

@@ -42,18 +42,22 @@ class Router:
         """Every open client connection, joined or not (closed with GOODBYE on shutdown)."""
 
     def add_realm(self, realm: Realm, principals: dict[str, Principal]) -> None:
+        """Serve ``realm`` with its principals; its incidents count into the router's."""
         self.realms[realm.name] = realm
         realm.incidents = self.incidents
         self.principals[realm.name] = principals
 
     def new_session_id(self) -> int:
+        """A session id no live session has (random, as WAMP asks, so ids cannot be guessed)."""
         while True:
             session_id = random_id()
             if session_id not in self.peers:
                 return session_id
 
     def track(self, peer: Peer) -> None:
+        """Reach a joined session by id from any realm (the admin and meta APIs kill by id)."""
         self.peers[peer.info.session_id] = peer
 
     def forget(self, peer: Peer) -> None:
+        """The session is gone: its id may be handed out again."""
         self.peers.pop(peer.info.session_id, None)

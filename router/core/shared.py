@@ -25,9 +25,9 @@ from __future__ import annotations
 import itertools
 from typing import Callable, Iterator
 
-from router.core.model import Publication
+from router.core.model import Details, Publication
 from router.core.peer import Peer, Subscription
-from router.core.subscriptions import SubscriptionIndex
+from router.core.subscriptions import PatternEntry, SubscriptionIndex
 from router.core.topic import Topic
 
 Failure = Callable[[Peer, Publication, Exception], None]
@@ -43,7 +43,9 @@ class SharedGroup(Subscription):
         self.group = group
         self.turn = 0
 
-    def details(self) -> dict:
+    def details(self) -> Details:
+        """As a subscription's details, with the group's name, so the meta API tells groups
+        apart."""
         details = super().details()
         details["x_shared_group"] = self.group
         return details
@@ -83,15 +85,13 @@ class SharedGroup(Subscription):
         return True
 
 
-class _GroupsAt:
+class _GroupsAt(PatternEntry):
     """Every group on one (topic pattern, match): the value the subscription index stores."""
 
-    __slots__ = ("id", "topic", "match", "groups")
+    __slots__ = ("groups",)
 
     def __init__(self, index_id: int, topic: Topic, match: str) -> None:
-        self.id = index_id
-        self.topic = topic
-        self.match = match
+        super().__init__(index_id, topic, match)
         self.groups: dict[str, SharedGroup] = {}
 
 
@@ -99,11 +99,13 @@ class SharedGroups:
     """The shared groups of one realm, matched with the same index as subscriptions."""
 
     def __init__(self) -> None:
-        self._index = SubscriptionIndex()
+        self._index: SubscriptionIndex[_GroupsAt] = SubscriptionIndex()
         self._index_ids = itertools.count(1)
         self.by_id: dict[int, SharedGroup] = {}
 
     def lookup(self, topic: Topic, match: str, group: str) -> SharedGroup | None:
+        """The group ``group`` on (topic, match), if it exists: a new member joins it instead of
+        creating another."""
         at = self._index.lookup(topic, match)
         return at.groups.get(group) if at is not None else None
 
@@ -113,21 +115,25 @@ class SharedGroups:
         at = self._index.lookup(topic, match)
         if at is None:
             at = _GroupsAt(next(self._index_ids), topic, match)
-            self._index.add(at)  # type: ignore[arg-type]
+            self._index.add(at)
         at.groups[group] = shared
         self.by_id[subscription_id] = shared
         return shared
 
     def remove(self, shared: SharedGroup) -> None:
+        """The group's last member left: the group goes (and its index entry with its last
+        group)."""
         del self.by_id[shared.id]
         at = self._index.lookup(shared.topic, shared.match)
-        del at.groups[shared.group]  # type: ignore[union-attr]
-        if not at.groups:  # type: ignore[union-attr]
-            self._index.remove(at)  # type: ignore[arg-type]
+        assert at is not None, "a group is indexed until its last member leaves"
+        del at.groups[shared.group]
+        if not at.groups:
+            self._index.remove(at)
 
     def matching(self, topic: Topic) -> Iterator[SharedGroup]:
+        """Every group whose pattern matches ``topic``: each gets one delivery of a publication."""
         for at in self._index.matching(topic):
-            yield from at.groups.values()  # type: ignore[attr-defined]
+            yield from at.groups.values()
 
     def dispatch(self, publication: Publication, meta_only: bool, failed: Failure
                  ) -> list[Peer]:
@@ -145,6 +151,7 @@ class SharedGroups:
                   failed: Failure) -> Peer | None:
         """Another member of ``group`` takes a publication ``leaving`` will not complete:
         that member, or None."""
-        if self.by_id.get(group.id) is not group or publication.expired():
+        shared = self.by_id.get(group.id)
+        if shared is not group or shared is None or publication.expired():
             return None
-        return group.deliver(publication, failed, leaving)  # type: ignore[attr-defined]
+        return shared.deliver(publication, failed, leaving)

@@ -9,39 +9,75 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import Counter
-from typing import Iterator
+from typing import Generic, Iterator, Protocol, TypeVar
 
-from router.core.peer import Subscription
 from router.core.topic import Topic
 from router.core.trie import TopicTrie
 from router.core.uri import EXACT, MQTT, PREFIX
 
 
-class SubscriptionIndex:
+class Pattern(Protocol):
+    """What the index files an entry under: its id and its (topic pattern, match)."""
+
+    @property
+    def id(self) -> int:
+        """The entry's id: the index's ``by_id`` finds it for UNSUBSCRIBE and the meta API."""
+
+    @property
+    def topic(self) -> Topic:
+        """The topic pattern the entry is filed under."""
+
+    @property
+    def match(self) -> str:
+        """The match policy (exact, prefix, wildcard, MQTT filter) that picks the structure it is
+        filed in."""
+
+
+class PatternEntry:
+    """An index entry for what several holders share on one (topic pattern, match), when
+    that is not a :class:`Subscription` (the shared groups on a pattern; in the Redis engine,
+    the other nodes holding it): subclasses add what they keep."""
+
+    __slots__ = ("id", "topic", "match")
+
+    def __init__(self, entry_id: int, topic: Topic, match: str) -> None:
+        self.id = entry_id
+        self.topic = topic
+        self.match = match
+
+
+Entry = TypeVar("Entry", bound=Pattern)
+"""What an index holds: the broker's :class:`Subscription`, the shared groups' entries
+(every group on one pattern)."""
+
+
+class SubscriptionIndex(Generic[Entry]):
     """Finds the subscriptions matching a concrete topic without scanning them all."""
 
     def __init__(self) -> None:
-        self.exact: dict[Topic, Subscription] = {}
-        self.prefix: dict[Topic, Subscription] = {}
+        self.exact: dict[Topic, Entry] = {}
+        self.prefix: dict[Topic, Entry] = {}
         self._prefix_shapes: list[tuple[int, int]] = []
         self._shape_counts: Counter[tuple[int, int]] = Counter()
         """Prefix subscriptions per shape: the sorted shapes change only when a shape comes
         or goes, not on every prefix subscription."""
-        self.wildcard: TopicTrie[Subscription] = TopicTrie()
-        self.filters: TopicTrie[Subscription] = TopicTrie()
-        self.by_id: dict[int, Subscription] = {}
+        self.wildcard: TopicTrie[Entry] = TopicTrie()
+        self.filters: TopicTrie[Entry] = TopicTrie()
+        self.by_id: dict[int, Entry] = {}
 
-    def _trie(self, match: str) -> TopicTrie[Subscription]:
+    def _trie(self, match: str) -> TopicTrie[Entry]:
         return self.filters if match == MQTT else self.wildcard
 
-    def lookup(self, topic: Topic, match: str) -> Subscription | None:
+    def lookup(self, topic: Topic, match: str) -> Entry | None:
+        """The entry on exactly (topic, match): a second SUBSCRIBE on the same pattern joins it."""
         if match == EXACT:
             return self.exact.get(topic)
         if match == PREFIX:
             return self.prefix.get(topic)
         return self._trie(match).get(topic)
 
-    def add(self, subscription: Subscription) -> None:
+    def add(self, subscription: Entry) -> None:
+        """File an entry in the structure of its match policy, so :meth:`matching` finds it."""
         self.by_id[subscription.id] = subscription
         if subscription.match == EXACT:
             self.exact[subscription.topic] = subscription
@@ -54,7 +90,8 @@ class SubscriptionIndex:
         else:
             self._trie(subscription.match).set(subscription.topic, subscription)
 
-    def remove(self, subscription: Subscription) -> None:
+    def remove(self, subscription: Entry) -> None:
+        """Drop an entry whose last subscriber left."""
         del self.by_id[subscription.id]
         if subscription.match == EXACT:
             del self.exact[subscription.topic]
@@ -68,7 +105,7 @@ class SubscriptionIndex:
         else:
             self._trie(subscription.match).pop(subscription.topic)
 
-    def matching(self, topic: Topic) -> Iterator[Subscription]:
+    def matching(self, topic: Topic) -> Iterator[Entry]:
         """Every subscription whose (pattern, match) matches ``topic``."""
         subscription = self.exact.get(topic)
         if subscription is not None:

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from twisted.internet import defer
 
 from router.core import errors
-from router.core.engine import TestamentStore
+from router.core.engine import StoredTestament, TestamentStore
 from router.core.errors import ProtocolViolation, RouterError
 from router.core.incidents import REFUSED
-from router.core.model import SessionInfo
+from router.core.model import Args, Details, Kwargs, SessionInfo
 from router.core.options import parse_publish_options
 from router.core.peer import Peer
 from router.core.realm import Realm
@@ -30,21 +31,25 @@ SCOPES = ("detached", "destroyed")
 
 log = logging.getLogger(__name__)
 
+Answer: TypeAlias = "int | defer.Deferred[int | None] | None"
+"""What a testament procedure answers: at once, or once the engine stored its copy."""
+
 
 @dataclass(frozen=True, slots=True)
 class Testament:
+    """One event a session asked to be published when it goes (``wamp.session.add_testament``)."""
     topic: str
-    args: list | None
-    kwargs: dict | None
-    raw_options: dict
+    args: Args | None
+    kwargs: Kwargs | None
+    raw_options: Details
     """As the session gave them: what a copy beyond this node keeps."""
 
-    def stored(self) -> list:
+    def stored(self) -> StoredTestament:
         """The copy's form: ``[topic, args, kwargs, publish options]``."""
         return [self.topic, self.args, self.kwargs, self.raw_options]
 
 
-def publish_testaments(realm: Realm, info: SessionInfo, stored: list[list]) -> None:
+def publish_testaments(realm: Realm, info: SessionInfo, stored: list[StoredTestament]) -> None:
     """Publish testaments (in their copy's form) on behalf of a session that is gone: its own
     node's, or, when that node died, any node's."""
     for topic, args, kwargs, raw_options in stored:
@@ -70,7 +75,9 @@ class Testaments:
         realm.dealer.procedures["wamp.session.flush_testaments"] = self.flush
         realm.on_leave(self._publish_all)
 
-    def add(self, caller: SessionInfo, args: list, kwargs: dict) -> defer.Deferred | None:
+    def add(self, caller: SessionInfo, args: Args, kwargs: Kwargs) -> Answer:
+        """``wamp.session.add_testament``: checked and authorized now, so it cannot fail when the
+        session is gone; bounded per session (``wamp.max_testaments``)."""
         topic = args[0] if args else kwargs.get("topic")
         t_args = args[1] if len(args) > 1 else kwargs.get("args")
         t_kwargs = args[2] if len(args) > 2 else kwargs.get("kwargs")
@@ -103,8 +110,10 @@ class Testaments:
         buckets[scope].append(Testament(topic, t_args, t_kwargs, raw_options))
         return self._copy(caller, buckets, None)
 
-    def flush(self, caller: SessionInfo, args: list,
-              kwargs: dict) -> "int | defer.Deferred | None":
+    def flush(self, caller: SessionInfo, args: Args,
+              kwargs: Kwargs) -> Answer:
+        """``wamp.session.flush_testaments``: drop the testaments of a scope; answers how many
+        went."""
         scope = args[0] if args else kwargs.get("scope", "destroyed")
         if scope not in SCOPES:
             raise RouterError(errors.INVALID_ARGUMENT, f"scope must be one of {', '.join(SCOPES)}")
@@ -116,7 +125,7 @@ class Testaments:
         return self._copy(caller, self._by_session[caller.session_id], flushed)
 
     def _copy(self, info: SessionInfo, buckets: dict[str, list[Testament]],
-              answer: int | None) -> "int | defer.Deferred | None":
+              answer: int | None) -> Answer:
         """Keep the engine's copy of the session's testaments current (if it keeps one):
         ``answer``, once the copy is stored (a Deferred), so that the caller knows that
         what it asked for holds even if this node dies."""
@@ -128,7 +137,7 @@ class Testaments:
         if not store.save(info, [testament.stored() for scope in SCOPES
                                  for testament in buckets[scope]]):
             return defer.fail(not_copied)
-        stored: defer.Deferred = defer.Deferred()
+        stored: defer.Deferred[int | None] = defer.Deferred()
         store.when_durable(lambda ok: stored.callback(answer) if ok else stored.errback(
             not_copied))
         return stored

@@ -15,43 +15,55 @@ not, and nothing raises.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Generic, Iterator, TypeVar
 
 from router.core.topic import ONE, REST, Topic
 
 V = TypeVar("V")
 
-_MISSING = object()
+
+class _Missing(Enum):
+    """No value at a node (None may be a stored value)."""
+
+    MISSING = "missing"
 
 
-class _Node:
+_MISSING = _Missing.MISSING
+
+
+class _Node(Generic[V]):
     __slots__ = ("children", "value", "key")
 
     def __init__(self) -> None:
-        self.children: dict[str, _Node] = {}
-        self.value: object = _MISSING
-        self.key: Topic | None = None
+        self.children: dict[str, _Node[V]] = {}
+        self.value: V | _Missing = _MISSING
+        self.key: Topic = ()
+        """The full key of the value here (meaningless while there is none)."""
 
 
 class TopicTrie(Generic[V]):
     """Maps level tuples to values, with pattern walks over levels."""
 
     def __init__(self) -> None:
-        self._root = _Node()
+        self._root: _Node[V] = _Node()
         self._size = 0
 
     def __len__(self) -> int:
         return self._size
 
     def get(self, key: Topic, default: V | None = None) -> V | None:
+        """The value stored under exactly ``key`` (no pattern matching), else ``default``."""
         node = self._root
         for part in key:
-            node = node.children.get(part)
-            if node is None:
+            child = node.children.get(part)
+            if child is None:
                 return default
-        return default if node.value is _MISSING else node.value  # type: ignore[return-value]
+            node = child
+        return default if node.value is _MISSING else node.value
 
     def set(self, key: Topic, value: V) -> None:
+        """Store ``value`` under ``key``, creating the levels it needs."""
         node = self._root
         for part in key:
             child = node.children.get(part)
@@ -64,6 +76,8 @@ class TopicTrie(Generic[V]):
         node.key = key
 
     def pop(self, key: Topic, default: V | None = None) -> V | None:
+        """Remove and return the value under ``key``, pruning levels left empty so the trie does
+        not grow with churn."""
         path = [self._root]
         parts = key
         for part in parts:
@@ -76,16 +90,17 @@ class TopicTrie(Generic[V]):
             return default
         value = node.value
         node.value = _MISSING
-        node.key = None
+        node.key = ()
         self._size -= 1
         for depth in range(len(parts), 0, -1):
             current = path[depth]
             if current.children or current.value is not _MISSING:
                 break
             del path[depth - 1].children[parts[depth - 1]]
-        return value  # type: ignore[return-value]
+        return value
 
     def items(self) -> Iterator[tuple[Topic, V]]:
+        """Every stored (key, value), for listings and restores."""
         yield from self._subtree(self._root)
 
     def match_patterns(self, topic_parts: Topic) -> Iterator[V]:
@@ -96,7 +111,7 @@ class TopicTrie(Generic[V]):
             node, depth = stack.pop()
             if depth == last:
                 if node.value is not _MISSING:
-                    yield node.value  # type: ignore[misc]
+                    yield node.value
                 continue
             children = node.children
             exact = children.get(topic_parts[depth])
@@ -126,10 +141,10 @@ class TopicTrie(Generic[V]):
             if wild_allowed:
                 rest = node.children.get(REST)
                 if rest is not None and rest.value is not _MISSING:
-                    yield rest.value  # type: ignore[misc]
+                    yield rest.value
             if depth == last:
                 if node.value is not _MISSING:
-                    yield node.value  # type: ignore[misc]
+                    yield node.value
                 continue
             level = topic_parts[depth]
             exact = node.children.get(level)
@@ -144,7 +159,7 @@ class TopicTrie(Generic[V]):
         """Stored (key, value) pairs whose key matches an MQTT filter (see match_filters)."""
         return self._walk(filter_parts, mqtt=True)
 
-    def _subtree_public(self, node: _Node) -> Iterator[tuple[Topic, V]]:
+    def _subtree_public(self, node: _Node[V]) -> Iterator[tuple[Topic, V]]:
         """The whole trie except topics whose first level starts with ``$``."""
         for name, child in list(node.children.items()):
             if not name.startswith("$"):
@@ -156,9 +171,10 @@ class TopicTrie(Generic[V]):
         and ``a.bc``; see :func:`router.core.topic.prefix_matches`)."""
         node = self._root
         for part in prefix[:-1]:
-            node = node.children.get(part)
-            if node is None:
+            child = node.children.get(part)
+            if child is None:
                 return
+            node = child
         partial = prefix[-1]
         for name, child in list(node.children.items()):
             if name.startswith(partial):
@@ -179,7 +195,7 @@ class TopicTrie(Generic[V]):
             node, depth = stack.pop()
             if depth == last:
                 if node.value is not _MISSING:
-                    yield node.key, node.value  # type: ignore[misc]
+                    yield node.key, node.value
                 continue
             part = parts[depth]
             if mqtt and part == REST:
@@ -193,10 +209,10 @@ class TopicTrie(Generic[V]):
                     stack.append((child, depth + 1))
 
     @staticmethod
-    def _subtree(node: _Node) -> Iterator[tuple[Topic, V]]:
+    def _subtree(node: _Node[V]) -> Iterator[tuple[Topic, V]]:
         stack = [node]
         while stack:
             current = stack.pop()
             if current.value is not _MISSING:
-                yield current.key, current.value  # type: ignore[misc]
+                yield current.key, current.value
             stack.extend(current.children.values())

@@ -20,7 +20,7 @@ def encode_retained(publication: Publication, expires_at: float | None,
     The owner travels with the entry, so SQLite rows and Redis hashes (one format) keep
     each principal's retained quota across restarts and among nodes."""
     publisher = publication.publisher
-    return msgpack.packb({
+    blob: bytes = msgpack.packb({
         "id": publication.publication_id,
         "topic": publication.topic,
         "args": publication.args,
@@ -40,9 +40,12 @@ def encode_retained(publication: Publication, expires_at: float | None,
         "owner": owner,
         "passthru": publication.passthru.to_json() if publication.passthru else None,
     }, use_bin_type=True)
+    return blob
 
 
 def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
+    """A retained entry back from :func:`encode_retained`'s bytes, also reading entries stored by
+    older versions (dotted topics, no owner)."""
     data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
     publisher = None
     if data["publisher"] is not None:
@@ -69,14 +72,17 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
 
 def pack_topic(entries: list[RetainedEvent]) -> bytes:
     """A topic's row: its entries' encodings (made again where the store dropped them)."""
-    return msgpack.packb([
+    row: bytes = msgpack.packb([
         entry.blob if entry.blob is not None
         else encode_retained(entry.publication, entry.expires_at, entry.owner)
         for entry in entries], use_bin_type=True)
+    return row
 
 
 def unpack_topic(blob: bytes) -> list[bytes]:
-    return msgpack.unpackb(blob, raw=False)
+    """A topic's row read back: its entries' encodings (see :func:`decode_retained`)."""
+    blobs: list[bytes] = msgpack.unpackb(blob, raw=False)
+    return blobs
 
 
 def pack_publication(realm: str, publication: Publication) -> bytes:
@@ -84,7 +90,7 @@ def pack_publication(realm: str, publication: Publication) -> bytes:
     decimals (from CBOR publishers) go as the text every receiver but CBOR gets anyway."""
     publisher = publication.publisher
     eligibility = publication.eligibility
-    return msgpack.packb([
+    packed: bytes = msgpack.packb([
         realm, publication.publication_id, publication.topic, publication.args,
         publication.kwargs,
         (publisher.session_id, publisher.authid, publisher.authrole, publisher.protocol)
@@ -94,6 +100,7 @@ def pack_publication(realm: str, publication: Publication) -> bytes:
         publication.amqp, publication.timestamp, publication.payload_bytes,
         publication.passthru.to_json() if publication.passthru is not None else None,
     ], use_bin_type=True, default=as_text)
+    return packed
 
 
 def unpack_publication(data: bytes, exclude_me: bool = False) -> tuple[str, Publication]:

@@ -98,7 +98,7 @@ class StoredSession:
 
 
 @runtime_checkable
-class SessionClaims(Claims, Protocol):
+class SessionClaims(Claims["StoredSession"], Protocol):
     """The Redis engine's :class:`Claims` of MQTT sessions: also the adoption of the
     sessions of a node that died, and a copy of each connection's will for it."""
 

@@ -25,14 +25,13 @@ from autobahn.exception import PayloadExceededError
 from autobahn.wamp.exception import TransportLost
 
 from router.core import errors
-from router.core.broker import Subscription
-from router.core.dealer import Invocation, Registration
 from router.core.errors import PassthruRefused, ProtocolViolation, RouterError, Unencodable
 from router.core.incidents import (EXPIRED, SLOW_CONSUMER, TOO_LARGE, UNACKNOWLEDGED,
                                   UNREPRESENTABLE)
 from router.core.model import Passthru, Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
+from router.core.peer import Invocation, Registration, Subscription
 from router.core.qos import ENFORCE_MINIMUM, delivered_qos
 from router.core.realm import Realm
 from router.core.router import Router

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from router.core.engine import Paused, RealmEngine
 from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import Incidents
-from router.core.retention import RetainedStore, RetentionPolicy
-from router.core.topic import SERVER_OWNED
+from router.core.model import Publication
+from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
+from router.core.topic import SERVER_OWNED, Topic
 from router.engines.embedded.links import SqliteLinkStore
 from router.engines.embedded.outbox import SqliteOutboxStore
 from router.engines.embedded.sessions import SqliteSessionStore
@@ -22,10 +23,7 @@ from router.engines.embedded.sqlite import SqliteStore
 from router.engines.records import encode_retained, live_entries
 
 if TYPE_CHECKING:
-    from router.amqp.persistence import AmqpStore
-    from router.core.engine import Engine
     from router.core.realm import Realm
-    from router.mqtt.persistence import MqttSessionStore
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +37,20 @@ class EmbeddedEngine:
 
     def open_realm(self, name: str, policy: RetentionPolicy,
                    history: list[HistoryRule]) -> RealmEngine:
+        """The realm's retained events restored from SQLite and written behind to it on every
+        change (the router's own ``$SYS`` topics excepted), with an in-memory history."""
         store = self.store
         retention = RetainedStore(policy, encode_retained)
         restored = restore_retained(retention, store, name)
         if restored:
             log.info("realm %s: restored %d retained topic(s)", name, restored)
         # the router's own $SYS figures are republished at start: never stored
-        retention.listeners.append(
-            lambda topic, entries, action, publication:
-            topic[0] == SERVER_OWNED or store.save_retained(name, topic, entries))
+        def save(topic: Topic, entries: list[RetainedEvent], action: str,
+                 publication: Publication | None) -> None:
+            if topic[0] != SERVER_OWNED:
+                store.save_retained(name, topic, entries)
+
+        retention.listeners.append(save)
         return RealmEngine(retention, store, EventHistory(history))
 
     def mqtt_session_store(self, realm: str) -> SqliteSessionStore:
@@ -65,7 +68,7 @@ class EmbeddedEngine:
     def pause_intake_with(self, paused: Paused) -> None:
         """Never asked: the node pauses its intake for its SQLite writer itself."""
 
-    def start(self, realms: "dict[str, Realm]", incidents: Incidents) -> None:
+    def start(self, realms: "Mapping[str, Realm]", incidents: Incidents) -> None:
         """Nothing arrives from elsewhere."""
 
     def close(self) -> None:
@@ -84,7 +87,3 @@ def restore_retained(retention: RetainedStore, store: SqliteStore, realm: str) -
               if (live := live_entries(blobs, realm, now))]
     retention.restore(topics)
     return len(topics)
-
-
-if TYPE_CHECKING:  # the type checker proves the contract (tests/test_engines.py at run time)
-    _: type[Engine[MqttSessionStore, AmqpStore]] = EmbeddedEngine

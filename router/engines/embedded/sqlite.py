@@ -21,7 +21,7 @@ import logging
 import sqlite3
 import time
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeAlias
 
 from router.background import BatchWorker
 from router.core.incidents import STORE_FAILED, Incidents
@@ -31,6 +31,9 @@ from router.core.topic import Topic, from_uri
 from router.engines.records import pack_topic, topic_key, unpack_topic
 
 log = logging.getLogger(__name__)
+
+Params: TypeAlias = "tuple[object, ...]"
+"""The values of one SQL statement's placeholders."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS retained (
@@ -116,6 +119,9 @@ class SqliteStore:
         return [(tuple(json.loads(key)), unpack_topic(entries)) for key, entries in rows]
 
     def save_retained(self, realm: str, topic: Topic, entries: list[RetainedEvent]) -> None:
+        """Queue a topic's retained entries for the writer (entries naming sessions are left out:
+        the ids mean nothing after a restart); repeated writes of a topic in one batch
+        coalesce."""
         durable = [entry for entry in entries if not _names_sessions(entry)]
         self._queue_write()
         self._write_numbers += 1
@@ -140,7 +146,7 @@ class SqliteStore:
         else:
             self._worker.put(callback)
 
-    def execute(self, statement: str, params: tuple = ()) -> None:
+    def execute(self, statement: str, params: Params = ()) -> None:
         """Queue one write; writes run in the order queued, in the next committed batch."""
         self._queue_write()
         self._worker.put(_Statement(statement, params))
@@ -149,7 +155,7 @@ class SqliteStore:
         """Create tables at start-up (before the writer has work)."""
         self._connection.executescript(script)
 
-    def query(self, statement: str, params: tuple = ()) -> list[tuple]:
+    def query(self, statement: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Read at start-up (before the writer has work)."""
         return self._connection.execute(statement, params).fetchall()
 
@@ -160,7 +166,7 @@ class SqliteStore:
 
     # writer thread --------------------------------------------------------------
 
-    def _write_batch(self, batch: list) -> None:
+    def _write_batch(self, batch: list["_Statement | _RetainedWrite | Callable[[bool], None]"]) -> None:
         writes: dict[tuple[str, Topic], _RetainedWrite] = {}
         statements: list[_Statement] = []
         callbacks = []
@@ -181,7 +187,7 @@ class SqliteStore:
         self._call_in_loop(self._batch_done, len(batch) - len(callbacks), callbacks, error,
                            list(writes.values()), lost)
 
-    def _batch_done(self, writes: int, callbacks: list, error: str | None,
+    def _batch_done(self, writes: int, callbacks: list[Callable[[bool], None]], error: str | None,
                     retained: list["_RetainedWrite"],
                     lost: list[tuple["_RetainedWrite", list[bytes]]]) -> None:
         """On the reactor thread, in batch order: count the writes, undo lost retained
@@ -262,7 +268,7 @@ class _RetainedWrite(NamedTuple):
 
 class _Statement(NamedTuple):
     sql: str
-    params: tuple
+    params: Params
 
 
 def _names_sessions(entry: RetainedEvent) -> bool:

@@ -34,10 +34,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 import msgpack
+from twisted.python.failure import Failure
 
 from router.core.incidents import ENGINE_UNAVAILABLE
 from router.engines.redis.lua import script
-from router.engines.redis.resp import BlockingRedis, command
+from router.engines.redis.resp import BlockingRedis, Command, Reply, command
 
 if TYPE_CHECKING:
     from router.engines.redis.context import RealmContext
@@ -86,11 +87,11 @@ class RedisClaims(Generic[Stored]):
         self._waiting_for: dict[str, str] = {}
         """Ids in ``_waiting`` -> the node they wait for."""
 
-    def _reads(self, owned: str) -> list[tuple]:
+    def _reads(self, owned: str) -> list[Command]:
         """The commands that read one id's state (answered in this order)."""
         raise NotImplementedError
 
-    def _stored(self, owned: str, replies: list) -> Stored | None:
+    def _stored(self, owned: str, replies: list[Reply]) -> Stored | None:
         """The state from the replies to :meth:`_reads`; None if Redis holds none."""
         raise NotImplementedError
 
@@ -98,8 +99,9 @@ class RedisClaims(Generic[Stored]):
         self._shared.write(command(*args))
 
     def _message(self, kind: str, owned: str) -> bytes:
-        return msgpack.packb([self._realm, self.protocol, kind, owned, self._engine.node],
-                             use_bin_type=True)
+        message: bytes = msgpack.packb(
+            [self._realm, self.protocol, kind, owned, self._engine.node], use_bin_type=True)
+        return message
 
     def claim(self, owned: str, holder: str, load: bool,
               answer: Callable[[Stored | None], None], refused: Callable[[], None]) -> None:
@@ -141,7 +143,7 @@ class RedisClaims(Generic[Stored]):
         else:
             self._finish(owned, answer, None)
 
-    def _claim_failed(self, failure: Any, owned: str,
+    def _claim_failed(self, failure: Failure, owned: str,
                       answer: Callable[[Stored | None], None]) -> None:
         self._engine.incidents.count(self._realm, self.protocol, ENGINE_UNAVAILABLE,
                                      f"{self.label} {owned}: not claimed or read in Redis "
@@ -249,4 +251,5 @@ class RedisClaims(Generic[Stored]):
             redis.close()
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """``callback(ok)`` once Redis answered every write of the realm queued so far."""
         self._shared.when_durable(callback)

@@ -17,7 +17,7 @@ from router.core.engine import ClusterLimits
 from router.core.incidents import Incidents
 
 if TYPE_CHECKING:
-    from router.engines.redis.resp import RespProtocol
+    from router.engines.redis.resp import Reply, RespProtocol
 
 
 class EngineContext(Protocol):
@@ -36,7 +36,7 @@ class EngineContext(Protocol):
     def send(self, data: bytes, replies: int, realm: str = "", what: str = "") -> None:
         """Fire and forget; counted as an incident when Redis cannot take it."""
 
-    def request(self, data: bytes, skipped: int = 0) -> defer.Deferred:
+    def request(self, data: bytes, skipped: int = 0) -> "defer.Deferred[Reply]":
         """A Deferred of the last reply; failed when Redis is not connected."""
 
     def adopting(self, started: bool) -> None:

@@ -27,23 +27,31 @@ import json
 import time
 from dataclasses import dataclass
 from itertools import count
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 
 import msgpack
+from twisted.python.failure import Failure
 
 from router.core import errors
-from router.core.dealer import Registration, RegistrationIndex
+from router.core.deadlines import CallDeadlines, answer_timed_out
+from router.core.dealer import RegistrationIndex
 from router.core.engine import ClusterLimits
 from router.core.errors import RouterError
 from router.core.incidents import ENGINE_UNAVAILABLE, QUEUE_FULL
-from router.core.model import SessionInfo
-from router.core.peer import Peer
+from router.core.model import Args, Kwargs, Passthru, SessionInfo
+from router.core.peer import Caller, Peer, Registration
 from router.engines.redis.lua import script
-from router.engines.redis.resp import command
+from router.engines.redis.resp import Command, Reply, command
 
 if TYPE_CHECKING:
     from router.core.realm import Realm
     from router.engines.redis.context import EngineContext
+RemoteCallee: TypeAlias = "tuple[str, int, int]"
+"""A callee in the cluster's copy of the registrations: (node, session, registration id
+there)."""
+Message: TypeAlias = "list[Any]"
+"""A message between the dealers of two nodes as MessagePack decodes it: ``[kind, realm,
+...]``, its fields per kind (see the module docstring)."""
 
 REGISTRATIONS_CHANNEL = b"wr:registrations"
 
@@ -70,7 +78,6 @@ class Forwarded:
     call_request: int
     node: str
     receive_progress: bool
-    timer: Any = None
     killing: bool = False
     """Canceled in ``kill`` mode: the callee's answer settles it."""
 
@@ -86,17 +93,24 @@ class RemoteCaller:
         self.node = node
         self.info = info
 
-    def send_result(self, call_request: int, args: list | None, kwargs: dict | None,
-                    progress: bool) -> None:
+    def send_result(self, call_request: int, args: Args | None, kwargs: Kwargs | None,
+                    progress: bool, passthru: Passthru | None = None) -> None:
+        """A result for a caller on another node: sent back to that node, which passes it on
+        (``passthru`` is always ``None``: this caller :meth:`supports` no feature, so the
+        dealer never hands it a passthru answer)."""
         self.dealer.answer(self.node, call_request,
                            [RESULT, self.dealer.name, call_request, args, kwargs, progress])
 
-    def send_call_error(self, call_request: int, error: str, args: list | None,
-                        kwargs: dict | None) -> None:
+    def send_call_error(self, call_request: int, error: str, args: Args | None,
+                        kwargs: Kwargs | None, passthru: Passthru | None = None) -> None:
+        """An error for a caller on another node: sent back to that node, which passes it on
+        (never with ``passthru``, as for :meth:`send_result`)."""
         self.dealer.answer(self.node, call_request,
                            [ERROR, self.dealer.name, call_request, error, args, kwargs])
 
     def supports(self, role: str, feature: str) -> bool:
+        """Never asked of a caller (features are asked of callees); answered for the
+        :class:`Peer` contract."""
         return False  # only asked of callees
 
 
@@ -111,9 +125,9 @@ class RedisDealer:
         self.realm: "Realm | None" = None
         self.keys = (f"wr:registrations:{name}".encode(),
                      f"wr:registrations-seq:{name}".encode(), REGISTRATIONS_CHANNEL)
-        self.index = RegistrationIndex()
+        self.index: RegistrationIndex[RemoteCallee] = RegistrationIndex()
         """The cluster's registrations; callees are ``(node, session, registration)``."""
-        self._fields: dict[str, Registration] = {}
+        self._fields: dict[str, Registration[RemoteCallee]] = {}
         self.applied = 0
         """``seq`` of the last change the copy holds."""
         self._held: list[tuple[int, str, str | None]] | None = None
@@ -122,12 +136,17 @@ class RedisDealer:
         """Registrations Redis accepted, by ``seq``, answered once the copy holds them."""
         self._calls: dict[int, Forwarded] = {}
         self._by_caller: dict[tuple[int, int], Forwarded] = {}
+        self._deadlines: CallDeadlines[Forwarded] = CallDeadlines(engine.reactor,
+                                                                  self._timed_out)
         self._ids = count(1)
 
     # registrations ----------------------------------------------------------
 
-    def register(self, peer: Peer, registration: Registration,
+    def register(self, peer: Peer, registration: Registration[Peer],
                  answer: Callable[[RouterError | None], None]) -> None:
+        """Claim the registration in Redis, where every node's registrations meet: ``answer``
+        the refusal (as a single node's dealer would refuse it), or None once the cluster's
+        copy holds it."""
         info = peer.info
         request = self.engine.request(command(
             "EVAL", REGISTER, 3, *self.keys, _field(registration), registration.policy,
@@ -135,7 +154,7 @@ class RedisDealer:
         request.addCallbacks(self._claimed, self._claim_failed, callbackArgs=(answer,),
                              errbackArgs=(answer,))
 
-    def _claimed(self, reply: list, answer: Callable[[RouterError | None], None]) -> None:
+    def _claimed(self, reply: list[Reply], answer: Callable[[RouterError | None], None]) -> None:
         error, detail = reply
         if error:
             answer(RouterError(error.decode(), detail.decode()))
@@ -144,20 +163,22 @@ class RedisDealer:
         else:
             self._claims[detail] = answer
 
-    def _claim_failed(self, failure: Any, answer: Callable[[RouterError | None], None]) -> None:
+    def _claim_failed(self, failure: Failure, answer: Callable[[RouterError | None], None]) -> None:
         self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
                                     f"registration not claimed ({failure.getErrorMessage()})")
         answer(RouterError(errors.CANCELED, "the cluster (Redis) could not be asked"))
 
-    def unregister(self, peer: Peer, registrations: list[Registration]) -> None:
+    def unregister(self, peer: Peer, registrations: list[Registration[Peer]]) -> None:
+        """The callee's registrations here are released in Redis, so no node routes calls to it
+        any more."""
         self.engine.send(command("EVAL", RELEASE, 3, *self.keys, self.name, self.engine.node,
                                  peer.info.session_id, *map(_field, registrations)), 1)
 
-    def release_node(self) -> tuple:
+    def release_node(self) -> Command:
         """The command that removes every registration of this node (start, clean stop)."""
         return ("EVAL", RELEASE, 3, *self.keys, self.name, self.engine.node, "")
 
-    def release_dead(self, node: str, alive_key: bytes) -> tuple:
+    def release_dead(self, node: str, alive_key: bytes) -> Command:
         """The command that removes every registration of node ``node`` if it is dead."""
         return ("EVAL", RELEASE, 4, *self.keys, alive_key, self.name, node, "")
 
@@ -175,7 +196,7 @@ class RedisDealer:
                             + command("GET", self.keys[1]) + command("EXEC"),
                             3).addCallbacks(self._loaded, self._load_failed)
 
-    def _loaded(self, replies: list) -> None:
+    def _loaded(self, replies: list[Reply]) -> None:
         found, seq = replies
         if int(seq or 0) >= self.applied:  # else a later read was applied already
             snapshot = dict(zip(found[::2], found[1::2]))
@@ -190,7 +211,7 @@ class RedisDealer:
         for settled in [s for s in self._claims if s <= self.applied]:
             self._claims.pop(settled)(None)
 
-    def _load_failed(self, failure: Any) -> None:
+    def _load_failed(self, failure: Failure) -> None:
         self._held = None  # the next subscription (after a reconnect) reads again
         self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
                                     f"registrations not read ({failure.getErrorMessage()})")
@@ -219,7 +240,7 @@ class RedisDealer:
             return
         entry = json.loads(value)
         match, uri = field.split(" ", 1)
-        registration = Registration(0, uri, match, entry["policy"])
+        registration: Registration[RemoteCallee] = Registration(0, uri, match, entry["policy"])
         registration.callees = [(node, int(session), int(registration_id))
                                 for node, session, registration_id, *_ in entry["callees"]]
         if old is not None:
@@ -229,9 +250,11 @@ class RedisDealer:
 
     # calls ------------------------------------------------------------------
 
-    def call(self, caller: Peer, call_request: int, procedure: str, args: list | None,
-             kwargs: dict | None, receive_progress: bool, timeout_ms: int,
+    def call(self, caller: Peer, call_request: int, procedure: str, args: Args | None,
+             kwargs: Kwargs | None, receive_progress: bool, timeout_ms: int,
              disclose_caller: bool) -> None:
+        """A call with no local callee: forwarded to the node of the callee the cluster's
+        registration picks."""
         realm = self.realm
         assert realm is not None
         registration = self.index.lookup(procedure)
@@ -242,24 +265,26 @@ class RedisDealer:
             self._forward(caller, call_request, procedure, args, kwargs, receive_progress,
                           timeout_ms, disclose_caller, node, session_id, registration_id)
             return
-        local, callee = self._callee(session_id, registration_id)
-        if callee is None:
+        found = self._callee(session_id, registration_id)
+        if found is None:
             raise realm.dealer.no_such_procedure(procedure)  # it left a moment ago
+        local, callee = found
         realm.dealer.invoke(local, callee, caller, call_request, procedure, args, kwargs,
                             receive_progress, timeout_ms, disclose_caller)
 
-    def _callee(self, session_id: int, registration_id: int) -> tuple[Any, Peer | None]:
+    def _callee(self, session_id: int,
+                registration_id: int) -> tuple[Registration[Peer], Peer] | None:
         """This node's registration and callee session, if both are still here."""
         realm = self.realm
         assert realm is not None
         local = realm.dealer.by_id.get(registration_id)
         callee = realm.sessions.get(session_id)
-        if local is None or callee not in local.callees:
-            return None, None
+        if local is None or callee is None or callee not in local.callees:
+            return None
         return local, callee
 
-    def _forward(self, caller: Peer, call_request: int, procedure: str, args: list | None,
-                 kwargs: dict | None, receive_progress: bool, timeout_ms: int,
+    def _forward(self, caller: Peer, call_request: int, procedure: str, args: Args | None,
+                 kwargs: Kwargs | None, receive_progress: bool, timeout_ms: int,
                  disclose_caller: bool, node: str, session_id: int,
                  registration_id: int) -> None:
         engine = self.engine
@@ -286,7 +311,7 @@ class RedisDealer:
             raise RouterError(errors.INVALID_ARGUMENT,
                               f"the arguments cannot be sent to the callee: {exc}") from None
         forwarded = Forwarded(call_id, caller, call_request, node, receive_progress)
-        forwarded.timer = engine.reactor.callLater(delay, self._timed_out, forwarded)
+        self._deadlines.start(forwarded, delay)
         self._calls[call_id] = forwarded
         self._by_caller[(info.session_id, call_request)] = forwarded
         engine.commands.request(command("PUBLISH", _channel(node), data)).addCallbacks(
@@ -297,7 +322,7 @@ class RedisDealer:
         if receivers == 0:
             self._fail(forwarded, f"the callee's node {forwarded.node} is not running")
 
-    def _not_sent(self, failure: Any, forwarded: Forwarded) -> None:
+    def _not_sent(self, failure: Failure, forwarded: Forwarded) -> None:
         self._fail(forwarded, f"the call was not sent to node {forwarded.node} "
                               f"({failure.getErrorMessage()})")
 
@@ -310,21 +335,18 @@ class RedisDealer:
 
     def _timed_out(self, forwarded: Forwarded) -> None:
         """No answer in time (the callee's node also times the call out, if it runs)."""
-        forwarded.timer = None
         self._finish(forwarded)
-        if self.realm is not None:
-            self.realm.stats.call_timeouts += 1
-        forwarded.caller.send_call_error(forwarded.call_request, errors.TIMEOUT,
-                                         ["call timed out"], None)
+        answer_timed_out(forwarded.caller, forwarded.call_request,
+                         self.realm.stats if self.realm is not None else None)
 
     def _finish(self, forwarded: Forwarded) -> None:
-        if forwarded.timer is not None:
-            forwarded.timer.cancel()
-            forwarded.timer = None
+        self._deadlines.stop(forwarded)
         self._calls.pop(forwarded.id, None)
         self._by_caller.pop((forwarded.caller.info.session_id, forwarded.call_request), None)
 
-    def cancel(self, caller: Peer, call_request: int, mode: str) -> None:
+    def cancel(self, caller: Caller, call_request: int, mode: str) -> None:
+        """A CANCEL of a forwarded call: sent to the callee's node, and the caller answered
+        unless ``kill`` waits for the callee."""
         forwarded = self._by_caller.get((caller.info.session_id, call_request))
         if forwarded is None or forwarded.killing:
             return
@@ -343,6 +365,8 @@ class RedisDealer:
              forwarded.caller.info.session_id, mode])), 1)
 
     def caller_left(self, session_id: int) -> None:
+        """A caller left: its forwarded calls are canceled on the callees' nodes, so callees stop
+        working for nobody."""
         if not self._calls:
             return
         for forwarded in [f for f in self._calls.values()
@@ -352,7 +376,7 @@ class RedisDealer:
 
     # the node's channel -------------------------------------------------------
 
-    def received(self, message: list) -> None:
+    def received(self, message: Message) -> None:
         """A message on this node's ``wr:rpc:<node>`` channel for this realm."""
         kind = message[0]
         if kind == RESULT:
@@ -380,24 +404,26 @@ class RedisDealer:
                     RemoteCaller(self, origin, SessionInfo(session_id, self.name, "", "")),
                     call_id, mode)
 
-    def _invoke(self, message: list) -> None:
+    def _invoke(self, message: Message) -> None:
         """Run a call another node forwarded, with this node's dealer."""
         (_, _, origin, call_id, session_id, registration_id, procedure, args, kwargs,
          receive_progress, disclose, caller_id, authid, authrole, timeout_ms) = message
         caller = RemoteCaller(self, origin, SessionInfo(caller_id, self.name, authid, authrole))
-        local, callee = self._callee(session_id, registration_id)
-        if callee is None or self.realm is None:
+        realm = self.realm
+        found = self._callee(session_id, registration_id) if realm is not None else None
+        if realm is None or found is None:
             caller.send_call_error(call_id, errors.NO_SUCH_PROCEDURE,
                                    [f"the callee of '{procedure}' left node {self.engine.node}"],
                                    None)
             return
+        local, callee = found
         try:
-            self.realm.dealer.invoke(local, callee, caller, call_id, procedure,  # type: ignore[arg-type]
-                                     args, kwargs, receive_progress, timeout_ms, disclose)
+            realm.dealer.invoke(local, callee, caller, call_id, procedure,
+                                args, kwargs, receive_progress, timeout_ms, disclose)
         except RouterError as exc:
             caller.send_call_error(call_id, exc.uri, exc.args_list, exc.kwargs)
 
-    def answer(self, node: str, call_id: int, message: list) -> None:
+    def answer(self, node: str, call_id: int, message: Message) -> None:
         """Send a result or error back to the caller's node."""
         try:
             data = msgpack.packb(message, use_bin_type=True)
@@ -408,14 +434,10 @@ class RedisDealer:
         self.engine.send(command("PUBLISH", _channel(node), data), 1)
 
 
-def _field(registration: Registration) -> str:
+def _field(registration: Registration[Peer]) -> str:
+    """A registration's field in the registrations hash: its match and its URI."""
     return f"{registration.match} {registration.uri}"
 
 
 def _channel(node: str) -> bytes:
     return b"wr:rpc:" + node.encode()
-
-
-if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
-    from router.core.dealer import ClusterDealer
-    _: type[ClusterDealer] = RedisDealer

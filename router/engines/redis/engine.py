@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import msgpack
 from twisted.internet import defer, task
@@ -64,14 +64,11 @@ from router.engines.redis.outbox import RedisOutboxStore
 from router.engines.redis.realm import (CONFIRM_CHANNEL_PREFIX, INTEREST_CHANNEL,
                                         QOS_CHANNEL_PREFIX, RETAINED_CHANNEL, RedisRealm,
                                         unpack_patterns)
-from router.engines.redis.resp import BlockingRedis, RespFactory, RespProtocol, command
+from router.engines.redis.resp import BlockingRedis, Reply, RespFactory, RespProtocol, command
 from router.engines.redis.sessions import RedisMqttSessionStore
 
 if TYPE_CHECKING:
-    from router.amqp.persistence import AmqpStore
-    from router.core.engine import Engine
     from router.core.realm import Realm
-    from router.mqtt.persistence import MqttSessionStore
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +111,8 @@ class RedisEngine:
 
     def open_realm(self, name: str, policy: RetentionPolicy,
                    history: list[HistoryRule]) -> RealmEngine:
+        """The realm's share of the cluster: its state read from Redis now (a blocking read:
+        start-up, before the reactor runs), then kept in step with the other nodes."""
         shared = self.realms[name] = RedisRealm(self, name, policy)
         host, port, db = self.address
         redis = BlockingRedis(host, port, db)
@@ -151,7 +150,7 @@ class RedisEngine:
         self.on_pressure = lambda pressed: paused(pressed, "Redis")
         self.on_adopting = lambda adopting: paused(adopting, "dead-node adoption")
 
-    def start(self, realms: dict[str, "Realm"], incidents: Incidents) -> None:
+    def start(self, realms: "Mapping[str, Realm]", incidents: Incidents) -> None:
         """Receive from the other nodes for ``realms`` and send to them."""
         self.incidents = incidents
         for name, shared in self.realms.items():
@@ -224,14 +223,14 @@ class RedisEngine:
         self.incidents.count(realm, "engine", ENGINE_UNAVAILABLE,
                              f"{what}: {why}" if what else why)
 
-    def request(self, data: bytes, skipped: int = 0) -> defer.Deferred:
+    def request(self, data: bytes, skipped: int = 0) -> defer.Deferred[Reply]:
         """A Deferred of the last reply (see :meth:`RespProtocol.request`); failed when
         Redis is not connected."""
         if self.commands is None:
             return defer.fail(ConnectionError("Redis is not connected"))
         return self.commands.request(data, skipped)
 
-    def _push(self, message: list) -> None:
+    def _push(self, message: list[Reply]) -> None:
         if not isinstance(message, list):
             return
         if message[0] != b"message":
@@ -301,6 +300,8 @@ class RedisEngine:
                 shared.received(publication)
 
     def sweep(self) -> None:
+        """Once a second: expired retained topics, unconfirmed forwards and unanswered writes are
+        settled, so nothing waits forever on a silent node or Redis."""
         for shared in self.realms.values():
             shared.sweep()
             shared.expire_unconfirmed()  # first: it counts its own incidents
@@ -320,7 +321,3 @@ class RedisEngine:
         for connector in self._connectors:
             connector.factory.stopTrying()
             connector.disconnect()
-
-
-if TYPE_CHECKING:  # the type checker proves the contract (tests/test_engines.py at run time)
-    _: type[Engine[MqttSessionStore, AmqpStore]] = RedisEngine

@@ -44,13 +44,15 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import msgpack
 from twisted.internet import task
+from twisted.python.failure import Failure
 
+from router.core.engine import StoredTestament
 from router.core.incidents import ENGINE_UNAVAILABLE, STORE_FAILED
 from router.core.model import SessionInfo
 from router.core.testament import publish_testaments
 from router.engines.redis.context import EngineContext, RealmContext
 from router.engines.redis.lua import script
-from router.engines.redis.resp import BlockingRedis, command
+from router.engines.redis.resp import BlockingRedis, Command, Reply, command
 from router.mqtt.persistence import StoredWill
 
 if TYPE_CHECKING:
@@ -71,10 +73,10 @@ class LeftRealm(RealmContext, Protocol):
     realm: "Realm | None"
     sessions: "RedisMqttSessionStore"
     links: "RedisAmqpStore | None"
-    claims: "dict[str, RedisClaims]"
+    claims: "dict[str, RedisClaims[Any]]"
     dealer: "RedisDealer"
 
-    def reap_command(self, node: str, alive_key: bytes) -> tuple:
+    def reap_command(self, node: str, alive_key: bytes) -> Command:
         """The reaping script's call for dead node ``node`` in this realm."""
 
     def hold_forwarded(self) -> None:
@@ -138,7 +140,9 @@ class RedisTestaments:
         """``callback(ok)`` once Redis holds every testament saved so far."""
         self._shared.when_durable(callback)
 
-    def save(self, info: SessionInfo, testaments: list[list]) -> bool:
+    def save(self, info: SessionInfo, testaments: list[StoredTestament]) -> bool:
+        """Copy the session's testaments to Redis, so another node publishes them if this one
+        dies; False when they cannot be encoded."""
         if not testaments:
             self._shared.write(command("HDEL", self.key, info.session_id))
             return True
@@ -155,8 +159,8 @@ class RedisTestaments:
         return True
 
 
-def publish_left(shared: "LeftRealm", node: str, testaments: list, wills: list,
-                 adopted: list | None) -> None:
+def publish_left(shared: "LeftRealm", node: str, testaments: list[bytes], wills: list[bytes],
+                 adopted: list[list[bytes]] | None) -> None:
     """Publish what node ``node`` (dead, or this node's previous run) left in realm
     ``shared``: its sessions' testaments; its clients' wills, with their sessions if
     ``adopted`` (the ids this node now owns, per :attr:`RedisRealm.claims` entry; None:
@@ -187,7 +191,7 @@ def publish_left(shared: "LeftRealm", node: str, testaments: list, wills: list,
                  len(testaments) // 2, len(by_client), f"; {counts} adopted" if counts else "")
 
 
-def take_left(shared: "LeftRealm", redis: BlockingRedis) -> tuple[list, list]:
+def take_left(shared: "LeftRealm", redis: BlockingRedis) -> tuple[list[bytes], list[bytes]]:
     """Start-up: the testaments and wills this node's previous run left (it was killed and
     came back before it was reaped), removed from Redis, to publish once running."""
     keys = (testaments_key(shared.name, shared.engine.node), shared.sessions.will_key)
@@ -219,6 +223,7 @@ class NodeWatch:
         redis.call("SADD", NODES_KEY, self.engine.node)
 
     def start(self) -> None:
+        """Refresh this node's alive key and look for dead nodes every ``heartbeat_interval``."""
         self._loop.start(self.engine.limits.heartbeat_interval, now=False)
 
     def beat(self) -> None:
@@ -231,7 +236,7 @@ class NodeWatch:
             self._timeout_ms, 2 * self._timeout_ms, ALIVE_PREFIX, REAPER_PREFIX)
         ).addCallbacks(self._beaten, self._not_beaten)
 
-    def _beaten(self, reply: list) -> None:
+    def _beaten(self, reply: list[Reply]) -> None:
         lost, dead = reply
         if lost:
             log.error("node %s: its alive key had expired (no heartbeat for %.1f s): other "
@@ -241,7 +246,7 @@ class NodeWatch:
         for node in dead:
             self.reap(node.decode())
 
-    def _not_beaten(self, failure: Any) -> None:
+    def _not_beaten(self, failure: Failure) -> None:
         self.engine.incidents.count("", "engine", ENGINE_UNAVAILABLE,
                                     f"heartbeat not written to Redis "
                                     f"({failure.getErrorMessage()}): other nodes find this "
@@ -265,7 +270,7 @@ class NodeWatch:
         engine.send(command("EVAL", REAPED, 3, alive_key, REAPER_PREFIX + node.encode(),
                             NODES_KEY, node), 1, what=f"node {node} not marked reaped")
 
-    def _reaped(self, replies: list, shared: "LeftRealm", node: str) -> None:
+    def _reaped(self, replies: list[Reply], shared: "LeftRealm", node: str) -> None:
         reaped, _ = replies
         if reaped is None:
             log.info("realm %s: node %s is alive again: not reaped", shared.name, node)
@@ -277,18 +282,13 @@ class NodeWatch:
         self.engine.request(command("PING")).addBoth(
             lambda _: shared.release_forwarded())
 
-    def _reap_failed(self, failure: Any, shared: "LeftRealm", node: str) -> None:
+    def _reap_failed(self, failure: Failure, shared: "LeftRealm", node: str) -> None:
         log.error("realm %s: node %s not (fully) reaped: %s", shared.name, node,
                   failure.getTraceback())
         shared.release_forwarded()
 
-    def close(self) -> list[tuple]:
+    def close(self) -> list[Command]:
         """Stop beating; the commands that say this node stopped cleanly."""
         if self._loop.running:
             self._loop.stop()
         return [("DEL", self.alive_key), ("SREM", NODES_KEY, self.engine.node)]
-
-
-if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
-    from router.core.engine import TestamentStore
-    _: type[TestamentStore] = RedisTestaments

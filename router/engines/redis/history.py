@@ -28,7 +28,7 @@ from router.core.model import Publication, SessionInfo
 from router.core.topic import Topic, topic_matches
 from router.engines.records import pack_publication, topic_key, unpack_publication
 from router.engines.redis.lua import script
-from router.engines.redis.resp import command
+from router.engines.redis.resp import Arg, command
 
 if TYPE_CHECKING:
     from router.engines.redis.context import EngineContext
@@ -48,7 +48,7 @@ class RedisHistory:
         self.rules = rules
         self.keys = [f"wr:history:{realm}:{rule.match}:{topic_key(rule.pattern)}".encode()
                      for rule in rules]
-        self._head = [f"wr:history-seq:{realm}".encode(), *self.keys,
+        self._head: list[Arg] = [f"wr:history-seq:{realm}".encode(), *self.keys,
                       *(rule.limit for rule in rules),
                       *(int(rule.max_age * 1000) if rule.max_age else 0 for rule in rules)]
         self._batch: list[bytes] = []
@@ -62,6 +62,8 @@ class RedisHistory:
         return 0
 
     def record(self, publication: Publication) -> None:
+        """Append a publication to every matching rule's list in Redis, in one script call per
+        reactor turn."""
         if not recordable(publication):
             return
         matched = b",".join(b"%d" % index for index, rule in enumerate(self.rules)
@@ -93,7 +95,7 @@ class RedisHistory:
 
         def replied(logs: "list[list[bytes]] | Failure") -> None:
             if isinstance(logs, Failure):
-                answer(logs.value)
+                answer(logs.value if isinstance(logs.value, Exception) else Exception(logs))
                 return
             now = time.time()
             try:
@@ -123,8 +125,3 @@ class RedisHistory:
                 if horizon is None or publication.timestamp >= horizon:
                     kept.append((sequence, publication))
         return kept
-
-
-if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
-    from router.core.history import History
-    _: type[History] = RedisHistory

@@ -18,7 +18,8 @@ loads each of them as an own claim (:meth:`RedisAmqpStore.adopt_links`): detache
 subscribed there, they queue until their client attaches on any node (or they expire).
 
 The QoS 2 delivery tags of durable *sender* links (exactly-once publishing) stay in the
-node's SQLite, as on a single node (:class:`SqliteLinkStore`).
+node's SQLite, as on a single node (:class:`router.engines.embedded.links.SqliteInboundTags`,
+which the store holds and hands those calls to).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from typing import TYPE_CHECKING, Callable
 import msgpack
 
 from router.amqp.persistence import Outgoing, StoredDurable, expired, link_id
-from router.engines.embedded.links import SqliteLinkStore
+from router.engines.embedded.links import SqliteInboundTags
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.redis.claims import RedisClaims
+from router.engines.redis.resp import Command, Reply
 
 if TYPE_CHECKING:
     from router.engines.redis.context import RealmContext
@@ -42,16 +44,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
-    """:class:`router.amqp.persistence.AmqpStore`'s durable subscriptions on Redis, plus the ownership of durable
-    links among the nodes (:class:`RedisClaims`)."""
+class RedisAmqpStore(RedisClaims[StoredDurable]):
+    """:class:`router.amqp.persistence.AmqpStore`'s durable subscriptions on Redis, plus the
+    ownership of durable links among the nodes (:class:`RedisClaims`); the QoS 2 tags of
+    sender links in the node's SQLite file."""
 
     protocol = "amqp"
     label = "AMQP durable link"
 
     def __init__(self, shared: "RealmContext", realm: str, local: SqliteStore) -> None:
-        RedisClaims.__init__(self, shared, realm)
-        SqliteLinkStore.__init__(self, local, realm)
+        super().__init__(shared, realm)
+        self._tags = SqliteInboundTags(local, realm)
+        self.inbound = self._tags.inbound
+        """Unsettled QoS 2 delivery tags per durable sender link (container, link)."""
+        self._expiry: dict[tuple[str, str], tuple[float, float | None]] = {}
+        """(timeout, detached_at) of each link read or set here."""
         self._link_key = f"wr:amqp-link:{realm}".encode()
         self._expiry_key = f"wr:amqp-expiry:{realm}".encode()
         self.max_expiry = math.inf
@@ -73,18 +80,19 @@ class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
         suffix = f"{self._realm}:{owned}".encode()
         return b"wr:amqp-queue:" + suffix, b"wr:amqp-count:" + suffix
 
-    def _reads(self, owned: str) -> list[tuple]:
+    def _reads(self, owned: str) -> list[Command]:
         queue, counts = self._keys(owned)
         return [("HGET", self._link_key, owned), ("HGET", self._expiry_key, owned),
                 ("HGETALL", queue), ("HGETALL", counts)]
 
-    def _stored(self, owned: str, replies: list) -> StoredDurable | None:
+    def _stored(self, owned: str, replies: list[Reply]) -> StoredDurable | None:
         """The link's subscription and queue; None if Redis holds none or it expired (then
         it is deleted)."""
         record, expiry, queue, counts = replies
         if record is None:
             return None
-        container, link, *definition, group = msgpack.unpackb(record, raw=False)
+        (container, link, address, qos, policy, authid, authrole, authmethod,
+         group) = msgpack.unpackb(record, raw=False)
         timeout, detached_at = (msgpack.unpackb(expiry) if expiry is not None
                                 else (self.max_expiry, None))
         timeout = min(timeout, self.max_expiry)
@@ -98,28 +106,37 @@ class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
         queued = [Outgoing.unpack(int(seq), blob, int(count_of.get(seq, 0)))
                   for seq, blob in sorted(zip(queue[::2], queue[1::2]),
                                           key=lambda item: int(item[0]))]
-        return StoredDurable(container, link, *definition, queued=queued, group=group)
+        return StoredDurable(container, link, address, qos, policy, authid, authrole,
+                             authmethod, queued=queued, group=group)
 
-    # AmqpStore (router.amqp.persistence) ---------------------------------------------------------------------------
+    # AmqpStore (router.amqp.persistence) ------------------------------------------------
 
     def load(self, max_expiry: float, now: float | None = None) -> list[StoredDurable]:
         """Start-up: the durable links this node owned when it stopped."""
         self.max_expiry = max_expiry
         return self.load_owned()
 
+    def expiry_of(self, container: str, link: str) -> tuple[float, float | None]:
+        """(timeout, detached_at) of a link read by :meth:`load` or claimed here."""
+        return self._expiry[(container, link)]
+
     def set_expiry(self, container: str, link: str, timeout: float,
                    detached_at: float | None = None) -> None:
+        """The link's timeout and detach time, in Redis: a node adopting the link knows when it
+        expires."""
         self._expiry[(container, link)] = (timeout, detached_at)
         self._write("HSET", self._expiry_key, link_id(container, link),
                     msgpack.packb([timeout, detached_at]))
 
     def save(self, container: str, link: str, address: str, qos: int, policy: str,
              authid: str, authrole: str, authmethod: str, group: str | None = None) -> None:
+        """A durable link's definition in Redis, so any node can restore it."""
         self._write("HSET", self._link_key, link_id(container, link), msgpack.packb(
             [container, link, address, qos, policy, authid, authrole, authmethod, group],
             use_bin_type=True))
 
     def delete(self, container: str, link: str) -> None:
+        """The link is gone: its definition, expiry and queue leave Redis."""
         self._expiry.pop((container, link), None)
         owned = link_id(container, link)
         self._write("HDEL", self._link_key, owned)
@@ -127,28 +144,42 @@ class RedisAmqpStore(RedisClaims[StoredDurable], SqliteLinkStore):
         self._write("DEL", *self._keys(owned))
 
     def enqueue(self, container: str, link: str, item: Outgoing) -> None:
+        """A message queued for the link in Redis, so it follows the link to any node."""
         queue, counts = self._keys(link_id(container, link))
         self._write("HSET", queue, item.seq, item.pack())
         self._write("HSET", counts, item.seq, item.delivery_count)
 
     def update_count(self, container: str, link: str, item: Outgoing,
                      count: int | None = None) -> None:
+        """The delivery count of a queued message, kept apart from the message so counting
+        rewrites a number only."""
         self._write("HSET", self._keys(link_id(container, link))[1], item.seq,
                     item.delivery_count if count is None else count)
 
     def remove(self, container: str, link: str, seq: int) -> None:
+        """A queued message was accepted or dropped."""
         queue, counts = self._keys(link_id(container, link))
         self._write("HDEL", queue, seq)
         self._write("HDEL", counts, seq)
 
+    def has_inbound(self, key: tuple[str, str], tag: bytes) -> bool:
+        """See :meth:`SqliteInboundTags.has_inbound` (sender links' tags stay on the node)."""
+        return self._tags.has_inbound(key, tag)
+
+    def add_inbound(self, key: tuple[str, str], tag: bytes) -> None:
+        """See :meth:`SqliteInboundTags.add_inbound`."""
+        self._tags.add_inbound(key, tag)
+
+    def delete_inbound(self, key: tuple[str, str], tag: bytes) -> None:
+        """See :meth:`SqliteInboundTags.delete_inbound`."""
+        self._tags.delete_inbound(key, tag)
+
+    def forget_inbound(self, key: tuple[str, str]) -> None:
+        """See :meth:`SqliteInboundTags.forget_inbound`."""
+        self._tags.forget_inbound(key)
+
     def when_durable(self, callback: Callable[[bool], None]) -> None:
         """Once Redis (the links) and the node's SQLite (QoS 2 tags of sender links) have
         what was written so far."""
-        RedisClaims.when_durable(self, lambda shared: SqliteLinkStore.when_durable(
-            self, lambda stored: callback(shared and stored)))
-
-
-if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
-    from router.amqp.persistence import AmqpStore, LinkClaims
-    _link_store: type[AmqpStore] = RedisAmqpStore
-    _link_claims: type[LinkClaims] = RedisAmqpStore
+        super().when_durable(lambda shared: self._tags.when_durable(
+            lambda stored: callback(shared and stored)))

@@ -16,7 +16,8 @@ import msgpack
 from twisted.internet import defer, task
 from twisted.python.failure import Failure
 
-from router.core.broker import Subscription, SubscriptionIndex
+from router.core.peer import Subscription
+from router.core.subscriptions import PatternEntry, SubscriptionIndex
 from router.core.incidents import ENGINE_BEHIND, ENGINE_UNAVAILABLE, STORE_FAILED
 from router.core.model import Publication
 from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
@@ -30,7 +31,7 @@ from router.engines.redis.failure import (NODE_DOWN_CHANNEL, REAP, RedisTestamen
 from router.engines.redis.links import RedisAmqpStore
 from router.engines.redis.lua import script
 from router.engines.redis.membership import RedisMembership
-from router.engines.redis.resp import BlockingRedis, command
+from router.engines.redis.resp import BlockingRedis, Command, Reply, command
 from router.engines.redis.sessions import RedisMqttSessionStore
 
 if TYPE_CHECKING:
@@ -63,12 +64,22 @@ class ConflictError(Exception):
     """A retained change that kept losing to other nodes' changes of the same topic."""
 
 
+class _NodesAt(PatternEntry):
+    """The nodes holding one (topic pattern, match): what :class:`RemoteInterest` indexes."""
+
+    __slots__ = ("nodes",)
+
+    def __init__(self, index_id: int, topic: Topic, match: str) -> None:
+        super().__init__(index_id, topic, match)
+        self.nodes: set[str] = set()
+
+
 class RemoteInterest:
     """Which other nodes want which topics of one realm: the broker's index, with node
     names where the broker has sessions."""
 
     def __init__(self) -> None:
-        self.index = SubscriptionIndex()
+        self.index: SubscriptionIndex[_NodesAt] = SubscriptionIndex()
         self._ids = count(1)
         self._patterns: dict[str, set[tuple[Topic, str]]] = {}
 
@@ -79,15 +90,15 @@ class RemoteInterest:
         for topic, match in old - patterns:
             entry = index.lookup(topic, match)
             if entry is not None:
-                entry.subscribers.pop(node, None)  # type: ignore[call-overload]
-                if not entry.subscribers:
+                entry.nodes.discard(node)
+                if not entry.nodes:
                     index.remove(entry)
         for topic, match in patterns - old:
             entry = index.lookup(topic, match)
             if entry is None:
-                entry = Subscription(next(self._ids), topic, match)
+                entry = _NodesAt(next(self._ids), topic, match)
                 index.add(entry)
-            entry.subscribers[node] = None  # type: ignore[index,assignment]
+            entry.nodes.add(node)
         if patterns:
             self._patterns[node] = patterns
 
@@ -103,7 +114,7 @@ class RemoteInterest:
         """The nodes with a pattern matching ``topic``."""
         found: set[str] = set()
         for entry in self.index.matching(topic):
-            found.update(entry.subscribers)  # type: ignore[arg-type]
+            found.update(entry.nodes)
         return found
 
 
@@ -143,14 +154,14 @@ class RedisRealm:
         self._writes: list[bytes] = []
         """Session-state commands of this reactor turn, sent in one batch."""
         self._issued = 0
-        self._pending: deque[list] = deque()
+        self._pending: deque[list[Any]] = deque()
         """[number, ok or None while unanswered, deadline] of each durable request, oldest
         first (so by deadline too)."""
         self._waiters: deque[tuple[int, int, Callable[[bool], None]]] = deque()
         self._failures: list[int] = []
         self._flush_due = False
         self._forwarded = count(1)
-        self._unconfirmed: dict[str, deque[tuple[int, float, defer.Deferred]]] = {}
+        self._unconfirmed: dict[str, deque[tuple[int, float, defer.Deferred[bool]]]] = {}
         """node -> (number, deadline, settled when confirmed) of each QoS >= 1 publication
         sent to it and not confirmed yet, oldest first."""
         self._unconfirmed_count = 0
@@ -158,12 +169,12 @@ class RedisRealm:
         """sending node -> number of the latest QoS >= 1 publication received from it, to
         confirm in this turn's batch."""
         self.sessions = RedisMqttSessionStore(self, name)
-        self.claims: dict[str, RedisClaims] = {"mqtt": self.sessions}
+        self.claims: dict[str, RedisClaims[Any]] = {"mqtt": self.sessions}
         """Protocol -> the ids of its client state that follow their client among nodes."""
         self.links: RedisAmqpStore | None = None
         """The realm's durable AMQP links, where it has an AMQP frontend."""
         self.testaments = RedisTestaments(self)
-        self.left: tuple[list, list] | None = None
+        self.left: tuple[list[bytes], list[bytes]] | None = None
         """Testaments and wills this node's previous run left, until published."""
         self.tokens: dict[bytes, bytes] = {}
         """topic key -> token of the write whose state this node's memory holds."""
@@ -248,7 +259,7 @@ class RedisRealm:
         deadline = time.monotonic() + engine.limits.confirm_timeout
         for node in nodes:
             # the publisher's acknowledgement waits until the node confirms it
-            confirmed = defer.Deferred()
+            confirmed: defer.Deferred[bool] = defer.Deferred()
             self._unconfirmed.setdefault(node, deque()).append((number, deadline, confirmed))
             self._unconfirmed_count += 1
             self._track(confirmed)
@@ -265,13 +276,13 @@ class RedisRealm:
         if publication.qos:  # failed once the publisher's acknowledgement waits for it
             self._track(task.deferLater(self.engine.reactor, 0, lambda: False))
 
-    def _handed(self, listeners: int, confirmed: defer.Deferred, publication: Publication,
+    def _handed(self, listeners: int, confirmed: defer.Deferred[bool], publication: Publication,
                 node: str) -> None:
         if listeners == 0:  # the node is not subscribed: stopped, or cut off from Redis
             self._not_handed(None, confirmed, publication, node)
 
-    def _not_handed(self, failure: Any, confirmed: defer.Deferred, publication: Publication,
-                    node: str) -> None:
+    def _not_handed(self, failure: Failure | None, confirmed: defer.Deferred[bool],
+                    publication: Publication, node: str) -> None:
         why = failure.getErrorMessage() if failure is not None else "it is not listening"
         self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
                                     f"topic {publication.name}: not handed to node {node}: {why}")
@@ -299,7 +310,7 @@ class RedisRealm:
                     f"{expired} publication(s) sent to node {node} not confirmed within "
                     f"{self.engine.limits.confirm_timeout:g} s")
 
-    def reap_command(self, node: str, alive_key: bytes) -> tuple:
+    def reap_command(self, node: str, alive_key: bytes) -> Command:
         """The :data:`router.engines.redis.failure.REAP` call for dead node ``node``."""
         owners = [claims.owner_key for claims in self.claims.values()]
         return ("EVAL", REAP, 6 + len(owners), alive_key, testaments_key(self.name, node),
@@ -307,7 +318,7 @@ class RedisRealm:
                 self.members.subscriptions_key, self.keys["interest"], *owners,
                 node, self.engine.node, self.name, NODE_DOWN_CHANNEL)
 
-    def node_down(self, node: str, left: list, reaper: str) -> None:
+    def node_down(self, node: str, left: list[Reply], reaper: str) -> None:
         """Node ``node`` died and ``reaper`` reaped it: ``reaper`` gets what matches the
         dead node's patterns, its sessions left (meta events for this node's subscribers),
         its calls' answers, releases of client state and confirmations will not come (what
@@ -349,7 +360,7 @@ class RedisRealm:
             return
         if self.realm is not None and not publication.expired():
             self.realm.broker.dispatch(publication)
-        if number:
+        if number and sender is not None:
             self._confirms[sender] = number
             self._flush_soon()
 
@@ -393,7 +404,7 @@ class RedisRealm:
                                          MAX_ATTEMPTS))
 
     def _write_retained(self, key: bytes, entries: list[RetainedEvent], action: str,
-                        expected: bytes, attempts: int) -> defer.Deferred:
+                        expected: bytes, attempts: int) -> defer.Deferred[object]:
         """Replace the topic in Redis if it still holds ``expected``; a Deferred of whether
         the change (or its retry on what Redis held) got stored."""
         engine = self.engine
@@ -402,9 +413,10 @@ class RedisRealm:
         self._latest_own[key] = token
         if entries:
             self.tokens[key] = token
-            expiries = [entry.expires_at for entry in entries]
+            expiries = [entry.expires_at for entry in entries if entry.expires_at is not None]
             blob = pack_topic(entries)
-            score = b"" if None in expiries else repr(max(expiries)).encode()  # type: ignore[type-var]
+            # the topic expires with its last entry; an entry without expiry keeps it
+            score = b"" if len(expiries) < len(entries) else repr(max(expiries)).encode()
         else:
             self.tokens.pop(key, None)
             blob = score = b""
@@ -414,8 +426,8 @@ class RedisRealm:
         return written.addCallback(self._written, key, entries, action, token, attempts
                                    ).addErrback(self._write_failed, key, token)
 
-    def _written(self, reply: list, key: bytes, entries: list[RetainedEvent], action: str,
-                 token: bytes, attempts: int) -> "bool | defer.Deferred":
+    def _written(self, reply: list[Reply], key: bytes, entries: list[RetainedEvent], action: str,
+                 token: bytes, attempts: int) -> "bool | defer.Deferred[object]":
         """Stored, or another node changed the topic first: apply this change to what it
         stored (a cleared topic is cleared again, an eviction yields) and try again."""
         if reply[0] == 1:
@@ -432,7 +444,7 @@ class RedisRealm:
         self.retention.revert(_topic_from_key(key), merged)
         return self._write_retained(key, merged, action, current, attempts - 1)
 
-    def _write_failed(self, failure: Any, key: bytes, token: bytes) -> bool:
+    def _write_failed(self, failure: Failure, key: bytes, token: bytes) -> bool:
         if self._latest_own.get(key) == token:
             del self._latest_own[key]
         self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
@@ -476,13 +488,13 @@ class RedisRealm:
         self._track(engine.request(b"".join(writes), len(writes) - 1).addErrback(
             self._batch_failed, len(writes)))
 
-    def _batch_failed(self, failure: Any, commands: int) -> bool:
+    def _batch_failed(self, failure: Failure, commands: int) -> bool:
         self.engine.incidents.count(self.name, "engine", STORE_FAILED,
                                     f"{commands} client-state write(s) not stored in Redis "
                                     f"({failure.getErrorMessage()})")
         return False
 
-    def _track(self, written: defer.Deferred) -> None:
+    def _track(self, written: defer.Deferred[Any]) -> None:
         """Count a request that :meth:`when_durable` waits for (False or a failure: lost)."""
         self._issued += 1
         entry = [self._issued, None, time.monotonic() + self.engine.limits.confirm_timeout]
@@ -505,7 +517,7 @@ class RedisRealm:
                 f"{expired} write(s) not answered by Redis within "
                 f"{self.engine.limits.confirm_timeout:g} s: their acknowledgements fail")
 
-    def _answered(self, result: Any, entry: list) -> None:
+    def _answered(self, result: Any, entry: list[Any]) -> None:
         if entry[1] is not None:  # expired already
             return
         ok = result is not False and not isinstance(result, Failure)
@@ -592,7 +604,7 @@ class RedisRealm:
                             time.time(), self.name, engine.node, RETAINED_CHANNEL), 1)
 
 
-def _settle(waiting: defer.Deferred, ok: bool) -> None:
+def _settle(waiting: defer.Deferred[bool], ok: bool) -> None:
     """Fire ``waiting`` unless an earlier answer did (a failure can precede the timeout)."""
     if not waiting.called:
         waiting.callback(ok)

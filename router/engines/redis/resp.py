@@ -12,11 +12,21 @@ from __future__ import annotations
 
 import socket
 from collections import deque
-from typing import Any, Callable
+from enum import Enum
+from typing import Any, Callable, TypeAlias
 
 from twisted.internet import defer, protocol
 
-INCOMPLETE = object()
+Reply: TypeAlias = Any
+"""A decoded reply: ``bytes``, ``int``, ``str`` (a status), ``None``, a :class:`RedisError`
+or a list of replies. Which one is the command's business: the code that sent it reads
+the shape it asked for, so the parser cannot type it more narrowly than this."""
+Arg: TypeAlias = "bytes | str | int | float"
+"""One argument of a command, as :func:`command` encodes it."""
+Command: TypeAlias = "tuple[Arg, ...]"
+"""A command not encoded yet (name and arguments), for :class:`BlockingRedis`."""
+
+INCOMPLETE = None
 """What :func:`parse` returns while a reply has not fully arrived."""
 
 
@@ -24,7 +34,7 @@ class RedisError(Exception):
     """An error reply (``-ERR ...``)."""
 
 
-def command(*args: bytes | str | int | float) -> bytes:
+def command(*args: Arg) -> bytes:
     """One command as RESP: an array of bulk strings."""
     parts = [b"*%d\r\n" % len(args)]
     for arg in args:
@@ -33,7 +43,7 @@ def command(*args: bytes | str | int | float) -> bytes:
     return b"".join(parts)
 
 
-def parse(buffer: bytearray, position: int) -> tuple[Any, int] | object:
+def parse(buffer: bytearray, position: int) -> tuple[Reply, int] | None:
     """(reply, position after it) of the reply starting at ``position``, or INCOMPLETE."""
     end = buffer.find(b"\r\n", position)
     if end < 0:
@@ -55,9 +65,9 @@ def parse(buffer: bytearray, position: int) -> tuple[Any, int] | object:
         items = []
         for _ in range(size):
             parsed = parse(buffer, after)
-            if parsed is INCOMPLETE:
+            if parsed is None:
                 return INCOMPLETE
-            item, after = parsed  # type: ignore[misc]
+            item, after = parsed
             items.append(item)
         return items, after
     if kind == 0x3A:  # : integer
@@ -69,7 +79,11 @@ def parse(buffer: bytearray, position: int) -> tuple[Any, int] | object:
     raise ValueError(f"not a RESP reply: {bytes(buffer[position:end + 2])!r}")
 
 
-SKIPPED = object()
+class _Mark(Enum):
+    SKIPPED = "skipped"
+
+
+SKIPPED = _Mark.SKIPPED
 """Stands for a reply :meth:`RespProtocol.request` does not wait for, but whose error
 fails the request (``None`` stands for a reply nobody waits for at all)."""
 
@@ -96,7 +110,7 @@ class RespProtocol(protocol.Protocol):
 
     def __init__(self, max_pending: int = 10_000) -> None:
         self._buffer = bytearray()
-        self._waiting: deque[defer.Deferred | object | None] = deque()
+        self._waiting: deque[defer.Deferred[Reply] | _Mark | None] = deque()
         self._batch_error: RedisError | None = None
         """The first error among the skipped replies of the request being answered."""
         self.max_pending = max_pending
@@ -104,7 +118,7 @@ class RespProtocol(protocol.Protocol):
         self._low = max_pending // 4
         self.pressed = False
         self.on_pressure: Callable[[bool], None] = lambda pressed: None
-        self.on_push: Callable[[list], None] | None = None
+        self.on_push: Callable[[list[Reply]], None] | None = None
         """Set on a subscribed connection: every reply is a push then."""
         self.on_lost: Callable[[], None] | None = None
 
@@ -114,13 +128,14 @@ class RespProtocol(protocol.Protocol):
         return len(self._waiting)
 
     def connectionMade(self) -> None:
+        """Select the database first, then tell the factory's owner the connection is usable."""
         factory = self.factory
         if factory is not None:
             if factory.db:
                 self.send(command("SELECT", factory.db))
             factory.connected(self)
 
-    def request(self, data: bytes, skipped: int = 0) -> defer.Deferred:
+    def request(self, data: bytes, skipped: int = 0) -> defer.Deferred[Reply]:
         """Send encoded commands; the Deferred fires with the reply of the last one (errback:
         RedisError, also when one of the ``skipped`` replies before it, not waited for, was
         an error: a batch is stored only if all of it is). Fails with
@@ -128,7 +143,7 @@ class RespProtocol(protocol.Protocol):
         waiting = self._waiting
         if len(waiting) + skipped + 1 > self.max_pending:
             return defer.fail(Busy(f"{len(waiting)} commands unanswered by Redis"))
-        waiter: defer.Deferred = defer.Deferred()
+        waiter: defer.Deferred[Reply] = defer.Deferred()
         waiting.extend([SKIPPED] * skipped)
         waiting.append(waiter)
         self._write(data)
@@ -145,24 +160,27 @@ class RespProtocol(protocol.Protocol):
         return True
 
     def _write(self, data: bytes) -> None:
-        self.transport.write(data)  # type: ignore[union-attr]
+        # connected before any command (the node sends only once connected); Twisted's
+        # interfaces are zope ones, whose methods mypy reads without ``self``
+        self.transport.write(data)  # type: ignore[union-attr, call-arg, misc]
         if not self.pressed and len(self._waiting) >= self._high:
             self.pressed = True
             self.on_pressure(True)
 
     def dataReceived(self, data: bytes) -> None:
+        """Parse every complete reply in the buffer and hand each to its waiter, in order."""
         buffer = self._buffer
         buffer += data
         position = 0
         while position < len(buffer):
             parsed = parse(buffer, position)
-            if parsed is INCOMPLETE:
+            if parsed is None:
                 break
-            reply, position = parsed  # type: ignore[misc]
+            reply, position = parsed
             self._reply(reply)
         del buffer[:position]
 
-    def _reply(self, reply: Any) -> None:
+    def _reply(self, reply: Reply) -> None:
         if self.on_push is not None:
             self.on_push(reply)
             return
@@ -180,15 +198,17 @@ class RespProtocol(protocol.Protocol):
         if isinstance(reply, RedisError):
             error = reply
         if error is not None:
-            waiter.errback(error)  # type: ignore[union-attr]
+            waiter.errback(error)
         else:
-            waiter.callback(reply)  # type: ignore[union-attr]
+            waiter.callback(reply)
 
     def connectionLost(self, reason: Any = None) -> None:
+        """Fail every request still waiting (their commands may or may not have run) and release
+        the pressure on publishers."""
         waiting, self._waiting = self._waiting, deque()
         self._batch_error = None
         for waiter in waiting:
-            if waiter is not None and waiter is not SKIPPED:
+            if isinstance(waiter, defer.Deferred):
                 waiter.errback(ConnectionError("the connection to Redis was lost"))
         if self.pressed:
             self.pressed = False
@@ -201,7 +221,7 @@ class RespFactory(protocol.ReconnectingClientFactory):
     """Keeps one connection to database ``db`` up; ``connected(protocol)`` runs after
     every (re)connect, once SELECT is sent."""
 
-    maxDelay = 2.0
+    maxDelay = 2
 
     def __init__(self, db: int, connected: Callable[[RespProtocol], None],
                  max_pending: int = 10_000) -> None:
@@ -209,8 +229,12 @@ class RespFactory(protocol.ReconnectingClientFactory):
         self.connected = connected
         self.max_pending = max_pending
 
-    def buildProtocol(self, addr: Any) -> RespProtocol:
-        self.resetDelay()
+    # Twisted types a factory's protocols as ones whose ``factory`` is a plain Factory;
+    # this one's protocols know theirs is a RespFactory
+    def buildProtocol(self, addr: Any) -> RespProtocol:  # type: ignore[override]
+        """A fresh connection with the node's bound; a successful connect resets the reconnect
+        delay."""
+        self.resetDelay()  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
         connection = RespProtocol(self.max_pending)
         connection.factory = self
         return connection
@@ -225,12 +249,13 @@ class BlockingRedis:
         if db:
             self.call("SELECT", db)
 
-    def call(self, *args: bytes | str | int | float) -> Any:
+    def call(self, *args: Arg) -> Reply:
+        """Send one command and wait for its reply (an error reply raises :class:`RedisError`)."""
         self._socket.sendall(command(*args))
         while True:
             parsed = parse(self._buffer, 0) if self._buffer else INCOMPLETE
-            if parsed is not INCOMPLETE:
-                reply, position = parsed  # type: ignore[misc]
+            if parsed is not None:
+                reply, position = parsed
                 del self._buffer[:position]
                 if isinstance(reply, RedisError):
                     raise reply
@@ -241,4 +266,5 @@ class BlockingRedis:
             self._buffer += chunk
 
     def close(self) -> None:
+        """Close the start-up connection once the reactor's connections take over."""
         self._socket.close()

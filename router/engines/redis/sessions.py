@@ -30,6 +30,7 @@ import msgpack
 from router.mqtt.persistence import (QUEUED, StoredMessage, StoredOutbound, StoredSession,
                                      StoredWill)
 from router.engines.redis.claims import RedisClaims
+from router.engines.redis.resp import Command, Reply
 
 if TYPE_CHECKING:
     from router.engines.redis.context import RealmContext
@@ -70,6 +71,8 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
         self.adopt(client_id, stored, will)
 
     def keep_will(self, client_id: str, will: StoredWill | None) -> None:
+        """Copy the connection's will to Redis, so the node that reaps this one publishes it if
+        this node dies."""
         if will is None:
             self._write("HDEL", self.will_key, client_id)
         else:
@@ -81,12 +84,12 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
         return (b"wr:mqtt-subs:" + suffix, b"wr:mqtt-queue:" + suffix,
                 b"wr:mqtt-state:" + suffix, b"wr:mqtt-inbound:" + suffix)
 
-    def _reads(self, owned: str) -> list[tuple]:
+    def _reads(self, owned: str) -> list[Command]:
         subs, queue, state, inbound = self._keys(owned)
         return [("HGET", self._session_key, owned), ("HGETALL", subs), ("HGETALL", queue),
                 ("HGETALL", state), ("SMEMBERS", inbound)]
 
-    def _stored(self, owned: str, replies: list) -> StoredSession | None:
+    def _stored(self, owned: str, replies: list[Reply]) -> StoredSession | None:
         return _stored(owned, replies)
 
     # MqttSessionStore -----------------------------------------------------------
@@ -97,20 +100,27 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
 
     def save_session(self, client_id: str, authid: str, authrole: str, authmethod: str,
                      expiry: float | None, disconnected_at: float | None) -> None:
+        """The session's identity and expiry in Redis, read by whichever node the client connects
+        to next."""
         self._write("HSET", self._session_key, client_id, msgpack.packb(
             [authid, authrole, authmethod, expiry, disconnected_at], use_bin_type=True))
 
     def delete_session(self, client_id: str) -> None:
+        """The session ended or expired: everything it had leaves Redis."""
         self._write("HDEL", self._session_key, client_id)
         self._write("DEL", *self._keys(client_id))
 
-    def save_subscription(self, client_id: str, topic_filter: str, options: list) -> None:
+    def save_subscription(self, client_id: str, topic_filter: str, options: list[int]) -> None:
+        """A subscription of the session in Redis, restored on any node."""
         self._write("HSET", self._keys(client_id)[0], topic_filter, msgpack.packb(options))
 
     def delete_subscription(self, client_id: str, topic_filter: str) -> None:
+        """The session no longer subscribes ``topic_filter``."""
         self._write("HDEL", self._keys(client_id)[0], topic_filter)
 
     def enqueue(self, client_id: str, outbound: StoredOutbound) -> None:
+        """A QoS >= 1 message queued for the session in Redis, so it follows the client to any
+        node."""
         _, queue, state, _ = self._keys(client_id)
         self._write("HSET", queue, outbound.seq, outbound.message.pack())
         self._write("HSET", state, outbound.seq,
@@ -118,21 +128,26 @@ class RedisMqttSessionStore(RedisClaims[StoredSession]):
 
     def update_outbound(self, client_id: str, seq: int, packet_id: int | None,
                         state: str) -> None:
+        """A queued message's packet id and QoS 2 state, so the flow resumes on any node."""
         self._write("HSET", self._keys(client_id)[2], seq, msgpack.packb([packet_id, state]))
 
     def delete_outbound(self, client_id: str, seq: int) -> None:
+        """A queued message was acknowledged: no node resends it."""
         _, queue, state, _ = self._keys(client_id)
         self._write("HDEL", queue, seq)
         self._write("HDEL", state, seq)
 
     def add_inbound(self, client_id: str, packet_id: int) -> None:
+        """An inbound QoS 2 packet id not yet released: a resend to another node is not published
+        twice."""
         self._write("SADD", self._keys(client_id)[3], packet_id)
 
     def delete_inbound(self, client_id: str, packet_id: int) -> None:
+        """The client released the packet id (PUBREL)."""
         self._write("SREM", self._keys(client_id)[3], packet_id)
 
 
-def _stored(client_id: str, replies: list) -> StoredSession | None:
+def _stored(client_id: str, replies: list[Reply]) -> StoredSession | None:
     """A session from the replies to HGET session, HGETALL subscriptions / queue / queue
     state, SMEMBERS inbound; None if Redis has no persistent session of that client."""
     record, subs, queue, states, inbound = replies
@@ -151,9 +166,3 @@ def _stored(client_id: str, replies: list) -> StoredSession | None:
                                               StoredMessage.unpack(message)))
     stored.inbound = {int(packet_id) for packet_id in inbound}
     return stored
-
-
-if TYPE_CHECKING:  # the contract, for the type checker (tests/test_engines.py at run time)
-    from router.mqtt.persistence import MqttSessionStore, SessionClaims
-    _session_store: type[MqttSessionStore] = RedisMqttSessionStore
-    _session_claims: type[SessionClaims] = RedisMqttSessionStore
