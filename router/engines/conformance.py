@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from router.amqp.persistence import AmqpStore, LinkClaims, StoredDurable
 from router.core.dealer import ClusterDealer
-from router.core.engine import Claims, Durability, Engine, Membership, TestamentStore
+from router.core.engine import Claims, Durability, Engine, Membership, OutboxStore, TestamentStore
 from router.core.history import EventHistory, History
 from router.core.realm import Realm
 from router.engines.embedded.engine import EmbeddedEngine
 from router.engines.embedded.links import SqliteLinkStore
+from router.engines.embedded.outbox import SqliteOutboxStore
 from router.engines.embedded.sessions import SqliteSessionStore
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.redis.claims import RedisClaims
@@ -26,6 +27,7 @@ from router.engines.redis.engine import RedisEngine
 from router.engines.redis.failure import LeftRealm, RedisTestaments, WatchedEngine
 from router.engines.redis.history import RedisHistory
 from router.engines.redis.links import RedisAmqpStore
+from router.engines.redis.outbox import RedisOutboxStore
 from router.engines.redis.membership import RedisMembership
 from router.engines.redis.realm import RedisRealm
 from router.engines.redis.sessions import RedisMqttSessionStore
@@ -58,6 +60,16 @@ def embedded_sessions(store: SqliteSessionStore) -> MqttSessionStore:
 
 def embedded_links(store: SqliteLinkStore) -> AmqpStore:
     """Its durable AMQP links live in the SQLite file."""
+    return store
+
+
+def embedded_outbox(store: SqliteOutboxStore) -> OutboxStore:
+    """Its webhook queues live in the SQLite file."""
+    return store
+
+
+def redis_outbox(store: RedisOutboxStore) -> OutboxStore:
+    """Its webhook queues live in Redis."""
     return store
 
 

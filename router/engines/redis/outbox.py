@@ -25,7 +25,6 @@ from router.core.engine import OutboxRecord
 from router.engines.redis.resp import BlockingRedis, command
 
 if TYPE_CHECKING:
-    from router.core.engine import OutboxStore
     from router.engines.redis.context import RealmContext
 
 
@@ -77,6 +76,8 @@ class RedisOutboxStore:
         return gone
 
     def append(self, queue: str, record: OutboxRecord) -> None:
+        """Written in the realm's per-turn batch; the first append of a queue also names this
+        node its writer in the index, so another node never deletes it at start."""
         if queue not in self._indexed:
             self._indexed.add(queue)
             self._shared.write(command("HSET", self._index, queue,
@@ -85,11 +86,10 @@ class RedisOutboxStore:
                                    msgpack.packb([record.body, record.expires_at])))
 
     def remove(self, queue: str, seq: int) -> None:
+        """Written in the realm's per-turn batch, after the appends it follows."""
         self._shared.write(command("HDEL", self._key(queue), seq))
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """The realm's batch durability: answered once Redis has every write so far."""
         self._shared.when_durable(callback)
 
-
-if TYPE_CHECKING:
-    _: type[OutboxStore] = RedisOutboxStore
