@@ -14,6 +14,7 @@ import pytest
 from autobahn.wamp.types import CallResult, RegisterOptions
 
 from router.core.credentials import hash_secret
+from router.http.api import openapi_document
 from tests import amqp_clients
 from tests.clients import connect, next_item, run
 from tests.harness import OPEN_ROLE, ROOT, RouterProcess
@@ -435,3 +436,12 @@ def test_a_cli_token_logs_in_as_its_principal_until_revoked(router):
     while request(router, "GET", "/stats", headers=bearer(token)).status != 401:
         assert time.monotonic() < deadline, "the revoked token still works"
     assert cli("create", "--realm", "realm1", "--principal", "ghost").returncode == 1
+
+
+def test_the_listener_serves_its_openapi_file_and_json_errors_for_unknown_routes(router):
+    served = request(router, "GET", "/openapi.json", headers=basic("alice", "wrong"))
+    assert served.status == 200 and served.body == openapi_document()
+    missing = request(router, "GET", "/nowhere")
+    assert missing.status == 404 and missing.json["error"] == "wamp.error.not_found"
+    wrong_method = request(router, "PUT", "/publish", {"topic": "a.b"})
+    assert wrong_method.status == 405 and wrong_method.headers["allow"] == "POST"

@@ -179,7 +179,8 @@ class HttpApi(Resource):
         method = request.method.decode("ascii", "replace")
         found = match_route(method, path)
         if found is None:
-            allowed = [route.method for route in ROUTES if match_path(route.path, path)]
+            allowed = [route.method for route in ROUTES
+                       if match_path(route.path, path) is not None]
             if allowed:
                 request.setHeader(b"allow", ", ".join(allowed).encode())
                 return self._error(request, 405, errors.INVALID_ARGUMENT,
