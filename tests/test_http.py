@@ -445,3 +445,29 @@ def test_the_listener_serves_its_openapi_file_and_json_errors_for_unknown_routes
     assert missing.status == 404 and missing.json["error"] == "wamp.error.not_found"
     wrong_method = request(router, "PUT", "/publish", {"topic": "a.b"})
     assert wrong_method.status == 405 and wrong_method.headers["allow"] == "POST"
+
+
+def test_connection_caps_and_the_stream_bound_answer_503(tmp_path):
+    process = RouterProcess(tmp_path, [http_realm()], listeners=http_listeners(
+        max_streams=1, max_connections_per_host=2)).start()
+    try:
+        first = EventReader(process, "/subscribe?topic=a.b")
+        assert first.wait_status() == 200
+        second = request(process, "GET", "/subscribe?topic=a.b")
+        assert second.status == 503 and second.json["error"] == "wamp.error.unavailable"
+        third = EventReader(process, "/subscribe?topic=a.b")  # over max_connections_per_host
+        try:
+            assert third.wait_status() == 503
+        finally:
+            third.close()
+        first.close()  # its place is free again once the router sees the close
+        deadline = time.monotonic() + 20
+        while request(process, "GET", "/stats", headers=OP).json["event_streams"]:
+            assert time.monotonic() < deadline, "a closed stream still counts"
+        again = EventReader(process, "/subscribe?topic=a.b")
+        try:
+            assert again.wait_status() == 200
+        finally:
+            again.close()
+    finally:
+        process.stop()
