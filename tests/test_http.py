@@ -122,6 +122,37 @@ def test_a_raw_text_body_reaches_mqtt_unchanged_and_wamp_mapped(router):
         mqtt.close()
 
 
+def test_a_binary_body_reaches_amqp_and_mqtt_as_the_same_bytes(router):
+    name = unique("bin")
+    payload = bytes(range(256))
+    mqtt = MqttClient(router)
+    mqtt.connect()
+    mqtt.subscribe((f"{name}/blob", 0))
+    amqp = amqp_clients.connect(router)
+    receiver = amqp.create_receiver(f"{name}/blob", options=amqp_clients.Receive(qos=0))
+    try:
+        reply = request(router, "POST", f"/publish?mqtt_topic={name}/blob", None,
+                        {"Content-Type": "application/octet-stream"}, payload)
+        assert reply.status == 200, reply.body
+        assert mqtt.next_message().payload == payload
+        assert amqp_clients.body_bytes(receiver.receive(timeout=10)) == payload
+    finally:
+        mqtt.close()
+        amqp.close()
+
+
+def test_a_retained_event_with_a_message_expiry_is_gone_after_it(router):
+    topic = unique("expiring").replace("-", "_")
+    reply = request(router, "POST", "/publish", {"topic": topic, "args": [1], "retain": True,
+                                                 "expires_in": 1})
+    assert reply.status == 200
+    assert request(router, "GET", f"/retained/{topic}").status == 200
+    deadline = time.monotonic() + 20
+    while request(router, "GET", f"/retained/{topic}").status == 200:
+        assert time.monotonic() < deadline, "the retained event outlived its expiry"
+    assert request(router, "POST", "/publish", {"topic": topic, "expires_in": -1}).status == 400
+
+
 def test_eligibility_lists_choose_the_receivers(router):
     topic = unique("elig").replace("-", "_")
 
