@@ -273,13 +273,13 @@ class HttpApi(Resource):
         return openapi_document()
 
     def publish(self, request: Request, info: SessionInfo) -> Any:
-        """``POST /publish``: a JSON body (topic, args, kwargs, options), or any other body
-        as the payload of ``?topic=``, mapped as an MQTT payload is."""
+        """``POST /publish``: a JSON body (topic, args, kwargs, options), or, when the query
+        names the topic, the body as the payload (JSON too), mapped as an MQTT payload is."""
         content_type = (request.getHeader(b"content-type") or b"").decode("latin-1")
         body = request.content.getvalue()
         query = _query(request)
         media = content_type.split(";", 1)[0].strip().lower()
-        if media == "application/json" and "topic" not in query:
+        if media == "application/json" and "topic" not in query and "mqtt_topic" not in query:
             spec = _json_object(body)
             payload = properties = None
             args, kwargs = spec.get("args"), spec.get("kwargs")
@@ -299,8 +299,6 @@ class HttpApi(Resource):
         expires_in = spec.get("expires_in")
         if expires_in is not None and (type(expires_in) not in (int, float) or expires_in < 0):
             raise bad("'expires_in' must be a non-negative number of seconds")
-        if expires_in is not None:
-            properties = dict(properties or {}, message_expiry_interval=int(expires_in))
         if name_kind == "uri":
             self.realm.check_uri(spec["topic"])
         answer: defer.Deferred = defer.Deferred()
