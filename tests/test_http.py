@@ -24,6 +24,7 @@ from tests.mqtt_clients import MqttClient, unique
 SECRETS = {"alice": "alice-secret", "op": "operator-secret", "nobody": "nobody-secret"}
 OPERATOR = OPEN_ROLE + [
     {"uri": "wamp.retained.", "match": "prefix", "allow": ["call"]},
+    {"uri": "wamp.admin.", "match": "prefix", "allow": ["call"]},
     {"uri": "wamp.router.", "match": "prefix", "allow": ["call"]},
 ]
 
@@ -403,10 +404,15 @@ def test_operators_see_sessions_stats_and_incidents_and_kick_a_session(router):
         stats = await asyncio.to_thread(request, router, "GET", "/stats", None, OP)
         assert stats.status == 200 and stats.json["sessions"]["wamp"] >= 1
         assert stats.json["received"]["http"] >= 1
-        kicked = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}")
+        # the session meta API's prefix (OPEN_ROLE's wamp.session.) does not close sessions
+        refused = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}")
+        assert refused.status == 403
+        kicked = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}",
+                                         None, OP)
         assert kicked.status == 200
         await asyncio.wait_for(asyncio.shield(session.disconnected), 10)
-        again = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}")
+        again = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}",
+                                        None, OP)
         assert again.status == 404 and again.json["error"] == "wamp.error.no_such_session"
 
     run(scenario())

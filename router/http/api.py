@@ -69,11 +69,14 @@ STATUS = {
 """HTTP status per WAMP error URI; any other URI (an application error a callee raised)
 is 502."""
 
-# the router procedures whose ``call`` permission an operator route needs: a role gets
-# the route exactly when its WAMP session could call the procedure
+# the names whose ``call`` permission an operator route needs: a role gets the route
+# exactly when its rules grant that (as they grant the WAMP procedure of the name, where
+# there is one; wamp.admin.kill_session and wamp.router.incidents are HTTP-only names)
 PURGE = from_uri("wamp.retained.purge")
 SESSION_LIST = from_uri("wamp.session.list")
-SESSION_KILL = from_uri("wamp.session.kill")
+SESSION_KILL = from_uri("wamp.admin.kill_session")
+"""Not under ``wamp.session.``: realms grant that prefix for the read-only session meta API,
+and closing sessions must not come with it."""
 SUBSCRIPTION_LIST = from_uri("wamp.subscription.list")
 GET_EVENTS = from_uri("wamp.subscription.get_events")
 STATS = from_uri("wamp.router.stats")
