@@ -508,3 +508,15 @@ def test_connection_caps_and_the_stream_bound_answer_503(tmp_path):
             again.close()
     finally:
         process.stop()
+
+
+def test_without_an_anonymous_role_a_request_without_credentials_is_401(tmp_path):
+    realm = dict(http_realm(), anonymous_role=None)
+    process = RouterProcess(tmp_path, [realm], listeners=http_listeners()).start()
+    try:
+        refused = request(process, "GET", "/retained?prefix=a.")
+        assert refused.status == 401 and "www-authenticate" in refused.headers
+        assert request(process, "GET", "/retained?prefix=a.",
+                       headers=basic("alice", SECRETS["alice"])).status == 200
+    finally:
+        process.stop()

@@ -171,14 +171,15 @@ class HttpApi(Resource):
         self.clock = clock
         self.figures = figures
         self.streams: set[EventStream] = set()
-        self.extra: dict[str, Resource] = {}
-        """Other pages served under a path prefix (the console), outside the API."""
+        self.pages: dict[str, Resource] = {}
+        """Pages outside the API by path prefix (``/console``): a request under one is
+        handed to that resource's ``render`` as it is, before any route or login."""
 
     # dispatch --------------------------------------------------------------------------
 
     def render(self, request: Request) -> Any:
         path = request.path.decode("utf-8", "replace")
-        for prefix, resource in self.extra.items():
+        for prefix, resource in self.pages.items():
             if path == prefix or path.startswith(prefix + "/"):
                 return resource.render(request)
         method = request.method.decode("ascii", "replace")
