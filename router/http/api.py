@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any, Callable
 from urllib.parse import unquote
 
-from twisted.internet import defer
+from twisted.internet import defer, task, threads
 from twisted.web.http import HTTPChannel
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
@@ -47,7 +47,7 @@ from router.http.caller import CALL_REQUEST, NDJSON, HttpCaller, result_json
 from router.http.events import dumps, event_json, parse_event_id
 from router.http.login import Busy, HttpLogin, LoginFailed
 from router.http.stream import EventStream
-from router.http.tokens import TokenFile
+from router.http.tokens import RECHECK_INTERVAL, TokenFile
 from router.limits import GatedProtocol
 
 log = logging.getLogger(__name__)
@@ -168,12 +168,31 @@ class HttpApi(Resource):
         self.settings = settings
         self.payload_mapping = payload_mapping
         self.login = HttpLogin(router, realm, tokens)
+        self.tokens = tokens
+        try:  # at start-up, before the first request
+            tokens.replace(tokens.refresh())
+        except (OSError, ValueError, TypeError) as exc:
+            self._tokens_unreadable(str(exc))
+        self._token_watch = task.LoopingCall(self._reload_tokens)
+        self._token_watch.clock = clock
+        self._token_watch.start(RECHECK_INTERVAL, now=False)
         self.clock = clock
         self.figures = figures
         self.streams: set[EventStream] = set()
         self.pages: dict[str, Resource] = {}
         """Pages outside the API by path prefix (``/console``): a request under one is
         handed to that resource's ``render`` as it is, before any route or login."""
+
+    def _reload_tokens(self) -> defer.Deferred:
+        """Look at the token file again, in a thread (its stat and read are disk I/O)."""
+        looked = threads.deferToThreadPool(self.clock, self.clock.getThreadPool(),
+                                           self.tokens.refresh)
+        looked.addCallbacks(self.tokens.replace,
+                            lambda failure: self._tokens_unreadable(failure.getErrorMessage()))
+        return looked
+
+    def _tokens_unreadable(self, reason: str) -> None:
+        log.warning("%s unreadable, the tokens read before stay: %s", self.tokens.path, reason)
 
     # dispatch --------------------------------------------------------------------------
 
