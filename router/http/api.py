@@ -178,6 +178,8 @@ class HttpApi(Resource):
         self._token_watch.start(RECHECK_INTERVAL, now=False)
         self.clock = clock
         self.figures = figures
+        self.openapi_json = openapi_document()
+        """Read once at start-up: serving it then touches no disk."""
         self.streams: set[EventStream] = set()
         self.pages: dict[str, Resource] = {}
         """Pages outside the API by path prefix (``/console``): a request under one is
@@ -293,7 +295,7 @@ class HttpApi(Resource):
 
     def openapi(self, request: Request, info: None) -> bytes:
         request.setHeader(b"content-type", b"application/json")
-        return openapi_document()
+        return self.openapi_json
 
     def publish(self, request: Request, info: SessionInfo) -> Any:
         """``POST /publish``: a JSON body (topic, args, kwargs, options), or, when the query
