@@ -237,7 +237,7 @@ class HttpApi(Resource):
     def _run(self, request: Request, handler, info: SessionInfo, params: dict) -> None:
         try:
             result = handler(request, info, **params)
-        except (HttpError, RouterError) as exc:
+        except Exception as exc:  # a refusal, or a bug (logged): answered either way
             self._answer(request, exc)
             return
         if isinstance(result, defer.Deferred):
