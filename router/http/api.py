@@ -248,7 +248,7 @@ class HttpApi(Resource):
 
     def _answer(self, request: Request, result: Any) -> None:
         """Write a handler's JSON result, or its error, and finish (unless the client left)."""
-        if request.finished or request._disconnected:
+        if _gone(request):
             return
         if isinstance(result, (HttpError, RouterError)):
             self._write_error(request, result.uri, result.message or result.uri)
@@ -263,7 +263,7 @@ class HttpApi(Resource):
 
     def _write_error(self, request: Request, uri: str, message: str,
                      args: list | None = None, kwargs: dict | None = None) -> None:
-        if request.finished or request._disconnected:
+        if _gone(request):
             return
         body = self._error(request, STATUS.get(uri, 502), uri, message, args, kwargs)
         request.write(body)
@@ -278,7 +278,7 @@ class HttpApi(Resource):
         return dumps(body)
 
     def _unauthorized(self, request: Request, message: str) -> None:
-        if request.finished or request._disconnected:
+        if _gone(request):
             return
         request.setHeader(b"www-authenticate", b'Basic realm="' + self.realm.name.encode()
                           + b'", Bearer')
@@ -607,6 +607,11 @@ def match_route(method: str, path: str) -> tuple[Route, dict[str, str]] | None:
             if params is not None:
                 return route, params
     return None
+
+
+def _gone(request: Request) -> bool:
+    """Answered already, or its connection lost (Twisted drops the channel then)?"""
+    return bool(request.finished) or request.channel is None
 
 
 def _peer(request: Request) -> str:
