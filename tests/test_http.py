@@ -5,6 +5,7 @@ Events, logins and refusals (see docs/http.md)."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from autobahn.wamp.types import CallResult, RegisterOptions
 from router.core.credentials import hash_secret
 from router.http.api import openapi_document
 from tests import amqp_clients
+from tests.auth_helpers import client_context, make_certs
 from tests.clients import connect, next_item, run
 from tests.harness import OPEN_ROLE, ROOT, RouterProcess
 from tests.http_clients import EventReader, basic, bearer, request
@@ -367,6 +369,24 @@ def test_an_sse_subscriber_counts_as_a_session_and_a_subscription(router):
         reader.close()
 
 
+def test_a_kicked_sse_stream_ends_with_a_closed_event(router):
+    topic = unique("kicked").replace("-", "_")
+    reader = EventReader(router, f"/subscribe?topic={topic}")
+    try:
+        assert reader.wait_status() == 200
+        request(router, "POST", "/publish", {"topic": topic, "args": [1]})
+        reader.next()
+        sessions = request(router, "GET", "/sessions?limit=1000").json["sessions"]
+        (stream,) = [s for s in sessions if s["protocol"] == "http" and s["subscriptions"]]
+        assert request(router, "DELETE", f"/sessions/{stream['session']}",
+                       headers=OP).status == 200
+        closed = reader.next()
+        assert closed.event == "closed" and closed.data["reason"] == "wamp.close.killed"
+        assert reader.closed.wait(10) and reader.frames.get(timeout=10) is None
+    finally:
+        reader.close()
+
+
 def test_a_stopped_sse_reader_is_cut_at_its_bound_while_another_gets_every_event(router):
     topic = unique("slow").replace("-", "_")
     stopped = EventReader(router, f"/subscribe?topic={topic}", read=False, receive_buffer=4096)
@@ -518,5 +538,29 @@ def test_without_an_anonymous_role_a_request_without_credentials_is_401(tmp_path
         assert refused.status == 401 and "www-authenticate" in refused.headers
         assert request(process, "GET", "/retained?prefix=a.",
                        headers=basic("alice", SECRETS["alice"])).status == 200
+    finally:
+        process.stop()
+
+
+def test_an_https_listener_serves_the_api_over_tls(tmp_path):
+    certs = make_certs(tmp_path / "certs")
+    listener = dict(http_listeners()[0], tls={"cert": str(certs["cert"]),
+                                              "key": str(certs["key"])})
+    process = RouterProcess(tmp_path / "node", [http_realm()], listeners=[listener]).start()
+    try:
+        assert process.urls["http"].startswith("https://")
+        host, port, _ = process.address("http")
+        connection = http.client.HTTPSConnection(host, port, timeout=10,
+                                                 context=client_context(certs))
+        try:
+            connection.request("POST", "/publish", body=json.dumps(
+                {"topic": "secure.x", "args": [1], "retain": True}),
+                headers={"Content-Type": "application/json", **basic("alice",
+                                                                     SECRETS["alice"])})
+            response = connection.getresponse()
+            assert response.status == 200, response.read()
+            assert type(json.loads(response.read())["publication"]) is int
+        finally:
+            connection.close()
     finally:
         process.stop()
