@@ -376,10 +376,9 @@ def test_a_kicked_sse_stream_ends_with_a_closed_event(router):
         assert reader.wait_status() == 200
         request(router, "POST", "/publish", {"topic": topic, "args": [1]})
         reader.next()
-        sessions = request(router, "GET", "/sessions?limit=1000").json["sessions"]
-        (stream,) = [s for s in sessions if s["protocol"] == "http" and s["subscriptions"]]
-        assert request(router, "DELETE", f"/sessions/{stream['session']}",
-                       headers=OP).status == 200
+        listed = request(router, "GET", "/subscriptions?limit=1000").json["subscriptions"]
+        (session_id,) = [s["subscribers"] for s in listed if s["uri"] == topic][0]
+        assert request(router, "DELETE", f"/sessions/{session_id}", headers=OP).status == 200
         closed = reader.next()
         assert closed.event == "closed" and closed.data["reason"] == "wamp.close.killed"
         assert reader.closed.wait(10) and reader.frames.get(timeout=10) is None
