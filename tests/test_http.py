@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import jsonschema
 import pytest
 from autobahn.wamp.types import CallResult, RegisterOptions
 
@@ -563,3 +564,34 @@ def test_an_https_listener_serves_the_api_over_tls(tmp_path):
             connection.close()
     finally:
         process.stop()
+
+
+def _inline(schema, document: dict):
+    """``schema`` as JSON Schema: its ``#/...`` references replaced by what they name, and
+    OpenAPI 3.0's ``nullable`` as a type that admits null."""
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            target = document
+            for part in schema["$ref"].lstrip("#/").split("/"):
+                target = target[part]
+            return _inline(target, document)
+        inlined = {key: _inline(value, document) for key, value in schema.items()
+                   if key != "nullable"}
+        if schema.get("nullable"):
+            inlined["type"] = [schema["type"], "null"]
+        return inlined
+    if isinstance(schema, list):
+        return [_inline(item, document) for item in schema]
+    return schema
+
+
+@pytest.mark.parametrize("path", ["/stats", "/incidents", "/sessions", "/subscriptions",
+                                  "/retained?prefix=", "/history?prefix=hist."])
+def test_answers_have_the_shape_the_openapi_file_gives(router, path):
+    document = json.loads(openapi_document())
+    schema = _inline(document["paths"][path.split("?")[0]]["get"]["responses"]["200"]
+                     ["content"]["application/json"]["schema"], document)
+    request(router, "POST", "/publish", {"topic": "hist.shape", "args": [1], "retain": True})
+    reply = request(router, "GET", path, headers=OP)
+    assert reply.status == 200, reply.body
+    jsonschema.validate(reply.json, schema)
