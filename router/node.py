@@ -32,9 +32,11 @@ from router.core.topic import SERVER_OWNED, Topic
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
 from router.flow import ConnectionFlow, IntakeGate
+from router.http.api import HttpApi, http_site
+from router.http.tokens import TokenFile
 from router.limits import ConnectionLimits
 from router.memory import MemoryReclaimer
-from router.metrics.collector import registry_for, watch_retention
+from router.metrics.collector import queued, registry_for, watch_retention
 from router.metrics.http import metrics_site
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.persistence import MqttSessionStore
@@ -67,7 +69,7 @@ LISTEN_BACKLOG = 1024
 caps (``max_connections``), not the kernel's accept queue, are what bound connections."""
 
 INCIDENT_PROTOCOL = {"websocket": "wamp", "rawsocket": "wamp", "mqtt": "mqtt",
-                     "mqtt-websocket": "mqtt", "amqp": "amqp"}
+                     "mqtt-websocket": "mqtt", "amqp": "amqp", "http": "http"}
 """Listener type -> the protocol its refusals are counted under."""
 
 
@@ -192,6 +194,9 @@ class Node:
         self.admin_port: IListeningPort | None = None
         """The local operators' socket (config ``admin_socket``), once listening."""
         self.ports: list[tuple[ListenerConfig, IListeningPort]] = []
+        self.http_apis: list[HttpApi] = []
+        """The ``http`` listeners' APIs (pages such as the console hang under their
+        ``pages``)."""
         # One serializer instance per format for all listeners: an EVENT is encoded once
         # per format and the bytes are reused for every receiver on any transport.
         self._serializers = dict(zip(SERIALIZERS, make_serializers(SERIALIZERS)))
@@ -264,7 +269,9 @@ class Node:
             address = port.getHost()
             secure = listener.tls is not None
             hostport = f"{address.host}:{address.port}"
-            if listener.type == "metrics":
+            if listener.type == "http":
+                urls.append(f"{'https' if secure else 'http'}://{hostport}/")
+            elif listener.type == "metrics":
                 urls.append(f"{'https' if secure else 'http'}://{hostport}{listener.path}")
             elif listener.type == "websocket":
                 urls.append(f"{'wss' if secure else 'ws'}://{hostport}{listener.path}")
@@ -322,11 +329,25 @@ class Node:
     def _factory(self, listener: ListenerConfig):
         if listener.type == "metrics":
             return metrics_site(self.metrics, listener.path, listener.auth)
-        factory = self._protocol_factory(listener)
+        factory = (self._http_site(listener) if listener.type == "http"
+                   else self._protocol_factory(listener))
         factory.limits = ConnectionLimits(self.reactor, self.router.incidents, listener.limits,
                                           INCIDENT_PROTOCOL[listener.type], listener.realm)
         self.listener_limits.append(factory.limits)
         return factory
+
+    def _http_site(self, listener: ListenerConfig):
+        """The REST API and event streams of one ``http`` listener (its realm's)."""
+        settings = listener.http
+        assert settings is not None and listener.realm is not None
+        self.router.incidents.keep_recent(settings.max_recent_incidents)
+        realm = self.router.realms[listener.realm]
+        api = HttpApi(self.router, realm, settings,
+                      self.config.realms[realm.name].mqtt.payload_mapping,
+                      TokenFile(self.config.data_dir), self.reactor, self.sys.figures,
+                      queued)
+        self.http_apis.append(api)
+        return http_site(api, listener.max_message_size, listener.limits.handshake_timeout)
 
     def _protocol_factory(self, listener: ListenerConfig):
         new_flow = partial(ConnectionFlow, limits=listener.flow, clock=self.reactor,

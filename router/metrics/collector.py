@@ -23,10 +23,11 @@ from router.core.stats import Histogram, RealmStats, family
 from router.core.topic import REST, SERVER_OWNED
 from router.core.uri import MQTT
 from router.figures import NodeFigures
+from router.http.stream import EventStream
 from router.mqtt.session import MqttSession
 from router.webhooks.webhook import UP
 
-PROTOCOLS = ("wamp", "mqtt", "amqp")
+PROTOCOLS = ("wamp", "mqtt", "amqp", "http")
 DROP_PROTOCOLS = {why.EVENTLOG_DROPPED: ("eventlog",)}
 """The protocol label of drop reasons that are not a client protocol's (docs/metrics.md)."""
 
@@ -42,10 +43,11 @@ def watch_retention(retention: RetainedStore, stats: RealmStats) -> None:
 
 
 def queued(peer: object) -> int:
-    """Messages waiting in a receiver's own queue (MQTT outbound, AMQP link queue)."""
+    """Messages waiting in a receiver's own queue (MQTT outbound, AMQP link queue, an HTTP
+    event stream's frames while its socket does not drain)."""
     if isinstance(peer, MqttSession):
         return len(peer.outbound)
-    if isinstance(peer, AmqpSubscriber):
+    if isinstance(peer, (AmqpSubscriber, EventStream)):
         return len(peer.queue)
     return 0
 
