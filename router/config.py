@@ -36,9 +36,9 @@ from router.verifier import MAX_PENDING
 from router.limits import LimitSettings
 
 SERIALIZERS = ("json", "msgpack", "cbor")
-LISTENER_TYPES = ("websocket", "rawsocket", "mqtt", "mqtt-websocket", "amqp", "metrics")
+LISTENER_TYPES = ("websocket", "rawsocket", "mqtt", "mqtt-websocket", "amqp", "metrics", "http")
 MQTT_LISTENERS = ("mqtt", "mqtt-websocket")
-REALM_LISTENERS = MQTT_LISTENERS + ("amqp",)
+REALM_LISTENERS = MQTT_LISTENERS + ("amqp", "http")
 AMQP_DEFAULT_PORT = 5672
 DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
 RAWSOCKET_MIN, RAWSOCKET_MAX = 512, 2 ** 24
@@ -98,6 +98,27 @@ class ListenerConfig:
     """What may be written to a client that does not read, and for how long."""
     auth: MetricsAuth | None = None
     """A metrics listener's required credentials (None: open, for a loopback listener)."""
+    http: "HttpSettings | None" = None
+    """An ``http`` listener's own bounds (calls, Server-Sent Events streams)."""
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """The bounds of an ``http`` listener (see docs/http.md); its request body limit is the
+    listener's ``max_message_size``."""
+
+    call_timeout: float = 30.0
+    """Seconds a ``POST /call`` waits when the request names no timeout, and the most it may
+    name: an HTTP client cannot cancel a call, so none may wait for ever."""
+    sse_max_queued: int = 1000
+    """Events waiting for one Server-Sent Events reader whose socket does not drain; at the
+    bound the stream is closed, counted as ``slow_consumer``."""
+    sse_keepalive: float = 15.0
+    """Seconds between keep-alive comments on an idle event stream."""
+    max_streams: int = 1000
+    """Open event streams on the listener; one more is refused with 503."""
+    max_recent_incidents: int = 100
+    """Incidents ``GET /incidents`` can show (the node keeps the most recent ones)."""
 
 
 @dataclass(frozen=True)
@@ -345,7 +366,8 @@ def _listener(reader: _Reader, realm_names: list[str], base: Path) -> ListenerCo
         return _metrics_listener(reader, base)
     if kind in REALM_LISTENERS:
         reader.reject_unknown({"type", "host", "port", "path", "max_message_size", "realm",
-                               "tls"} | LIMIT_KEYS | FLOW_KEYS)
+                               "tls"} | LIMIT_KEYS | FLOW_KEYS
+                              | (HTTP_KEYS if kind == "http" else set()))
         realm = reader.get("realm", str)
         if realm not in realm_names:
             raise reader.fail("realm", f"'{realm}' is not one of the realms this node loads")
@@ -374,7 +396,21 @@ def _listener(reader: _Reader, realm_names: list[str], base: Path) -> ListenerCo
     tls_data = reader.get("tls", (dict, type(None)), None)
     tls = _tls(reader.child("tls", tls_data), base) if tls_data is not None else None
     return ListenerConfig(kind, host, port, path, serializers, size, realm, tls, _limits(reader),
-                          _flow(reader))
+                          _flow(reader), http=_http(reader) if kind == "http" else None)
+
+
+HTTP_KEYS = {"call_timeout", "sse_max_queued", "sse_keepalive", "max_streams",
+             "max_recent_incidents"}
+
+
+def _http(reader: _Reader) -> HttpSettings:
+    defaults = HttpSettings()
+    return HttpSettings(
+        float(_positive(reader, "call_timeout", (int, float), defaults.call_timeout)),
+        _positive(reader, "sse_max_queued", int, defaults.sse_max_queued),
+        float(_positive(reader, "sse_keepalive", (int, float), defaults.sse_keepalive)),
+        _positive(reader, "max_streams", int, defaults.max_streams),
+        _positive(reader, "max_recent_incidents", int, defaults.max_recent_incidents))
 
 
 def _limits(reader: _Reader) -> LimitSettings:

@@ -32,6 +32,8 @@ from router.core.topic import SERVER_OWNED, Topic
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
 from router.flow import ConnectionFlow, IntakeGate
+from router.http.api import HttpApi, http_site
+from router.http.tokens import TokenFile
 from router.limits import ConnectionLimits
 from router.memory import MemoryReclaimer
 from router.metrics.collector import registry_for, watch_retention
@@ -184,6 +186,8 @@ class Node:
         self.admin_port: IListeningPort | None = None
         """The local operators' socket (config ``admin_socket``), once listening."""
         self.ports: list[tuple[ListenerConfig, IListeningPort]] = []
+        self.http_apis: list[HttpApi] = []
+        """The ``http`` listeners' APIs (another page, the console, hangs under one)."""
         # One serializer instance per format for all listeners: an EVENT is encoded once
         # per format and the bytes are reused for every receiver on any transport.
         self._serializers = dict(zip(SERIALIZERS, make_serializers(SERIALIZERS)))
@@ -254,7 +258,9 @@ class Node:
             address = port.getHost()
             secure = listener.tls is not None
             hostport = f"{address.host}:{address.port}"
-            if listener.type == "metrics":
+            if listener.type == "http":
+                urls.append(f"{'https' if secure else 'http'}://{hostport}/")
+            elif listener.type == "metrics":
                 urls.append(f"{'https' if secure else 'http'}://{hostport}{listener.path}")
             elif listener.type == "websocket":
                 urls.append(f"{'wss' if secure else 'ws'}://{hostport}{listener.path}")
@@ -312,11 +318,25 @@ class Node:
     def _factory(self, listener: ListenerConfig):
         if listener.type == "metrics":
             return metrics_site(self.metrics, listener.path, listener.auth)
+        if listener.type == "http":
+            return self._http_site(listener)
         factory = self._protocol_factory(listener)
         factory.limits = ConnectionLimits(self.reactor, self.router.incidents, listener.limits,
                                           INCIDENT_PROTOCOL[listener.type], listener.realm)
         self.listener_limits.append(factory.limits)
         return factory
+
+    def _http_site(self, listener: ListenerConfig):
+        """The REST API and event streams of one ``http`` listener (its realm's)."""
+        settings = listener.http
+        assert settings is not None and listener.realm is not None
+        self.router.incidents.keep_recent(settings.max_recent_incidents)
+        realm = self.router.realms[listener.realm]
+        api = HttpApi(self.router, realm, settings,
+                      self.config.realms[realm.name].mqtt.payload_mapping,
+                      TokenFile(self.config.data_dir), self.reactor, self.sys.figures)
+        self.http_apis.append(api)
+        return http_site(api, listener.max_message_size)
 
     def _protocol_factory(self, listener: ListenerConfig):
         new_flow = partial(ConnectionFlow, limits=listener.flow, clock=self.reactor,

@@ -135,8 +135,10 @@ class RouterProcess:
         self.schemes = {}
         for url in line.split("ready: ", 1)[1].split():
             scheme = url.split("://", 1)[0]
-            self.urls[SCHEMES[scheme]] = url
-            self.schemes[SCHEMES[scheme]] = scheme
+            # an http listener's URL ends with "/", a metrics listener's with its path
+            kind = "http" if scheme.startswith("http") and url.endswith("/") else SCHEMES[scheme]
+            self.urls[kind] = url
+            self.schemes[kind] = scheme
         return self
 
     def _pump(self, proc: subprocess.Popen, lines: "queue.Queue[str | None]") -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from typing import Callable
 
 log = logging.getLogger("router.incidents")
@@ -83,6 +83,9 @@ DROP_REASONS = (SLOW_CONSUMER, QUEUE_FULL, EXPIRED, UNENCODABLE, TOO_LARGE, NOT_
 
 Key = tuple[str, str, str]
 
+RECENT_INCIDENTS = 100
+"""Incidents kept for ``GET /incidents`` unless an ``http`` listener asks for more or fewer."""
+
 
 class Incidents:
     """Counts incidents per (realm, protocol, reason); logs each cause at most once per interval."""
@@ -95,6 +98,9 @@ class Incidents:
         self._last_logged: dict[Key, float] = {}
         self._unlogged: Counter[Key] = Counter()
         self._example: dict[Key, str] = {}
+        self.recent: deque[dict] = deque(maxlen=RECENT_INCIDENTS)
+        """The latest incidents, newest last (bounded: older ones fall off; ``totals`` keeps
+        their counts)."""
         self.listener: Callable[[str, str, str, int], None] | None = None
         """Told every count (realm, protocol, reason, n): the event log keeps them for the
         analytics. Called on the caller's thread; must only add to a counter."""
@@ -107,6 +113,8 @@ class Incidents:
         ``exc_info`` (a router bug) is logged with its traceback when the line is logged."""
         key = (realm, protocol, reason)
         self.totals[key] += n
+        self.recent.append({"time": time.time(), "realm": realm, "protocol": protocol,
+                            "reason": reason, "count": n, "detail": detail})
         if self.listener is not None:
             self.listener(realm, protocol, reason, n)
         now = self._clock()
@@ -125,6 +133,10 @@ class Incidents:
         if earlier:
             log.log(level, "realm %s, %s: %s x%d more in the last %gs", realm or "-", protocol,
                     reason, earlier, self.interval, extra=context)
+
+    def keep_recent(self, bound: int) -> None:
+        """Keep the latest ``bound`` incidents from now on."""
+        self.recent = deque(self.recent, maxlen=bound)
 
     def flush(self) -> None:
         """Log the counts held back since each cause's last line (run every ``interval``)."""

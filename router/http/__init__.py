@@ -1,0 +1,1 @@
+"""The HTTP frontend: REST and Server-Sent Events (see docs/http.md)."""
