@@ -214,8 +214,8 @@ def wait_for_sse_subscribers(broker: OurHttpRouter, readers: int, timeout: float
         connection.request("GET", "/subscriptions")
         listing = json.loads(connection.getresponse().read())
         connection.close()
-        subscribers = sum(len(entry.get("sessions", [])) for entry in listing["subscriptions"]
-                          if entry.get("topic") == SSE_TOPIC)
+        subscribers = sum(len(entry["subscribers"]) for entry in listing["subscriptions"]
+                          if entry["uri"] == SSE_TOPIC)
         if subscribers >= readers:
             return
         if time.monotonic() > deadline:
