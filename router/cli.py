@@ -408,6 +408,59 @@ def _realm_management_commands(commands, principal_commands, role_commands) -> N
     reload.set_defaults(handler=_reload)
 
 
+def _token(args: argparse.Namespace) -> int:
+    """``token create|list|revoke``: the bearer tokens of the ``http`` listeners."""
+    from datetime import datetime, timezone
+
+    from router.http.tokens import TokenFile
+
+    config = _load(args)
+    if config is None:
+        return 2
+    tokens = TokenFile(config.data_dir)
+    if args.token_command == "create":
+        realm = config.realms.get(args.realm)
+        if realm is None:
+            print(f"no realm {args.realm!r} in {args.config}", file=sys.stderr)
+            return 1
+        if args.principal not in realm.principals:
+            print(f"realm {args.realm} has no principal {args.principal!r} (add it with "
+                  "'principal add')", file=sys.stderr)
+            return 1
+        record, token = tokens.create(args.realm, args.principal)
+        print(token)
+        print(f"token {record.id} for {args.principal} in realm {args.realm}: shown once, only "
+              f"its hash is kept in {tokens.path}", file=sys.stderr)
+        return 0
+    if args.token_command == "revoke":
+        if not tokens.revoke(args.id):
+            print(f"no token {args.id!r} in {tokens.path}", file=sys.stderr)
+            return 1
+        print(f"revoked token {args.id}")
+        return 0
+    print(f"{'ID':10}{'REALM':16}{'PRINCIPAL':24}CREATED")
+    for record in tokens.records():
+        created = datetime.fromtimestamp(record.created, timezone.utc).strftime("%Y-%m-%d %H:%M")
+        print(f"{record.id:10}{record.realm:16}{record.principal:24}{created}")
+    return 0
+
+
+def _token_commands(commands) -> None:
+    token = commands.add_parser("token", help="bearer tokens of the http listeners")
+    token_commands = token.add_subparsers(dest="token_command", required=True)
+    create = token_commands.add_parser("create", help="make a token for a principal (printed "
+                                       "once; only its hash is stored in the data dir)")
+    create.add_argument("--realm", required=True)
+    create.add_argument("--principal", required=True, help="the authid whose role it gets")
+    token_commands.add_parser("list", help="list the tokens (ids, never the tokens)")
+    revoke = token_commands.add_parser("revoke", help="remove a token (a running router stops "
+                                       "accepting it within 2 s)")
+    revoke.add_argument("--id", required=True)
+    for command in token_commands.choices.values():
+        command.add_argument("--config", default="config.json", help="node configuration file")
+        command.set_defaults(handler=_token)
+
+
 def _init(args: argparse.Namespace) -> int:
     from router.starter import write_starter
 
@@ -521,6 +574,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                         help="seconds between the two scrapes the rates come from")
     status.set_defaults(handler=_status)
     _init_command(commands)
+    _token_commands(commands)
     args = parser.parse_args(argv)
     args.typed = _as_typed(parser.prog)
     return args.handler(args)

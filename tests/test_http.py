@@ -1,0 +1,437 @@
+"""The ``http`` listener over real sockets: publish to WAMP (autobahn), MQTT (paho) and AMQP
+(proton) receivers, calls to an autobahn callee, retained events, history, Server-Sent
+Events, logins and refusals (see docs/http.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from autobahn.wamp.types import CallResult, RegisterOptions
+
+from router.core.credentials import hash_secret
+from tests import amqp_clients
+from tests.clients import connect, next_item, run
+from tests.harness import OPEN_ROLE, ROOT, RouterProcess
+from tests.http_clients import EventReader, basic, bearer, request
+from tests.mqtt_clients import MqttClient, unique
+
+SECRETS = {"alice": "alice-secret", "op": "operator-secret", "nobody": "nobody-secret"}
+OPERATOR = OPEN_ROLE + [
+    {"uri": "wamp.retained.", "match": "prefix", "allow": ["call"]},
+    {"uri": "wamp.router.", "match": "prefix", "allow": ["call"]},
+]
+
+
+def http_realm() -> dict:
+    """Anonymous and alice may do anything outside wamp.*; op also administers; nobody may
+    only publish on ``nobody.only`` (so every route refuses it)."""
+    principals = {name: {"role": role, "ticket": hash_secret(SECRETS[name], 1000)}
+                  for name, role in (("alice", "user"), ("op", "operator"),
+                                     ("nobody", "nobody"))}
+    return {"name": "realm1", "anonymous_role": "anonymous", "uri_check": "loose",
+            "roles": {"anonymous": OPEN_ROLE, "user": OPEN_ROLE, "operator": OPERATOR,
+                      "nobody": [{"uri": "nobody.only", "match": "exact",
+                                  "allow": ["publish"]}]},
+            "principals": principals,
+            "history": [{"uri": "hist.", "match": "prefix", "limit": 100}]}
+
+
+def http_listeners(**http_keys) -> list[dict]:
+    return [{"type": "http", "host": "127.0.0.1", "port": 0, "realm": "realm1",
+             "max_message_size": 4096, **http_keys},
+            {"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws"},
+            {"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
+            {"type": "amqp", "host": "127.0.0.1", "port": 0, "realm": "realm1"}]
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory):
+    process = RouterProcess(tmp_path_factory.mktemp("http"), [http_realm()],
+                            listeners=http_listeners(sse_max_queued=50)).start()
+    yield process
+    process.stop()
+
+
+OP = basic("op", SECRETS["op"])
+
+
+# publish -------------------------------------------------------------------------------
+
+def test_a_json_publish_reaches_wamp_mqtt_and_amqp_receivers(router):
+    topic = unique("pub").replace("-", "_")
+    mqtt = MqttClient(router)
+    mqtt.connect()
+    mqtt.subscribe((topic.replace(".", "/") + "/x", 0))
+    amqp = amqp_clients.connect(router)
+    receiver = amqp.create_receiver(f"{topic}.x", options=amqp_clients.Receive(qos=0))
+
+    async def scenario():
+        session = await connect(router)
+        events = await session.events(f"{topic}.x")
+        reply = await asyncio.to_thread(
+            request, router, "POST", "/publish",
+            {"topic": f"{topic}.x", "args": [21.5], "kwargs": {"unit": "C"}})
+        assert reply.status == 200, reply.body
+        args, kwargs, _ = await next_item(events)
+        assert args == [21.5] and kwargs == {"unit": "C"}
+        await session.close()
+        return reply.json["publication"]
+
+    try:
+        publication = run(scenario())
+        assert type(publication) is int
+        # args and kwargs reach MQTT as {"args": [...], "kwargs": {...}} JSON and AMQP as
+        # that map in an amqp-value, as a WAMP publication's do (docs/mqtt-and-amqp.md)
+        expected = {"args": [21.5], "kwargs": {"unit": "C"}}
+        assert json.loads(mqtt.next_message().payload) == expected
+        assert receiver.receive(timeout=10).body == expected
+    finally:
+        mqtt.close()
+        amqp.close()
+
+
+def test_a_raw_text_body_reaches_mqtt_unchanged_and_wamp_mapped(router):
+    name = unique("raw")
+    mqtt = MqttClient(router)
+    mqtt.connect()
+    mqtt.subscribe((f"{name}/temp", 1))
+
+    async def scenario():
+        session = await connect(router)
+        events = await session.events(f"{name}.temp")
+        reply = await asyncio.to_thread(
+            request, router, "POST", f"/publish?mqtt_topic={name}/temp&qos=1",
+            None, {"Content-Type": "text/plain"}, b"21.5")
+        assert reply.status == 200, reply.body
+        args, kwargs, _ = await next_item(events)
+        assert args == [21.5] and not kwargs  # JSON text maps to args, as an MQTT payload
+        await session.close()
+
+    try:
+        run(scenario())
+        message = mqtt.next_message()
+        assert message.payload == b"21.5" and message.qos == 1
+        assert message.properties.ContentType == "text/plain"
+    finally:
+        mqtt.close()
+
+
+def test_eligibility_lists_choose_the_receivers(router):
+    topic = unique("elig").replace("-", "_")
+
+    async def scenario():
+        alice = await connect(router, authid="alice", ticket=SECRETS["alice"])
+        other = await connect(router)
+        to_alice = await alice.events(topic)
+        to_other = await other.events(topic)
+        reply = await asyncio.to_thread(request, router, "POST", "/publish",
+                                        {"topic": topic, "args": ["only alice"],
+                                         "eligible_authid": ["alice"]})
+        assert reply.status == 200
+        reply = await asyncio.to_thread(request, router, "POST", "/publish",
+                                        {"topic": topic, "args": ["all but alice"],
+                                         "exclude": [alice.session_id]})
+        assert reply.status == 200
+        assert (await next_item(to_alice))[0] == ["only alice"]
+        assert (await next_item(to_other))[0] == ["all but alice"]
+        await alice.close()
+        await other.close()
+
+    run(scenario())
+
+
+def test_bad_publishes_are_400_and_oversize_413(router):
+    malformed = request(router, "POST", "/publish", raw=b"{not json",
+                        headers={"Content-Type": "application/json"})
+    assert malformed.status == 400 and malformed.json["error"] == "wamp.error.invalid_argument"
+    assert request(router, "POST", "/publish", {"args": [1]}).status == 400
+    assert request(router, "POST", "/publish", {"topic": "a.b", "qos": 3}).status == 400
+    assert request(router, "POST", "/publish", {"topic": "a.b", "bogus": 1}).status == 400
+    big = request(router, "POST", "/publish", {"topic": "a.b", "args": ["x" * 5000]})
+    assert big.status == 413 and big.json["error"] == "wamp.error.payload_size_exceeded"
+    reserved = request(router, "POST", "/publish", {"topic": "wamp.x", "args": [1]})
+    assert reserved.status == 403 and reserved.json["error"] == "wamp.error.not_authorized"
+
+
+def test_acknowledged_retained_publish_survives_kill9(tmp_path):
+    process = RouterProcess(tmp_path, [http_realm()], listeners=http_listeners()).start()
+    try:
+        reply = request(process, "POST", "/publish",
+                        {"topic": "durable.reading", "args": [7], "retain": True,
+                         "acknowledge": True})
+        assert reply.status == 200
+        publication = reply.json["publication"]
+        process.kill9()
+        process.start()
+        kept = request(process, "GET", "/retained/durable.reading")
+        assert kept.status == 200, kept.body
+        assert kept.json["args"] == [7] and kept.json["publication"] == publication
+    finally:
+        process.stop()
+
+
+# call ----------------------------------------------------------------------------------
+
+def test_a_call_reaches_an_autobahn_callee_and_progressive_results_come_as_ndjson(router):
+    procedure = unique("proc").replace("-", "_")
+
+    async def scenario():
+        callee = await connect(router)
+
+        async def add(a, b, details=None):
+            if details is not None and details.progress:
+                details.progress(a)
+                details.progress(b)
+            return a + b
+
+        async def fail():
+            from autobahn.wamp.exception import ApplicationError
+            raise ApplicationError("com.example.oops", "it went wrong")
+
+        await callee.register(add, f"{procedure}.add",
+                              options=RegisterOptions(details_arg="details"))
+        await callee.register(fail, f"{procedure}.fail")
+        plain = await asyncio.to_thread(request, router, "POST", "/call",
+                                        {"procedure": f"{procedure}.add", "args": [2, 3]})
+        assert plain.status == 200 and plain.json == {"args": [5]}
+        streamed = await asyncio.to_thread(
+            request, router, "POST", "/call", {"procedure": f"{procedure}.add", "args": [2, 3]},
+            {"Accept": "application/x-ndjson"})
+        assert streamed.status == 200
+        assert streamed.headers["content-type"] == "application/x-ndjson"
+        lines = [json.loads(line) for line in streamed.body.splitlines()]
+        assert lines == [{"args": [2]}, {"args": [3]}, {"args": [5]}]
+        failed = await asyncio.to_thread(request, router, "POST", "/call",
+                                         {"procedure": f"{procedure}.fail"})
+        assert failed.status == 502
+        assert failed.json["error"] == "com.example.oops"
+        assert failed.json["message"] == "it went wrong"
+        await callee.close()
+
+    run(scenario())
+    missing = request(router, "POST", "/call", {"procedure": "no.such.procedure"})
+    assert missing.status == 404 and missing.json["error"] == "wamp.error.no_such_procedure"
+
+
+def test_a_call_that_outlives_its_timeout_is_504(router):
+    procedure = unique("slow").replace("-", "_")
+
+    async def scenario():
+        callee = await connect(router)
+        never: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        async def slow():
+            return await never
+
+        await callee.register(slow, procedure)
+        reply = await asyncio.to_thread(request, router, "POST", "/call",
+                                        {"procedure": procedure, "timeout": 0.3})
+        assert reply.status == 504 and reply.json["error"] == "wamp.error.timeout"
+        never.cancel()
+        await callee.close()
+
+    run(scenario())
+    assert request(router, "POST", "/call", {"procedure": "a.b", "timeout": 10_000}).status == 400
+
+
+# retained ------------------------------------------------------------------------------
+
+def test_retained_list_get_and_delete_by_topic_prefix_and_mqtt_filter(router):
+    base = unique("ret").replace("-", "_")
+    for topic, value in ((f"{base}.kitchen.temp", 21), (f"{base}.hall.temp", 19),
+                         (f"{base}.hall.light", "on"), (f"{base}x.other", 0)):
+        assert request(router, "POST", "/publish", {"topic": topic, "args": [value],
+                                                    "retain": True}).status == 200
+    listed = request(router, "GET", f"/retained?prefix={base}.")
+    assert [event["topic"] for event in listed.json["topics"]] == [
+        f"{base}.hall.light", f"{base}.hall.temp", f"{base}.kitchen.temp"]
+    first = request(router, "GET", f"/retained?prefix={base}.&limit=2")
+    assert len(first.json["topics"]) == 2 and first.json["next"] == f"{base}.hall.temp"
+    second = request(router, "GET", f"/retained?prefix={base}.&limit=2&cursor={first.json['next']}")
+    assert [e["topic"] for e in second.json["topics"]] == [f"{base}.kitchen.temp"]
+    assert second.json["next"] is None
+    filtered = request(router, "GET", f"/retained?filter={base}/%2B/temp")
+    assert [e["args"] for e in filtered.json["topics"]] == [[19], [21]]
+    one = request(router, "GET", f"/retained/{base}/kitchen/temp")  # MQTT form in the path
+    assert one.status == 200 and one.json["args"] == [21]
+    # deleting is the operator's (wamp.retained.purge), as over WAMP
+    refused = request(router, "DELETE", f"/retained/{base}.kitchen.temp")
+    assert refused.status == 403 and refused.json["error"] == "wamp.error.not_authorized"
+    deleted = request(router, "DELETE", f"/retained/{base}.kitchen.temp", headers=OP)
+    assert deleted.status == 200 and deleted.json == {"purged": 1}
+    gone = request(router, "GET", f"/retained/{base}.kitchen.temp")
+    assert gone.status == 404 and gone.json["error"] == "wamp.error.no_such_retained"
+    purged = request(router, "DELETE", f"/retained?prefix={base}.hall", headers=OP)
+    assert purged.json == {"purged": 2}
+    assert request(router, "GET", f"/retained?prefix={base}.").json["topics"] == []
+    assert request(router, "GET", f"/retained/{base}x.other").status == 200
+    assert request(router, "GET", "/retained?filter=a/%23/b").status == 400
+
+
+# history -------------------------------------------------------------------------------
+
+def test_history_reads_what_get_events_gives(router):
+    topic = f"hist.{unique('h').replace('-', '_')}"
+    for n in range(4):
+        request(router, "POST", "/publish", {"topic": topic, "args": [n]})
+    every = request(router, "GET", f"/history?topic={topic}", headers=OP)
+    assert every.status == 200
+    assert [event["args"] for event in every.json["events"]] == [[0], [1], [2], [3]]
+    latest = request(router, "GET", f"/history?topic={topic}&limit=2&reverse=true", headers=OP)
+    assert [event["args"] for event in latest.json["events"]] == [[3], [2]]
+    assert request(router, "GET", f"/history?topic={topic}&limit=x").status == 400
+
+
+# Server-Sent Events ----------------------------------------------------------------------
+
+def test_sse_sends_retained_then_live_and_resumes_after_last_event_id(router):
+    topic = f"hist.{unique('sse').replace('-', '_')}"
+    request(router, "POST", "/publish", {"topic": f"{topic}.a", "args": ["kept"],
+                                         "retain": True})
+    reader = EventReader(router, f"/subscribe?prefix={topic}.&get_retained=true")
+    try:
+        assert reader.wait_status() == 200
+        retained = reader.next()
+        assert retained.event == "retained" and retained.data["args"] == ["kept"]
+        request(router, "POST", "/publish", {"topic": f"{topic}.b", "args": ["live 1"]})
+        live = reader.next()
+        assert live.event == "message" and live.data["topic"] == f"{topic}.b"
+        assert live.data["args"] == ["live 1"] and live.id
+    finally:
+        reader.close()
+    for n in (2, 3):  # published while nobody listens
+        request(router, "POST", "/publish", {"topic": f"{topic}.b", "args": [f"live {n}"]})
+    resumed = EventReader(router, f"/subscribe?prefix={topic}.",
+                          headers={"Last-Event-ID": live.id})
+    try:
+        assert [resumed.next().data["args"] for _ in range(2)] == [["live 2"], ["live 3"]]
+        request(router, "POST", "/publish", {"topic": f"{topic}.b", "args": ["live 4"]})
+        assert resumed.next().data["args"] == ["live 4"]
+    finally:
+        resumed.close()
+
+
+def test_an_sse_subscriber_counts_as_a_session_and_a_subscription(router):
+    topic = unique("counted").replace("-", "_")
+    reader = EventReader(router, f"/subscribe?topic={topic}")
+    try:
+        assert reader.wait_status() == 200
+        request(router, "POST", "/publish", {"topic": topic, "args": [1]})
+        reader.next()  # subscribed for sure
+        sessions = request(router, "GET", "/sessions?limit=1000").json
+        assert sessions["by_protocol"].get("http", 0) >= 1
+        assert any(s["protocol"] == "http" and s["subscriptions"] == 1
+                   for s in sessions["sessions"])
+        subscriptions = request(router, "GET", "/subscriptions?limit=1000").json
+        mine = [s for s in subscriptions["subscriptions"] if s["uri"] == topic]
+        assert len(mine) == 1 and len(mine[0]["subscribers"]) == 1
+    finally:
+        reader.close()
+
+
+def test_a_stopped_sse_reader_is_cut_at_its_bound_while_another_gets_every_event(router):
+    topic = unique("slow").replace("-", "_")
+    stopped = EventReader(router, f"/subscribe?topic={topic}", read=False, receive_buffer=4096)
+    reading = EventReader(router, f"/subscribe?topic={topic}")
+    try:
+        assert reading.wait_status() == 200
+        before = _incidents(router, "disconnected")
+        padding = "x" * 3000
+        count = 0
+        while _incidents(router, "disconnected") == before:
+            count += 1
+            assert count < 5000, "the stopped reader was never cut"
+            request(router, "POST", "/publish", {"topic": topic, "args": [count, padding]})
+            assert reading.next().data["args"][0] == count
+    finally:
+        stopped.close()
+        reading.close()
+
+
+def _incidents(router, reason: str) -> int:
+    totals = request(router, "GET", "/incidents", headers=OP).json["totals"]
+    return sum(item["count"] for item in totals
+               if item["reason"] == reason and item["protocol"] == "http")
+
+
+# operators ---------------------------------------------------------------------------
+
+def test_operators_see_sessions_stats_and_incidents_and_kick_a_session(router):
+    async def scenario():
+        session = await connect(router, authid="alice", ticket=SECRETS["alice"])
+        session_id = session.session_id
+        listed = await asyncio.to_thread(request, router, "GET", "/sessions?limit=1000")
+        mine = [s for s in listed.json["sessions"] if s["session"] == session.session_id]
+        assert mine and mine[0]["authid"] == "alice" and mine[0]["protocol"].startswith("wamp")
+        stats = await asyncio.to_thread(request, router, "GET", "/stats", None, OP)
+        assert stats.status == 200 and stats.json["sessions"]["wamp"] >= 1
+        assert stats.json["received"]["http"] >= 1
+        kicked = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}")
+        assert kicked.status == 200
+        await asyncio.wait_for(asyncio.shield(session.disconnected), 10)
+        again = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}")
+        assert again.status == 404 and again.json["error"] == "wamp.error.no_such_session"
+
+    run(scenario())
+    incidents = request(router, "GET", "/incidents", headers=OP)
+    assert incidents.status == 200 and isinstance(incidents.json["recent"], list)
+
+
+# logins and refusals -------------------------------------------------------------------
+
+ROUTE_REQUESTS = [
+    ("POST", "/publish", {"topic": "a.b", "args": [1]}),
+    ("POST", "/call", {"procedure": "wamp.session.count"}),
+    ("GET", "/retained?prefix=a.", None),
+    ("GET", "/retained/a.b", None),
+    ("DELETE", "/retained/a.b", None),
+    ("DELETE", "/retained?prefix=a.", None),
+    ("GET", "/history?topic=hist.x", None),
+    ("GET", "/subscribe?topic=a.b", None),
+    ("GET", "/sessions", None),
+    ("DELETE", "/sessions/1", None),
+    ("GET", "/subscriptions", None),
+    ("GET", "/stats", None),
+    ("GET", "/incidents", None),
+]
+
+
+@pytest.mark.parametrize("method,path,body", ROUTE_REQUESTS,
+                         ids=[f"{m} {p.split('?')[0]}" for m, p, _ in ROUTE_REQUESTS])
+def test_a_principal_without_the_permission_gets_403_and_bad_credentials_401(
+        router, method, path, body):
+    refused = request(router, method, path, body, basic("nobody", SECRETS["nobody"]))
+    assert refused.status == 403, refused.body
+    assert refused.json["error"] == "wamp.error.not_authorized"
+    wrong = request(router, method, path, body, basic("alice", "wrong"))
+    assert wrong.status == 401 and "www-authenticate" in wrong.headers
+    assert request(router, method, path, body, bearer("wrt_unknown")).status == 401
+
+
+def test_a_cli_token_logs_in_as_its_principal_until_revoked(router):
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "router", "token", *args, "--config",
+                               str(router.config_path)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+
+    created = cli("create", "--realm", "realm1", "--principal", "op")
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    assert token.startswith("wrt_")
+    stored = (router.workdir / "data" / "http_tokens.json").read_text()
+    assert token not in stored
+    deadline = time.monotonic() + 20  # the router looks at the file again within 2 s
+    while (status := request(router, "GET", "/stats", headers=bearer(token)).status) == 401:
+        assert time.monotonic() < deadline, "the new token never worked"
+    assert status == 200  # op's role: wamp.router.stats
+    token_id = cli("list").stdout.splitlines()[1].split()[0]
+    assert cli("revoke", "--id", token_id).returncode == 0
+    deadline = time.monotonic() + 20  # the router looks at the file again within 2 s
+    while request(router, "GET", "/stats", headers=bearer(token)).status != 401:
+        assert time.monotonic() < deadline, "the revoked token still works"
+    assert cli("create", "--realm", "realm1", "--principal", "ghost").returncode == 1
