@@ -191,10 +191,15 @@ def test_a_fresh_install_starts_the_router_outside_the_repository(installed, tmp
                 break
         else:
             pytest.fail("the router exited before it was ready:\n" + "".join(log))
-        metrics_url = next(url for url in line.split("ready: ", 1)[1].split()
-                           if url.startswith("http://"))
+        urls = line.split("ready: ", 1)[1].split()
+        metrics_url = next(url for url in urls if url.endswith("/metrics"))
         with urllib.request.urlopen(metrics_url, timeout=30) as response:
             assert b"router_" in response.read()
+        # the console's files are package data: the installed router serves them
+        http_url = next(url for url in urls if url.startswith("http://") and url.endswith("/"))
+        for name in ("console/", "console/console.js", "console/console.css"):
+            with urllib.request.urlopen(http_url + name, timeout=30) as response:
+                assert response.status == 200 and response.read(), name
         proc.terminate()
         _, rest = proc.communicate(timeout=30)
         assert proc.returncode == 0, "".join(log) + rest
