@@ -365,9 +365,9 @@ def _listener(reader: _Reader, realm_names: list[str], base: Path) -> ListenerCo
     if kind == "metrics":
         return _metrics_listener(reader, base)
     if kind in REALM_LISTENERS:
-        reader.reject_unknown({"type", "host", "port", "path", "max_message_size", "realm",
-                               "tls"} | LIMIT_KEYS | FLOW_KEYS
-                              | (HTTP_KEYS if kind == "http" else set()))
+        reader.reject_unknown({"type", "host", "port", "max_message_size", "realm", "tls"}
+                              | LIMIT_KEYS | (HTTP_KEYS if kind == "http"
+                                              else FLOW_KEYS | {"path"}))
         realm = reader.get("realm", str)
         if realm not in realm_names:
             raise reader.fail("realm", f"'{realm}' is not one of the realms this node loads")

@@ -69,7 +69,7 @@ LISTEN_BACKLOG = 1024
 caps (``max_connections``), not the kernel's accept queue, are what bound connections."""
 
 INCIDENT_PROTOCOL = {"websocket": "wamp", "rawsocket": "wamp", "mqtt": "mqtt",
-                     "mqtt-websocket": "mqtt", "amqp": "amqp"}
+                     "mqtt-websocket": "mqtt", "amqp": "amqp", "http": "http"}
 """Listener type -> the protocol its refusals are counted under."""
 
 
@@ -319,9 +319,8 @@ class Node:
     def _factory(self, listener: ListenerConfig):
         if listener.type == "metrics":
             return metrics_site(self.metrics, listener.path, listener.auth)
-        if listener.type == "http":
-            return self._http_site(listener)
-        factory = self._protocol_factory(listener)
+        factory = (self._http_site(listener) if listener.type == "http"
+                   else self._protocol_factory(listener))
         factory.limits = ConnectionLimits(self.reactor, self.router.incidents, listener.limits,
                                           INCIDENT_PROTOCOL[listener.type], listener.realm)
         self.listener_limits.append(factory.limits)
@@ -338,7 +337,7 @@ class Node:
                       TokenFile(self.config.data_dir), self.reactor, self.sys.figures)
         api.extra["/console"] = ConsoleResource("/console")
         self.http_apis.append(api)
-        return http_site(api, listener.max_message_size)
+        return http_site(api, listener.max_message_size, listener.limits.handshake_timeout)
 
     def _protocol_factory(self, listener: ListenerConfig):
         new_flow = partial(ConnectionFlow, limits=listener.flow, clock=self.reactor,

@@ -99,7 +99,7 @@ BAD_CONFIGS = [
      ["listeners", "port"]),
     ("port out of range", _set(["config", "listeners", 0, "port"], 70000), "config.json",
      ["listeners", "port"]),
-    ("unknown listener type", _set(["config", "listeners", 0, "type"], "http"), "config.json",
+    ("unknown listener type", _set(["config", "listeners", 0, "type"], "gopher"), "config.json",
      ["listeners", "type"]),
     ("realm file missing", _add_realm("ghost"), "config.json", ["realms[", "ghost.json"]),
     ("rule with invalid match", _set(["realm", "roles", "user", 0, "match"], "regex"),

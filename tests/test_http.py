@@ -14,6 +14,7 @@ import pytest
 from autobahn.wamp.types import CallResult, RegisterOptions
 
 from router.core.credentials import hash_secret
+from router.http.api import openapi_document
 from tests import amqp_clients
 from tests.clients import connect, next_item, run
 from tests.harness import OPEN_ROLE, ROOT, RouterProcess
@@ -119,6 +120,37 @@ def test_a_raw_text_body_reaches_mqtt_unchanged_and_wamp_mapped(router):
         assert message.properties.ContentType == "text/plain"
     finally:
         mqtt.close()
+
+
+def test_a_binary_body_reaches_amqp_and_mqtt_as_the_same_bytes(router):
+    name = unique("bin")
+    payload = bytes(range(256))
+    mqtt = MqttClient(router)
+    mqtt.connect()
+    mqtt.subscribe((f"{name}/blob", 0))
+    amqp = amqp_clients.connect(router)
+    receiver = amqp.create_receiver(f"{name}/blob", options=amqp_clients.Receive(qos=0))
+    try:
+        reply = request(router, "POST", f"/publish?mqtt_topic={name}/blob", None,
+                        {"Content-Type": "application/octet-stream"}, payload)
+        assert reply.status == 200, reply.body
+        assert mqtt.next_message().payload == payload
+        assert amqp_clients.body_bytes(receiver.receive(timeout=10)) == payload
+    finally:
+        mqtt.close()
+        amqp.close()
+
+
+def test_a_retained_event_with_a_message_expiry_is_gone_after_it(router):
+    topic = unique("expiring").replace("-", "_")
+    reply = request(router, "POST", "/publish", {"topic": topic, "args": [1], "retain": True,
+                                                 "expires_in": 1})
+    assert reply.status == 200
+    assert request(router, "GET", f"/retained/{topic}").status == 200
+    deadline = time.monotonic() + 20
+    while request(router, "GET", f"/retained/{topic}").status == 200:
+        assert time.monotonic() < deadline, "the retained event outlived its expiry"
+    assert request(router, "POST", "/publish", {"topic": topic, "expires_in": -1}).status == 400
 
 
 def test_eligibility_lists_choose_the_receivers(router):
@@ -435,3 +467,38 @@ def test_a_cli_token_logs_in_as_its_principal_until_revoked(router):
     while request(router, "GET", "/stats", headers=bearer(token)).status != 401:
         assert time.monotonic() < deadline, "the revoked token still works"
     assert cli("create", "--realm", "realm1", "--principal", "ghost").returncode == 1
+
+
+def test_the_listener_serves_its_openapi_file_and_json_errors_for_unknown_routes(router):
+    served = request(router, "GET", "/openapi.json", headers=basic("alice", "wrong"))
+    assert served.status == 200 and served.body == openapi_document()
+    missing = request(router, "GET", "/nowhere")
+    assert missing.status == 404 and missing.json["error"] == "wamp.error.not_found"
+    wrong_method = request(router, "PUT", "/publish", {"topic": "a.b"})
+    assert wrong_method.status == 405 and wrong_method.headers["allow"] == "POST"
+
+
+def test_connection_caps_and_the_stream_bound_answer_503(tmp_path):
+    process = RouterProcess(tmp_path, [http_realm()], listeners=http_listeners(
+        max_streams=1, max_connections_per_host=2)).start()
+    try:
+        first = EventReader(process, "/subscribe?topic=a.b")
+        assert first.wait_status() == 200
+        second = request(process, "GET", "/subscribe?topic=a.b")
+        assert second.status == 503 and second.json["error"] == "wamp.error.unavailable"
+        third = EventReader(process, "/subscribe?topic=a.b")  # over max_connections_per_host
+        try:
+            assert third.wait_status() == 503
+        finally:
+            third.close()
+        first.close()  # its place is free again once the router sees the close
+        deadline = time.monotonic() + 20
+        while request(process, "GET", "/stats", headers=OP).json["event_streams"]:
+            assert time.monotonic() < deadline, "a closed stream still counts"
+        again = EventReader(process, "/subscribe?topic=a.b")
+        try:
+            assert again.wait_status() == 200
+        finally:
+            again.close()
+    finally:
+        process.stop()

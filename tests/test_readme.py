@@ -35,7 +35,7 @@ import pytest
 from tests.harness import ROOT, RouterProcess, free_port
 
 README = ROOT / "README.md"
-SHIPPED_PORTS = (8080, 8081, 1883, 8083, 5672, 9100)
+SHIPPED_PORTS = (8080, 8081, 1883, 8083, 5672, 8088, 9100)
 """The ports of the shipped config.json, in the order of its listeners."""
 BLOCK_TIMEOUT = 60.0
 """Seconds one tour block may take on a loaded machine (each takes about a second idle; the

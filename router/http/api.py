@@ -26,6 +26,7 @@ from typing import Any, Callable
 from urllib.parse import unquote
 
 from twisted.internet import defer
+from twisted.web.http import HTTPChannel
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
@@ -47,6 +48,7 @@ from router.http.events import dumps, event_json, parse_event_id
 from router.http.login import Busy, HttpLogin, LoginFailed
 from router.http.stream import EventStream
 from router.http.tokens import TokenFile
+from router.limits import GatedProtocol
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +181,8 @@ class HttpApi(Resource):
         method = request.method.decode("ascii", "replace")
         found = match_route(method, path)
         if found is None:
-            allowed = [route.method for route in ROUTES if match_path(route.path, path)]
+            allowed = [route.method for route in ROUTES
+                       if match_path(route.path, path) is not None]
             if allowed:
                 request.setHeader(b"allow", ", ".join(allowed).encode())
                 return self._error(request, 405, errors.INVALID_ARGUMENT,
@@ -533,9 +536,28 @@ class HttpApi(Resource):
         return {"recent": recent, "totals": totals}
 
 
-def http_site(api: HttpApi, max_body: int) -> Site:
-    """The Twisted web factory of one ``http`` listener."""
-    site = Site(api)
+class GatedChannel(GatedProtocol, HTTPChannel):
+    """An HTTP connection under the listener's connection caps and handshake timeout (the
+    handshake: the first request's headers)."""
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        if self.gate is not None and self.gate.refused:
+            self.transport.write(b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n"
+                                 b"content-length: 0\r\n\r\n")
+            self.transport.loseConnection()
+
+    def allHeadersReceived(self) -> None:
+        super().allHeadersReceived()
+        self.handshake_done()
+
+
+def http_site(api: HttpApi, max_body: int, idle_timeout: float) -> Site:
+    """The Twisted web factory of one ``http`` listener: a keep-alive connection idle for
+    ``idle_timeout`` seconds between requests is closed (an open response, such as an
+    event stream, is not idle)."""
+    site = Site(api, timeout=idle_timeout)
+    site.protocol = GatedChannel
     site.requestFactory = type("ListenerRequest", (BoundedRequest,), {"max_body": max_body})
     site.log = lambda request: None  # type: ignore[method-assign]
     site.displayTracebacks = False

@@ -48,10 +48,14 @@ class EventStream:
         """Frames written while the socket is paused, oldest first."""
         self.paused = False
         self.open = True
+        """Events may still be written (False once the stream ends or is cut)."""
+        self.left = False
+        """The stream has left the realm."""
         self.resuming: list[Publication] | None = None
         """Live events that arrived while the history of a resume was read (None: not
         resuming)."""
         self._closed = closed
+        self._clock = clock
         self._keepalive = task.LoopingCall(self._write, b": keep-alive\n\n")
         self._keepalive.clock = clock
         self._keepalive_interval = keepalive
@@ -120,7 +124,9 @@ class EventStream:
             self.request.finish()
 
     def subscription_revoked(self, subscription: Subscription, reason: str) -> None:
-        self.kill("wamp.close.killed", reason)
+        """A reload took the permission away: the stream ends, on the next reactor turn
+        (not inside the reload's walk over the subscriptions)."""
+        self._clock.callLater(0, self.kill, "wamp.close.killed", reason)
 
     def registration_revoked(self, registration: object, reason: str) -> None:
         """An event stream never registers."""
@@ -164,20 +170,23 @@ class EventStream:
         self.request.write(data)
 
     def _too_slow(self) -> None:
-        """Over the bound: counted, and the connection aborted (the reader is not reading,
-        so nothing more is written to it)."""
-        transport = self.request.channel.transport if self.request.channel else None
+        """Over the bound: counted, nothing more written, and the connection aborted (the
+        reader is not reading); the stream leaves the realm when the abort ends the
+        request, on a later reactor turn, not inside the dispatch that found it full."""
         disconnect_slow_consumer(self.realm.incidents, self.realm.name, PROTOCOL,
                                  f"event stream {self.info.session_id} ({self.info.authid})",
                                  lambda: None)
-        self.close()
-        if transport is not None:
-            transport.abortConnection()
+        self.open = False
+        self.queue.clear()
+        channel = self.request.channel
+        if channel is not None:
+            channel.transport.abortConnection()
 
     def close(self) -> None:
         """Leave the realm (once): the subscription goes with the session."""
-        if not self.open:
+        if self.left:
             return
+        self.left = True
         self.open = False
         self.queue.clear()
         if self._keepalive.running:
