@@ -254,7 +254,7 @@ function drawChart() {
 
 function niceCeiling(value) {
   const power = 10 ** Math.floor(Math.log10(value));
-  for (const step of [1, 2, 5, 10]) if (value <= step * power) return step * power;
+  for (const step of [1, 1.5, 2, 3, 4, 5, 6, 8, 10]) if (value <= step * power) return step * power;
   return 10 * power;
 }
 
@@ -334,7 +334,7 @@ async function loadIncidents() {
   fillRows($("incident-rows"), incidents, (incident) => {
     const tr = document.createElement("tr");
     tr.append(cell(new Date(incident.time).toLocaleTimeString()), cell(incident.reason),
-              cell(incident.protocol), cell(incident.count), cell(incident.detail, "topic"));
+              cell(incident.protocol), cell(incident.count), cell(incident.detail, "detail"));
     return tr;
   }, "none since start", 5);
 }
@@ -415,7 +415,8 @@ function decode(event) {
     }
     return {kind: `${type || "binary"}, ${bytes.length} bytes`, text: hexDump(bytes)};
   }
-  const value = Object.keys(kwargs).length ? {args, kwargs} : args.length === 1 ? args[0] : args;
+  const named = Object.keys(kwargs).length > 0;
+  const value = named ? (args.length ? {args, kwargs} : kwargs) : args.length === 1 ? args[0] : args;
   if (typeof value === "string") return {kind: type || "text", text: value};
   return {kind: type || "JSON", text: JSON.stringify(value, null, 2)};
 }
