@@ -43,8 +43,8 @@ from typing import Callable  # noqa: E402
 from urllib.parse import quote  # noqa: E402
 
 from bench.compare import CrossbarNode, ensure_crossbar, free_port, loadavg  # noqa: E402
-from bench.fanout import (BrokerMeter, Endpoint, latency_report, publish_all,  # noqa: E402
-                          subscriber_main)
+from bench.fanout import (BrokerMeter, Endpoint, collect_results, latency_report,  # noqa: E402
+                          publish_all, stop_workers, subscriber_main)
 from tests.harness import RouterProcess, realm_file  # noqa: E402
 
 PUBLISH_TOPIC = "bench.http"
@@ -138,9 +138,7 @@ def publish_scenario(broker, requests: int, options: dict) -> dict:
         report.update(meter.report(requests, "request"))
         latencies, _ = results.get(timeout=IDLE_TIMEOUT + 120)
     finally:
-        subscriber.join(timeout=10)
-        if subscriber.is_alive():
-            subscriber.kill()
+        stop_workers([subscriber])
     report.update({"delivered": len(latencies), "lost": expected - len(latencies),
                    **latency_report(latencies)})
     return report
@@ -209,16 +207,10 @@ def sse_scenario(broker: OurHttpRouter, readers: int, events: int) -> dict:
         meter = BrokerMeter(broker.pid)
         first_publish = asyncio.run(publish_all(broker.rawsocket, "rawsocket", "msgpack",
                                                 events, None, SSE_TOPIC))
-        latencies, last_delivery = [], first_publish
-        for _ in workers:
-            received, last_arrival = results.get(timeout=IDLE_TIMEOUT + 120)
-            latencies.extend(received)
-            last_delivery = max(last_delivery, last_arrival)
+        latencies, last_delivery = collect_results(results, len(workers), first_publish,
+                                                   IDLE_TIMEOUT + 120)
     finally:
-        for worker in workers:
-            worker.join(timeout=10)
-            if worker.is_alive():
-                worker.kill()
+        stop_workers(workers)
     delivered = len(latencies)
     report = {"events/s": delivered / max(last_delivery - first_publish, 1e-6),
               "delivered": delivered, "lost": readers * events - delivered,

@@ -14,7 +14,6 @@ import pytest
 
 from tests.console_browser import (SECRETS, WAIT, BackgroundWamp, chromium, console_router,
                                    log_in, wait_until)
-from tests.mqtt_clients import ClientPool
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as seen  # noqa: E402
@@ -24,16 +23,11 @@ OPERATOR = ("op", SECRETS["op"])
 
 @pytest.fixture
 def router(tmp_path):
+    """A router per test (its session counts are the test's own); conftest's ``mqtt`` pool
+    connects to it."""
     process = console_router(tmp_path)
     yield process
     process.stop()
-
-
-@pytest.fixture
-def mqtt(router):
-    pool = ClientPool(router)
-    yield pool
-    pool.close()
 
 
 @pytest.fixture(scope="module")
