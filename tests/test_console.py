@@ -112,6 +112,11 @@ def test_operator_sees_the_real_session_count_and_deletes_a_retained_topic(page,
         retained_row(page, "home.camera")[0].find_element(
             By.XPATH, ".//button[text()='View']").click()
         shown(page, "retained-view-body", "000000  00 07 0e 15")
+        shown(page, "retained-view-kind", "binary, 37 bytes")
+        retained_row(page, "home.door")[0].find_element(
+            By.XPATH, ".//button[text()='View']").click()
+        shown(page, "retained-view-body", "closed")
+        shown(page, "retained-view-kind", "text")
 
         retained_row(page, "home.door")[0].find_element(
             By.XPATH, ".//button[text()='Delete']").click()
