@@ -225,3 +225,48 @@ def test_console_files_are_served_with_their_types(router):
         assert response.status == 404
     finally:
         connection.close()
+
+
+def test_rates_subscriptions_and_incidents_follow_real_traffic(page, router, mqtt):
+    subscriber, publisher = mqtt(), mqtt()
+    subscriber.subscribe(("plant/#", 0))
+    viewer = mqtt(username="viewer", password=SECRETS["viewer"])
+    viewer.publish("plant/valve", b"open", qos=1)  # its role may only subscribe: an incident
+    log_in(page, console_url(router), *OPERATOR)
+    shown(page, "subscription-count", str(api(router, "GET", "subscriptions")[1]["total"]))
+    wait_until(page, seen.presence_of_element_located(
+        (By.XPATH, "//tbody[@id='subscription-rows']/tr[td[1]='plant/#' and td[3]='1']")),
+        "the plant/# subscription is not listed with its one subscriber")
+    wait_until(page, seen.presence_of_element_located(
+        (By.XPATH, "//tbody[@id='incident-rows']/tr[td[2]='not_authorized' and td[3]='mqtt']")),
+        "the refused publish is not among the recent incidents")
+
+    def rates_shown(driver) -> bool:
+        publisher.client.publish("plant/flow", b"1", qos=0)  # traffic while the page polls
+        text = driver.find_element(By.ID, "rate-now").text  # "now 12 in / 12 out"
+        return text.startswith("now ") and not text.startswith("now 0 in")
+    wait_until(page, rates_shown, "the rate chart never showed messages coming in")
+    painted = page.execute_script(
+        "const c = document.getElementById('rate-chart');"
+        "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        "let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) n++; return n")
+    assert painted > 0, "the chart canvas is blank"
+
+
+def test_retained_browser_pages(page, router, mqtt):
+    publisher = mqtt()
+    for n in range(55):
+        publisher.publish(f"paged/t{n:02d}", str(n), qos=1, retain=True)
+    log_in(page, console_url(router), *OPERATOR)
+    show_retained(page, "prefix", "paged")
+    rows = "#retained-rows tr[data-topic]"
+    wait_until(page, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == 50,
+               "the first page does not hold 50 topics")
+    shown(page, "retained-count", "50+")
+    page.find_element(By.ID, "retained-more").click()
+    wait_until(page, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == 55,
+               "More did not add the last 5 topics")
+    shown(page, "retained-count", "55")
+    assert not page.find_element(By.ID, "retained-more").is_displayed()
+    topics = [row.get_attribute("data-topic") for row in page.find_elements(By.CSS_SELECTOR, rows)]
+    assert topics == [f"paged.t{n:02d}" for n in range(55)]
