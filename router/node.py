@@ -188,7 +188,8 @@ class Node:
         """The local operators' socket (config ``admin_socket``), once listening."""
         self.ports: list[tuple[ListenerConfig, IListeningPort]] = []
         self.http_apis: list[HttpApi] = []
-        """The ``http`` listeners' APIs (another page, the console, hangs under one)."""
+        """The ``http`` listeners' APIs (pages such as the console hang under their
+        ``pages``)."""
         # One serializer instance per format for all listeners: an EVENT is encoded once
         # per format and the bytes are reused for every receiver on any transport.
         self._serializers = dict(zip(SERIALIZERS, make_serializers(SERIALIZERS)))

@@ -20,6 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from router.config import ListenerConfig, NodeConfig
 
+PROTOCOLS = ("wamp", "mqtt", "amqp", "http")
+"""The protocol families the summary names, in order (the metrics' ``protocol`` label)."""
+
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -65,7 +68,7 @@ def _by(samples: Samples, name: str, *keys: str) -> dict[tuple[str, ...], float]
 
 def _per_protocol(values: dict[tuple[str, ...], float], realm: str) -> str:
     return ", ".join(f"{protocol} {values.get((realm, protocol), 0):g}"
-                     for protocol in ("wamp", "mqtt", "amqp"))
+                     for protocol in PROTOCOLS)
 
 
 def duration(seconds: float) -> str:
@@ -92,7 +95,7 @@ def summary(before: Samples, after: Samples, seconds: float, url: str,
         lines.append("listeners: " + ", ".join(listeners))
     connections = _by(after, "router_connections", "protocol")
     lines.append("connections (network, all realms): " + ", ".join(
-        f"{protocol} {connections.get((protocol,), 0):g}" for protocol in ("wamp", "mqtt", "amqp")))
+        f"{protocol} {connections.get((protocol,), 0):g}" for protocol in PROTOCOLS))
     sessions = _by(after, "router_sessions", "realm", "protocol")
     received = [_by(s, "router_messages_received_total", "realm") for s in (before, after)]
     delivered = [_by(s, "router_messages_delivered_total", "realm") for s in (before, after)]

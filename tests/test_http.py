@@ -5,6 +5,7 @@ Events, logins and refusals (see docs/http.md)."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from autobahn.wamp.types import CallResult, RegisterOptions
 from router.core.credentials import hash_secret
 from router.http.api import openapi_document
 from tests import amqp_clients
+from tests.auth_helpers import client_context, make_certs
 from tests.clients import connect, next_item, run
 from tests.harness import OPEN_ROLE, ROOT, RouterProcess
 from tests.http_clients import EventReader, basic, bearer, request
@@ -24,6 +26,7 @@ from tests.mqtt_clients import MqttClient, unique
 SECRETS = {"alice": "alice-secret", "op": "operator-secret", "nobody": "nobody-secret"}
 OPERATOR = OPEN_ROLE + [
     {"uri": "wamp.retained.", "match": "prefix", "allow": ["call"]},
+    {"uri": "wamp.admin.", "match": "prefix", "allow": ["call"]},
     {"uri": "wamp.router.", "match": "prefix", "allow": ["call"]},
 ]
 
@@ -366,6 +369,23 @@ def test_an_sse_subscriber_counts_as_a_session_and_a_subscription(router):
         reader.close()
 
 
+def test_a_kicked_sse_stream_ends_with_a_closed_event(router):
+    topic = unique("kicked").replace("-", "_")
+    reader = EventReader(router, f"/subscribe?topic={topic}")
+    try:
+        assert reader.wait_status() == 200
+        request(router, "POST", "/publish", {"topic": topic, "args": [1]})
+        reader.next()
+        listed = request(router, "GET", "/subscriptions?limit=1000").json["subscriptions"]
+        (session_id,) = [s["subscribers"] for s in listed if s["uri"] == topic][0]
+        assert request(router, "DELETE", f"/sessions/{session_id}", headers=OP).status == 200
+        closed = reader.next()
+        assert closed.event == "closed" and closed.data["reason"] == "wamp.close.killed"
+        assert reader.closed.wait(10) and reader.frames.get(timeout=10) is None
+    finally:
+        reader.close()
+
+
 def test_a_stopped_sse_reader_is_cut_at_its_bound_while_another_gets_every_event(router):
     topic = unique("slow").replace("-", "_")
     stopped = EventReader(router, f"/subscribe?topic={topic}", read=False, receive_buffer=4096)
@@ -403,10 +423,15 @@ def test_operators_see_sessions_stats_and_incidents_and_kick_a_session(router):
         stats = await asyncio.to_thread(request, router, "GET", "/stats", None, OP)
         assert stats.status == 200 and stats.json["sessions"]["wamp"] >= 1
         assert stats.json["received"]["http"] >= 1
-        kicked = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}")
+        # the session meta API's prefix (OPEN_ROLE's wamp.session.) does not close sessions
+        refused = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}")
+        assert refused.status == 403
+        kicked = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}",
+                                         None, OP)
         assert kicked.status == 200
         await asyncio.wait_for(asyncio.shield(session.disconnected), 10)
-        again = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}")
+        again = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}",
+                                        None, OP)
         assert again.status == 404 and again.json["error"] == "wamp.error.no_such_session"
 
     run(scenario())
@@ -500,5 +525,41 @@ def test_connection_caps_and_the_stream_bound_answer_503(tmp_path):
             assert again.wait_status() == 200
         finally:
             again.close()
+    finally:
+        process.stop()
+
+
+def test_without_an_anonymous_role_a_request_without_credentials_is_401(tmp_path):
+    realm = dict(http_realm(), anonymous_role=None)
+    process = RouterProcess(tmp_path, [realm], listeners=http_listeners()).start()
+    try:
+        refused = request(process, "GET", "/retained?prefix=a.")
+        assert refused.status == 401 and "www-authenticate" in refused.headers
+        assert request(process, "GET", "/retained?prefix=a.",
+                       headers=basic("alice", SECRETS["alice"])).status == 200
+    finally:
+        process.stop()
+
+
+def test_an_https_listener_serves_the_api_over_tls(tmp_path):
+    certs = make_certs(tmp_path / "certs")
+    listener = dict(http_listeners()[0], tls={"cert": str(certs["cert"]),
+                                              "key": str(certs["key"])})
+    process = RouterProcess(tmp_path / "node", [http_realm()], listeners=[listener]).start()
+    try:
+        assert process.urls["http"].startswith("https://")
+        host, port, _ = process.address("http")
+        connection = http.client.HTTPSConnection(host, port, timeout=10,
+                                                 context=client_context(certs))
+        try:
+            connection.request("POST", "/publish", body=json.dumps(
+                {"topic": "secure.x", "args": [1], "retain": True}),
+                headers={"Content-Type": "application/json", **basic("alice",
+                                                                     SECRETS["alice"])})
+            response = connection.getresponse()
+            assert response.status == 200, response.read()
+            assert type(json.loads(response.read())["publication"]) is int
+        finally:
+            connection.close()
     finally:
         process.stop()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FRONTENDS = ("router.wamp", "router.mqtt", "router.amqp")
+FRONTENDS = ("router.wamp", "router.mqtt", "router.amqp", "router.http")
 
 
 def test_reading_the_configuration_imports_no_frontend():
@@ -67,7 +67,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize("package", ["router.mqtt", "router.amqp"])
+@pytest.mark.parametrize("package", ["router.mqtt", "router.amqp", "router.http"])
 def test_no_import_cycle_inside_the_frontend(package):
     directory = ROOT / package.replace(".", "/")
     modules = {f"{package}.{path.stem}": path for path in directory.glob("*.py")

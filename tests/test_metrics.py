@@ -306,9 +306,9 @@ def test_status_reads_in_human_units_and_says_what_it_counts(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert re.fullmatch(rf"router at {re.escape(process.urls['metrics'])}: up \d+ s", lines[0])
-    assert "connections (network, all realms): wamp 0, mqtt 0, amqp 1" in lines
-    assert ("  sessions: wamp 0, mqtt 0, amqp 3 (an AMQP connection is one session, and one "
-            "more per receiving link)") in lines
+    assert "connections (network, all realms): wamp 0, mqtt 0, amqp 1, http 0" in lines
+    assert ("  sessions: wamp 0, mqtt 0, amqp 3, http 0 (an AMQP connection is one session, "
+            "and one more per receiving link)") in lines
     assert any(re.fullmatch(r"  messages/s: in \d+\.\d, out \d+\.\d \(over the last "
                             r"0\.\d s\)", line) for line in lines), lines
     retained = next(line for line in lines if line.startswith("  retained topics: "))

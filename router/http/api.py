@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any, Callable
 from urllib.parse import unquote
 
-from twisted.internet import defer
+from twisted.internet import defer, task, threads
 from twisted.web.http import HTTPChannel
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
@@ -47,7 +47,7 @@ from router.http.caller import CALL_REQUEST, NDJSON, HttpCaller, result_json
 from router.http.events import dumps, event_json, parse_event_id
 from router.http.login import Busy, HttpLogin, LoginFailed
 from router.http.stream import EventStream
-from router.http.tokens import TokenFile
+from router.http.tokens import RECHECK_INTERVAL, TokenFile
 from router.limits import GatedProtocol
 
 log = logging.getLogger(__name__)
@@ -69,11 +69,14 @@ STATUS = {
 """HTTP status per WAMP error URI; any other URI (an application error a callee raised)
 is 502."""
 
-# the router procedures whose ``call`` permission an operator route needs: a role gets
-# the route exactly when its WAMP session could call the procedure
+# the names whose ``call`` permission an operator route needs: a role gets the route
+# exactly when its rules grant that (as they grant the WAMP procedure of the name, where
+# there is one; wamp.admin.kill_session and wamp.router.incidents are HTTP-only names)
 PURGE = from_uri("wamp.retained.purge")
 SESSION_LIST = from_uri("wamp.session.list")
-SESSION_KILL = from_uri("wamp.session.kill")
+SESSION_KILL = from_uri("wamp.admin.kill_session")
+"""Not under ``wamp.session.``: realms grant that prefix for the read-only session meta API,
+and closing sessions must not come with it."""
 SUBSCRIPTION_LIST = from_uri("wamp.subscription.list")
 GET_EVENTS = from_uri("wamp.subscription.get_events")
 STATS = from_uri("wamp.router.stats")
@@ -165,17 +168,39 @@ class HttpApi(Resource):
         self.settings = settings
         self.payload_mapping = payload_mapping
         self.login = HttpLogin(router, realm, tokens)
+        self.tokens = tokens
+        try:  # at start-up, before the first request
+            tokens.replace(tokens.refresh())
+        except (OSError, ValueError, TypeError) as exc:
+            self._tokens_unreadable(str(exc))
+        self._token_watch = task.LoopingCall(self._reload_tokens)
+        self._token_watch.clock = clock
+        self._token_watch.start(RECHECK_INTERVAL, now=False)
         self.clock = clock
         self.figures = figures
+        self.openapi_json = openapi_document()
+        """Read once at start-up: serving it then touches no disk."""
         self.streams: set[EventStream] = set()
-        self.extra: dict[str, Resource] = {}
-        """Other pages served under a path prefix (the console), outside the API."""
+        self.pages: dict[str, Resource] = {}
+        """Pages outside the API by path prefix (``/console``): a request under one is
+        handed to that resource's ``render`` as it is, before any route or login."""
+
+    def _reload_tokens(self) -> defer.Deferred:
+        """Look at the token file again, in a thread (its stat and read are disk I/O)."""
+        looked = threads.deferToThreadPool(self.clock, self.clock.getThreadPool(),
+                                           self.tokens.refresh)
+        looked.addCallbacks(self.tokens.replace,
+                            lambda failure: self._tokens_unreadable(failure.getErrorMessage()))
+        return looked
+
+    def _tokens_unreadable(self, reason: str) -> None:
+        log.warning("%s unreadable, the tokens read before stay: %s", self.tokens.path, reason)
 
     # dispatch --------------------------------------------------------------------------
 
     def render(self, request: Request) -> Any:
         path = request.path.decode("utf-8", "replace")
-        for prefix, resource in self.extra.items():
+        for prefix, resource in self.pages.items():
             if path == prefix or path.startswith(prefix + "/"):
                 return resource.render(request)
         method = request.method.decode("ascii", "replace")
@@ -212,7 +237,7 @@ class HttpApi(Resource):
     def _run(self, request: Request, handler, info: SessionInfo, params: dict) -> None:
         try:
             result = handler(request, info, **params)
-        except (HttpError, RouterError) as exc:
+        except Exception as exc:  # a refusal, or a bug (logged): answered either way
             self._answer(request, exc)
             return
         if isinstance(result, defer.Deferred):
@@ -223,7 +248,7 @@ class HttpApi(Resource):
 
     def _answer(self, request: Request, result: Any) -> None:
         """Write a handler's JSON result, or its error, and finish (unless the client left)."""
-        if request.finished or request._disconnected:
+        if _gone(request):
             return
         if isinstance(result, (HttpError, RouterError)):
             self._write_error(request, result.uri, result.message or result.uri)
@@ -238,7 +263,7 @@ class HttpApi(Resource):
 
     def _write_error(self, request: Request, uri: str, message: str,
                      args: list | None = None, kwargs: dict | None = None) -> None:
-        if request.finished or request._disconnected:
+        if _gone(request):
             return
         body = self._error(request, STATUS.get(uri, 502), uri, message, args, kwargs)
         request.write(body)
@@ -253,7 +278,7 @@ class HttpApi(Resource):
         return dumps(body)
 
     def _unauthorized(self, request: Request, message: str) -> None:
-        if request.finished or request._disconnected:
+        if _gone(request):
             return
         request.setHeader(b"www-authenticate", b'Basic realm="' + self.realm.name.encode()
                           + b'", Bearer')
@@ -270,16 +295,16 @@ class HttpApi(Resource):
 
     def openapi(self, request: Request, info: None) -> bytes:
         request.setHeader(b"content-type", b"application/json")
-        return openapi_document()
+        return self.openapi_json
 
     def publish(self, request: Request, info: SessionInfo) -> Any:
-        """``POST /publish``: a JSON body (topic, args, kwargs, options), or any other body
-        as the payload of ``?topic=``, mapped as an MQTT payload is."""
+        """``POST /publish``: a JSON body (topic, args, kwargs, options), or, when the query
+        names the topic, the body as the payload (JSON too), mapped as an MQTT payload is."""
         content_type = (request.getHeader(b"content-type") or b"").decode("latin-1")
         body = request.content.getvalue()
         query = _query(request)
         media = content_type.split(";", 1)[0].strip().lower()
-        if media == "application/json" and "topic" not in query:
+        if media == "application/json" and "topic" not in query and "mqtt_topic" not in query:
             spec = _json_object(body)
             payload = properties = None
             args, kwargs = spec.get("args"), spec.get("kwargs")
@@ -299,8 +324,6 @@ class HttpApi(Resource):
         expires_in = spec.get("expires_in")
         if expires_in is not None and (type(expires_in) not in (int, float) or expires_in < 0):
             raise bad("'expires_in' must be a non-negative number of seconds")
-        if expires_in is not None:
-            properties = dict(properties or {}, message_expiry_interval=int(expires_in))
         if name_kind == "uri":
             self.realm.check_uri(spec["topic"])
         answer: defer.Deferred = defer.Deferred()
@@ -584,6 +607,11 @@ def match_route(method: str, path: str) -> tuple[Route, dict[str, str]] | None:
             if params is not None:
                 return route, params
     return None
+
+
+def _gone(request: Request) -> bool:
+    """Answered already, or its connection lost (Twisted drops the channel then)?"""
+    return bool(request.finished) or request.channel is None
 
 
 def _peer(request: Request) -> str:

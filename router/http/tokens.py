@@ -21,8 +21,8 @@ from pathlib import Path
 TOKENS_FILE = "http_tokens.json"
 TOKEN_PREFIX = "wrt_"
 RECHECK_INTERVAL = 2.0
-"""Seconds between two looks at the file's modification time by a running router: a token
-created or revoked by the CLI works, or stops working, within this delay."""
+"""Seconds between two looks at the file's modification time by a running router (in a
+thread): a token created or revoked by the CLI works, or stops working, within this delay."""
 
 
 @dataclass(frozen=True)
@@ -41,39 +41,44 @@ def token_hash(token: str) -> str:
 
 
 class TokenFile:
-    """The tokens of one data dir, read again when the file changed."""
+    """The tokens of one data dir. A running router keeps the records in memory and looks
+    at the file again every ``RECHECK_INTERVAL`` seconds in a thread (:meth:`refresh`);
+    the CLI reads and writes the file directly."""
 
-    def __init__(self, data_dir: Path, clock=time.monotonic) -> None:
+    def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / TOKENS_FILE
-        self._clock = clock
-        self._records: list[TokenRecord] = []
+        self.current: list[TokenRecord] = []
+        """The records as last read (what :meth:`find` checks)."""
         self._mtime: float | None = None
-        self._checked = float("-inf")
 
-    def records(self) -> list[TokenRecord]:
-        """Every token's record, read again if the file changed since the last look (at
-        most every ``RECHECK_INTERVAL`` seconds: a ``stat`` and, rarely, a small read)."""
-        now = self._clock()
-        if now - self._checked >= RECHECK_INTERVAL:
-            self._checked = now
-            try:
-                mtime = self.path.stat().st_mtime
-            except FileNotFoundError:
-                mtime = None
-            if mtime != self._mtime:
-                self._mtime = mtime
-                self._records = self._read() if mtime is not None else []
-        return self._records
+    def refresh(self) -> list[TokenRecord] | None:
+        """The records if the file changed since the last look, else None (blocking: run it
+        in a thread, and hand the answer to :meth:`replace` on the reactor)."""
+        try:
+            mtime: float | None = self.path.stat().st_mtime
+        except FileNotFoundError:
+            mtime = None
+        if mtime == self._mtime:
+            return None
+        self._mtime = mtime
+        return self.records() if mtime is not None else []
+
+    def replace(self, records: list[TokenRecord] | None) -> None:
+        if records is not None:
+            self.current = records
 
     def find(self, token: str) -> TokenRecord | None:
         """The record of ``token`` (compared in constant time), or None."""
         digest = token_hash(token)
-        for record in self.records():
+        for record in self.current:
             if hmac.compare_digest(record.sha256, digest):
                 return record
         return None
 
-    def _read(self) -> list[TokenRecord]:
+    def records(self) -> list[TokenRecord]:
+        """Every token's record, read from the file now."""
+        if not self.path.exists():
+            return []
         data = json.loads(self.path.read_text(encoding="utf-8"))
         return [TokenRecord(**item) for item in data.get("tokens", [])]
 
@@ -85,7 +90,6 @@ class TokenFile:
                   encoding="utf-8") as out:
             json.dump({"tokens": [asdict(record) for record in records]}, out, indent=2)
         os.replace(temporary, self.path)
-        self._checked = float("-inf")
 
     def create(self, realm: str, principal: str) -> tuple[TokenRecord, str]:
         """A new token for ``principal`` of ``realm``: its record and the token (to show
@@ -93,13 +97,12 @@ class TokenFile:
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         record = TokenRecord(secrets.token_hex(4), realm, principal, token_hash(token),
                              time.time())
-        current = self._read() if self.path.exists() else []
-        self._write(current + [record])
+        self._write(self.records() + [record])
         return record, token
 
     def revoke(self, token_id: str) -> bool:
         """Remove the token with this id; False if there is none."""
-        current = self._read() if self.path.exists() else []
+        current = self.records()
         kept = [record for record in current if record.id != token_id]
         if len(kept) == len(current):
             return False

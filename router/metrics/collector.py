@@ -25,7 +25,7 @@ from router.core.uri import MQTT
 from router.figures import NodeFigures
 from router.mqtt.session import MqttSession
 
-PROTOCOLS = ("wamp", "mqtt", "amqp")
+PROTOCOLS = ("wamp", "mqtt", "amqp", "http")
 DROP_PROTOCOLS = {why.EVENTLOG_DROPPED: ("eventlog",)}
 """The protocol label of drop reasons that are not a client protocol's (docs/metrics.md)."""
 
