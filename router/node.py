@@ -336,7 +336,7 @@ class Node:
         api = HttpApi(self.router, realm, settings,
                       self.config.realms[realm.name].mqtt.payload_mapping,
                       TokenFile(self.config.data_dir), self.reactor, self.sys.figures)
-        api.extra["/console"] = ConsoleResource("/console")
+        api.pages["/console"] = ConsoleResource("/console")
         self.http_apis.append(api)
         return http_site(api, listener.max_message_size, listener.limits.handshake_timeout)
 

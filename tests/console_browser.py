@@ -29,7 +29,7 @@ WAIT = 20.0
 
 OPERATOR_ROLE = OPEN_ROLE + [
     {"uri": prefix, "match": "prefix", "allow": ["call"]}
-    for prefix in ("wamp.router.", "wamp.retained.", "wamp.session.")]
+    for prefix in ("wamp.router.", "wamp.retained.", "wamp.session.", "wamp.admin.")]
 """Anything outside wamp.*, plus the operator routes: stats, incidents, purge, kick."""
 
 VIEWER_ROLE = [{"uri": "", "match": "prefix", "allow": ["subscribe"]}]
