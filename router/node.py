@@ -37,7 +37,7 @@ from router.http.console import ConsoleResource
 from router.http.tokens import TokenFile
 from router.limits import ConnectionLimits
 from router.memory import MemoryReclaimer
-from router.metrics.collector import registry_for, watch_retention
+from router.metrics.collector import queued, registry_for, watch_retention
 from router.metrics.http import metrics_site
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.persistence import MqttSessionStore
@@ -335,7 +335,8 @@ class Node:
         realm = self.router.realms[listener.realm]
         api = HttpApi(self.router, realm, settings,
                       self.config.realms[realm.name].mqtt.payload_mapping,
-                      TokenFile(self.config.data_dir), self.reactor, self.sys.figures)
+                      TokenFile(self.config.data_dir), self.reactor, self.sys.figures,
+                      queued)
         api.pages["/console"] = ConsoleResource("/console")
         self.http_apis.append(api)
         return http_site(api, listener.max_message_size, listener.limits.handshake_timeout)

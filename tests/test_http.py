@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import jsonschema
 import pytest
 from autobahn.wamp.types import CallResult, RegisterOptions
 
@@ -422,7 +423,7 @@ def test_operators_see_sessions_stats_and_incidents_and_kick_a_session(router):
         assert mine and mine[0]["authid"] == "alice" and mine[0]["protocol"].startswith("wamp")
         stats = await asyncio.to_thread(request, router, "GET", "/stats", None, OP)
         assert stats.status == 200 and stats.json["sessions"]["wamp"] >= 1
-        assert stats.json["received"]["http"] >= 1
+        assert stats.json["received"]["http"] >= 1 and stats.json["queued"]["wamp"] == 0
         # the session meta API's prefix (OPEN_ROLE's wamp.session.) does not close sessions
         refused = await asyncio.to_thread(request, router, "DELETE", f"/sessions/{session_id}")
         assert refused.status == 403
@@ -563,3 +564,34 @@ def test_an_https_listener_serves_the_api_over_tls(tmp_path):
             connection.close()
     finally:
         process.stop()
+
+
+def _inline(schema, document: dict):
+    """``schema`` as JSON Schema: its ``#/...`` references replaced by what they name, and
+    OpenAPI 3.0's ``nullable`` as a type that admits null."""
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            target = document
+            for part in schema["$ref"].lstrip("#/").split("/"):
+                target = target[part]
+            return _inline(target, document)
+        inlined = {key: _inline(value, document) for key, value in schema.items()
+                   if key != "nullable"}
+        if schema.get("nullable"):
+            inlined["type"] = [schema["type"], "null"]
+        return inlined
+    if isinstance(schema, list):
+        return [_inline(item, document) for item in schema]
+    return schema
+
+
+@pytest.mark.parametrize("path", ["/stats", "/incidents", "/sessions", "/subscriptions",
+                                  "/retained?prefix=", "/history?prefix=hist."])
+def test_answers_have_the_shape_the_openapi_file_gives(router, path):
+    document = json.loads(openapi_document())
+    schema = _inline(document["paths"][path.split("?")[0]]["get"]["responses"]["200"]
+                     ["content"]["application/json"]["schema"], document)
+    request(router, "POST", "/publish", {"topic": "hist.shape", "args": [1], "retain": True})
+    reply = request(router, "GET", path, headers=OP)
+    assert reply.status == 200, reply.body
+    jsonschema.validate(reply.json, schema)

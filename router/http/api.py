@@ -161,7 +161,9 @@ class HttpApi(Resource):
 
     def __init__(self, router: Router, realm: Realm, settings: HttpSettings,
                  payload_mapping: str, tokens: TokenFile, clock,
-                 figures: Callable[[Realm], dict]) -> None:
+                 figures: Callable[[Realm], dict], queued: Callable[[Any], int]) -> None:
+        """``figures``: the realm's ``wamp.router.stats``; ``queued``: the messages waiting
+        in one session's own queue (what the metrics' ``router_queued_messages`` sums)."""
         super().__init__()
         self.router = router
         self.realm = realm
@@ -178,6 +180,7 @@ class HttpApi(Resource):
         self._token_watch.start(RECHECK_INTERVAL, now=False)
         self.clock = clock
         self.figures = figures
+        self.queued = queued
         self.openapi_json = openapi_document()
         """Read once at start-up: serving it then touches no disk."""
         self.streams: set[EventStream] = set()
@@ -525,14 +528,16 @@ class HttpApi(Resource):
         return {"total": len(every), "subscriptions": listed}
 
     def stats(self, request: Request, info: SessionInfo) -> dict:
-        """``GET /stats``: the realm's figures (``wamp.router.stats``), sessions per
-        protocol, and messages in and out per protocol since start."""
+        """``GET /stats``: the realm's figures (``wamp.router.stats``), and per protocol its
+        sessions, messages in and out since start, and messages queued now."""
         self._operator(info, STATS)
         realm = self.realm
         sessions: dict[str, int] = {}
+        queued: dict[str, int] = {}
         for peer in realm.sessions.values():
             name = family(peer.info.protocol)
             sessions[name] = sessions.get(name, 0) + 1
+            queued[name] = queued.get(name, 0) + self.queued(peer)
         received: dict[str, int] = {}
         delivered: dict[str, int] = {}
         for totals, counters in ((received, realm.stats.received),
@@ -541,7 +546,7 @@ class HttpApi(Resource):
                 for protocol, n in counter.items():
                     totals[family(protocol)] = totals.get(family(protocol), 0) + n
         return {"time": time.time(), "realm": realm.name, "sessions": sessions,
-                "received": received, "delivered": delivered,
+                "received": received, "delivered": delivered, "queued": queued,
                 "retained": len(realm.retention) if realm.retention is not None else 0,
                 "event_streams": len(self.streams), "figures": self.figures(realm)}
 

@@ -23,6 +23,7 @@ from router.core.stats import Histogram, RealmStats, family
 from router.core.topic import REST, SERVER_OWNED
 from router.core.uri import MQTT
 from router.figures import NodeFigures
+from router.http.stream import EventStream
 from router.mqtt.session import MqttSession
 
 PROTOCOLS = ("wamp", "mqtt", "amqp", "http")
@@ -41,10 +42,11 @@ def watch_retention(retention: RetainedStore, stats: RealmStats) -> None:
 
 
 def queued(peer: object) -> int:
-    """Messages waiting in a receiver's own queue (MQTT outbound, AMQP link queue)."""
+    """Messages waiting in a receiver's own queue (MQTT outbound, AMQP link queue, an HTTP
+    event stream's frames while its socket does not drain)."""
     if isinstance(peer, MqttSession):
         return len(peer.outbound)
-    if isinstance(peer, AmqpSubscriber):
+    if isinstance(peer, (AmqpSubscriber, EventStream)):
         return len(peer.queue)
     return 0
 
