@@ -73,6 +73,7 @@ def chromium(width: int = 1280, height: int = 900) -> Iterator[webdriver.Chrome]
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                      "--disable-gpu", f"--window-size={width},{height}"):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # see script_errors
     driver = webdriver.Chrome(options=options,
                               service=Service(shutil.which("chromedriver")))
     try:
@@ -83,6 +84,13 @@ def chromium(width: int = 1280, height: int = 900) -> Iterator[webdriver.Chrome]
 
 def wait_until(driver: webdriver.Chrome, condition, message: str, timeout: float = WAIT):
     return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition, message)
+
+
+def script_errors(driver: webdriver.Chrome) -> list[str]:
+    """Uncaught exceptions the page's script raised since the last call (the browser's
+    console log; a refused fetch is logged too, and is not one)."""
+    return [entry["message"] for entry in driver.get_log("browser")
+            if "Uncaught" in entry["message"]]
 
 
 def log_in(driver: webdriver.Chrome, console_url: str, authid: str | None,

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from tests.console_browser import (SECRETS, WAIT, BackgroundWamp, chromium, console_router,
-                                   log_in, wait_until)
+                                   log_in, script_errors, wait_until)
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as seen  # noqa: E402
@@ -38,9 +38,12 @@ def browser():
 
 @pytest.fixture
 def page(browser, router):
-    """The browser, with the console's login forgotten between tests."""
+    """The browser, with the console's login forgotten between tests; no test may leave
+    an uncaught script error behind."""
+    script_errors(browser)
     yield browser
     browser.execute_script("sessionStorage.clear()")
+    assert script_errors(browser) == []
 
 
 def console_url(router) -> str:
