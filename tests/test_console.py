@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -14,6 +16,7 @@ import pytest
 
 from tests.console_browser import (SECRETS, WAIT, BackgroundWamp, chromium, console_router,
                                    log_in, script_errors, wait_until)
+from tests.harness import ROOT
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as seen  # noqa: E402
@@ -273,3 +276,34 @@ def test_retained_browser_pages(page, router, mqtt):
     assert not page.find_element(By.ID, "retained-more").is_displayed()
     topics = [row.get_attribute("data-topic") for row in page.find_elements(By.CSS_SELECTOR, rows)]
     assert topics == [f"paged.t{n:02d}" for n in range(55)]
+
+
+def test_a_token_logs_in_and_its_revocation_logs_out(page, router):
+    def token_cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "router", "token", *args, "--config",
+                               str(router.config_path)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+
+    created = token_cli("create", "--realm", "realm1", "--principal", "op")
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    page.get(console_url(router))
+    wait_until(page, seen.visibility_of_element_located((By.ID, "login")), "no login form")
+    page.find_element(By.ID, "login-token").send_keys(token)
+    # the router reads the token file again within 2 s: until then the login is refused
+    # and the form stays, so submit until the console opens
+    def logged_in(driver) -> bool:
+        if driver.find_element(By.ID, "console").is_displayed():
+            return True
+        driver.find_element(By.ID, "login-submit").click()
+        return False
+    wait_until(page, logged_in, "the token never logged in")
+    assert page.find_element(By.ID, "identity").text == "as token"
+    shown(page, "session-count", "0")
+
+    token_id = token_cli("list").stdout.splitlines()[1].split()[0]
+    assert token_cli("revoke", "--id", token_id).returncode == 0
+    wait_until(page, seen.visibility_of_element_located((By.ID, "login")),
+               "the console stayed open with a revoked token")
+    assert "no longer accepts these credentials (401" in page.find_element(By.ID, "error").text
+    assert not page.find_element(By.ID, "console").is_displayed()

@@ -20,6 +20,7 @@ const state = {
   lastStats: null,     // {at, received, delivered}
   rates: [],           // [{received, delivered}] per poll, oldest first
   retainedCursor: null,
+  problems: {},        // source -> message, see report()
 };
 
 // --- talking to the API --------------------------------------------------------------
@@ -51,6 +52,10 @@ async function api(method, path, params) {
   if (!response.ok) {
     const uri = (body && body.error) || "";
     const detail = (body && body.message) || text.slice(0, 200) || response.statusText;
+    if (response.status === 401 && state.loggedIn) {  // a revoked token, a changed ticket
+      logOut();
+      report("login", `The router no longer accepts these credentials (401 ${uri}): log in again.`);
+    }
     throw new ApiError(response.status, uri, detail);
   }
   return body;
@@ -70,10 +75,20 @@ function explain(error, what) {
   return `${what}: ${error.status} ${error.uri} ${error.message}`.trim();
 }
 
-function showError(message) {
+// What went wrong, per source ("login", "stats", "sessions", ...): every current problem
+// is shown at once, and a source clears its own when it next succeeds. Once logged out,
+// only the login speaks.
+function report(source, message) {
+  if (!state.loggedIn && source !== "login") return;
+  if (message) state.problems[source] = message;
+  else delete state.problems[source];
   const box = $("error");
-  box.textContent = message;
-  box.hidden = !message;
+  box.replaceChildren(...Object.values(state.problems).map((text) => {
+    const line = document.createElement("p");
+    line.textContent = text;
+    return line;
+  }));
+  box.hidden = !box.childNodes.length;
 }
 
 // --- login ---------------------------------------------------------------------------
@@ -84,22 +99,28 @@ function basic(authid, ticket) {
 }
 
 async function logIn(auth, who) {
+  if (state.loggedIn) return;
   state.auth = auth;
   state.who = who;
   let refused = "";
+  const buttons = [$("login-submit"), $("login-anonymous")];
+  buttons.forEach((b) => { b.disabled = true; });  // one login at a time
   try {
     await api("GET", "stats");
   } catch (error) {
     if (!(error instanceof ApiError) || error.status !== 403) {
       state.auth = null;
-      showError(explain(error, "Login"));
+      report("login", explain(error, "Login"));
       return;
     }
     refused = explain(error, "Stats");  // logged in, but this role may not read the figures
+  } finally {
+    buttons.forEach((b) => { b.disabled = false; });
   }
   sessionStorage.setItem("console.login", JSON.stringify({auth, who}));
-  showError(refused);
+  report("login", "");
   enterConsole();
+  report("stats", refused);
 }
 
 function enterConsole() {
@@ -119,7 +140,8 @@ function logOut() {
   sessionStorage.removeItem("console.login");
   state.timers.forEach(clearInterval);
   Object.assign(state, {auth: null, who: "", loggedIn: false, timers: [], lastStats: null,
-                        rates: []});
+                        rates: [], problems: {}});
+  report("login", "");
   $("console").hidden = true;
   $("logout").hidden = true;
   $("identity").textContent = "";
@@ -134,7 +156,7 @@ function setUpLogin() {
     const token = $("login-token").value.trim();
     if (token) logIn(`Bearer ${token}`, "token");
     else if (authid) logIn(basic(authid, ticket), authid);
-    else showError("Type a principal and its ticket, or a token, or continue anonymously.");
+    else report("login", "Type a principal and its ticket, or a token, or continue anonymously.");
   });
   $("login-anonymous").addEventListener("click", () => logIn(null, ""));
   $("logout").addEventListener("click", logOut);
@@ -184,9 +206,10 @@ async function refreshStats() {
   try {
     stats = await api("GET", "stats");
   } catch (error) {
-    showError(explain(error, "Stats"));
+    report("stats", explain(error, "Stats"));
     return;
   }
+  report("stats", "");
   const now = performance.now();
   const totals = {received: sum(stats.received), delivered: sum(stats.delivered)};
   if (state.lastStats) {
@@ -268,13 +291,9 @@ function shortNumber(value) {
 
 async function refreshLists() {
   if (document.hidden || !state.loggedIn) return;
-  const problems = [];
-  await Promise.all([
-    loadSessions().catch((error) => problems.push(explain(error, "Sessions"))),
-    loadSubscriptions().catch((error) => problems.push(explain(error, "Subscriptions"))),
-    loadIncidents().catch((error) => problems.push(explain(error, "Incidents"))),
-  ]);
-  showError(problems.join(" "));
+  await Promise.all([[loadSessions, "Sessions"], [loadSubscriptions, "Subscriptions"],
+                     [loadIncidents, "Incidents"]].map(([load, what]) => load().then(
+    () => report(what, ""), (error) => report(what, explain(error, what)))));
 }
 
 async function loadSessions() {
@@ -310,9 +329,9 @@ async function kickSession(session) {
     session.protocol})?`)) return;
   try {
     await api("DELETE", `sessions/${session.session}`);
-    showError("");
+    report("kick", "");
   } catch (error) {
-    showError(explain(error, "Kick"));
+    report("kick", explain(error, "Kick"));
   }
   refreshLists();
 }
@@ -353,9 +372,10 @@ async function loadRetained(more) {
   try {
     page = await api("GET", "retained", params);
   } catch (error) {
-    showError(explain(error, "Retained"));
+    report("retained", explain(error, "Retained"));
     return;
   }
+  report("retained", "");
   if (more) $("retained-rows").append(...page.topics.map(retainedRow));
   else fillRows($("retained-rows"), page.topics, retainedRow, "no retained topic here", 4);
   state.retainedCursor = page.next || null;
@@ -388,10 +408,10 @@ async function deleteRetained(event, row) {
   try {
     await api("DELETE", `retained/${encodeURIComponent(event.topic)}`);
   } catch (error) {
-    showError(explain(error, "Delete"));
+    report("delete", explain(error, "Delete"));
     return;
   }
-  showError("");
+  report("delete", "");
   row.remove();
   if ($("retained-view-topic").textContent === event.topic) $("retained-view").hidden = true;
   loadRetained();
