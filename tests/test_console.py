@@ -7,8 +7,6 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -16,7 +14,7 @@ import pytest
 
 from tests.console_browser import (SECRETS, WAIT, BackgroundWamp, chromium, console_router,
                                    log_in, script_errors, wait_until)
-from tests.harness import ROOT
+from tests.test_cli import router_cli
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as seen  # noqa: E402
@@ -279,10 +277,8 @@ def test_retained_browser_pages(page, router, mqtt):
 
 
 def test_a_token_logs_in_and_its_revocation_logs_out(page, router):
-    def token_cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "router", "token", *args, "--config",
-                               str(router.config_path)], cwd=ROOT, capture_output=True,
-                              text=True, timeout=60)
+    def token_cli(*args: str):
+        return router_cli("token", *args, "--config", str(router.config_path), timeout=60)
 
     created = token_cli("create", "--realm", "realm1", "--principal", "op")
     assert created.returncode == 0, created.stderr
