@@ -243,7 +243,8 @@ function drawChart() {
   ctx.clearRect(0, 0, width, height);
   const style = getComputedStyle(document.documentElement);
   const left = 48, bottom = height - 18, top = 8, right = width - 8;
-  const peak = Math.max(1, ...state.rates.flatMap((r) => [r.received, r.delivered]));
+  // at least 4, so that the four grid steps of a quiet realm are whole messages per second
+  const peak = Math.max(4, ...state.rates.flatMap((r) => [r.received, r.delivered]));
   const scale = niceCeiling(peak);
   ctx.font = "11px system-ui, sans-serif";
   ctx.fillStyle = style.getPropertyValue("--muted");
@@ -391,7 +392,8 @@ function retainedRow(event) {
   actions.append(button("View", "secondary small", () => viewRetained(event)),
                  button("Delete", "danger small", () => deleteRetained(event, tr)));
   tr.append(cell(event.topic, "topic"), cell(decode(event).kind),
-            cell(event.timestamp ? new Date(event.timestamp).toLocaleString() : ""), actions);
+            cell(event.timestamp ? new Date(event.timestamp).toLocaleString() : "", "when"),
+            actions);
   return tr;
 }
 
