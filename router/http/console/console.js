@@ -19,7 +19,9 @@ const state = {
   timers: [],
   lastStats: null,     // {at, received, delivered}
   rates: [],           // [{received, delivered}] per poll, oldest first
+  retainedQuery: {},    // the pattern of the listed pages
   retainedCursor: null,
+  retainedRequests: 0,  // numbers the retained queries: an answer to an older one is dropped
   problems: {},        // source -> message, see report()
 };
 
@@ -224,11 +226,9 @@ async function refreshStats() {
   drawChart();
 }
 
-function sum(counts) {
-  // a number, or {protocol: number}, or {protocol: {qos: number}}
-  if (typeof counts === "number") return counts;
-  if (!counts || typeof counts !== "object") return 0;
-  return Object.values(counts).reduce((total, value) => total + sum(value), 0);
+function sum(perProtocol) {
+  // /stats counts messages per protocol family: {"wamp": 120, "mqtt": 48, ...}
+  return Object.values(perProtocol || {}).reduce((total, n) => total + n, 0);
 }
 
 function drawChart() {
@@ -361,21 +361,21 @@ async function loadIncidents() {
 
 // --- the retained browser ------------------------------------------------------------
 
-function retainedQuery() {
-  // an empty prefix is every topic the principal may see
-  return {[$("retained-mode").value]: $("retained-pattern").value.trim()};
-}
-
 async function loadRetained(more) {
-  const params = {...retainedQuery(), limit: RETAINED_PAGE};
+  // More goes on with the query of the first page, whatever the form says meanwhile; an
+  // empty prefix is every topic the principal may see
+  if (!more) state.retainedQuery = {[$("retained-mode").value]: $("retained-pattern").value.trim()};
+  const params = {...state.retainedQuery, limit: RETAINED_PAGE};
   if (more) params.cursor = state.retainedCursor;
+  const request = ++state.retainedRequests;
   let page;
   try {
     page = await api("GET", "retained", params);
   } catch (error) {
-    report("retained", explain(error, "Retained"));
+    if (request === state.retainedRequests) report("retained", explain(error, "Retained"));
     return;
   }
+  if (request !== state.retainedRequests) return;  // a later query's answer is the one to show
   report("retained", "");
   if (more) $("retained-rows").append(...page.topics.map(retainedRow));
   else fillRows($("retained-rows"), page.topics, retainedRow, "no retained topic here", 4);
