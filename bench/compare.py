@@ -152,11 +152,13 @@ class ExternalBroker:
 
 
 class CrossbarNode(ExternalBroker):
-    """Crossbar.io with realm1 open to anonymous, WebSocket (JSON, MsgPack) and RawSocket."""
+    """Crossbar.io with realm1 open to anonymous, WebSocket (JSON, MsgPack) and RawSocket;
+    ``web_paths`` adds services beside ``/ws`` on the web transport (e.g. the HTTP bridge's
+    ``publisher``)."""
 
     name = "crossbar"
 
-    def __init__(self, executable: Path, workdir: Path) -> None:
+    def __init__(self, executable: Path, workdir: Path, web_paths: dict | None = None) -> None:
         websocket, rawsocket = free_port(), free_port()
         serializers = ["json", "msgpack"]
         config = {
@@ -172,7 +174,8 @@ class CrossbarNode(ExternalBroker):
                 "transports": [
                     {"type": "web",
                      "endpoint": {"type": "tcp", "interface": "127.0.0.1", "port": websocket},
-                     "paths": {"ws": {"type": "websocket", "serializers": serializers}}},
+                     "paths": {"ws": {"type": "websocket", "serializers": serializers},
+                               **(web_paths or {})}},
                     {"type": "rawsocket", "serializers": serializers,
                      "endpoint": {"type": "tcp", "interface": "127.0.0.1", "port": rawsocket}},
                 ]}]}

@@ -171,6 +171,26 @@ def latency_report(latencies: list[float]) -> dict:
             "p99_ms": statistics.quantiles(latencies, n=100)[98] * 1000}
 
 
+def collect_results(results, workers: int, first_publish: float,
+                    timeout: float) -> tuple[list[float], float]:
+    """Every receiver process's (latencies, last arrival) from ``results``: all latencies,
+    and the last arrival of any (``first_publish`` if none arrived)."""
+    latencies, last_delivery = [], first_publish
+    for _ in range(workers):
+        received, last_arrival = results.get(timeout=timeout)
+        latencies.extend(received)
+        last_delivery = max(last_delivery, last_arrival)
+    return latencies, last_delivery
+
+
+def stop_workers(workers) -> None:
+    """Join each process, killing one that has not ended within 10 s."""
+    for worker in workers:
+        worker.join(timeout=10)
+        if worker.is_alive():
+            worker.kill()
+
+
 def run_scenario(endpoint, transport, serializer, subscribers, events, rate, pid,
                  publishers=1, match=None, idle_timeout=120.0) -> dict:
     """``publishers`` sessions each publish ``events`` events to ``subscribers`` processes.
@@ -195,17 +215,11 @@ def run_scenario(endpoint, transport, serializer, subscribers, events, rate, pid
         first_publish = asyncio.run(asyncio.wait_for(
             publish_concurrently(endpoint, transport, serializer, publishers, events, rate),
             timeout=idle_timeout + 60))
-        latencies, last_delivery = [], first_publish
-        for _ in workers:
-            received, last_arrival = results.get(timeout=idle_timeout + 180)
-            latencies.extend(received)
-            last_delivery = max(last_delivery, last_arrival)
+        latencies, last_delivery = collect_results(results, len(workers), first_publish,
+                                                   idle_timeout + 180)
         elapsed = max(last_delivery - first_publish, 1e-6)
     finally:
-        for worker in workers:
-            worker.join(timeout=10)
-            if worker.is_alive():
-                worker.kill()
+        stop_workers(workers)
     delivered = len(latencies)
     report = {"transport": transport, "serializer": serializer, "publishers": publishers,
               "subscribers": subscribers, "delivered": delivered,

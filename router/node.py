@@ -33,6 +33,7 @@ from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
 from router.flow import ConnectionFlow, IntakeGate
 from router.http.api import HttpApi, http_site
+from router.http.console import ConsoleResource
 from router.http.tokens import TokenFile
 from router.limits import ConnectionLimits
 from router.memory import MemoryReclaimer
@@ -346,6 +347,7 @@ class Node:
                       self.config.realms[realm.name].mqtt.payload_mapping,
                       TokenFile(self.config.data_dir), self.reactor, self.sys.figures,
                       queued)
+        api.pages["/console"] = ConsoleResource("/console")
         self.http_apis.append(api)
         return http_site(api, listener.max_message_size, listener.limits.handshake_timeout)
 

@@ -195,10 +195,14 @@ def test_a_fresh_install_starts_the_router_outside_the_repository(installed, tmp
         metrics_url = next(url for url in urls if url.endswith("/metrics"))
         with urllib.request.urlopen(metrics_url, timeout=30) as response:
             assert b"router_" in response.read()
-        # the http listener's OpenAPI file is package data: served from the install too
+        # the http listener's OpenAPI file and the console's files are package data:
+        # served from the install too
         api_url = next(url for url in urls if url.startswith("http://") and url.endswith("/"))
         with urllib.request.urlopen(api_url + "openapi.json", timeout=30) as response:
             assert json.loads(response.read())["openapi"].startswith("3.")
+        for name in ("console/", "console/console.js", "console/console.css"):
+            with urllib.request.urlopen(api_url + name, timeout=30) as response:
+                assert response.status == 200 and response.read(), name
         proc.terminate()
         _, rest = proc.communicate(timeout=30)
         assert proc.returncode == 0, "".join(log) + rest
