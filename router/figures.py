@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping, Protocol, Sequence
 
+from router.bridge.bridge import Bridge
 from router.core.router import Router
 from router.core.stats import Histogram
 from router.limits import ConnectionLimits
@@ -45,6 +46,10 @@ class NodeFigures(Protocol):
     @property
     def mqtt(self) -> Mapping[str, MqttFrontend]:
         """Per realm, its MQTT frontend: the persistent sessions whose client is away."""
+
+    @property
+    def bridges(self) -> Sequence[Bridge]:
+        """The node's MQTT bridges: connected or not, queued, forwarded."""
 
     @property
     def listener_limits(self) -> Sequence[ConnectionLimits]:

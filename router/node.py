@@ -20,6 +20,7 @@ from router.amqp.frontend import AmqpFrontend
 from router.admin_socket import SOCKET_MODE, AdminFactory
 from router.amqp.persistence import AmqpStore
 from router.amqp.transports import AmqpTcpFactory
+from router.bridge.bridge import Bridge
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
 from router.core.engine import Engine
 from router.core.login_guard import LoginGuard
@@ -41,6 +42,7 @@ from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
 from router.ports import describe
 from router.reload import PID_FILE, Reloader, authorizer_for
+from router.engines.embedded.bridge_queues import SqliteBridgeQueue
 from router.engines.embedded.engine import EmbeddedEngine
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.records import live_entries
@@ -166,6 +168,11 @@ class Node:
         """This node's metrics (not prometheus_client's process-global registry)."""
         self.mqtt = self._mqtt_frontends()
         self.amqp = self._amqp_frontends()
+        self.bridges = [Bridge(bridge, self.router, self.router.realms[bridge.realm],
+                               SqliteBridgeQueue(self.store, bridge.realm, bridge.name), reactor,
+                               config.realms[bridge.realm].mqtt.payload_mapping)
+                        for bridge in config.bridges]
+        """Connections to other MQTT brokers (the config refuses them on the Redis engine)."""
         self.sys = SysFigures(self)
         """``$SYS`` topics and ``wamp.router.stats``, published every ``sys_interval``."""
         for realm in self.router.realms.values():
@@ -205,6 +212,8 @@ class Node:
                 raise ListenerFailed(f"{describe(self.config, index)}: cannot listen: "
                                      f"{reason}") from exc
         self._listen_admin()
+        for bridge in self.bridges:
+            bridge.start()
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
         self._watch_reload()
         # what start-up built (modules, configuration, restored state) lives as long as the
@@ -353,6 +362,8 @@ class Node:
             yield self.admin_port.stopListening()
         for peer in list(self.router.connections):
             peer.kill("wamp.close.system_shutdown", "the router is shutting down")
+        for bridge in self.bridges:
+            bridge.stop()
         deadline = self.reactor.seconds() + self.config.shutdown_timeout
         while self.router.connections and self.reactor.seconds() < deadline:
             yield task.deferLater(self.reactor, 0.05, lambda: None)
