@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import socket
 import subprocess
 import time
@@ -24,7 +25,9 @@ class MosquittoBroker:
         self.config.write_text(
             f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
             f"persistence true\npersistence_location {workdir}/\n"
-            "max_queued_messages 10000\nlog_type all\n")
+            "max_queued_messages 10000\nlog_type all\n"
+            # started as root, it would run as "mosquitto", who cannot save to workdir
+            f"user {getpass.getuser()}\n")
         self.log = workdir / "mosquitto.log"
         self.proc: subprocess.Popen | None = None
         harness._created.append(weakref.ref(self))  # ended after the test whatever happens
