@@ -51,7 +51,7 @@ from router.mqtt.packets import (Connack, Connect, Disconnect, Packet, Pingreq, 
                                  Puback, Pubcomp, Publish, Pubrec, Pubrel, ReasonCode,
                                  Suback, Subscribe, SubscriptionOptions)
 from router.mqtt.persistence import StoredMessage
-from router.mqtt.primitives import MQTT_5
+from router.mqtt.primitives import MQTT_5, free_packet_id
 
 log = logging.getLogger(__name__)
 
@@ -488,11 +488,9 @@ class Bridge:
             self.store.delete(entry.seq)
 
     def _new_packet_id(self) -> int:
-        while True:
-            packet_id = self._next_packet_id
-            self._next_packet_id = packet_id % 0xFFFF + 1
-            if packet_id not in self._inflight:
-                return packet_id
+        packet_id = free_packet_id(self._next_packet_id, self._inflight)
+        self._next_packet_id = packet_id % 65535 + 1
+        return packet_id
 
     def _remember_echo(self, message: StoredMessage) -> None:
         """MQTT 3.1.1: a message our own remote subscriptions cover will come back."""
