@@ -8,6 +8,8 @@ messages under test: a duplicate would arrive before its sentinel (one connectio
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -15,10 +17,11 @@ import urllib.request
 import pytest
 
 from router.config import ConfigError, load_config
+from tests.auth_helpers import make_certs
 from tests.harness import OPEN_ROLE, RouterProcess, free_port
 from tests.mosquitto_broker import MosquittoBroker
-from tests.mqtt_clients import (V5, V311, VERSION_IDS, VERSIONS, ClientPool, listeners,
-                                mqtt_realm, options, unique)
+from tests.mqtt_clients import (SECRETS, V5, V311, VERSION_IDS, VERSIONS, ClientPool,
+                                listeners, mqtt_realm, unique)
 
 PROTOCOL = {V311: "3.1.1", V5: "5"}
 STATE = "$SYS/broker/connection/{}/state"
@@ -344,6 +347,82 @@ def test_a_bridge_role_without_permission_forwards_nothing_in(tmp_path, mosquitt
                           "publish", timeout=20)
         remote_pub.publish("allowed/x", b"yes", 1)
         local_sub.expect("allowed/x", b"yes")
+    finally:
+        edge.stop()
+
+
+# --- TLS and keep alive -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def tls_cloud(tmp_path):
+    """A router whose TLS MQTT listener takes clients with a certificate of its CA (CN edge1
+    logs in as edge1), and a plain one for alice with her password."""
+    certs = make_certs(tmp_path / "certs", client_cns=("edge1",))
+    tls = {"cert": str(certs["cert"]), "key": str(certs["key"]), "ca": str(certs["ca"]),
+           "client_certs": "required"}
+    realm = mqtt_realm("realm1", anonymous=False)
+    realm["principals"]["edge1"] = {"role": "user"}
+    cloud = RouterProcess(tmp_path / "cloud", [realm], listeners=[
+        {"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1", "tls": tls},
+        {"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"}]).start()
+    ready = next(line for line in cloud.log_lines if "ready: " in line)
+    yield cloud, certs, int(re.search(r"mqtts://127\.0\.0\.1:(\d+)", ready).group(1))
+    cloud.stop()
+
+
+def test_a_bridge_over_tls_with_a_client_certificate(tmp_path, tls_cloud, pool):
+    cloud, certs, tls_port = tls_cloud
+    edge = start_edge(tmp_path / "edge", [bridge_block("cloud", tls_port, [
+        {"topic": "t/#", "direction": "out", "remote_prefix": "edge1/"}], host="localhost",
+        tls={"ca": str(certs["ca"]), "cert": str(certs["edge1.cert"]),
+             "key": str(certs["edge1.key"])})])
+    try:
+        cloud_sub = pool(router=cloud, username="alice", password=SECRETS["alice"])
+        cloud_sub.subscribe(("edge1/#", 1))
+        pool(router=edge).publish("t/x", b"over tls", 1)
+        assert cloud_sub.expect("edge1/t/x", b"over tls").qos == 1
+    finally:
+        edge.stop()
+
+
+@pytest.mark.parametrize("problem, tls", [
+    ("another CA", lambda certs, other: {"ca": str(other["ca"]), "cert": str(certs["edge1.cert"]),
+                                          "key": str(certs["edge1.key"])}),
+    ("no client certificate", lambda certs, other: {"ca": str(certs["ca"])}),
+])
+def test_a_bridge_refused_by_tls_never_connects(tmp_path, tls_cloud, problem, tls):
+    cloud, certs, tls_port = tls_cloud
+    other = make_certs(tmp_path / "other")
+    edge = RouterProcess(tmp_path / "edge", [edge_realm()], listeners=listeners("realm1", False),
+                         extra_config={"bridges": [bridge_block(
+                             "cloud", tls_port, [{"topic": "t/#"}], host="localhost",
+                             tls=tls(certs, other))]}).start()
+    try:
+        edge.wait_for_log(r"bridge cloud: cannot reach localhost:\d+: .*again in", timeout=20)
+        edge.wait_for_log(r"bridge cloud: cannot reach localhost:\d+: .*again in", timeout=20)
+        assert not any("connected to" in line for line in edge.log_lines)
+    finally:
+        edge.stop()
+
+
+def test_a_remote_that_stops_answering_is_left_by_the_keep_alive(tmp_path, mosquitto, pool):
+    """Mosquitto frozen (SIGSTOP): its socket stays open, only the unanswered PINGREQ tells;
+    once it runs again the bridge reconnects."""
+    edge = start_edge(tmp_path / "edge", [bridge_block("cloud", mosquitto.port, [
+        {"topic": "t/#"}], keep_alive=1)])
+    try:
+        state = pool(router=edge)
+        state.subscribe((STATE.format("cloud"), 0))
+        await_state(state, b"1")
+        mosquitto.proc.send_signal(signal.SIGSTOP)
+        try:
+            edge.wait_for_log(r"bridge cloud: lost 127\.0\.0\.1:\d+: no PINGRESP within the "
+                              "keep alive", timeout=30)
+            await_state(state, b"0")
+        finally:
+            mosquitto.proc.send_signal(signal.SIGCONT)
+        await_state(state, b"1")
     finally:
         edge.stop()
 
