@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -176,38 +177,56 @@ def await_state(client, state: bytes) -> None:
         pass
 
 
-def test_messages_wait_for_a_stopped_remote_and_arrive_once_in_order(tmp_path, mosquitto,
-                                                                      pool):
-    edge = start_edge(tmp_path / "edge", [bridge_block("cloud", mosquitto.port, [
+OUTAGE = 10.0
+"""Seconds the remote broker is down in the outage scenario (its length, not a wait)."""
+
+
+def start_remote(kind: str, workdir):
+    """The remote end: Mosquitto, or a router on a fixed port (both restartable on it)."""
+    if kind == "mosquitto":
+        workdir.mkdir()
+        return MosquittoBroker(workdir).start()
+    return RouterProcess(workdir, [mqtt_realm("realm1")], listeners=[
+        {"type": "mqtt", "host": "127.0.0.1", "port": free_port(), "realm": "realm1"}]).start()
+
+
+@pytest.mark.parametrize("kind", ["mosquitto", "router"])
+def test_messages_wait_for_a_stopped_remote_and_arrive_once_in_order(tmp_path, pool, kind):
+    remote = start_remote(kind, tmp_path / "remote")
+    edge = start_edge(tmp_path / "edge", [bridge_block("cloud", remote.address("mqtt")[1], [
         {"topic": "m/#", "direction": "out", "remote_prefix": "cloud/", "qos": 1}])])
     try:
         state = pool(router=edge)
         state.subscribe((STATE.format("cloud"), 0))
         await_state(state, b"1")
-        subscriber_id = unique("cloud_sub")
-        remote_sub = pool(router=mosquitto, version=V311, client_id=subscriber_id, clean=False)
+        subscriber_id = unique("cloud_sub")  # its session and queue outlive the outage
+        remote_sub = pool(router=remote, version=V311, client_id=subscriber_id, clean=False)
         remote_sub.subscribe(("cloud/m/#", 1))
         local_pub = pool(router=edge)
         local_pub.publish("m/before", b"before", 1)
         remote_sub.expect("cloud/m/before", b"before")
         remote_sub.close()
 
-        mosquitto.stop()
+        remote.stop()
         await_state(state, b"0")
-        payloads = [f"{n}".encode() for n in range(50)]
-        for payload in payloads:  # acknowledged by the edge: stored in the bridge's queue
-            assert local_pub.publish("m/outage", payload, 1) == 0
-        edge.wait_for_log(r"bridge cloud: cannot reach .*again in", timeout=20)
-        mosquitto.start()  # the same port, its sessions restored from its persistence file
+        payloads = []
+        outage_ends = time.monotonic() + OUTAGE
+        while time.monotonic() < outage_ends:  # acknowledged by the edge: in its queue
+            payloads.append(f"{len(payloads)}".encode())
+            assert local_pub.publish("m/outage", payloads[-1], 1) == 0
+            time.sleep(0.2)  # the scenario's pace: messages spread over the outage
+        remote.start()  # on the same port, with its persistent sessions
 
         await_state(state, b"1")
-        remote_sub = pool(router=mosquitto, version=V311, client_id=subscriber_id, clean=False)
+        remote_sub = pool(router=remote, version=V311, client_id=subscriber_id, clean=False)
         local_pub.publish("m/outage", b"sentinel", 1)
         received = remote_sub.collect_until(b"sentinel", timeout=30)
-        assert [m.payload for m in received] == payloads
+        assert [m.payload for m in received] == payloads  # each once, in order
         assert {m.topic for m in received} == {"cloud/m/outage"}
+        assert any("bridge cloud: cannot reach" in line for line in edge.log_lines)
     finally:
         edge.stop()
+        remote.stop()
 
 
 def test_queued_messages_survive_a_restart_of_the_edge(tmp_path, pool):
