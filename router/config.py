@@ -763,8 +763,7 @@ def load_config(path: Path | str) -> NodeConfig:
         _positive(cluster_reader, "max_pending_calls", int, defaults.max_pending_calls),
         max_pending_commands=_positive(cluster_reader, "max_pending_commands", int,
                                        defaults.max_pending_commands), **seconds)
-    bridges = _bridges(reader.child("bridges", reader.get("bridges", list, [])), realms, base,
-                       engine)
+    bridges = _bridges(reader.child("bridges", reader.get("bridges", list, [])), realms, base)
     return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
                       store, MemoryConfig(float(trim_interval)), engine, float(sys_interval),
                       cluster, data_dir / admin_socket if admin_socket else None, bridges)
@@ -805,13 +804,9 @@ BRIDGE_KEYS = {"name", "realm", "host", "port", "role", "topics", "protocol", "c
                "connect_timeout"}
 
 
-def _bridges(reader: _Reader, realms: dict[str, RealmConfig], base: Path,
-             engine: EngineConfig) -> tuple[BridgeConfig, ...]:
+def _bridges(reader: _Reader, realms: dict[str, RealmConfig],
+             base: Path) -> tuple[BridgeConfig, ...]:
     """The ``bridges`` list (see docs/bridges.md); names unique, realms and roles known."""
-    if reader.data and engine.type != "embedded":
-        raise ConfigError(reader.source, reader.path, "bridges run on the embedded engine "
-                          "only: with the redis engine, run them on a separate embedded node "
-                          "(docs/bridges.md)")
     bridges: list[BridgeConfig] = []
     for index, entry in enumerate(reader.data):
         bridge = _bridge(reader.child(index, entry), realms, base)

@@ -42,7 +42,6 @@ from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
 from router.ports import describe
 from router.reload import PID_FILE, Reloader, authorizer_for
-from router.engines.embedded.bridge_queues import SqliteBridgeQueue
 from router.engines.embedded.engine import EmbeddedEngine
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.records import live_entries
@@ -169,10 +168,10 @@ class Node:
         self.mqtt = self._mqtt_frontends()
         self.amqp = self._amqp_frontends()
         self.bridges = [Bridge(bridge, self.router, self.router.realms[bridge.realm],
-                               SqliteBridgeQueue(self.store, bridge.realm, bridge.name), reactor,
+                               self.engine.bridge_queue(bridge.realm, bridge.name), reactor,
                                config.realms[bridge.realm].mqtt.payload_mapping)
                         for bridge in config.bridges]
-        """Connections to other MQTT brokers (the config refuses them on the Redis engine)."""
+        """Connections to other MQTT brokers, each run where the engine says."""
         self.sys = SysFigures(self)
         """``$SYS`` topics and ``wamp.router.stats``, published every ``sys_interval``."""
         for realm in self.router.realms.values():
@@ -213,7 +212,8 @@ class Node:
                                      f"{reason}") from exc
         self._listen_admin()
         for bridge in self.bridges:
-            bridge.start()
+            self.engine.run_bridge(bridge.config.realm, bridge.config.name, bridge.start,
+                                   bridge.stop)
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
         self._watch_reload()
         # what start-up built (modules, configuration, restored state) lives as long as the

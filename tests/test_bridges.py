@@ -19,7 +19,7 @@ import pytest
 
 from router.config import ConfigError, load_config
 from tests.auth_helpers import make_certs
-from tests.harness import OPEN_ROLE, RouterProcess, free_port
+from tests.harness import OPEN_ROLE, RedisServer, RouterProcess, free_port
 from tests.mosquitto_broker import MosquittoBroker
 from tests.mqtt_clients import (SECRETS, V5, V311, VERSION_IDS, VERSIONS, ClientPool,
                                 listeners, mqtt_realm, unique)
@@ -370,6 +370,63 @@ def test_a_bridge_role_without_permission_forwards_nothing_in(tmp_path, mosquitt
         edge.stop()
 
 
+# --- the Redis engine ------------------------------------------------------------------------
+
+
+def cluster_node(workdir, redis: RedisServer, name: str, port: int) -> RouterProcess:
+    return RouterProcess(workdir / name, [edge_realm()], listeners=listeners("realm1", False),
+                         extra_config={
+                             "engine": {"type": "redis", "url": redis.url, "node": name},
+                             "cluster": {"heartbeat_interval": 0.5, "node_timeout": 2},
+                             "bridges": [bridge_block("cloud", port, [
+                                 {"topic": "c/#", "direction": "both",
+                                  "remote_prefix": "site/"}])]}).start()
+
+
+def runner(nodes: dict[str, RouterProcess], timeout: float = 30.0) -> str:
+    """The node whose bridge connected (its log says so), looked up until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = [name for name, node in nodes.items()
+                   if any("bridge cloud: connected to" in line for line in node.log_lines)]
+        if running:
+            assert len(running) == 1, f"the bridge runs on {running}"
+            return running[0]
+        time.sleep(0.1)  # a bounded poll of two logs
+    raise AssertionError("no node runs the bridge")
+
+
+def test_on_redis_one_node_runs_a_bridge_and_another_takes_it_over(tmp_path, mosquitto, pool):
+    redis = RedisServer(tmp_path)
+    nodes: dict[str, RouterProcess] = {}
+    try:
+        for name in ("a", "b"):
+            nodes[name] = cluster_node(tmp_path, redis, name, mosquitto.port)
+        holder = runner(nodes)
+        other = "b" if holder == "a" else "a"
+        remote_sub = pool(router=mosquitto)
+        remote_sub.subscribe(("site/#", 1))
+        local_sub = pool(router=nodes[other])
+        local_sub.subscribe(("c/#", 1))
+        # through the cluster to the node that runs the bridge, and back
+        pool(router=nodes[other]).publish("c/up", b"via the other node", 1)
+        remote_sub.expect("site/c/up", b"via the other node")
+        local_sub.expect("c/up", b"via the other node")
+        pool(router=mosquitto).publish("site/c/down", b"to every node", 1)
+        remote_sub.expect("site/c/down", b"to every node")
+        local_sub.expect("c/down", b"to every node")
+        assert not any("this node runs it" in line for line in nodes[other].log_lines)
+
+        nodes[holder].kill9()
+        nodes[other].wait_for_log(r"bridge cloud: connected to ", timeout=30)
+        pool(router=nodes[other]).publish("c/after", b"after the takeover", 1)
+        remote_sub.expect("site/c/after", b"after the takeover")
+    finally:
+        for node in nodes.values():
+            node.stop()
+        redis.stop()
+
+
 # --- TLS and keep alive -----------------------------------------------------------------------
 
 
@@ -512,7 +569,3 @@ def test_two_bridges_of_one_name_are_refused(tmp_path):
         load_config(write_config(tmp_path, [GOOD, GOOD]))
 
 
-def test_bridges_are_refused_on_the_redis_engine(tmp_path):
-    with pytest.raises(ConfigError, match="bridges run on the embedded engine only"):
-        load_config(write_config(tmp_path, GOOD, engine={
-            "type": "redis", "url": "redis://127.0.0.1:6379/0", "node": "a"}))

@@ -130,12 +130,26 @@ class Bridge:
     # lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Join the realm, subscribe the ``out`` filters, load the queue, connect."""
-        for seq, blob in self.store.load():
+        """This node runs the bridge (from now, or again): read its queue, then join the
+        realm, subscribe the ``out`` filters and connect."""
+        self._stopping = False
+        self.store.load(self._loaded, self._not_loaded)
+
+    def _not_loaded(self, why: str) -> None:
+        if self._stopping:
+            return
+        log.warning("bridge %s: its queue cannot be read (%s): again in %.1f s",
+                    self.config.name, why, self.config.reconnect_min)
+        self._retry = self.reactor.callLater(self.config.reconnect_min, self.start)
+
+    def _loaded(self, rows: list[tuple[int, bytes]]) -> None:
+        if self._stopping:
+            return
+        for seq, blob in rows:
             self.queue[seq] = _Queued(seq, StoredMessage.unpack(blob), True)
             self._unsent.append(seq)
+        self._seq = itertools.count(max(self.queue, default=0) + 1)
         if self.queue:
-            self._seq = itertools.count(max(self.queue) + 1)
             log.info("bridge %s: %d queued message(s) restored", self.config.name,
                      len(self.queue))
         self.router.track(self)
@@ -159,18 +173,24 @@ class Bridge:
         self._connect()
 
     def stop(self) -> None:
-        """Leave the realm and say DISCONNECT; what is queued stays stored for the next run."""
+        """Leave the realm and say DISCONNECT (at shutdown, or when another node takes the
+        bridge over): what is queued stays stored for whoever runs it next."""
         self._stopping = True
         for timer in (self._retry, self._connack_timer):
             if timer is not None and timer.active():
                 timer.cancel()
         self._stop_pinger()
-        connection = self.connection
+        connection, self.connection, self.online = self.connection, None, False
         if connection is not None:
             connection.send(Disconnect())
             connection.close()
         self.realm.detach(self)
         self.router.forget(self)
+        self._out.clear()
+        self.queue.clear()  # the store has it: read again by the next start
+        self._unsent.clear()
+        self._inflight.clear()
+        self._inbound_qos2.clear()
 
     def _connect(self) -> None:
         self._retry = None
@@ -184,6 +204,9 @@ class Bridge:
                                     timeout=config.connect_timeout)
 
     def connected(self, connection: BridgeProtocol) -> None:
+        if self._stopping:  # an attempt begun before stop
+            connection.close()
+            return
         config = self.config
         self.connection = connection
         self._writable = True

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
 
+from router.core.bridge_queue import BridgeQueueStore
 from router.core.dealer import ClusterDealer
 from router.core.history import History, HistoryRule
 from router.core.incidents import Incidents
@@ -152,6 +153,15 @@ class Engine(Protocol[SessionStore_co, LinkStore_co]):
     def amqp_store(self, realm: str) -> LinkStore_co:
         """Where realm ``realm``'s durable AMQP links live; the Redis engine's is also
         :class:`Claims`."""
+
+    def bridge_queue(self, realm: str, bridge: str) -> BridgeQueueStore:
+        """Where bridge ``bridge`` of realm ``realm`` keeps its queued messages."""
+
+    def run_bridge(self, realm: str, bridge: str, start: Callable[[], None],
+                   stop: Callable[[], None]) -> None:
+        """Call ``start()`` once this node is the one to run the bridge (at once on a single
+        node; once it holds the bridge's lock in a cluster) and ``stop()`` if it stops being
+        that node (then ``start()`` again when it is again); asked after :meth:`start`."""
 
     def pause_intake_with(self, paused: Paused) -> None:
         """The engine calls ``paused`` while it cannot keep up with publishers (the embedded

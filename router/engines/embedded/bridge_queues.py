@@ -28,10 +28,12 @@ class SqliteBridgeQueue:
         self._key = (realm, bridge)
         store.create_schema(SCHEMA)
 
-    def load(self) -> list[tuple[int, bytes]]:
-        return [(seq, bytes(message)) for seq, message in self._store.query(
+    def load(self, answer: Callable[[list[tuple[int, bytes]]], None],
+             failed: Callable[[str], None]) -> None:
+        """At once: read at start-up, before the writer has work."""
+        answer([(seq, bytes(message)) for seq, message in self._store.query(
             "SELECT seq, message FROM bridge_queue WHERE realm = ? AND bridge = ? ORDER BY seq",
-            self._key)]
+            self._key)])
 
     def append(self, seq: int, message: bytes) -> None:
         self._store.execute("INSERT OR REPLACE INTO bridge_queue (realm, bridge, seq, message) "

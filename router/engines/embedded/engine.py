@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from router.core.engine import Paused, RealmEngine
 from router.core.history import EventHistory, HistoryRule
 from router.core.incidents import Incidents
 from router.core.retention import RetainedStore, RetentionPolicy
 from router.core.topic import SERVER_OWNED
+from router.engines.embedded.bridge_queues import SqliteBridgeQueue
 from router.engines.embedded.links import SqliteLinkStore
 from router.engines.embedded.sessions import SqliteSessionStore
 from router.engines.embedded.sqlite import SqliteStore
@@ -56,6 +57,15 @@ class EmbeddedEngine:
     def amqp_store(self, realm: str) -> SqliteLinkStore:
         """Realm ``realm``'s durable AMQP links, in this node's SQLite file."""
         return SqliteLinkStore(self.store, realm)
+
+    def bridge_queue(self, realm: str, bridge: str) -> SqliteBridgeQueue:
+        """Bridge ``bridge``'s queue, in this node's SQLite file."""
+        return SqliteBridgeQueue(self.store, realm, bridge)
+
+    def run_bridge(self, realm: str, bridge: str, start: Callable[[], None],
+                   stop: Callable[[], None]) -> None:
+        """The only node runs every bridge: at once."""
+        start()
 
     def pause_intake_with(self, paused: Paused) -> None:
         """Never asked: the node pauses its intake for its SQLite writer itself."""
