@@ -427,6 +427,39 @@ def test_on_redis_one_node_runs_a_bridge_and_another_takes_it_over(tmp_path, mos
         redis.stop()
 
 
+def test_on_redis_the_queue_moves_with_the_bridge(tmp_path, mosquitto, pool):
+    """Queued while the remote is down by the node that runs the bridge, sent by the node
+    that took it over after the first was killed: each once, in order."""
+    redis = RedisServer(tmp_path)
+    nodes: dict[str, RouterProcess] = {}
+    try:
+        for name in ("a", "b"):
+            nodes[name] = cluster_node(tmp_path, redis, name, mosquitto.port)
+        holder = runner(nodes)
+        other = "b" if holder == "a" else "a"
+        subscriber_id = unique("cloud_sub")
+        remote_sub = pool(router=mosquitto, version=V311, client_id=subscriber_id, clean=False)
+        remote_sub.subscribe(("site/#", 1))
+        remote_sub.close()
+        mosquitto.stop()
+        nodes[holder].wait_for_log(r"bridge cloud: lost ", timeout=30)
+        publisher = pool(router=nodes[other])
+        payloads = [f"{n}".encode() for n in range(20)]
+        for payload in payloads:  # acknowledged once the holder queued it in Redis
+            assert publisher.publish("c/q", payload, 1) == 0
+        nodes[holder].kill9()
+        mosquitto.start()
+        nodes[other].wait_for_log(r"bridge cloud: connected to ", timeout=30)
+        remote_sub = pool(router=mosquitto, version=V311, client_id=subscriber_id, clean=False)
+        publisher.publish("c/q", b"sentinel", 1)
+        received = remote_sub.collect_until(b"sentinel", timeout=30)
+        assert [m.payload for m in received] == payloads
+    finally:
+        for node in nodes.values():
+            node.stop()
+        redis.stop()
+
+
 # --- TLS and keep alive -----------------------------------------------------------------------
 
 
