@@ -25,6 +25,8 @@ Keys and channels (``<realm>`` and ``<node>`` as configured):
   nodes setting one topic at once end as if one had set it after the other.
 * lists ``wr:history:<realm>:<match>:<pattern>``: the realm's event history per rule
   (:mod:`router.engines.redis.history`).
+* ``wr:bridge-lock:<realm>:<bridge>`` and ``wr:bridge-queue:<realm>:<bridge>``: which node
+  runs each MQTT bridge, and its queue (:mod:`router.engines.redis.bridges`).
 
 Delivery between nodes is Redis PUB/SUB: a QoS 0 publication reaches another node at most
 once; a QoS >= 1 publication is acknowledged to its publisher only once every node it was
