@@ -327,6 +327,21 @@ def test_a_bridge_to_another_router(tmp_path, pool, version):
         cloud.stop()
 
 
+def test_reconnects_back_off_exponentially_up_to_the_cap(tmp_path):
+    edge = RouterProcess(tmp_path / "edge", [edge_realm()], listeners=listeners("realm1", False),
+                         extra_config={"bridges": [bridge_block(
+                             "cloud", free_port(), [{"topic": "t/#"}], reconnect_min=0.1,
+                             reconnect_max=0.8)]}).start()
+    try:
+        delays = [float(re.search(r"again in ([\d.]+) s", edge.wait_for_log(
+            r"bridge cloud: cannot reach .*again in", timeout=20)).group(1)) for _ in range(6)]
+    finally:
+        edge.stop()
+    # 0.1 doubling (each shortened by up to 20 %, as logged to 0.1 s), then held at 0.8
+    assert 0.0 <= delays[0] <= 0.1 and 0.1 <= delays[1] <= 0.2 and 0.3 <= delays[2] <= 0.4
+    assert all(0.6 <= delay <= 0.8 for delay in delays[4:]), delays
+
+
 def test_a_refused_login_is_retried_and_logged(tmp_path, pool):
     cloud = RouterProcess(tmp_path / "cloud", [mqtt_realm("realm1", anonymous=False)],
                           listeners=listeners("realm1", wamp=False)).start()

@@ -125,7 +125,6 @@ class Bridge:
         self.forwarded_in = 0
         """Messages from the remote published in the realm."""
         self.connects = 0
-        self.last_error = ""
 
     # lifecycle ----------------------------------------------------------------------------
 
@@ -233,8 +232,8 @@ class Bridge:
             self._connack_timer.cancel()
         if self._stopping:
             return
-        self.last_error = reason
-        delay = min(self.config.reconnect_max, self.config.reconnect_min * 2 ** self._attempts)
+        delay = min(self.config.reconnect_max,  # (the exponent capped: a float has a bound)
+                    self.config.reconnect_min * 2 ** min(self._attempts, 32))
         delay *= random.uniform(0.8, 1.0)  # edges that lost one cloud do not all come back at once
         self._attempts += 1
         (log.warning if was_online else log.info)(
