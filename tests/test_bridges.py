@@ -364,15 +364,25 @@ def test_a_refused_login_is_retried_and_logged(tmp_path, pool):
         cloud.stop()
 
 
-def test_a_bridge_role_without_permission_forwards_nothing_in(tmp_path, mosquitto, pool):
+def test_a_bridge_role_without_permission_forwards_nothing(tmp_path, mosquitto, pool):
     realm = edge_realm()
     realm["roles"]["bridge"] = [{"uri": "allowed", "match": "prefix",
                                  "allow": ["publish", "subscribe"]}]
     edge = RouterProcess(tmp_path / "edge", [realm], listeners=listeners("realm1", False),
                          extra_config={"bridges": [bridge_block("cloud", mosquitto.port, [
-                             {"topic": "#", "direction": "in"}])]}).start()
+                             {"topic": "#", "direction": "in"},
+                             {"topic": "secret/#", "remote_prefix": "out/"},
+                             {"topic": "allowed/#", "remote_prefix": "out/"}])]}).start()
     try:
         edge.wait_for_log(r"bridge cloud: connected to ", timeout=20)
+        assert any("bridge cloud: cannot forward secret/# out: role 'bridge' may not "
+                   "subscribe" in line for line in edge.log_lines)  # at start, before ready
+        remote_sub = pool(router=mosquitto)
+        remote_sub.subscribe(("out/#", 1))
+        local_pub = pool(router=edge)
+        local_pub.publish("secret/y", b"stays here", 1)
+        local_pub.publish("allowed/y", b"goes out", 1)
+        remote_sub.expect("out/allowed/y", b"goes out")
         local_sub = pool(router=edge)
         local_sub.subscribe(("#", 1))
         remote_pub = pool(router=mosquitto)
