@@ -7,6 +7,7 @@ messages under test: a duplicate would arrive before its sentinel (one connectio
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -408,27 +409,32 @@ def cluster_node(workdir, redis: RedisServer, name: str, port: int) -> RouterPro
                                   "remote_prefix": "site/"}])]}).start()
 
 
-def runner(nodes: dict[str, RouterProcess], timeout: float = 30.0) -> str:
-    """The node whose bridge connected (its log says so), looked up until ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        running = [name for name, node in nodes.items()
-                   if any("bridge cloud: connected to" in line for line in node.log_lines)]
-        if running:
-            assert len(running) == 1, f"the bridge runs on {running}"
-            return running[0]
-        time.sleep(0.1)  # a bounded poll of two logs
-    raise AssertionError("no node runs the bridge")
-
-
-def test_on_redis_one_node_runs_a_bridge_and_another_takes_it_over(tmp_path, mosquitto, pool):
+@contextlib.contextmanager
+def bridged_cluster(tmp_path, port: int, timeout: float = 30.0):
+    """Redis and nodes a and b, both configured with the bridge; yields (nodes, the node
+    whose bridge connected, the other), once exactly one has (a bounded poll of two logs)."""
     redis = RedisServer(tmp_path)
     nodes: dict[str, RouterProcess] = {}
     try:
         for name in ("a", "b"):
-            nodes[name] = cluster_node(tmp_path, redis, name, mosquitto.port)
-        holder = runner(nodes)
-        other = "b" if holder == "a" else "a"
+            nodes[name] = cluster_node(tmp_path, redis, name, port)
+        deadline = time.monotonic() + timeout
+        while True:
+            running = [name for name, node in nodes.items()
+                       if any("bridge cloud: connected to" in line for line in node.log_lines)]
+            if running or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert len(running) == 1, f"the bridge runs on {running}"
+        yield nodes, running[0], "b" if running[0] == "a" else "a"
+    finally:
+        for node in nodes.values():
+            node.stop()
+        redis.stop()
+
+
+def test_on_redis_one_node_runs_a_bridge_and_another_takes_it_over(tmp_path, mosquitto, pool):
+    with bridged_cluster(tmp_path, mosquitto.port) as (nodes, holder, other):
         remote_sub = pool(router=mosquitto)
         remote_sub.subscribe(("site/#", 1))
         local_sub = pool(router=nodes[other])
@@ -446,22 +452,12 @@ def test_on_redis_one_node_runs_a_bridge_and_another_takes_it_over(tmp_path, mos
         nodes[other].wait_for_log(r"bridge cloud: connected to ", timeout=30)
         pool(router=nodes[other]).publish("c/after", b"after the takeover", 1)
         remote_sub.expect("site/c/after", b"after the takeover")
-    finally:
-        for node in nodes.values():
-            node.stop()
-        redis.stop()
 
 
 def test_on_redis_the_queue_moves_with_the_bridge(tmp_path, mosquitto, pool):
     """Queued while the remote is down by the node that runs the bridge, sent by the node
     that took it over after the first was killed: each once, in order."""
-    redis = RedisServer(tmp_path)
-    nodes: dict[str, RouterProcess] = {}
-    try:
-        for name in ("a", "b"):
-            nodes[name] = cluster_node(tmp_path, redis, name, mosquitto.port)
-        holder = runner(nodes)
-        other = "b" if holder == "a" else "a"
+    with bridged_cluster(tmp_path, mosquitto.port) as (nodes, holder, other):
         subscriber_id = unique("cloud_sub")
         remote_sub = pool(router=mosquitto, version=V311, client_id=subscriber_id, clean=False)
         remote_sub.subscribe(("site/#", 1))
@@ -479,10 +475,6 @@ def test_on_redis_the_queue_moves_with_the_bridge(tmp_path, mosquitto, pool):
         publisher.publish("c/q", b"sentinel", 1)
         received = remote_sub.collect_until(b"sentinel", timeout=30)
         assert [m.payload for m in received] == payloads
-    finally:
-        for node in nodes.values():
-            node.stop()
-        redis.stop()
 
 
 # --- TLS and keep alive -----------------------------------------------------------------------
