@@ -553,6 +553,34 @@ def test_a_remote_that_stops_answering_is_left_by_the_keep_alive(tmp_path, mosqu
         edge.stop()
 
 
+@pytest.mark.parametrize("qos", [1, 2])
+def test_a_message_in_flight_when_the_link_broke_is_finished(tmp_path, mosquitto, pool, qos):
+    """Sent to a frozen Mosquitto, never acknowledged; the keep alive drops the connection;
+    the reconnected bridge finds its session there and finishes the flow (PUBLISH with DUP
+    and the same packet id): at QoS 2 the subscriber gets it once; at QoS 1 at least once
+    (Mosquitto may have read the first copy before it saw the connection go)."""
+    edge = start_edge(tmp_path / "edge", [bridge_block("cloud", mosquitto.port, [
+        {"topic": "f/#", "qos": 2}], keep_alive=1)])
+    try:
+        remote_sub = pool(router=mosquitto)
+        remote_sub.subscribe(("f/#", 2))
+        local_pub = pool(router=edge)
+        mosquitto.proc.send_signal(signal.SIGSTOP)
+        try:
+            local_pub.publish("f/x", b"in flight", qos)  # the edge has it: PUBACK/PUBCOMP
+            edge.wait_for_log(r"bridge cloud: lost .*no PINGRESP", timeout=30)
+        finally:
+            mosquitto.proc.send_signal(signal.SIGCONT)
+        edge.wait_for_log(r"bridge cloud: connected to .*session present: True", timeout=30)
+        local_pub.publish("f/x", b"sentinel", qos)
+        assert remote_sub.expect("f/x", b"in flight").qos == qos
+        again = remote_sub.collect_until(b"sentinel", timeout=30)
+        assert [m.payload for m in again] == ([] if qos == 2 else [b"in flight"] * len(again))
+        assert len(again) <= 1
+    finally:
+        edge.stop()
+
+
 # --- configuration ---------------------------------------------------------------------------
 
 
