@@ -18,7 +18,8 @@ class MosquittoBroker:
     """Mosquitto 2 on 127.0.0.1, anonymous clients allowed, sessions saved to ``workdir`` on
     shutdown (so a restart on the same port keeps persistent sessions and their queues)."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, extra: str = "") -> None:
+        """``extra``: more lines of its configuration (its listener's options)."""
         self.workdir = workdir
         self.port = port or harness.free_port()
         self.config = workdir / "mosquitto.conf"
@@ -27,7 +28,7 @@ class MosquittoBroker:
             f"persistence true\npersistence_location {workdir}/\n"
             "max_queued_messages 10000\nlog_type all\n"
             # started as root, it would run as "mosquitto", who cannot save to workdir
-            f"user {getpass.getuser()}\n")
+            f"user {getpass.getuser()}\n{extra}")
         self.log = workdir / "mosquitto.log"
         self.proc: subprocess.Popen | None = None
         harness._created.append(weakref.ref(self))  # ended after the test whatever happens

@@ -553,6 +553,26 @@ def test_a_remote_that_stops_answering_is_left_by_the_keep_alive(tmp_path, mosqu
         edge.stop()
 
 
+def test_a_remote_with_lower_limits_gets_what_it_takes(tmp_path, pool):
+    """A Mosquitto that takes QoS 1 at most and keeps no retained messages (it closes a
+    client that sends more): the bridge sends QoS 2 at 1 and clears the retain flag."""
+    (tmp_path / "mosquitto").mkdir()
+    broker = MosquittoBroker(tmp_path / "mosquitto",
+                             extra="max_qos 1\nretain_available false\n").start()
+    edge = start_edge(tmp_path / "edge", [bridge_block("cloud", broker.port, [
+        {"topic": "l/#", "direction": "both", "remote_prefix": "lim/", "qos": 2}])])
+    try:
+        remote_sub = pool(router=broker)
+        remote_sub.subscribe(("lim/#", 1))
+        pool(router=edge).publish("l/x", b"high", 2, retain=True)
+        message = remote_sub.expect("lim/l/x", b"high")
+        assert (message.qos, message.retain) == (1, False)
+        assert not any("bridge cloud: lost" in line for line in edge.log_lines)
+    finally:
+        edge.stop()
+        broker.stop()
+
+
 @pytest.mark.parametrize("qos", [1, 2])
 def test_a_message_in_flight_when_the_link_broke_is_finished(tmp_path, mosquitto, pool, qos):
     """Sent to a frozen Mosquitto, never acknowledged; the keep alive drops the connection;

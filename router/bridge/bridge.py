@@ -105,6 +105,12 @@ class Bridge:
         self._unsent: deque[int] = deque()
         self._inflight: dict[int, _Queued] = {}
         self._window = config.max_inflight
+        self._max_qos = 2
+        """What the remote takes (MQTT 5 CONNACK ``maximum_qos``): higher goes at this QoS."""
+        self._retain_available = True
+        """False when the remote said it keeps no retained messages (it would refuse them)."""
+        self._subscribe_id: int | None = None
+        """The packet id of the SUBSCRIBE waiting for its SUBACK (not reused meanwhile)."""
         self._seq = itertools.count(1)
         self._next_packet_id = 1
         self._inbound_qos2: set[int] = set()
@@ -227,6 +233,7 @@ class Bridge:
         was_online = self.online
         self.online = False
         self.connection = None
+        self._subscribe_id = None
         self._stop_pinger()
         if self._connack_timer is not None and self._connack_timer.active():
             self._connack_timer.cancel()
@@ -289,15 +296,20 @@ class Bridge:
         self.online = True
         self._attempts = 0
         self.connects += 1
+        properties = packet.properties
         self._window = min(self.config.max_inflight,
-                           packet.properties.get("receive_maximum", 0xFFFF), 0xFFFF)
+                           properties.get("receive_maximum", 0xFFFF), 0xFFFF)
+        self._max_qos = properties.get("maximum_qos", 2)
+        self._retain_available = bool(properties.get("retain_available", 1))
         log.info("bridge %s: connected to %s:%d (session present: %s)", self.config.name,
                  self.config.host, self.config.port, packet.session_present)
         self._resume_inflight(connection, packet.session_present)
         if self._in:
             retain_handling = 1 if packet.session_present else 0
-            connection.send(Subscribe(self._new_packet_id(), [
-                (mapping.remote_filter, SubscriptionOptions(mapping.qos, no_local=True,
+            self._subscribe_id = self._new_packet_id()
+            connection.send(Subscribe(self._subscribe_id, [
+                (mapping.remote_filter, SubscriptionOptions(min(mapping.qos, self._max_qos),
+                                                            no_local=True,
                                                             retain_as_published=True,
                                                             retain_handling=retain_handling))
                 for _, _, mapping in self._in]))
@@ -327,6 +339,7 @@ class Bridge:
                 connection.send(self._publish(entry.message, entry.packet_id, dup=True))
 
     def _suback(self, packet: Suback) -> None:
+        self._subscribe_id = None
         for (_, _, mapping), code in zip(self._in, packet.reason_codes):
             if code >= 0x80:
                 log.error("bridge %s: the remote refused the subscription %s (reason 0x%02X)",
@@ -456,7 +469,7 @@ class Bridge:
                 self._count(EXPIRED, message.topic)
                 self._remove(entry)
                 continue
-            if message.qos == 0:
+            if min(message.qos, self._max_qos) == 0:
                 self._remove(entry)
                 self._send_now(message)
                 continue
@@ -479,8 +492,10 @@ class Bridge:
         if message.expires_at is not None and self.config.protocol == MQTT_5:
             properties = dict(properties, message_expiry_interval=max(
                 1, int(message.expires_at - time.time())))
-        return Publish(message.topic, message.payload, message.qos, message.retain,
-                       dup and message.qos > 0, packet_id, properties)
+        qos = 0 if packet_id is None else min(message.qos, self._max_qos)
+        return Publish(message.topic, message.payload, qos,
+                       message.retain and self._retain_available, dup and qos > 0, packet_id,
+                       properties)
 
     def _pubrec(self, packet: Pubrec) -> None:
         entry = self._inflight.get(packet.packet_id)
@@ -511,6 +526,8 @@ class Bridge:
 
     def _new_packet_id(self) -> int:
         packet_id = free_packet_id(self._next_packet_id, self._inflight)
+        if packet_id == self._subscribe_id:
+            packet_id = free_packet_id(packet_id % 65535 + 1, self._inflight)
         self._next_packet_id = packet_id % 65535 + 1
         return packet_id
 
