@@ -100,7 +100,7 @@ def summary(before: Samples, after: Samples, seconds: float, url: str,
     retained = _by(after, "router_retained_topics", "realm")
     router_owned = _by(after, "router_retained_sys_topics", "realm")
     bridges = {name: _by(after, f"router_bridge_{name}", "realm", "bridge")
-               for name in ("connected", "queued_messages", "sent_messages_total",
+               for name in ("running", "connected", "queued_messages", "sent_messages_total",
                             "received_messages_total")}
     for (realm,) in sorted(retained):
         rate_in = (received[1].get((realm,), 0) - received[0].get((realm,), 0)) / seconds
@@ -116,6 +116,9 @@ def summary(before: Samples, after: Samples, seconds: float, url: str,
         lines.append(f"  retained topics: {retained[(realm,)] - own:g}"
                      + (f" (and {own:g} of the router's own $SYS topics)" if own else ""))
         for key in sorted(key for key in bridges["connected"] if key[0] == realm):
+            if not bridges["running"][key]:
+                lines.append(f"  bridge {key[1]}: runs on another node")
+                continue
             lines.append(f"  bridge {key[1]}: "
                          f"{'connected' if bridges['connected'][key] else 'not connected'}, "
                          f"{bridges['queued_messages'][key]:g} queued, "

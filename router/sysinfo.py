@@ -64,7 +64,8 @@ class SysFigures:
         away = sum(1 for s in mqtt.sessions.values() if s.connection is None) if mqtt else 0
         limits = self.node.listener_limits
         bridges = {f"connection/{bridge.config.name}/state": int(bridge.online)
-                   for bridge in self.node.bridges if bridge.realm is realm}
+                   for bridge in self.node.bridges  # in a cluster, the node that runs it says
+                   if bridge.realm is realm and bridge.running}
         return {
             "version": self.version,
             "uptime": f"{int(time.time() - self.started)} seconds",

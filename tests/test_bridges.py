@@ -447,6 +447,11 @@ def test_on_redis_one_node_runs_a_bridge_and_another_takes_it_over(tmp_path, mos
         remote_sub.expect("site/c/down", b"to every node")
         local_sub.expect("c/down", b"to every node")
         assert not any("this node runs it" in line for line in nodes[other].log_lines)
+        status = subprocess.run([sys.executable, "-m", "router", "status", "--config",
+                                 str(nodes[other].config_path), "--interval", "0.2"],
+                                capture_output=True, text=True, timeout=30)
+        assert "  bridge cloud: runs on another node" in status.stdout.splitlines(), \
+            status.stdout + status.stderr
 
         nodes[holder].kill9()
         nodes[other].wait_for_log(r"bridge cloud: connected to ", timeout=30)

@@ -99,6 +99,9 @@ class Bridge:
         self.connection: BridgeProtocol | None = None
         self.online = False
         """CONNACK accepted and the connection still up ($SYS ``connection/<name>/state``)."""
+        self.running = False
+        """This node runs the bridge (always once started, with the embedded engine; while
+        it holds the bridge's lock, with the Redis engine)."""
         self._writable = True
         self.queue: dict[int, _Queued] = {}
         """By seq, oldest first: every message not yet acknowledged by the remote."""
@@ -138,6 +141,7 @@ class Bridge:
         """This node runs the bridge (from now, or again): read its queue, then join the
         realm, subscribe the ``out`` filters and connect."""
         self._stopping = False
+        self.running = True
         self.store.load(self._loaded, self._not_loaded)
 
     def _not_loaded(self, why: str) -> None:
@@ -181,6 +185,7 @@ class Bridge:
         """Leave the realm and say DISCONNECT (at shutdown, or when another node takes the
         bridge over): what is queued stays stored for whoever runs it next."""
         self._stopping = True
+        self.running = False
         for timer in (self._retry, self._connack_timer):
             if timer is not None and timer.active():
                 timer.cancel()

@@ -244,6 +244,9 @@ class RouterCollector(Collector):
 
     def _bridges(self) -> Iterator[Metric]:
         labels = ["realm", "bridge"]
+        running = GaugeMetricFamily("router_bridge_running", "1 on the node that runs the "
+                                    "bridge (with the Redis engine, the one holding its lock), "
+                                    "else 0.", labels=labels)
         connected = GaugeMetricFamily("router_bridge_connected", "1 while the bridge's remote "
                                       "broker accepted its connection, else 0.", labels=labels)
         queued = GaugeMetricFamily("router_bridge_queued_messages", "Messages waiting for the "
@@ -257,12 +260,13 @@ class RouterCollector(Collector):
                                        "broker accepted.", labels=labels)
         for bridge in self.node.bridges:
             names = [bridge.realm.name, bridge.config.name]
+            running.add_metric(names, int(bridge.running))
             connected.add_metric(names, int(bridge.online))
             queued.add_metric(names, len(bridge.queue))
             sent.add_metric(names, bridge.forwarded_out)
             received.add_metric(names, bridge.forwarded_in)
             connects.add_metric(names, bridge.connects)
-        yield from (connected, queued, sent, received, connects)
+        yield from (running, connected, queued, sent, received, connects)
 
 
 def _fold(counts: Counter[str]) -> Counter[str]:
