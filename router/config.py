@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from router.bridge.settings import (DIRECTIONS, PROTOCOLS, BridgeConfig, BridgeTls,
+                                   TopicMapping)
 from router.core.authorization import ACTIONS, Authorizer, PermissionRule, Role
 from router.core.credentials import (MOSQUITTO_HASHES, SCHEME, Principal, WampCra,
                                      normalize_pubkey)
@@ -191,6 +193,8 @@ class NodeConfig:
     """What a node has under way with Redis and the other nodes (Redis engine only)."""
     admin_socket: Path | None = None
     """The local operators' Unix socket (:mod:`router.admin_socket`); None: none."""
+    bridges: tuple[BridgeConfig, ...] = ()
+    """Connections to other MQTT brokers (:mod:`router.bridge`)."""
 
 
 @dataclass(frozen=True)
@@ -835,7 +839,7 @@ def load_config(path: Path | str) -> NodeConfig:
     reader = _Reader(path, _load_json(path))
     reader.reject_unknown({"data_dir", "realms_dir", "realms", "listeners", "shutdown_timeout",
                            "eventlog", "login_backoff", "store", "memory", "engine",
-                           "sys_interval", "cluster", "admin_socket"})
+                           "sys_interval", "cluster", "admin_socket", "bridges"})
     data_dir = base / reader.get("data_dir", str, "data")
     admin_socket = reader.get("admin_socket", (str, type(None)), ADMIN_SOCKET)
     realms_dir = base / reader.get("realms_dir", str, "realms")
@@ -908,9 +912,10 @@ def load_config(path: Path | str) -> NodeConfig:
         _positive(cluster_reader, "max_pending_calls", int, defaults.max_pending_calls),
         max_pending_commands=_positive(cluster_reader, "max_pending_commands", int,
                                        defaults.max_pending_commands), **seconds)
+    bridges = _bridges(reader.child("bridges", reader.get("bridges", list, [])), realms, base)
     return NodeConfig(path, data_dir, listeners, realms, float(timeout), eventlog, backoff,
                       store, MemoryConfig(float(trim_interval)), engine, float(sys_interval),
-                      cluster, data_dir / admin_socket if admin_socket else None)
+                      cluster, data_dir / admin_socket if admin_socket else None, bridges)
 
 
 NODE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -940,3 +945,117 @@ def _engine(reader: _Reader) -> EngineConfig:
         raise reader.fail("node", "must be 1 to 64 letters, digits, '_', '.' or '-', "
                                   f"got {json.dumps(node)}")
     return EngineConfig("redis", url, node, (parsed.hostname, port, int(db)))
+
+
+BRIDGE_KEYS = {"name", "realm", "host", "port", "role", "topics", "protocol", "client_id",
+               "username", "password", "clean_session", "session_expiry", "keep_alive", "tls",
+               "max_queued", "max_inflight", "reconnect_min", "reconnect_max",
+               "connect_timeout"}
+
+
+def _bridges(reader: _Reader, realms: dict[str, RealmConfig],
+             base: Path) -> tuple[BridgeConfig, ...]:
+    """The ``bridges`` list (see docs/bridges.md); names unique, realms and roles known."""
+    bridges: list[BridgeConfig] = []
+    for index, entry in enumerate(reader.data):
+        bridge = _bridge(reader.child(index, entry), realms, base)
+        if any(other.name == bridge.name for other in bridges):
+            raise reader.child(index, entry).fail("name", f"'{bridge.name}' names two bridges")
+        bridges.append(bridge)
+    return tuple(bridges)
+
+
+def _bridge(reader: _Reader, realms: dict[str, RealmConfig], base: Path) -> BridgeConfig:
+    reader.reject_unknown(BRIDGE_KEYS)
+    defaults = BridgeConfig("", "", "", "", ())
+    name = reader.get("name", str)
+    if not NODE_NAME.fullmatch(name):
+        raise reader.fail("name", "must be 1 to 64 letters, digits, '_', '.' or '-' (it is a "
+                                  f"$SYS topic level and a metric label), got {json.dumps(name)}")
+    realm = reader.get("realm", str)
+    if realm not in realms:
+        raise reader.fail("realm", f"'{realm}' is not one of the realms this node loads")
+    role = reader.get("role", str)
+    if role not in realms[realm].roles:
+        raise reader.fail("role", f"realm '{realm}' has no role '{role}'")
+    port = reader.get("port", int, defaults.port)
+    if not 0 < port < 65536:
+        raise reader.fail("port", f"must be 1 to 65535, got {port}")
+    protocol = reader.get("protocol", str, "5")
+    if protocol not in PROTOCOLS:
+        raise reader.fail("protocol", f'must be "3.1.1" or "5", got {json.dumps(protocol)}')
+    topics_reader = reader.child("topics", reader.get("topics", list))
+    if not topics_reader.data:
+        raise ConfigError(reader.source, topics_reader.path, "must hold at least one topic "
+                          "mapping")
+    topics = tuple(_topic_mapping(topics_reader.child(i, entry))
+                   for i, entry in enumerate(topics_reader.data))
+    keep_alive = reader.get("keep_alive", int, defaults.keep_alive)
+    if not 0 <= keep_alive <= 0xFFFF:
+        raise reader.fail("keep_alive", f"must be 0 to 65535 seconds, got {keep_alive}")
+    session_expiry = reader.get("session_expiry", int, defaults.session_expiry)
+    if not 0 <= session_expiry <= MAX_FOUR_BYTE:
+        raise reader.fail("session_expiry", f"must be 0 to {MAX_FOUR_BYTE}, got {session_expiry}")
+    username = reader.get("username", (str, type(None)), None)
+    password = reader.get("password", (str, type(None)), None)
+    if password is not None and username is None and protocol == "3.1.1":
+        raise reader.fail("password", "needs a username in MQTT 3.1.1")
+    seconds = {key: float(_positive(reader, key, (int, float), getattr(defaults, key)))
+               for key in ("reconnect_min", "reconnect_max", "connect_timeout")}
+    if seconds["reconnect_max"] < seconds["reconnect_min"]:
+        raise reader.fail("reconnect_max", f"must be at least reconnect_min "
+                                           f"({seconds['reconnect_min']:g}), "
+                                           f"got {seconds['reconnect_max']:g}")
+    tls = reader.get("tls", (dict, type(None)), None)
+    return BridgeConfig(
+        name, realm, reader.get("host", str), role, topics, port, PROTOCOLS[protocol],
+        reader.get("client_id", str, ""), username, password,
+        reader.get("clean_session", bool, defaults.clean_session), session_expiry, keep_alive,
+        None if tls is None else _bridge_tls(reader.child("tls", tls), base),
+        _positive(reader, "max_queued", int, defaults.max_queued),
+        _positive(reader, "max_inflight", int, defaults.max_inflight), **seconds)
+
+
+def _topic_mapping(reader: _Reader) -> TopicMapping:
+    reader.reject_unknown({"topic", "direction", "qos", "local_prefix", "remote_prefix"})
+    direction = _one_of(reader, "direction", DIRECTIONS, "out")
+    qos = reader.get("qos", int, 1)
+    if qos not in QOS_LEVELS:
+        raise reader.fail("qos", f"must be 0, 1 or 2, got {qos}")
+    mapping = TopicMapping(reader.get("topic", str), direction, qos,
+                           reader.get("local_prefix", str, ""),
+                           reader.get("remote_prefix", str, ""))
+    for key in ("local_prefix", "remote_prefix"):
+        if "+" in getattr(mapping, key) or "#" in getattr(mapping, key):
+            raise reader.fail(key, "must not hold a wildcard ('+' or '#')")
+    for where, topic_filter in (("local", mapping.local_filter),
+                                ("remote", mapping.remote_filter)):
+        if (not mapping.topic or not valid_topic_filter(topic_filter)
+                or topic_filter.startswith(SHARE_PREFIX)):
+            raise reader.fail("topic", f"the {where} filter {json.dumps(topic_filter)} is not "
+                                       "a valid MQTT topic filter (nor a shared one)")
+    return mapping
+
+
+def _bridge_tls(reader: _Reader, base: Path) -> BridgeTls:
+    reader.reject_unknown({"ca", "cert", "key", "verify_hostname"})
+    paths: dict[str, Path | None] = {}
+    for key in ("ca", "cert", "key"):
+        value = reader.get(key, (str, type(None)), None)
+        paths[key] = None if value is None else base / value
+        if paths[key] is not None and not paths[key].is_file():  # type: ignore[union-attr]
+            raise reader.fail(key, f"file {paths[key]} does not exist")
+    if (paths["cert"] is None) != (paths["key"] is None):
+        raise reader.fail("cert" if paths["cert"] is None else "key",
+                          "a client certificate needs both 'cert' and 'key'")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        if paths["ca"] is not None:
+            context.load_verify_locations(paths["ca"])
+        if paths["cert"] is not None:
+            context.load_cert_chain(paths["cert"], paths["key"])
+    except (ssl.SSLError, OSError) as exc:
+        raise reader.fail("cert" if paths["cert"] else "ca",
+                          f"cannot be used ({exc.__class__.__name__}: {exc})") from None
+    return BridgeTls(paths["ca"], paths["cert"], paths["key"],
+                     reader.get("verify_hostname", bool, True))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping, Protocol, Sequence
 
+from router.bridge.bridge import Bridge
 from router.core.router import Router
 from router.core.stats import Histogram
 from router.limits import ConnectionLimits
@@ -50,6 +51,9 @@ class NodeFigures(Protocol):
     @property
     def webhooks(self) -> Sequence[Webhook]:
         """Every realm's webhooks: their state, queue and counts."""
+
+    def bridges(self) -> Sequence[Bridge]:
+        """The node's MQTT bridges: connected or not, queued, forwarded."""
 
     @property
     def listener_limits(self) -> Sequence[ConnectionLimits]:

@@ -20,6 +20,7 @@ from router.amqp.frontend import AmqpFrontend
 from router.admin_socket import SOCKET_MODE, AdminFactory
 from router.amqp.persistence import AmqpStore
 from router.amqp.transports import AmqpTcpFactory
+from router.bridge.bridge import Bridge
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
 from router.core.engine import Engine
 from router.core.login_guard import LoginGuard
@@ -177,6 +178,11 @@ class Node:
                                       self.engine.outbox_store(name), reactor,
                                       config.engine.node)]
         """Every realm's webhooks (started with the node)."""
+        self.bridges = [Bridge(bridge, self.router, self.router.realms[bridge.realm],
+                               self.engine.bridge_queue(bridge.realm, bridge.name), reactor,
+                               config.realms[bridge.realm].mqtt.payload_mapping)
+                        for bridge in config.bridges]
+        """Connections to other MQTT brokers, each run where the engine says."""
         self.sys = SysFigures(self)
         """``$SYS`` topics and ``wamp.router.stats``, published every ``sys_interval``."""
         for realm in self.router.realms.values():
@@ -221,6 +227,9 @@ class Node:
                 raise ListenerFailed(f"{describe(self.config, index)}: cannot listen: "
                                      f"{reason}") from exc
         self._listen_admin()
+        for bridge in self.bridges:
+            self.engine.run_bridge(bridge.config.realm, bridge.config.name, bridge.start,
+                                   bridge.stop)
         self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
         self._watch_reload()
         # what start-up built (modules, configuration, restored state) lives as long as the
@@ -386,6 +395,8 @@ class Node:
             yield self.admin_port.stopListening()
         for peer in list(self.router.connections):
             peer.kill("wamp.close.system_shutdown", "the router is shutting down")
+        for bridge in self.bridges:
+            bridge.stop()
         deadline = self.reactor.seconds() + self.config.shutdown_timeout
         while self.router.connections and self.reactor.seconds() < deadline:
             yield task.deferLater(self.reactor, 0.05, lambda: None)

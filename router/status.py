@@ -102,6 +102,9 @@ def summary(before: Samples, after: Samples, seconds: float, url: str,
     queued = _by(after, "router_queued_messages", "realm", "protocol")
     retained = _by(after, "router_retained_topics", "realm")
     router_owned = _by(after, "router_retained_sys_topics", "realm")
+    bridges = {name: _by(after, f"router_bridge_{name}", "realm", "bridge")
+               for name in ("running", "connected", "queued_messages", "sent_messages_total",
+                            "received_messages_total")}
     for (realm,) in sorted(retained):
         rate_in = (received[1].get((realm,), 0) - received[0].get((realm,), 0)) / seconds
         rate_out = (delivered[1].get((realm,), 0) - delivered[0].get((realm,), 0)) / seconds
@@ -116,6 +119,15 @@ def summary(before: Samples, after: Samples, seconds: float, url: str,
         lines.append(f"  retained topics: {retained[(realm,)] - own:g}"
                      + (f" (and {own:g} of the router's own $SYS topics)" if own else ""))
         lines += _webhook_lines(after, realm)
+        for key in sorted(key for key in bridges["connected"] if key[0] == realm):
+            if not bridges["running"][key]:
+                lines.append(f"  bridge {key[1]}: runs on another node")
+                continue
+            lines.append(f"  bridge {key[1]}: "
+                         f"{'connected' if bridges['connected'][key] else 'not connected'}, "
+                         f"{bridges['queued_messages'][key]:g} queued, "
+                         f"{bridges['sent_messages_total'][key]:g} sent, "
+                         f"{bridges['received_messages_total'][key]:g} received")
     drops = _by(after, "router_messages_dropped_total", "realm", "protocol", "reason")
     lines.append("drops since start:" + ("" if any(drops.values()) else " none"))
     for (realm, protocol, reason), n in sorted(drops.items()):

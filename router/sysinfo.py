@@ -64,6 +64,9 @@ class SysFigures:
         mqtt = self.node.mqtt.get(realm.name)
         away = sum(1 for s in mqtt.sessions.values() if s.connection is None) if mqtt else 0
         limits = self.node.listener_limits
+        bridges = {f"connection/{bridge.config.name}/state": int(bridge.online)
+                   for bridge in self.node.bridges  # in a cluster, the node that runs it says
+                   if bridge.realm is realm and bridge.running}
         return {
             "version": self.version,
             "uptime": f"{int(time.time() - self.started)} seconds",
@@ -79,6 +82,7 @@ class SysFigures:
             "subscriptions/count": len(realm.broker.index.by_id),
             "bytes/received": sum(limit.bytes_in for limit in limits),
             "bytes/sent": sum(limit.bytes_out for limit in limits),
+            **bridges,  # 1 connected, 0 not: Mosquitto's name and values for its bridges
         }
 
     def install(self, realm: Realm) -> None:

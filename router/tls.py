@@ -11,12 +11,12 @@ def server_options(config: TlsConfig):
 
     cert_pem = config.cert.read_bytes()
     key_pem = config.key.read_bytes()
-    chain = _pem_blocks(cert_pem)
+    chain = pem_blocks(cert_pem)
     private = ssl.PrivateCertificate.loadPEM(chain[0] + b"\n" + key_pem)
     extra = [ssl.Certificate.loadPEM(block).original for block in chain[1:]]
     verify = config.client_certs != "none"
     ca_certs = ([ssl.Certificate.loadPEM(block).original
-                 for block in _pem_blocks(config.ca.read_bytes())]
+                 for block in pem_blocks(config.ca.read_bytes())]
                 if verify and config.ca is not None else None)
     options = ssl.CertificateOptions(
         privateKey=private.privateKey.original, certificate=private.original,
@@ -31,7 +31,7 @@ def server_options(config: TlsConfig):
     return options
 
 
-def _pem_blocks(data: bytes) -> list[bytes]:
+def pem_blocks(data: bytes) -> list[bytes]:
     end = b"-----END CERTIFICATE-----"
     blocks = []
     for part in data.split(end):

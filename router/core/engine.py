@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import (TYPE_CHECKING, Any, Callable, Mapping, Protocol, TypeAlias, TypeVar,
                     runtime_checkable)
 
+from router.core.bridge_queue import BridgeQueueStore
 from router.core.dealer import ClusterDealer
 from router.core.history import History, HistoryRule
 from router.core.incidents import Incidents
@@ -203,6 +204,15 @@ class Engine(Protocol[SessionStore_co, LinkStore_co, Realm_contra]):
 
     def outbox_store(self, realm: str) -> OutboxStore:
         """Where realm ``realm``'s durable outbound queues (webhooks' QoS 1 events) live."""
+
+    def bridge_queue(self, realm: str, bridge: str) -> BridgeQueueStore:
+        """Where bridge ``bridge`` of realm ``realm`` keeps its queued messages."""
+
+    def run_bridge(self, realm: str, bridge: str, start: Callable[[], None],
+                   stop: Callable[[], None]) -> None:
+        """Call ``start()`` once this node is the one to run the bridge (at once on a single
+        node; once it holds the bridge's lock in a cluster) and ``stop()`` if it stops being
+        that node (then ``start()`` again when it is again); asked after :meth:`start`."""
 
     def pause_intake_with(self, paused: Paused) -> None:
         """The engine calls ``paused`` while it cannot keep up with publishers (the embedded

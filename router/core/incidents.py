@@ -80,8 +80,12 @@ ENGINE_BEHIND = "engine_behind"
 """Reading from publishing connections paused because Redis answers slower than the node
 sends (half of ``cluster.max_pending_commands`` commands unanswered)."""
 
+BRIDGE_OFFLINE = "bridge_offline"
+"""A QoS 0 message for a bridge whose remote broker was not connected (QoS >= 1 ones wait in
+the bridge's queue instead, up to ``max_queued``: past it they count as ``queue_full``)."""
 DROP_REASONS = (SLOW_CONSUMER, QUEUE_FULL, EXPIRED, UNENCODABLE, PASSTHRU_SKIPPED, TOO_LARGE,
-                NOT_AUTHORIZED, INVALID_TOPIC, DELIVERY_FAILED, UNACKNOWLEDGED, EVENTLOG_DROPPED)
+                NOT_AUTHORIZED, INVALID_TOPIC, DELIVERY_FAILED, UNACKNOWLEDGED, EVENTLOG_DROPPED,
+                BRIDGE_OFFLINE)
 """Incident reasons that cost a message; the others are refusals or failures of their own
 (the metrics' dropped counts and ``$SYS`` read this one list)."""
 

@@ -28,7 +28,7 @@ from router.mqtt.session import MqttSession
 from router.webhooks.webhook import UP
 
 PROTOCOLS = ("wamp", "mqtt", "amqp", "http")
-DROP_PROTOCOLS = {why.EVENTLOG_DROPPED: ("eventlog",)}
+DROP_PROTOCOLS = {why.EVENTLOG_DROPPED: ("eventlog",), why.BRIDGE_OFFLINE: ("bridge",)}
 """The protocol label of drop reasons that are not a client protocol's (docs/metrics.md)."""
 
 
@@ -68,6 +68,7 @@ class RouterCollector(Collector):
         yield from self._logins()
         yield from self._rpc()
         yield from self._webhooks()
+        yield from self._bridges()
         uptime = GaugeMetricFamily("router_uptime_seconds", "Seconds since the router started.")
         uptime.add_metric([], time.time() - self.started)
         yield uptime
@@ -273,6 +274,32 @@ class RouterCollector(Collector):
             failed.add_metric(names, hook.failed)
             dropped.add_metric(names, hook.dropped)
         yield from (up, queued_events, queued_bytes, delivered, failed, dropped)
+
+    def _bridges(self) -> Iterator[Metric]:
+        labels = ["realm", "bridge"]
+        running = GaugeMetricFamily("router_bridge_running", "1 on the node that runs the "
+                                    "bridge (with the Redis engine, the one holding its lock), "
+                                    "else 0.", labels=labels)
+        connected = GaugeMetricFamily("router_bridge_connected", "1 while the bridge's remote "
+                                      "broker accepted its connection, else 0.", labels=labels)
+        queued = GaugeMetricFamily("router_bridge_queued_messages", "Messages waiting for the "
+                                   "remote broker (sent and not yet acknowledged included).",
+                                   labels=labels)
+        sent = CounterMetricFamily("router_bridge_sent_messages", "Messages the remote broker "
+                                   "took (QoS 0 written, QoS >= 1 acknowledged).", labels=labels)
+        received = CounterMetricFamily("router_bridge_received_messages", "Messages from the "
+                                       "remote broker published in the realm.", labels=labels)
+        connects = CounterMetricFamily("router_bridge_connects", "Connections the remote "
+                                       "broker accepted.", labels=labels)
+        for bridge in self.node.bridges:
+            names = [bridge.realm.name, bridge.config.name]
+            running.add_metric(names, int(bridge.running))
+            connected.add_metric(names, int(bridge.online))
+            queued.add_metric(names, len(bridge.queue))
+            sent.add_metric(names, bridge.forwarded_out)
+            received.add_metric(names, bridge.forwarded_in)
+            connects.add_metric(names, bridge.connects)
+        yield from (running, connected, queued, sent, received, connects)
 
 
 def _fold(counts: Counter[str]) -> Counter[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from enum import Enum
-from typing import Any, Callable
+from typing import Any, Callable, Container
 
 from router.mqtt.packets import ReasonCode, Will
 
@@ -193,3 +193,12 @@ PROPERTY_WRITERS: dict[PropertyType, Callable[[Any], bytes]] = {
     PropertyType.BINARY_DATA: encode_binary,
     PropertyType.UTF8_STRING_PAIR: lambda pair: encode_string(pair[0]) + encode_string(pair[1]),
 }
+
+
+def free_packet_id(start: int, in_use: Container[int]) -> int:
+    """The first packet identifier from ``start`` on (1 to 65535, wrapping round) that is not
+    ``in_use``; the caller's next ``start`` is ``id % 65535 + 1``."""
+    packet_id = start
+    while packet_id in in_use:
+        packet_id = packet_id % 65535 + 1
+    return packet_id

@@ -26,6 +26,7 @@ from router.core.uri import EXACT
 from router.mqtt.outlet import Outlet, SessionOwner
 from router.mqtt.packets import SubscriptionOptions
 from router.mqtt.persistence import QUEUED, RELEASED, SENT, StoredMessage, StoredOutbound
+from router.mqtt.primitives import free_packet_id
 
 log = logging.getLogger(__name__)
 
@@ -378,11 +379,9 @@ class MqttSession:
         self.pump()
 
     def _allocate_packet_id(self) -> int:
-        while True:
-            packet_id = self._next_packet_id
-            self._next_packet_id = packet_id % 65535 + 1
-            if packet_id not in self._by_packet_id:
-                return packet_id
+        packet_id = free_packet_id(self._next_packet_id, self._by_packet_id)
+        self._next_packet_id = packet_id % 65535 + 1
+        return packet_id
 
     def acknowledged(self, packet_id: int, expected_qos: int) -> bool:
         """PUBACK (QoS 1) or PUBCOMP (QoS 2): the delivery is complete."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from router.core.engine import Paused, RealmEngine
 from router.core.history import EventHistory, HistoryRule
@@ -16,6 +16,7 @@ from router.core.incidents import Incidents
 from router.core.model import Publication
 from router.core.retention import RetainedEvent, RetainedStore, RetentionPolicy
 from router.core.topic import SERVER_OWNED, Topic
+from router.engines.embedded.bridge_queues import SqliteBridgeQueue
 from router.engines.embedded.links import SqliteLinkStore
 from router.engines.embedded.outbox import SqliteOutboxStore
 from router.engines.embedded.sessions import SqliteSessionStore
@@ -64,6 +65,15 @@ class EmbeddedEngine:
     def outbox_store(self, realm: str) -> SqliteOutboxStore:
         """Realm ``realm``'s webhook queues, in this node's SQLite file."""
         return SqliteOutboxStore(self.store, realm)
+
+    def bridge_queue(self, realm: str, bridge: str) -> SqliteBridgeQueue:
+        """Bridge ``bridge``'s queue, in this node's SQLite file."""
+        return SqliteBridgeQueue(self.store, realm, bridge)
+
+    def run_bridge(self, realm: str, bridge: str, start: Callable[[], None],
+                   stop: Callable[[], None]) -> None:
+        """The only node runs every bridge: at once."""
+        start()
 
     def pause_intake_with(self, paused: Paused) -> None:
         """Never asked: the node pauses its intake for its SQLite writer itself."""

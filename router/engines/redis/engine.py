@@ -25,6 +25,8 @@ Keys and channels (``<realm>`` and ``<node>`` as configured):
   nodes setting one topic at once end as if one had set it after the other.
 * lists ``wr:history:<realm>:<match>:<pattern>``: the realm's event history per rule
   (:mod:`router.engines.redis.history`).
+* ``wr:bridge-lock:<realm>:<bridge>`` and ``wr:bridge-queue:<realm>:<bridge>``: which node
+  runs each MQTT bridge, and its queue (:mod:`router.engines.redis.bridges`).
 
 Delivery between nodes is Redis PUB/SUB: a QoS 0 publication reaches another node at most
 once; a QoS >= 1 publication is acknowledged to its publisher only once every node it was
@@ -55,6 +57,7 @@ from router.core.incidents import ENGINE_BEHIND, ENGINE_UNAVAILABLE, Incidents
 from router.core.retention import RetentionPolicy
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.records import unpack_publication
+from router.engines.redis.bridges import BridgeLocks, RedisBridgeQueue
 from router.engines.redis.claims import TAKEOVER_CHANNEL_PREFIX
 from router.engines.redis.dealer import REGISTRATIONS_CHANNEL
 from router.engines.redis.failure import NODE_DOWN_CHANNEL, NodeWatch, publish_left
@@ -108,6 +111,7 @@ class RedisEngine:
         self._sweeper = task.LoopingCall(self.sweep)
         self._sweeper.clock = reactor
         self.watch = NodeWatch(self)
+        self.bridge_locks = BridgeLocks(self)
 
     def open_realm(self, name: str, policy: RetentionPolicy,
                    history: list[HistoryRule]) -> RealmEngine:
@@ -143,6 +147,15 @@ class RedisEngine:
         """Realm ``realm``'s webhook queues, in Redis (each read and written only by the node
         the configuration names to run its webhook)."""
         return RedisOutboxStore(self.realms[realm], realm)
+
+    def bridge_queue(self, realm: str, bridge: str) -> RedisBridgeQueue:
+        """Bridge ``bridge``'s queue, in Redis (read by whichever node runs it)."""
+        return RedisBridgeQueue(self.realms[realm], bridge)
+
+    def run_bridge(self, realm: str, bridge: str, start: Callable[[], None],
+                   stop: Callable[[], None]) -> None:
+        """Run the bridge while this node holds its lock (:mod:`.bridges`)."""
+        self.bridge_locks.run(realm, bridge, start, stop)
 
     def pause_intake_with(self, paused: Paused) -> None:
         """Publishers pause while Redis is behind and while this node adopts a dead node's
@@ -312,7 +325,7 @@ class RedisEngine:
         Redis (its sessions were closed: what was due is published), then disconnect."""
         if self._sweeper.running:
             self._sweeper.stop()
-        forget = self.watch.close()
+        forget = self.watch.close() + self.bridge_locks.close()
         for shared in self.realms.values():
             shared.flush()  # what this turn wrote goes first
             forget += [shared.dealer.release_node(), *shared.members.forget_node(),
