@@ -52,6 +52,7 @@ class NodeFigures(Protocol):
     def webhooks(self) -> Sequence[Webhook]:
         """Every realm's webhooks: their state, queue and counts."""
 
+    @property
     def bridges(self) -> Sequence[Bridge]:
         """The node's MQTT bridges: connected or not, queued, forwarded."""
 

@@ -36,13 +36,16 @@ def test_mypy_rejects_an_engine_that_breaks_the_contract(tmp_path):
         "        self.amqp_store = engine.amqp_store\n"
         "        self.pause_intake_with = engine.pause_intake_with\n"
         "        self.start = engine.start\n"
-        "        self.close = engine.close\n\n"
+        "        self.close = engine.close\n"
+        "        self.outbox_store = engine.outbox_store\n"
+        "        self.bridge_queue = engine.bridge_queue\n"
+        "        self.run_bridge = engine.run_bridge\n\n"
         "    def mqtt_session_store(self, realm: str) -> None:\n"
         "        return None\n\n\n"
         "def as_engine(engine: BrokenEngine) -> NodeEngine:\n"
         "    return engine\n", encoding="utf-8")
     result = _mypy("--strict", "--follow-imports=silent", str(broken))
     assert result.returncode == 1, result.stdout + result.stderr
-    assert 'broken_engine.py:19: error: Incompatible return value type (got "BrokenEngine"' \
+    assert 'broken_engine.py:22: error: Incompatible return value type (got "BrokenEngine"' \
         in result.stdout, result.stdout
     assert "mqtt_session_store" in result.stdout, result.stdout

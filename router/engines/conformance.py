@@ -11,15 +11,18 @@ type that is not the promised one. It is the counterpart of Go's
 from __future__ import annotations
 
 from router.amqp.persistence import AmqpStore, LinkClaims, StoredDurable
+from router.core.bridge_queue import BridgeQueueStore
 from router.core.dealer import ClusterDealer
 from router.core.engine import Claims, Durability, Engine, Membership, OutboxStore, TestamentStore
 from router.core.history import EventHistory, History
 from router.core.realm import Realm
+from router.engines.embedded.bridge_queues import SqliteBridgeQueue
 from router.engines.embedded.engine import EmbeddedEngine
 from router.engines.embedded.links import SqliteLinkStore
 from router.engines.embedded.outbox import SqliteOutboxStore
 from router.engines.embedded.sessions import SqliteSessionStore
 from router.engines.embedded.sqlite import SqliteStore
+from router.engines.redis.bridges import RedisBridgeQueue
 from router.engines.redis.claims import RedisClaims
 from router.engines.redis.context import EngineContext, RealmContext
 from router.engines.redis.dealer import RedisDealer
@@ -71,6 +74,16 @@ def embedded_outbox(store: SqliteOutboxStore) -> OutboxStore:
 def redis_outbox(store: RedisOutboxStore) -> OutboxStore:
     """Its webhook queues live in Redis."""
     return store
+
+
+def embedded_bridge_queue(queue: SqliteBridgeQueue) -> BridgeQueueStore:
+    """Its bridge queues live in the SQLite file."""
+    return queue
+
+
+def redis_bridge_queue(queue: RedisBridgeQueue) -> BridgeQueueStore:
+    """Its bridge queues live in Redis, read by whichever node runs the bridge."""
+    return queue
 
 
 def redis_engine(engine: RedisEngine) -> NodeEngine:

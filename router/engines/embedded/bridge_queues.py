@@ -6,12 +6,10 @@ store's single writer thread in the order it was made (never disk on the reactor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from router.engines.embedded.sqlite import SqliteStore
 
-if TYPE_CHECKING:
-    from router.core.bridge_queue import BridgeQueueStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS bridge_queue (
@@ -36,16 +34,16 @@ class SqliteBridgeQueue:
             self._key)])
 
     def append(self, seq: int, message: bytes) -> None:
+        """Queued to the ordered writer; :meth:`when_durable` tells when it is stored."""
         self._store.execute("INSERT OR REPLACE INTO bridge_queue (realm, bridge, seq, message) "
                             "VALUES (?, ?, ?, ?)", (*self._key, seq, message))
 
     def delete(self, seq: int) -> None:
+        """Queued to the ordered writer, after the append it undoes."""
         self._store.execute("DELETE FROM bridge_queue WHERE realm = ? AND bridge = ? AND seq = ?",
                             (*self._key, seq))
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """The writer's own durability signal, shared by every table it writes."""
         self._store.when_durable(callback)
 
-
-if TYPE_CHECKING:
-    _: type[BridgeQueueStore] = SqliteBridgeQueue

@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from twisted.internet import task
 
 from router.engines.redis.context import EngineContext, RealmContext
 from router.engines.redis.lua import script
 from router.engines.redis.resp import command
-
-if TYPE_CHECKING:
-    from router.core.bridge_queue import BridgeQueueStore
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +41,8 @@ class RedisBridgeQueue:
 
     def load(self, answer: Callable[[list[tuple[int, bytes]]], None],
              failed: Callable[[str], None]) -> None:
+        """Read after this node's pending writes are flushed, so the answer holds them (a
+        node taking the bridge over reads what the dead holder left)."""
         self._shared.flush()  # what this node wrote goes before the read
         reply = self._shared.engine.request(command("HGETALL", self.key))
         reply.addCallbacks(
@@ -52,12 +51,15 @@ class RedisBridgeQueue:
             lambda failure: failed(failure.getErrorMessage()))
 
     def append(self, seq: int, message: bytes) -> None:
+        """Written in the realm's per-turn batch."""
         self._shared.write(command("HSET", self.key, seq, message))
 
     def delete(self, seq: int) -> None:
+        """Written in the realm's per-turn batch, after the append it undoes."""
         self._shared.write(command("HDEL", self.key, seq))
 
     def when_durable(self, callback: Callable[[bool], None]) -> None:
+        """The realm's batch durability: answered once Redis has every write so far."""
         self._shared.when_durable(callback)
 
 
@@ -72,6 +74,8 @@ class BridgeLocks:
 
     def run(self, realm: str, bridge: str, start: Callable[[], None],
             stop: Callable[[], None]) -> None:
+        """Try for the bridge's lock every heartbeat; ``start`` once it is held here,
+        ``stop`` if it may be lost (see :meth:`renew`)."""
         key = f"wr:bridge-lock:{realm}:{bridge}".encode()
         self._bridges[key] = _Held(bridge, start, stop)
         if not self._loop.running:
@@ -125,6 +129,3 @@ class _Held:
             self.running = False
             self.stop()
 
-
-if TYPE_CHECKING:
-    _: type[BridgeQueueStore] = RedisBridgeQueue
