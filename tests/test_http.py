@@ -577,6 +577,21 @@ def test_with_login_cache_ttl_0_every_basic_request_is_checked(tmp_path):
         process.stop()
 
 
+def test_a_remembered_login_is_checked_again_after_login_cache_ttl(tmp_path):
+    process = metered_router(tmp_path, login_cache_ttl=0.5)
+    try:
+        remembered_until = time.monotonic() + 0.5  # at least: the check ends after this
+        assert statuses(process, ALICE, 1) == {200}
+        deadline = time.monotonic() + 30
+        while password_checks(process) == 1:
+            assert time.monotonic() < deadline, "the login was never checked again"
+            assert statuses(process, ALICE, 1) == {200}
+        assert time.monotonic() >= remembered_until
+        assert password_checks(process) == 2
+    finally:
+        process.stop()
+
+
 def test_at_login_cache_size_the_least_recently_used_login_is_checked_again(tmp_path):
     process = metered_router(tmp_path, login_cache_size=1)
     try:

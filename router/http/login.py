@@ -15,6 +15,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import secrets
 import time
 from collections import OrderedDict
@@ -66,7 +67,7 @@ class VerifiedTickets:
         self._expiries: OrderedDict[bytes, float] = OrderedDict()
 
     def _entry(self, authid: str, ticket: str, ticket_hash: str) -> bytes:
-        message = "\0".join((authid, ticket, ticket_hash)).encode("utf-8")
+        message = json.dumps([authid, ticket, ticket_hash]).encode("utf-8")  # unambiguous
         return hmac.new(self._key, message, hashlib.sha256).digest()
 
     def known(self, authid: str, ticket: str, ticket_hash: str) -> bool:
