@@ -122,6 +122,11 @@ class HttpSettings:
     """Open event streams on the listener; one more is refused with 503."""
     max_recent_incidents: int = 100
     """Incidents ``GET /incidents`` can show (the node keeps the most recent ones)."""
+    login_cache_ttl: float = 60.0
+    """Seconds a verified Basic ``authid:ticket`` is taken without a new password check
+    (0: every request is checked)."""
+    login_cache_size: int = 1000
+    """Verified Basic credentials remembered; at the bound the least recently used goes."""
 
 
 @dataclass(frozen=True)
@@ -407,17 +412,23 @@ def _listener(reader: _Reader, realm_names: list[str], base: Path) -> ListenerCo
 
 
 HTTP_KEYS = {"call_timeout", "sse_max_queued", "sse_keepalive", "max_streams",
-             "max_recent_incidents"}
+             "max_recent_incidents", "login_cache_ttl", "login_cache_size"}
 
 
 def _http(reader: _Reader) -> HttpSettings:
     defaults = HttpSettings()
+    login_cache_ttl = reader.get("login_cache_ttl", (int, float), defaults.login_cache_ttl)
+    if login_cache_ttl < 0:
+        raise reader.fail("login_cache_ttl",
+                          f"must not be negative (0 turns the cache off), got {login_cache_ttl}")
     return HttpSettings(
         float(_positive(reader, "call_timeout", (int, float), defaults.call_timeout)),
         _positive(reader, "sse_max_queued", int, defaults.sse_max_queued),
         float(_positive(reader, "sse_keepalive", (int, float), defaults.sse_keepalive)),
         _positive(reader, "max_streams", int, defaults.max_streams),
-        _positive(reader, "max_recent_incidents", int, defaults.max_recent_incidents))
+        _positive(reader, "max_recent_incidents", int, defaults.max_recent_incidents),
+        float(login_cache_ttl),
+        _positive(reader, "login_cache_size", int, defaults.login_cache_size))
 
 
 def _limits(reader: _Reader) -> LimitSettings:

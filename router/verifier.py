@@ -6,13 +6,15 @@ dedicated pool of threads (one fewer than the cores, 1 to 4), at a lower CPU pri
 the reactor (``NICENESS``), and hands each answer back on the reactor. At most
 ``max_pending`` verifications wait or run at once; over that a login is refused at once
 as "server busy" (the caller answers in its protocol's words), so a login flood costs
-the router bounded memory and only the flooding clients wait.
+the router bounded memory and only the flooding clients wait. ``checks`` counts the
+checks run per protocol (``router_password_checks_total``): what logins cost the CPU.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections import Counter
 from typing import Callable
 
 from twisted.internet import threads
@@ -56,6 +58,8 @@ class SecretVerifier:
         self.incidents = incidents
         self.max_pending = max_pending
         self.pending = 0
+        self.checks: Counter[str] = Counter()
+        """Password checks queued (each one runs PBKDF2 once), per protocol."""
         self.pool = ThreadPool(minthreads=0, maxthreads=threads_, name="secret-verifier")
         reactor.callWhenRunning(self.pool.start)
         reactor.addSystemEventTrigger("during", "shutdown", self.pool.stop)
@@ -69,6 +73,7 @@ class SecretVerifier:
                                  "checks under way (login_backoff.max_pending_verifications)")
             return False
         self.pending += 1
+        self.checks[protocol] += 1
         deferred = threads.deferToThreadPool(self.reactor, self.pool, _verify_at_low_priority,
                                              secret, stored)
         deferred.addBoth(self._done, answer)

@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 from autobahn.wamp.types import CallResult, RegisterOptions
 
+from router.config import ConfigError, load_config
 from router.core.credentials import hash_secret
 from router.http.api import openapi_document
 from tests import amqp_clients
@@ -22,6 +23,7 @@ from tests.auth_helpers import client_context, make_certs
 from tests.clients import connect, next_item, run
 from tests.harness import OPEN_ROLE, ROOT, RouterProcess
 from tests.http_clients import EventReader, basic, bearer, request
+from tests.metrics_scrape import scrape, value
 from tests.mqtt_clients import MqttClient, unique
 
 SECRETS = {"alice": "alice-secret", "op": "operator-secret", "nobody": "nobody-secret"}
@@ -471,13 +473,18 @@ def test_a_principal_without_the_permission_gets_403_and_bad_credentials_401(
     assert request(router, method, path, body, bearer("wrt_unknown")).status == 401
 
 
-def test_a_cli_token_logs_in_as_its_principal_until_revoked(router):
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "router", "token", *args, "--config",
-                               str(router.config_path)], cwd=ROOT, capture_output=True,
-                              text=True, timeout=60)
+def cli(router: RouterProcess, *args: str) -> subprocess.CompletedProcess:
+    """``python -m router ARGS --config <the router's>`` as an operator runs it."""
+    return subprocess.run([sys.executable, "-m", "router", *args, "--config",
+                           str(router.config_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
 
-    created = cli("create", "--realm", "realm1", "--principal", "op")
+
+def test_a_cli_token_logs_in_as_its_principal_until_revoked(router):
+    def token_cli(*args: str) -> subprocess.CompletedProcess:
+        return cli(router, "token", *args)
+
+    created = token_cli("create", "--realm", "realm1", "--principal", "op")
     assert created.returncode == 0, created.stderr
     token = created.stdout.strip()
     assert token.startswith("wrt_")
@@ -487,12 +494,128 @@ def test_a_cli_token_logs_in_as_its_principal_until_revoked(router):
     while (status := request(router, "GET", "/stats", headers=bearer(token)).status) == 401:
         assert time.monotonic() < deadline, "the new token never worked"
     assert status == 200  # op's role: wamp.router.stats
-    token_id = cli("list").stdout.splitlines()[1].split()[0]
-    assert cli("revoke", "--id", token_id).returncode == 0
+    token_id = token_cli("list").stdout.splitlines()[1].split()[0]
+    assert token_cli("revoke", "--id", token_id).returncode == 0
     deadline = time.monotonic() + 20  # the router looks at the file again within 2 s
     while request(router, "GET", "/stats", headers=bearer(token)).status != 401:
         assert time.monotonic() < deadline, "the revoked token still works"
-    assert cli("create", "--realm", "realm1", "--principal", "ghost").returncode == 1
+    assert token_cli("create", "--realm", "realm1", "--principal", "ghost").returncode == 1
+
+
+# the Basic login cache ------------------------------------------------------------------
+
+ALICE = basic("alice", SECRETS["alice"])
+
+
+def metered_router(workdir, realm: dict | None = None, **http_keys) -> RouterProcess:
+    """A router with the http listener (``http_keys``) and a metrics listener to count its
+    password checks on."""
+    listeners = http_listeners(**http_keys) + [{"type": "metrics", "host": "127.0.0.1",
+                                                "port": 0}]
+    return RouterProcess(workdir, [realm or http_realm()], listeners=listeners).start()
+
+
+def password_checks(router: RouterProcess) -> float:
+    return value(scrape(router), "router_password_checks_total", protocol="http")
+
+
+def statuses(router: RouterProcess, headers: dict, count: int, path: str = "/retained?prefix=a.") \
+        -> set[int]:
+    return {request(router, "GET", path, headers=headers).status for _ in range(count)}
+
+
+def test_a_good_basic_login_is_checked_once_and_a_wrong_ticket_every_time(tmp_path):
+    process = metered_router(tmp_path)
+    try:
+        assert password_checks(process) == 0
+        assert statuses(process, ALICE, 20) == {200}
+        assert password_checks(process) == 1
+        # right after the good ticket: wrong ones are checked, each of them, and refused
+        assert statuses(process, basic("alice", SECRETS["alice"] + "x"), 3) == {401}
+        assert statuses(process, basic("alice", ""), 1) == {401}
+        assert password_checks(process) == 5
+        assert statuses(process, ALICE, 5) == {200}
+        assert password_checks(process) == 5
+        # another principal is checked on its own
+        assert statuses(process, OP, 2, "/stats") == {200}
+        assert password_checks(process) == 6
+    finally:
+        process.stop()
+
+
+def test_a_changed_ticket_or_role_applies_at_once_despite_the_cache(tmp_path):
+    realm = http_realm()
+    process = metered_router(tmp_path, realm)
+    try:
+        assert statuses(process, ALICE, 2) == {200}
+        assert statuses(process, OP, 2, "/stats") == {200}
+        realm["principals"]["alice"]["ticket"] = hash_secret("alice-new", 1000)
+        realm["principals"]["op"]["role"] = "user"
+        (process.workdir / "realms" / "realm1.json").write_text(json.dumps(realm))
+        reloaded = cli(process, "reload")
+        assert reloaded.returncode == 0, reloaded.stdout + reloaded.stderr
+        checked = password_checks(process)
+        assert statuses(process, ALICE, 2) == {401}
+        assert password_checks(process) == checked + 2
+        assert statuses(process, basic("alice", "alice-new"), 2) == {200}
+        forbidden = request(process, "GET", "/stats", headers=OP)  # op's cached ticket
+        assert forbidden.status == 403 and forbidden.json["error"] == "wamp.error.not_authorized"
+        del realm["principals"]["alice"]
+        (process.workdir / "realms" / "realm1.json").write_text(json.dumps(realm))
+        assert cli(process, "reload").returncode == 0
+        assert statuses(process, basic("alice", "alice-new"), 2) == {401}
+    finally:
+        process.stop()
+
+
+def test_with_login_cache_ttl_0_every_basic_request_is_checked(tmp_path):
+    process = metered_router(tmp_path, login_cache_ttl=0)
+    try:
+        assert statuses(process, ALICE, 4) == {200}
+        assert password_checks(process) == 4
+    finally:
+        process.stop()
+
+
+def test_a_remembered_login_is_checked_again_after_login_cache_ttl(tmp_path):
+    process = metered_router(tmp_path, login_cache_ttl=0.5)
+    try:
+        remembered_until = time.monotonic() + 0.5  # at least: the check ends after this
+        assert statuses(process, ALICE, 1) == {200}
+        deadline = time.monotonic() + 30
+        while password_checks(process) == 1:
+            assert time.monotonic() < deadline, "the login was never checked again"
+            assert statuses(process, ALICE, 1) == {200}
+        assert time.monotonic() >= remembered_until
+        assert password_checks(process) == 2
+    finally:
+        process.stop()
+
+
+def test_at_login_cache_size_the_least_recently_used_login_is_checked_again(tmp_path):
+    process = metered_router(tmp_path, login_cache_size=1)
+    try:
+        assert statuses(process, ALICE, 2) == {200}
+        assert statuses(process, OP, 2, "/stats") == {200}  # alice's entry goes
+        assert password_checks(process) == 2
+        assert statuses(process, ALICE, 2) == {200}
+        assert password_checks(process) == 3
+    finally:
+        process.stop()
+
+
+@pytest.mark.parametrize("key,bad,expected", [
+    ("login_cache_ttl", -1, "must not be negative"),
+    ("login_cache_ttl", "60", "must be int or float"),
+    ("login_cache_size", 0, "must be positive"),
+    ("login_cache_size", -3, "must be positive"),
+    ("login_cache_size", 1.5, "must be int"),
+])
+def test_bad_login_cache_values_are_refused_naming_the_key(tmp_path, key, bad, expected):
+    process = RouterProcess(tmp_path, [http_realm()], listeners=http_listeners(**{key: bad}))
+    with pytest.raises(ConfigError) as caught:
+        load_config(process.config_path)
+    assert f"listeners[0].{key}" in str(caught.value) and expected in str(caught.value)
 
 
 def test_the_listener_serves_its_openapi_file_and_json_errors_for_unknown_routes(router):

@@ -176,7 +176,7 @@ def test_amqp_sender_to_amqp_and_mqtt_receivers(router):
                  **dict(amqp1, protocol="mqtt")) == 4
 
 
-def test_retained_topics_and_failed_logins(router):
+def test_retained_topics_failed_logins_and_password_checks(router):
     client = MqttClient(router)
     before = scrape(router)
     try:
@@ -192,6 +192,7 @@ def test_retained_topics_and_failed_logins(router):
     assert delta(before, after, "router_retained_topics", realm="realm1") == 1
     assert delta(before, after, "router_retained_bytes", realm="realm1") > 0
     assert delta(before, after, "router_login_failures_total", protocol="mqtt") == 1
+    assert delta(before, after, "router_password_checks_total", protocol="mqtt") == 1
 
 
 def test_every_drop_reason_is_exported_from_start(router):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol
 
 from router.core.credentials import Principal
 from router.core.ids import random_id
@@ -15,6 +15,10 @@ from router.core.scheduler import Scheduler
 
 class PasswordVerifier(Protocol):
     """Checks a password against its stored hash off the event loop (``router.verifier``)."""
+
+    @property
+    def checks(self) -> Mapping[str, int]:
+        """Checks run so far, per protocol (what logins cost the CPU)."""
 
     def verify(self, secret: str, stored: str, answer: Callable[[bool], None], realm: str,
                protocol: str, peer: str | None) -> bool:

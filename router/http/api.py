@@ -169,7 +169,7 @@ class HttpApi(Resource):
         self.realm = realm
         self.settings = settings
         self.payload_mapping = payload_mapping
-        self.login = HttpLogin(router, realm, tokens)
+        self.login = HttpLogin(router, realm, tokens, settings)
         self.tokens = tokens
         try:  # at start-up, before the first request
             tokens.replace(tokens.refresh())

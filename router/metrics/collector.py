@@ -225,10 +225,15 @@ class RouterCollector(Collector):
         holds = CounterMetricFamily("router_login_holds",
                                     "Failed logins whose refusal the back-off delayed.",
                                     labels=["protocol"])
+        checks = CounterMetricFamily("router_password_checks",
+                                     "Password (ticket) checks run, each one a PBKDF2 hash.",
+                                     labels=["protocol"])
+        verifier = self.node.router.verifier
         for protocol in PROTOCOLS:
             failures.add_metric([protocol], guard.failures[protocol])
             holds.add_metric([protocol], guard.holds[protocol])
-        yield from (failures, holds)
+            checks.add_metric([protocol], verifier.checks.get(protocol, 0) if verifier else 0)
+        yield from (failures, holds, checks)
 
     def _rpc(self) -> Iterator[Metric]:
         families = {name: CounterMetricFamily(f"router_rpc_{name}", doc, labels=["realm"])
