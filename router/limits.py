@@ -127,6 +127,8 @@ class ConnectionLimits:
 class Gate:
     """One connection's admission: ``refused`` (why, or None) and its handshake timer."""
 
+    __slots__ = ("limits", "host", "refused", "_close", "_counted", "_passed", "_timer")
+
     def __init__(self, limits: ConnectionLimits, host: str, close: Callable[[], None],
                  refused: str | None) -> None:
         self.limits = limits
