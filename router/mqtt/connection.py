@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVER_RECEIVE_MAXIMUM = 100
+FLUSH_AT = 65536
+"""Bytes of packets a connection gathers in one reactor turn before it writes them at once
+(the transport's own buffer is about this size: its pausing is seen as before)."""
 
 T = TypeVar("T")
 
@@ -53,7 +56,8 @@ class MqttConnection:
                  "session", "send_quota", "_client_max_packet", "_topic_aliases",
                  "_outbound_aliases", "outbound_alias_limit", "_keep_alive", "due",
                  "deadline_slot", "_will", "_closed", "_inbound_open", "_connect_state",
-                 "_spreading", "refusal", "handshake_done", "held", "transport")
+                 "_spreading", "refusal", "handshake_done", "held", "transport", "_unsent",
+                 "_unsent_bytes")
 
     def __init__(self, frontend: "MqttFrontend", write: Callable[[bytes], None],
                  close: Callable[[], None], peer: str, transport_name: str,
@@ -83,6 +87,10 @@ class MqttConnection:
         self.deadline_slot = 0
         self._will = None
         self._closed = False
+        self._unsent: list[bytes] | None = None
+        """Packets of this reactor turn, written together at its end (:meth:`flush`): one
+        transport write per turn instead of one per packet."""
+        self._unsent_bytes = 0
         self._inbound_open: set[int] | None = None
         """Packet ids of this connection's QoS > 0 publishes that hold a slot of the
         Receive Maximum (MQTT 5 4.9): until PUBACK, or for QoS 2 until PUBCOMP (or a
@@ -457,6 +465,10 @@ class MqttConnection:
     def encode_publish(self, message: StoredMessage, packet_id: int | None = None,
                        dup: bool = False) -> bytes:
         """A PUBLISH's bytes; without a packet id (QoS 0) they can be shared by receivers."""
+        if packet_id is None and message.expires_at is None and (
+                not message.properties or self.version != 5):
+            return self.codec.encode_plain_publish(message.topic, message.payload,
+                                                   message.retain)
         if packet_id is not None and message.expires_at is None:
             # int keys and bytes values only: a dict of atoms is not tracked by the
             # collector, so a queued message's cache is not one more object to scan
@@ -513,8 +525,7 @@ class MqttConnection:
                 f"client {self.session.client_id}: {len(data)} bytes on {topic} is over its "
                 f"maximum packet size of {self._client_max_packet}: discarded")
             return False
-        if not self._closed:
-            self._write(data)
+        self._emit(data)
         return True
 
     def send_pubrel(self, packet_id: int, reason: int = ReasonCode.SUCCESS) -> None:
@@ -522,7 +533,28 @@ class MqttConnection:
 
     def _send(self, packet) -> None:
         if not self._closed:
-            self._write(self.codec.encode(packet))
+            self._emit(self.codec.encode(packet))
+
+    def _emit(self, data: bytes) -> None:
+        """Write ``data`` with the rest of this turn's packets (at once past FLUSH_AT)."""
+        if self._closed:
+            return
+        unsent = self._unsent
+        if unsent is None:
+            self._unsent = [data]
+            self._unsent_bytes = len(data)
+            self.frontend.flush_later(self)
+            return
+        unsent.append(data)
+        self._unsent_bytes += len(data)
+        if self._unsent_bytes >= FLUSH_AT:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the packets gathered (the frontend calls it at the end of the turn)."""
+        unsent, self._unsent = self._unsent, None
+        if unsent and not self._closed:
+            self._write(unsent[0] if len(unsent) == 1 else b"".join(unsent))
 
     # life cycle -----------------------------------------------------------------------------
 
@@ -571,6 +603,7 @@ class MqttConnection:
             realm = self.frontend.realm
             disconnect_slow_consumer(realm.incidents, realm.name, "mqtt",
                                      f"client {self.session.client_id}", self._quota_exceeded)
+        self.flush()
         self._closed = True
 
     def _quota_exceeded(self) -> None:
@@ -579,6 +612,7 @@ class MqttConnection:
             self._send(Disconnect(ReasonCode.QUOTA_EXCEEDED))
 
     def _close_now(self) -> None:
+        self.flush()
         if not self._closed:
             self._closed = True
             self._close()

@@ -61,6 +61,8 @@ class MqttFrontend:
         self.scheduler = scheduler
         self.deadlines = Deadlines(scheduler)
         """Its connections' keep-alives, on one timer."""
+        self._unflushed: list[Outlet] = []
+        self._flush_call: DelayedCall | None = None
         self.sessions: dict[str, MqttSession] = {}
         self._pending_wills: dict[str, DelayedCall] = {}
         """Client id -> the timer of its will, waiting for the will delay to pass."""
@@ -427,6 +429,18 @@ class MqttFrontend:
             log.info("MQTT will of %s on %s not published: %s", client_id, will.topic, exc)
 
     # publish / subscribe ------------------------------------------------------------------
+
+    def flush_later(self, connection: Outlet) -> None:
+        """Have ``connection`` write what it gathered at the end of this reactor turn."""
+        self._unflushed.append(connection)
+        if self._flush_call is None:
+            self._flush_call = self.scheduler.callLater(0, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_call = None
+        connections, self._unflushed = self._unflushed, []
+        for connection in connections:
+            connection.flush()
 
     def publish(self, session: MqttSession, topic: str, payload: bytes, qos: int, retain: bool,
                 properties: dict, on_durable: Callable[[bool], None] | None = None) -> None:
