@@ -324,13 +324,12 @@ class MqttSession:
         connection = self.connection
         if connection is None:
             return
-        flow = connection.flow
-        while (self._queued and len(self._by_packet_id) < connection.send_quota
-               and not flow.paused):
+        flow, quota, in_flight = connection.flow, connection.send_quota, self._by_packet_id
+        now = time.time()  # one clock read per pump: it runs within one reactor turn
+        while self._queued and len(in_flight) < quota and not flow.paused:
             seq = self._queued.popleft()
             entry = self.outbound[seq]
             message = entry if type(entry) is StoredMessage else entry.message
-            now = time.time()
             if message.expires_at is not None and message.expires_at <= now:
                 self._forget(seq)
                 self._expired(message.topic)
@@ -340,7 +339,7 @@ class MqttSession:
             entry.packet_id = self._allocate_packet_id()
             entry.state = SENT
             entry.sent_at = now
-            self._by_packet_id[entry.packet_id] = entry
+            in_flight[entry.packet_id] = entry
             if self.persistent:
                 self.frontend.store.update_outbound(self.client_id, entry.seq, entry.packet_id,
                                                     SENT)
