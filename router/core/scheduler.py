@@ -41,9 +41,6 @@ class Deadlines:
         self._slots: dict[int, set[Watched]] = {}
         self._timer: DelayedCall | None = None
 
-    def __len__(self) -> int:
-        return sum(len(owners) for owners in self._slots.values())
-
     def watch(self, owner: Watched) -> None:
         """Keep ``owner`` until its ``due`` (filed again if it moved) or :meth:`forget`."""
         slot = int(owner.due // self._resolution) + 1
