@@ -120,6 +120,10 @@ _NO_OWNER = _NoOwner()
 class ConnectionFlow:
     """One connection's outbound bound and slow-consumer timer, and its read pausing."""
 
+    __slots__ = ("transport", "limits", "owner", "paused", "over", "publisher", "holding",
+                 "_clock", "_intake", "_on_closed", "_bytes", "_messages", "_timer", "_closed",
+                 "_write")
+
     def __init__(self, transport: Any, limits: FlowLimits, clock: Any,
                  intake: IntakeGate, closed: Callable[[], None] = lambda: None) -> None:
         self.transport = transport
@@ -142,15 +146,19 @@ class ConnectionFlow:
         self._messages = 0
         self._timer = None
         self._closed = False
+        self._write: Callable[[bytes], None] | None = None
         transport.registerProducer(self, True)
 
     def counting(self, write: Callable[[bytes], None]) -> Callable[[bytes], None]:
-        """``write`` that also counts what is written while the transport is paused."""
-        def counted(data: bytes) -> None:
-            write(data)
-            if self.paused:
-                self.wrote(len(data))
-        return counted
+        """``write`` that also counts what is written while the transport is paused (a
+        bound method of the flow: no closure per connection)."""
+        self._write = write
+        return self._counted_write
+
+    def _counted_write(self, data: bytes) -> None:
+        self._write(data)
+        if self.paused:
+            self.wrote(len(data))
 
     def wrote(self, size: int) -> None:
         """Account one message of ``size`` bytes written while paused."""

@@ -13,16 +13,21 @@ class HeldTransport:
     by that many seconds, then the buffered bytes go out and the connection closes.
     """
 
+    __slots__ = ("clock", "_write", "_close", "hold", "_held", "_closing")
+
     def __init__(self, clock, write: Callable[[bytes], None], close: Callable[[], None]) -> None:
         self.clock = clock
         self._write = write
         self._close = close
         self.hold = 0.0
-        self._held: list[bytes] = []
+        self._held: list[bytes] | None = None
+        """What a hold keeps back (made on the first such write)."""
         self._closing = False
 
     def write(self, data: bytes) -> None:
         if self.hold > 0 or self._closing:
+            if self._held is None:
+                self._held = []
             self._held.append(data)
         else:
             self._write(data)
@@ -35,9 +40,9 @@ class HeldTransport:
             self._close()
 
     def _release(self) -> None:
-        held, self._held = self._held, []
+        held, self._held = self._held, None
         try:
-            for data in held:
+            for data in held or ():
                 self._write(data)
         finally:
             self._close()

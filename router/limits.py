@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from autobahn.websocket.types import ConnectionDeny
 from twisted.internet import defer
 from twisted.internet.interfaces import ISSLTransport
 from twisted.internet.protocol import connectionDone
@@ -127,6 +126,8 @@ class ConnectionLimits:
 class Gate:
     """One connection's admission: ``refused`` (why, or None) and its handshake timer."""
 
+    __slots__ = ("limits", "host", "refused", "_close", "_counted", "_passed", "_timer")
+
     def __init__(self, limits: ConnectionLimits, host: str, close: Callable[[], None],
                  refused: str | None) -> None:
         self.limits = limits
@@ -207,6 +208,9 @@ class GatedProtocol:
     def deny_if_refused(self) -> None:
         """WebSocket: an over-cap connection's opening handshake gets HTTP 503."""
         if self.gate is not None and self.gate.refused:
+            # imported here: the config imports this module, before the CLI decides whether
+            # TLS libraries are needed (autobahn's imports load pyOpenSSL when they can)
+            from autobahn.websocket.types import ConnectionDeny
             raise ConnectionDeny(ConnectionDeny.SERVICE_UNAVAILABLE, self.gate.refused)
 
     def handshake_done(self) -> None:

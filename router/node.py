@@ -10,16 +10,13 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from prometheus_client import generate_latest
 from twisted.internet import defer, task, threads
 from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IListeningPort, IReactorCore
 
-from router.amqp.frontend import AmqpFrontend
 from router.admin_socket import SOCKET_MODE, AdminFactory
-from router.amqp.persistence import AmqpStore
-from router.amqp.transports import AmqpTcpFactory
 from router.bridge.bridge import Bridge
 from router.config import SERIALIZERS, ListenerConfig, NodeConfig
 from router.core.engine import Engine
@@ -38,8 +35,7 @@ from router.http.console import ConsoleResource
 from router.http.tokens import TokenFile
 from router.limits import ConnectionLimits
 from router.memory import MemoryReclaimer
-from router.metrics.collector import queued, registry_for, watch_retention
-from router.metrics.http import metrics_site
+from router.metrics.retention import watch_retention
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.persistence import MqttSessionStore
 from router.mqtt.transports import MqttTcpFactory, MqttWebSocketFactory
@@ -48,7 +44,6 @@ from router.reload import PID_FILE, Reloader, authorizer_for
 from router.engines.embedded.engine import EmbeddedEngine
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.records import live_entries
-from router.engines.redis.engine import RedisEngine
 from router.sysinfo import SysFigures
 from router.tls import server_options
 from router.verifier import SecretVerifier
@@ -56,6 +51,17 @@ from router.wamp.codec import make_serializers
 from router.wamp.session import WampSession
 from router.wamp.transports import RouterRawSocketFactory, RouterWebSocketFactory
 from router.webhooks.webhook import Webhook, open_webhooks
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
+
+    from router.amqp.frontend import AmqpFrontend
+    from router.amqp.persistence import AmqpStore
+
+# Imported where first needed, not here: what a router without them never uses costs it
+# no memory (measured on the idle router, bench/RESULTS.md): the Redis engine and its
+# client, AMQP (proton) without an AMQP listener, prometheus_client and twisted.web until
+# metrics are scraped or a metrics listener is opened.
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +132,7 @@ def make_engine(config: NodeConfig, store: SqliteStore,
     The only place that names an engine implementation."""
     engine = config.engine
     if engine.type == "redis":
+        from router.engines.redis.engine import RedisEngine
         return RedisEngine(engine.redis_address, engine.node, reactor,  # type: ignore[arg-type]
                            store, config.cluster)
     return EmbeddedEngine(store)
@@ -167,8 +174,7 @@ class Node:
                 watch_retention(realm.retention, realm.stats)
         self.listener_limits: list[ConnectionLimits] = []
         """Every client listener's limits, with its connection and byte counts."""
-        self.metrics = registry_for(self)
-        """This node's metrics (not prometheus_client's process-global registry)."""
+        self._metrics: CollectorRegistry | None = None
         self.mqtt = self._mqtt_frontends()
         self.amqp = self._amqp_frontends()
         self.webhooks: list[Webhook] = [
@@ -253,7 +259,7 @@ class Node:
         path = self.config.admin_socket
         if path is None:
             return
-        factory = AdminFactory(self.router, lambda: generate_latest(self.metrics))
+        factory = AdminFactory(self.router, self._metrics_text)
         try:
             self.admin_port = self.reactor.listenUNIX(str(path), factory, mode=SOCKET_MODE,
                                                       wantPID=True)
@@ -311,12 +317,26 @@ class Node:
             frontends[realm.name] = frontend
         return frontends
 
-    def _amqp_frontends(self) -> dict[str, AmqpFrontend]:
+    @property
+    def metrics(self) -> "CollectorRegistry":
+        """This node's metrics (not prometheus_client's process-global registry), made at
+        the first scrape or metrics listener."""
+        if self._metrics is None:
+            from router.metrics.collector import registry_for
+            self._metrics = registry_for(self)
+        return self._metrics
+
+    def _metrics_text(self) -> bytes:
+        from prometheus_client import generate_latest
+        return generate_latest(self.metrics)
+
+    def _amqp_frontends(self) -> "dict[str, AmqpFrontend]":
         """One AMQP frontend per realm an AMQP listener serves, durable links restored."""
         frontends = {}
         for listener in self.config.listeners:
             if listener.type != "amqp" or listener.realm in frontends:
                 continue
+            from router.amqp.frontend import AmqpFrontend
             realm = self.router.realms[listener.realm]
             frontend = AmqpFrontend(self.router, realm, self.config.realms[realm.name].amqp,
                                     self.engine.amqp_store(realm.name),
@@ -338,6 +358,7 @@ class Node:
 
     def _factory(self, listener: ListenerConfig):
         if listener.type == "metrics":
+            from router.metrics.http import metrics_site
             return metrics_site(self.metrics, listener.path, listener.auth)
         factory = (self._http_site(listener) if listener.type == "http"
                    else self._protocol_factory(listener))
@@ -350,6 +371,7 @@ class Node:
         """The REST API and event streams of one ``http`` listener (its realm's)."""
         settings = listener.http
         assert settings is not None and listener.realm is not None
+        from router.metrics.collector import queued  # the same queue depths the metrics give
         self.router.incidents.keep_recent(settings.max_recent_incidents)
         realm = self.router.realms[listener.realm]
         api = HttpApi(self.router, realm, settings,
@@ -364,6 +386,7 @@ class Node:
         new_flow = partial(ConnectionFlow, limits=listener.flow, clock=self.reactor,
                            intake=self.intake, closed=self.reclaimer.released)
         if listener.type == "amqp":
+            from router.amqp.transports import AmqpTcpFactory
             return AmqpTcpFactory(self.amqp[listener.realm], new_flow,
                                   tls=listener.tls is not None)
         if listener.type == "mqtt":

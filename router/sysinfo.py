@@ -15,10 +15,10 @@ there: ``SERVER_OWNED`` in :mod:`router.core.topic`).
 
 from __future__ import annotations
 
+import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
 
-from router.amqp.subscriber import AmqpSubscriber
 from router.core.incidents import DROP_REASONS
 from router.core.model import SessionInfo
 from router.core.realm import Realm
@@ -57,8 +57,11 @@ class SysFigures:
         sent = sum(sum(counts.values()) for counts in stats.delivered)
         dropped = sum(n for (name, _, reason), n in self.node.router.incidents.totals.items()
                       if name == realm.name and reason in DROP_REASONS)
-        clients = [peer for peer in realm.sessions.values()  # a link or a webhook: no client
-                   if not isinstance(peer, (AmqpSubscriber, Webhook))]
+        # an AMQP link or a webhook is not a client; without AMQP its module (and proton) is
+        # not loaded, and there is no link to leave out
+        amqp = sys.modules.get("router.amqp.subscriber")
+        links = (amqp.AmqpSubscriber, Webhook) if amqp is not None else (Webhook,)
+        clients = [peer for peer in realm.sessions.values() if not isinstance(peer, links)]
         connected = sum(1 for peer in clients
                         if not isinstance(peer, MqttSession) or peer.connection is not None)
         mqtt = self.node.mqtt.get(realm.name)

@@ -250,6 +250,18 @@ def test_silent_client_is_disconnected_after_keep_alive(clients, raw, version):
     observer.expect(will_topic, b"timed out")  # the will goes out on a keep-alive timeout
 
 
+def test_a_client_that_talks_outlives_its_keep_alive_many_times(raw):
+    # the keep-alives share one wheel (router.core.scheduler.Deadlines): a read moves the
+    # deadline, and the wheel must file the connection again rather than close it
+    client = raw()
+    client.connect_ok(V311, unique("talker"), keep_alive=1)
+    started = time.monotonic()
+    while time.monotonic() - started < 5:  # over three times the 1.5 s the router allows
+        time.sleep(0.5)  # the client's pace: a ping every half keep-alive
+        client.send(Pingreq())
+        assert client.recv() == Pingresp()
+
+
 def test_pingreq_is_answered(raw):
     client = raw()
     client.connect_ok(V311, unique("ping"), keep_alive=1)

@@ -30,7 +30,6 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import msgpack
 
-from router.amqp.body import bytes_message
 from router.core.engine import Claims
 
 @dataclass
@@ -63,6 +62,7 @@ class Outgoing:
         topic, body, published_qos, qos, retained, *rest = msgpack.unpackb(blob, raw=False)
         expires_at = rest[0] if rest else None  # stored before messages had an expiry
         if rest[1:] != [BARE_MESSAGE]:  # stored as the payload of a data section
+            from router.amqp.body import bytes_message  # (proton: only where AMQP is used)
             body = bytes_message(topic, body)
         return cls(seq, topic, body, published_qos, qos, retained, delivery_count, expires_at)
 

@@ -45,7 +45,9 @@ class Broker:
         self.shared = shared
         """Shared groups (see :mod:`router.core.shared`): one member per publication."""
         self._ids = router_scope_ids()
-        self._by_session: dict[int, set[Subscription]] = {}
+        self._by_session: dict[int, Subscription | set[Subscription]] = {}
+        """A session's subscriptions: the one it holds, or a set once it holds more (a
+        set is 216 bytes, most sessions hold one)."""
         self.meta_subscriptions = 0
         """Subscriptions and groups in the ``wamp.`` namespace: while there are none, a
         meta event has no receiver and is not even made."""
@@ -62,7 +64,7 @@ class Broker:
             subscription = self.index.lookup(topic, match)
         else:
             subscription = self.shared.lookup(topic, match, group)
-        if (limit is not None and len(self._by_session.get(peer.info.session_id, ())) >= limit
+        if (limit is not None and self._held_by(peer.info.session_id) >= limit
                 and (subscription is None
                      or peer.info.session_id not in subscription.subscribers)):
             raise RouterError(errors.LIMIT_EXCEEDED,
@@ -83,7 +85,13 @@ class Broker:
         subscription.subscribers[session_id] = peer
         if not already:
             subscription.protocols[peer.info.protocol] += 1
-        self._by_session.setdefault(session_id, set()).add(subscription)
+        held = self._by_session.get(session_id)
+        if held is None or held is subscription:
+            self._by_session[session_id] = subscription
+        elif isinstance(held, set):
+            held.add(subscription)
+        else:
+            self._by_session[session_id] = {held, subscription}
         if not already and not subscription.is_meta:
             if created:
                 self._meta("wamp.subscription.on_create", [session_id, subscription.details()])
@@ -97,16 +105,26 @@ class Broker:
         if subscription is None or session_id not in subscription.subscribers:
             return None
         self._drop(session_id, subscription)
-        self._by_session.get(session_id, set()).discard(subscription)
+        held = self._by_session.get(session_id)
+        if held is subscription:
+            del self._by_session[session_id]
+        elif isinstance(held, set):
+            held.discard(subscription)
         return subscription
+
+    def _held_by(self, session_id: int) -> int:
+        held = self._by_session.get(session_id)
+        return 0 if held is None else len(held) if isinstance(held, set) else 1
 
     def subscriptions_of(self, session_id: int) -> list[Subscription]:
         """The subscriptions and shared groups a session holds."""
-        return list(self._by_session.get(session_id, ()))
+        held = self._by_session.get(session_id)
+        return [] if held is None else list(held) if isinstance(held, set) else [held]
 
     def remove_session(self, session_id: int) -> None:
         """Drop every subscription of a leaving session."""
-        for subscription in self._by_session.pop(session_id, ()):
+        held = self._by_session.pop(session_id, None)
+        for subscription in (() if held is None else held if isinstance(held, set) else (held,)):
             self._drop(session_id, subscription)
 
     def _drop(self, session_id: int, subscription: Subscription) -> None:

@@ -18,7 +18,6 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from router.amqp.subscriber import AmqpSubscriber
 from router.core import incidents as why
-from router.core.retention import RetainedStore
 from router.core.stats import Histogram, RealmStats, family
 from router.core.topic import REST, SERVER_OWNED
 from router.core.uri import MQTT
@@ -30,16 +29,6 @@ from router.webhooks.webhook import UP
 PROTOCOLS = ("wamp", "mqtt", "amqp", "http")
 DROP_PROTOCOLS = {why.EVENTLOG_DROPPED: ("eventlog",), why.BRIDGE_OFFLINE: ("bridge",)}
 """The protocol label of drop reasons that are not a client protocol's (docs/metrics.md)."""
-
-
-def watch_retention(retention: RetainedStore, stats: RealmStats) -> None:
-    """Count a realm's retained evictions and expiries (told by the store's change listeners)."""
-    def changed(topic: str, entries: list, action: str, publication: object) -> None:
-        if action == "evict":
-            stats.retained_evictions += 1
-        elif action == "expire":
-            stats.retained_expiries += 1
-    retention.listeners.append(changed)
 
 
 def queued(peer: object) -> int:

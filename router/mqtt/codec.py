@@ -63,6 +63,9 @@ def _is_shared_subscription(topic_filter: str) -> bool:
 # --- the codec ------------------------------------------------------------------------------
 
 
+_PLAIN_PUBLISH_FIRST_BYTES = (b"\x30", b"\x31")
+"""PUBLISH, QoS 0, DUP 0, by RETAIN."""
+
 class MqttCodec:
     """Framing, validation and serialization for one MQTT connection.
 
@@ -141,6 +144,18 @@ class MqttCodec:
             raise ValueError("packet exceeds the maximum MQTT packet size")
         first_byte = PACKET_TYPE_NUMBERS[packet_class] << 4 | flags
         return bytes((first_byte,)) + encode_variable_byte_integer(len(body)) + body
+
+    def encode_plain_publish(self, topic: str, payload: bytes, retain: bool) -> bytes:
+        """A QoS 0 PUBLISH without properties, joined straight from its parts: the packet
+        a router sends most (a fan-out's shared bytes, each event of a retained backlog),
+        without building a :class:`Publish` and its body."""
+        name = topic.encode("utf-8")
+        properties = b"\0" if self._encoding_version == MQTT_5 else b""
+        length = 2 + len(name) + len(properties) + len(payload)
+        if len(name) > 0xFFFF or length > MAX_VARIABLE_BYTE_INTEGER:
+            raise ValueError("packet exceeds the maximum MQTT packet size")
+        return b"".join((_PLAIN_PUBLISH_FIRST_BYTES[retain], encode_variable_byte_integer(length),
+                         len(name).to_bytes(2, "big"), name, properties, payload))
 
     def encode_publish_template(self, packet: Publish) -> tuple[bytes, bytes]:
         """A QoS 1/2 PUBLISH split around its packet identifier (whatever ``packet`` has):

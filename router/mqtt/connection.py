@@ -17,6 +17,7 @@ from router.core import errors
 from router.core.errors import RouterError
 from router.core.incidents import TOO_LARGE
 from router.flow import disconnect_slow_consumer
+from router.held import HeldTransport
 from router.mqtt.codec import MqttCodec
 from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp, Puback,
                                  Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
@@ -33,12 +34,30 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVER_RECEIVE_MAXIMUM = 100
+FLUSH_AT = 65536
+"""Bytes of packets a connection gathers in one reactor turn before it writes them at once
+(the transport's own buffer is about this size: its pausing is seen as before)."""
 
 T = TypeVar("T")
 
 
+def _nothing() -> None:
+    pass
+
+
 class MqttConnection:
-    """The protocol state of one connection."""
+    """The protocol state of one connection.
+
+    Slotted, with its alias tables and inbound window made on first use; its keep-alive is
+    a deadline on the frontend's one wheel (:class:`router.core.scheduler.Deadlines`), not
+    a timer of its own."""
+
+    __slots__ = ("frontend", "flow", "_write", "_close", "peer", "transport_name", "codec",
+                 "session", "send_quota", "_client_max_packet", "_topic_aliases",
+                 "_outbound_aliases", "outbound_alias_limit", "_keep_alive", "due",
+                 "deadline_slot", "_will", "_closed", "_inbound_open", "_connect_state",
+                 "_spreading", "refusal", "handshake_done", "held", "transport", "_unsent",
+                 "_unsent_bytes")
 
     def __init__(self, frontend: "MqttFrontend", write: Callable[[bytes], None],
                  close: Callable[[], None], peer: str, transport_name: str,
@@ -57,16 +76,22 @@ class MqttConnection:
         self.session: MqttSession | None = None
         self.send_quota = 65535
         self._client_max_packet = None
-        self._topic_aliases: dict[int, str] = {}
-        self._outbound_aliases: dict[str, int] = {}
+        self._topic_aliases: dict[int, str] | None = None
+        self._outbound_aliases: dict[str, int] | None = None
         self.outbound_alias_limit = 0
         """Topic aliases this connection may send (MQTT 5); then its PUBLISH bytes are its
         own, not shared with other receivers."""
-        self._keep_alive = None
-        self._keep_alive_call = None
+        self._keep_alive: float | None = None
+        self.due = 0.0
+        """When the keep-alive runs out (the last read plus 1.5 times the keep alive)."""
+        self.deadline_slot = 0
         self._will = None
         self._closed = False
-        self._inbound_open: set[int] = set()
+        self._unsent: list[bytes] | None = None
+        """Packets of this reactor turn, written together at its end (:meth:`flush`): one
+        transport write per turn instead of one per packet."""
+        self._unsent_bytes = 0
+        self._inbound_open: set[int] | None = None
         """Packet ids of this connection's QoS > 0 publishes that hold a slot of the
         Receive Maximum (MQTT 5 4.9): until PUBACK, or for QoS 2 until PUBCOMP (or a
         PUBREC with an error). At most SERVER_RECEIVE_MAXIMUM + 1 (then 0x93)."""
@@ -78,8 +103,12 @@ class MqttConnection:
         the packets after it wait in the codec, and reads pause, until it is done."""
         self.refusal: int | None = None
         """Set by the transport for a connection over a cap: CONNECT gets this CONNACK."""
-        self.handshake_done: Callable[[], None] = lambda: None
+        self.handshake_done: Callable[[], None] = _nothing
         """Set by the transport: CONNECT arrived (the handshake timer stops)."""
+        self.held: HeldTransport | None = None
+        """Set by the transport: holds a refused login's answer back."""
+        self.transport = None
+        """Set by the transport: the Twisted transport (its TLS client certificate)."""
 
     @property
     def version(self) -> int:
@@ -199,6 +228,8 @@ class MqttConnection:
             self._client_max_packet = packet.properties.get("maximum_packet_size")
             self.outbound_alias_limit = min(packet.properties.get("topic_alias_maximum", 0),
                                              settings.topic_alias_maximum)
+            if self.outbound_alias_limit:
+                self._outbound_aliases = {}
             properties = {"receive_maximum": SERVER_RECEIVE_MAXIMUM,
                           "topic_alias_maximum": settings.topic_alias_maximum,
                           "shared_subscription_available": 1,
@@ -216,6 +247,7 @@ class MqttConnection:
         if keep_alive:
             self._keep_alive = keep_alive * 1.5
             self._touch()
+            self.frontend.deadlines.watch(self)
         self._send(Connack(session_present, ReasonCode.SUCCESS, properties))
         session.resume()
         if resume:
@@ -239,6 +271,8 @@ class MqttConnection:
         if not self.flow.publisher:
             self.flow.became_publisher()
         if packet.qos and self.version == 5:
+            if self._inbound_open is None:
+                self._inbound_open = set()
             self._inbound_open.add(packet_id)
             if len(self._inbound_open) > SERVER_RECEIVE_MAXIMUM:
                 raise MqttProtocolError(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
@@ -272,8 +306,8 @@ class MqttConnection:
             self.store_failed(ack.__name__.upper())
 
     def _acknowledge(self, ack: "Puback | Pubrec") -> None:
-        if type(ack) is Puback or ack.reason_code >= 0x80:  # else the slot waits for PUBCOMP
-            self._inbound_open.discard(ack.packet_id)
+        if self._inbound_open and (type(ack) is Puback or ack.reason_code >= 0x80):
+            self._inbound_open.discard(ack.packet_id)  # (else the slot waits for PUBCOMP)
         if not self._closed:
             self._send(ack)
 
@@ -308,9 +342,11 @@ class MqttConnection:
             raise MqttProtocolError(ReasonCode.TOPIC_ALIAS_INVALID,
                                     f"topic alias {alias} is over the maximum")
         if packet.topic:
+            if self._topic_aliases is None:
+                self._topic_aliases = {}
             self._topic_aliases[alias] = packet.topic
             return packet.topic
-        topic = self._topic_aliases.get(alias)
+        topic = self._topic_aliases.get(alias) if self._topic_aliases else None
         if topic is None:
             raise MqttProtocolError(ReasonCode.PROTOCOL_ERROR, f"unknown topic alias {alias}")
         return topic
@@ -324,7 +360,8 @@ class MqttConnection:
             if not ok:
                 self.store_failed("PUBCOMP")
                 return
-            self._inbound_open.discard(packet_id)  # a QoS 2 flow's slot frees at PUBCOMP
+            if self._inbound_open:  # a QoS 2 flow's slot frees at PUBCOMP
+                self._inbound_open.discard(packet_id)
             self._send(Pubcomp(packet_id, reason))
 
         self.frontend.when_durable(complete)
@@ -428,6 +465,10 @@ class MqttConnection:
     def encode_publish(self, message: StoredMessage, packet_id: int | None = None,
                        dup: bool = False) -> bytes:
         """A PUBLISH's bytes; without a packet id (QoS 0) they can be shared by receivers."""
+        if packet_id is None and message.expires_at is None and (
+                not message.properties or self.version != 5):
+            return self.codec.encode_plain_publish(message.topic, message.payload,
+                                                   message.retain)
         if packet_id is not None and message.expires_at is None:
             # int keys and bytes values only: a dict of atoms is not tracked by the
             # collector, so a queued message's cache is not one more object to scan
@@ -484,8 +525,7 @@ class MqttConnection:
                 f"client {self.session.client_id}: {len(data)} bytes on {topic} is over its "
                 f"maximum packet size of {self._client_max_packet}: discarded")
             return False
-        if not self._closed:
-            self._write(data)
+        self._emit(data)
         return True
 
     def send_pubrel(self, packet_id: int, reason: int = ReasonCode.SUCCESS) -> None:
@@ -493,20 +533,37 @@ class MqttConnection:
 
     def _send(self, packet) -> None:
         if not self._closed:
-            self._write(self.codec.encode(packet))
+            self._emit(self.codec.encode(packet))
+
+    def _emit(self, data: bytes) -> None:
+        """Write ``data`` with the rest of this turn's packets (at once past FLUSH_AT)."""
+        if self._closed:
+            return
+        unsent = self._unsent
+        if unsent is None:
+            self._unsent = [data]
+            self._unsent_bytes = len(data)
+            self.frontend.flush_later(self)
+            return
+        unsent.append(data)
+        self._unsent_bytes += len(data)
+        if self._unsent_bytes >= FLUSH_AT:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the packets gathered (the frontend calls it at the end of the turn)."""
+        unsent, self._unsent = self._unsent, None
+        if unsent and not self._closed:
+            self._write(unsent[0] if len(unsent) == 1 else b"".join(unsent))
 
     # life cycle -----------------------------------------------------------------------------
 
     def _touch(self) -> None:
-        if self._keep_alive is None:
-            return
-        if self._keep_alive_call is not None and self._keep_alive_call.active():
-            self._keep_alive_call.reset(self._keep_alive)
-        else:
-            self._keep_alive_call = self.frontend.scheduler.callLater(
-                self._keep_alive, self._keep_alive_expired)
+        if self._keep_alive is not None:
+            self.due = self.frontend.scheduler.seconds() + self._keep_alive
 
-    def _keep_alive_expired(self) -> None:
+    def deadline_passed(self) -> None:
+        """The keep-alive ran out (told by the frontend's wheel)."""
         log.info("MQTT client %s: keep-alive expired", self.session.client_id
                  if self.session else self.peer)
         self._fail(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep-alive timeout", False)
@@ -546,6 +603,7 @@ class MqttConnection:
             realm = self.frontend.realm
             disconnect_slow_consumer(realm.incidents, realm.name, "mqtt",
                                      f"client {self.session.client_id}", self._quota_exceeded)
+        self.flush()
         self._closed = True
 
     def _quota_exceeded(self) -> None:
@@ -554,6 +612,7 @@ class MqttConnection:
             self._send(Disconnect(ReasonCode.QUOTA_EXCEEDED))
 
     def _close_now(self) -> None:
+        self.flush()
         if not self._closed:
             self._closed = True
             self._close()
@@ -561,8 +620,9 @@ class MqttConnection:
     def connection_lost(self) -> None:
         """The transport is gone: publish the will if due, detach from the session."""
         self._closed = True
-        if self._keep_alive_call is not None and self._keep_alive_call.active():
-            self._keep_alive_call.cancel()
+        if self._keep_alive is not None:
+            self.frontend.deadlines.forget(self)
+            self._keep_alive = None
         if self.session is not None:
             self.frontend.disconnected(self, self.session, self._will)
             if self.session.connection is None:  # offline (not taken over): what waited

@@ -23,7 +23,7 @@ from router.core.payload import from_bytes
 from router.core.peer import Subscription
 from router.core.realm import Realm, durable_callback
 from router.core.router import Router
-from router.core.scheduler import DelayedCall, Scheduler
+from router.core.scheduler import Deadlines, DelayedCall, Scheduler
 from router.core.shared import SharedGroup
 from router.core.topic import InvalidSharedFilter, from_mqtt, mqtt_pattern, split_shared
 from router.mqtt.outlet import Outlet
@@ -32,6 +32,7 @@ from router.mqtt.persistence import (MqttSessionStore, SessionClaims, StoredMess
                                      StoredSession, StoredWill)
 from router.mqtt.session import MqttSession, MqttSubscription, Outbound
 from router.settings import MqttSettings
+from router.tls import peer_common_name
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,10 @@ class MqttFrontend:
         self.settings = settings
         self.store = store
         self.scheduler = scheduler
+        self.deadlines = Deadlines(scheduler)
+        """Its connections' keep-alives, on one timer."""
+        self._unflushed: list[Outlet] = []
+        self._flush_call: DelayedCall | None = None
         self.sessions: dict[str, MqttSession] = {}
         self._pending_wills: dict[str, DelayedCall] = {}
         """Client id -> the timer of its will, waiting for the will delay to pass."""
@@ -147,7 +152,8 @@ class MqttFrontend:
 
     def _without_password(self, connection: Outlet) -> int | Identity:
         """TLS client certificate or anonymous: decided at once."""
-        client_cn = getattr(connection, "client_cn", lambda: None)()
+        transport = getattr(connection, "transport", None)
+        client_cn = None if transport is None else peer_common_name(transport)
         if client_cn is not None:
             principal = self._principals.get(client_cn)
             if principal is not None:
@@ -423,6 +429,18 @@ class MqttFrontend:
             log.info("MQTT will of %s on %s not published: %s", client_id, will.topic, exc)
 
     # publish / subscribe ------------------------------------------------------------------
+
+    def flush_later(self, connection: Outlet) -> None:
+        """Have ``connection`` write what it gathered at the end of this reactor turn."""
+        self._unflushed.append(connection)
+        if self._flush_call is None:
+            self._flush_call = self.scheduler.callLater(0, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_call = None
+        connections, self._unflushed = self._unflushed, []
+        for connection in connections:
+            connection.flush()
 
     def publish(self, session: MqttSession, topic: str, payload: bytes, qos: int, retain: bool,
                 properties: dict, on_durable: Callable[[bool], None] | None = None) -> None:

@@ -36,6 +36,9 @@ class Outlet(Protocol):
 
     def write_publish(self, data: bytes, topic: str) -> bool: ...
 
+    def flush(self) -> None:
+        """Write what this reactor turn gathered."""
+
     def send_pubrel(self, packet_id: int, reason: int = ...) -> None: ...
 
     def store_failed(self, what: str) -> None: ...

@@ -10,11 +10,10 @@ resumes each flow exactly where it stopped.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
 from router.core.model import Publication, SessionInfo
@@ -44,15 +43,16 @@ def _message(publication: Publication, topic: str, qos: int, retain: bool,
                          publication.expires_at)
 
 
-@dataclass
+@dataclass(slots=True)
 class MqttSubscription:
     topic_filter: str
     core: Subscription
     options: SubscriptionOptions
     identifier: int | None = None
+    identifiers: tuple[int] | None = field(init=False)
+    """``(identifier,)``, or None: hoisted out of every delivery."""
 
     def __post_init__(self) -> None:
-        # hoisted out of every delivery
         self.identifiers = None if self.identifier is None else (self.identifier,)
 
     def packed(self) -> list:
@@ -73,8 +73,22 @@ class Outbound:
     publication: Publication | None = None
 
 
+_NONE_QUEUED: tuple[int, ...] = ()
+"""The queue of a session that never queued: its deque (760 bytes) is made on first use."""
+_NO_PACKET_IDS: frozenset[int] = frozenset()
+"""The inbound QoS 2 packet ids of a session that never had one (a set is 216 bytes)."""
+
+
 class MqttSession:
-    """Implements the core's Peer for an MQTT client id."""
+    """Implements the core's Peer for an MQTT client id.
+
+    Slotted, and what most sessions never use (queue, inbound QoS 2 ids) is made on first
+    use: an idle subscribed session is this object, its dicts and its subscriptions."""
+
+    __slots__ = ("frontend", "client_id", "info", "persistent", "expiry", "connection",
+                 "subscriptions", "_by_core_id", "_patterns", "_may_overlap",
+                 "_last_publication", "outbound", "_queued", "_by_packet_id", "inbound_qos2",
+                 "_last_seq", "_next_packet_id", "expiry_timer")
 
     def __init__(self, frontend: SessionOwner, client_id: str, info: SessionInfo,
                  persistent: bool, expiry: float) -> None:
@@ -97,10 +111,10 @@ class MqttSession:
         (shared) StoredMessage; its Outbound, one more object for the collector to scan
         per queued message (10,000 per full queue), is made when it is sent, or at once
         if it came through a shared group (which it may have to be handed back to)."""
-        self._queued: deque[int] = deque()
+        self._queued: deque[int] | tuple[int, ...] = _NONE_QUEUED
         self._by_packet_id: dict[int, Outbound] = {}
-        self.inbound_qos2: set[int] = set()
-        self._seq = itertools.count(1)
+        self.inbound_qos2: set[int] | frozenset[int] = _NO_PACKET_IDS
+        self._last_seq = 0
         self._next_packet_id = 1
         self.expiry_timer = None
 
@@ -286,13 +300,18 @@ class MqttSession:
             if connection is not None and connection.flow.paused:
                 connection.flow.overflow()
             return
-        seq = next(self._seq)
+        seq = self._last_seq = self._last_seq + 1
         self.outbound[seq] = (message if group is None
                               else Outbound(seq, None, QUEUED, message, 0.0, group, publication))
-        self._queued.append(seq)
+        self._queue(seq)
         if self.persistent:
             self.frontend.store.enqueue(self.client_id, StoredOutbound(seq, None, QUEUED, message))
         self.pump()
+
+    def _queue(self, seq: int) -> None:
+        if type(self._queued) is tuple:
+            self._queued = deque()
+        self._queued.append(seq)
 
     def _count(self, reason: str, message: StoredMessage) -> None:
         realm = self.frontend.realm
@@ -306,13 +325,12 @@ class MqttSession:
         connection = self.connection
         if connection is None:
             return
-        flow = connection.flow
-        while (self._queued and len(self._by_packet_id) < connection.send_quota
-               and not flow.paused):
+        flow, quota, in_flight = connection.flow, connection.send_quota, self._by_packet_id
+        now = time.time()  # one clock read per pump: it runs within one reactor turn
+        while self._queued and len(in_flight) < quota and not flow.paused:
             seq = self._queued.popleft()
             entry = self.outbound[seq]
             message = entry if type(entry) is StoredMessage else entry.message
-            now = time.time()
             if message.expires_at is not None and message.expires_at <= now:
                 self._forget(seq)
                 self._expired(message.topic)
@@ -322,7 +340,7 @@ class MqttSession:
             entry.packet_id = self._allocate_packet_id()
             entry.state = SENT
             entry.sent_at = now
-            self._by_packet_id[entry.packet_id] = entry
+            in_flight[entry.packet_id] = entry
             if self.persistent:
                 self.frontend.store.update_outbound(self.client_id, entry.seq, entry.packet_id,
                                                     SENT)
@@ -433,6 +451,8 @@ class MqttSession:
         """Record a QoS 2 packet id; False if it is a duplicate (already delivered)."""
         if packet_id in self.inbound_qos2:
             return False
+        if type(self.inbound_qos2) is frozenset:
+            self.inbound_qos2 = set()
         self.inbound_qos2.add(packet_id)
         if self.persistent:
             self.frontend.store.add_inbound(self.client_id, packet_id)
@@ -452,13 +472,13 @@ class MqttSession:
         for item in stored:
             if item.state == QUEUED or item.packet_id is None:
                 self.outbound[item.seq] = item.message
-                self._queued.append(item.seq)
+                self._queue(item.seq)
             else:
                 entry = Outbound(item.seq, item.packet_id, item.state, item.message)
                 self.outbound[entry.seq] = entry
                 self._by_packet_id[item.packet_id] = entry
         if self.outbound:
-            self._seq = itertools.count(max(self.outbound) + 1)
+            self._last_seq = max(self.outbound)
 
     # core Peer --------------------------------------------------------------------
 

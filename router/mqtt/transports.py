@@ -14,16 +14,15 @@ from router.limits import GatedProtocol, ReleasesClosedFuture
 from router.mqtt.connection import MqttConnection
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.packets import ReasonCode
-from router.tls import peer_common_name
 
 
 def _attach(connection: MqttConnection, held: HeldTransport, protocol: GatedProtocol,
             transport) -> MqttConnection:
     """What the frontend needs beyond the bytes: the held-back refusal (login guard), the
-    TLS client certificate's CN, if the transport verified one, and the listener's gate
+    transport (for the TLS client certificate's CN, if it verified one), and the listener's gate
     (CONNECT ends the handshake; over a cap, CONNECT is refused)."""
     connection.held = held
-    connection.client_cn = lambda: peer_common_name(transport)
+    connection.transport = transport
     # the gate's own method, not the protocol's: the protocol holds the connection, so a
     # bound method of the protocol here would be a reference cycle (freed only by a full
     # collection, long after the connection closed)

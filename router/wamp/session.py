@@ -58,21 +58,34 @@ SLOW_CONSUMER_CLOSE = "wamp.close.slow_consumer"
 """GOODBYE reason of a session closed for not reading its events (see docs/configuration.md)."""
 
 
+_DEFAULT_SETTINGS = WampSettings()
+"""Of a session before it joins a realm (frozen: one for all)."""
+
+
 class WampSession:
-    """Implements autobahn's ITransportHandler for the router side, and the core's Peer."""
+    """Implements autobahn's ITransportHandler for the router side, and the core's Peer.
+
+    Slotted; its queue of unwritten events is made on first use and its handshake is
+    dropped once the session is established: an idle subscribed session holds its
+    dicts, its SessionInfo and its subscriptions."""
+
+    __slots__ = ("_router", "_protocol_name", "_all_settings", "_settings", "_grants",
+                 "_unacked", "_unwritten", "_redelivery", "transport", "_flow", "state",
+                 "_realm", "_handshake", "client_roles", "_last_payload_size", "info",
+                 "_transport")  # (autobahn's WebSocket protocol sets _transport)
 
     def __init__(self, router: Router, protocol_name: str,
                  settings: dict[str, WampSettings]) -> None:
         self._router = router
         self._protocol_name = protocol_name
         self._all_settings = settings
-        self._settings = WampSettings()
+        self._settings = _DEFAULT_SETTINGS
         self._grants: dict[int, tuple[int, str]] = {}
         """subscription id -> (granted QoS, policy), for subscriptions that may need acks."""
         self._raw_views: set[int] = set()
         """Subscriptions that get byte publications as ``ppt_scheme: "mqtt"`` EVENTs."""
         self._unacked: dict[int, _Unacked] = {}
-        self._unwritten: deque[WireMessage] = deque()
+        self._unwritten: deque[WireMessage] | None = None
         """Acknowledged events held back while the transport is paused (bounded by
         ``max_unacked`` publications)."""
         self._redelivery = None
@@ -80,7 +93,7 @@ class WampSession:
         self._flow: Any = None
         self.state = HANDSHAKE
         self._realm: Realm | None = None
-        self._handshake = Handshake(router)
+        self._handshake: Handshake | None = Handshake(router)
         self.client_roles: dict = {}
         self._last_payload_size = 0
         self.info: SessionInfo | None = None  # type: ignore[assignment]
@@ -146,6 +159,7 @@ class WampSession:
                                            "peer": self.peer_address()})
         self._settings = self._all_settings.get(realm.name, self._settings)
         self.state = ESTABLISHED
+        self._handshake = None  # done with: one object less per session
         self.transport.handshake_done()
         try:
             self.transport.send(WireMessage([m.Welcome.MESSAGE_TYPE, session_id, {
@@ -337,6 +351,8 @@ class WampSession:
         # an unencodable event raises here, before it is awaited
         if self._flow.paused:
             event.serialize(self.transport.object_serializer)
+            if self._unwritten is None:
+                self._unwritten = deque()
             self._unwritten.append(event)
         else:
             self.send(event)
@@ -357,7 +373,7 @@ class WampSession:
     def resume_output(self) -> None:
         """The transport drained: write the acknowledged events held back, in order."""
         unwritten = self._unwritten
-        while unwritten and not self._flow.paused:
+        while unwritten and not self._flow.paused:  # (None until something waited)
             self.send(unwritten.popleft())
         if self._realm is not None:
             self._realm.backlogs.resume(self)  # retained events owed to new subscriptions
@@ -598,7 +614,7 @@ class WampSession:
             self._redelivery.cancel()
         shared = [pending for pending in self._unacked.values() if pending.group is not None]
         self._unacked.clear()
-        self._unwritten.clear()
+        self._unwritten = None
         realm, self._realm = self._realm, None
         if realm is not None:
             realm.detach(self)
