@@ -60,8 +60,6 @@ def _run(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     _setup_logging(args.log_level, args.log_format)
-    from router.tls import leave_out_unused_tls
-    leave_out_unused_tls(config)
     import txaio
     txaio.use_twisted()
     from twisted.internet import reactor

@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
-from router.config import NodeConfig, TlsConfig
-
-
-def leave_out_unused_tls(config: NodeConfig) -> bool:
-    """With no TLS listener (listeners change only on a restart), keep pyOpenSSL, and the
-    cryptography it loads, out of the process: about 17 MB of an idle router's memory.
-    Twisted and autobahn import it only if they can and run without TLS when they cannot;
-    nothing else here needs it. To be called before Twisted is imported; True if left out."""
-    if any(listener.tls is not None for listener in config.listeners) or "OpenSSL" in sys.modules:
-        return False
-    sys.modules["OpenSSL"] = None  # type: ignore[assignment]  # "import OpenSSL" fails
-    return True
+from router.config import TlsConfig
 
 
 def server_options(config: TlsConfig):

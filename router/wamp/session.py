@@ -72,7 +72,7 @@ class WampSession:
     __slots__ = ("_router", "_protocol_name", "_all_settings", "_settings", "_grants",
                  "_unacked", "_unwritten", "_redelivery", "transport", "_flow", "state",
                  "_realm", "_handshake", "client_roles", "_last_payload_size", "info",
-                 "_transport")  # (autobahn's WebSocket protocol sets _transport)
+                 "_raw_views", "_transport")  # (autobahn's WebSocket protocol sets _transport)
 
     def __init__(self, router: Router, protocol_name: str,
                  settings: dict[str, WampSettings]) -> None:
