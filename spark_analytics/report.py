@@ -178,15 +178,10 @@ def read_rollups(spark: SparkSession, files: Files, logs: str, realm: str | None
         records.count()
 
     def plan(rollup: Rollup) -> DataFrame:
-        if not compacted:
-            # one computed part, already one row per key: merging it would aggregate (and
-            # shuffle) every rollup a second time for nothing
-            rows = rollup.compute(records)
-        else:
-            parts = [read_stored_rollup(spark, logs, rollup, compacted)]
-            if records is not None:
-                parts.append(rollup.compute(records))
-            rows = merged(rollup, parts)
+        parts = [read_stored_rollup(spark, logs, rollup, compacted)] if compacted else []
+        if records is not None:
+            parts.append(rollup.compute(records))
+        rows = merged(rollup, parts)
         return rows.cache() if rollup.name in SHARED_ROLLUPS else rows
 
     # planning is driver work in the JVM (listing, analysis), one rollup per thread at a time
