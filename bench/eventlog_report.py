@@ -26,6 +26,15 @@ far more often than a day is compacted. Steps 2 and 3 are printed so nothing is 
 
 With ``--work DIR`` the log and the reports stay in DIR, and a later run with the same
 ``--events``/``--days`` reuses the log (removing the earlier run's compaction first).
+
+``--fresh`` times what an operator's command costs instead, each in a new process (Python,
+the JVM and Spark started from nothing, as cron or a shell starts them): the bare read, then
+``python -m spark_analytics report`` on the same log, and prints their wall times, the ratio
+and the load average; with ``--compact`` it runs ``python -m spark_analytics compact`` first
+(untimed) so both read the compacted log. That pair, in the same run, is the figure issue 28
+judges (fresh report <= 1.5 x fresh bare read).
+
+    .venv/bin/python bench/eventlog_report.py --events 3000000 --work DIR --fresh
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import argparse
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -167,6 +177,43 @@ def bare_read_seconds(spark, logs: Path) -> float:
     return time.perf_counter() - started
 
 
+def bare_read_process(logs: Path, master: str, driver_memory: str) -> None:
+    """The bare read as a command of its own (``--bare-read LOGS``), sized as the command
+    line sizes a report."""
+    files = input_files(LocalFiles(), to_url(logs))
+    spark = start_session(Sizing.for_files(files), master, driver_memory)
+    try:
+        print(f"bare read query: {bare_read_seconds(spark, logs):.1f} s", file=sys.stderr)
+    finally:
+        spark.stop()
+
+
+def fresh_comparison(logs: Path, out: Path, args: argparse.Namespace) -> None:
+    """Time the bare read and the command line's report, each in a process of its own."""
+    here = Path(__file__).resolve()
+    spark_options = ["--master", args.master, "--driver-memory", args.driver_memory]
+    if args.compact:
+        subprocess.run([sys.executable, "-m", "spark_analytics", "compact", "--logs", str(logs),
+                        *spark_options], cwd=here.parent.parent, check=True,
+                       stdout=subprocess.DEVNULL)
+    shutil.rmtree(out, ignore_errors=True)
+    commands = {"bare read": [sys.executable, str(here), "--bare-read", str(logs),
+                              *spark_options],
+                "report": [sys.executable, "-m", "spark_analytics", "report", "--logs",
+                           str(logs), "--out", str(out), *spark_options]}
+    seconds = {}
+    for label, command in commands.items():
+        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        started = time.perf_counter()
+        subprocess.run(command, cwd=here.parent.parent, check=True, stdout=subprocess.DEVNULL)
+        seconds[label] = time.perf_counter() - started
+        print(f"{label + ' (fresh process):':<30}{seconds[label]:.1f} s  (load before: {load})",
+              flush=True)
+    print(f"ratio report / bare read:     {seconds['report'] / seconds['bare read']:.2f}"
+          f"  <- issue 28's figure (<= 1.5); load after: "
+          f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+
+
 def timed(work: Callable[[], object]) -> float:
     started = time.perf_counter()
     work()
@@ -215,7 +262,16 @@ def main() -> None:
     options.add_argument("--driver-memory", default="4g")
     options.add_argument("--work", type=Path,
                          help="keep the log and the reports here (and reuse the log next time)")
+    options.add_argument("--fresh", action="store_true",
+                         help="time the bare read and the command line's report, each in a "
+                              "new process")
+    options.add_argument("--compact", action="store_true",
+                         help="with --fresh: compact the log first (untimed)")
+    options.add_argument("--bare-read", type=Path, metavar="LOGS", help=argparse.SUPPRESS)
     args = options.parse_args()
+    if args.bare_read:
+        bare_read_process(args.bare_read, args.master, args.driver_memory)
+        return
 
     work = args.work or Path(tempfile.mkdtemp(prefix="eventlog-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -226,6 +282,9 @@ def main() -> None:
         json_bytes = sum(entry.size for entry in files)
         print(f"log: {args.events:,} events, {len(files)} JSON parts, "
               f"{json_bytes / 2**20:,.0f} MiB ({how})", flush=True)
+        if args.fresh:
+            fresh_comparison(logs, work / "out-fresh", args)
+            return
 
         started = time.perf_counter()
         spark = start_session(Sizing.for_files(files), args.master, args.driver_memory)

@@ -103,6 +103,82 @@ def test_call_without_arguments_and_kwargs_only(router):
     run(scenario())
 
 
+PROTOCOL_VIOLATION = "wamp.error.protocol_violation"
+
+
+@pytest.mark.parametrize("call,answer", [
+    ([48, 1, {}, "com.rpc..double_dot", []], "wamp.error.invalid_uri"),
+    ([48, 1, {}, "com.rpc.echo", {"not": "a list"}], PROTOCOL_VIOLATION),
+    ([48, 1, {}, "com.rpc.echo", [], ["not a dict"]], PROTOCOL_VIOLATION),
+    ([48, 2**53 + 1, {}, "com.rpc.echo"], PROTOCOL_VIOLATION),
+    ([48, 1, {"timeout": "soon"}, "com.rpc.echo"], PROTOCOL_VIOLATION),
+    ([48, 1, {}, "com.rpc.echo", "passthru payload"], PROTOCOL_VIOLATION),
+    ([48, 1, [], "com.rpc.echo"], PROTOCOL_VIOLATION),
+])
+def test_malformed_call_is_refused(router, call, answer):
+    """A CALL in the common shape is parsed by the router's own fast path; every other
+    shape, and every bad value, gets the full parse's answer: ERROR for a bad URI, ABORT for
+    anything else."""
+    async def scenario():
+        async with Sessions(router) as open_session:
+            caller, _ = await open_session.raw_client("rawsocket", "msgpack")
+            caller.send(call)
+            reply = await caller.recv()
+            if answer == PROTOCOL_VIOLATION:
+                assert reply[0] == 3 and reply[2] == PROTOCOL_VIOLATION, reply
+            else:
+                assert reply[:3] == [8, 48, 1] and reply[4] == answer, reply
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("options,payload", [
+    ({"progress": "yes"}, [["x"]]),
+    ({"callee": "not an id"}, [["x"]]),
+    ({}, ["not a list"]),
+    ({}, [["x"], ["not a dict"]]),
+])
+def test_malformed_yield_aborts_the_callee(router, options, payload):
+    """A YIELD with a bad option or payload is a protocol violation however it is parsed;
+    its caller is told the callee left."""
+    async def scenario():
+        async with Sessions(router) as open_session:
+            callee, _ = await open_session.raw_client("websocket", "json")
+            callee.send([64, 1, {}, "com.rpc.bad_yield"])
+            assert (await callee.recv())[:2] == [65, 1]
+            caller, _ = await open_session.raw_client("rawsocket", "msgpack")
+            caller.send([48, 7, {}, "com.rpc.bad_yield", ["x"]])
+            invocation = await callee.recv()
+            assert invocation[0] == 68, invocation
+            callee.send([70, invocation[1], options, *payload])
+            reply = await callee.recv()
+            assert reply[0] == 3 and reply[2] == PROTOCOL_VIOLATION, reply
+            reply = await caller.recv()
+            assert reply[:3] == [8, 48, 7] and reply[4] == CANCELED, reply
+
+    run(scenario())
+
+
+def test_progressive_yield_in_the_common_shape(router):
+    """Raw peers: YIELD {"progress": true} reaches a caller that asked for progress as a
+    progressive RESULT, the final YIELD {} as the RESULT."""
+    async def scenario():
+        async with Sessions(router) as open_session:
+            callee, _ = await open_session.raw_client("rawsocket", "msgpack")
+            callee.send([64, 1, {}, "com.rpc.raw_progress"])
+            assert (await callee.recv())[:2] == [65, 1]
+            caller, _ = await open_session.raw_client("websocket", "json")
+            caller.send([48, 3, {"receive_progress": True}, "com.rpc.raw_progress", [1]])
+            invocation = await callee.recv()
+            assert invocation[0] == 68 and invocation[3] == {"receive_progress": True}
+            callee.send([70, invocation[1], {"progress": True}, ["half"]])
+            callee.send([70, invocation[1], {}, ["done"], {"k": 1}])
+            assert await caller.recv() == [50, 3, {"progress": True}, ["half"]]
+            assert await caller.recv() == [50, 3, {}, ["done"], {"k": 1}]
+
+    run(scenario())
+
+
 def test_call_to_unknown_procedure(router):
     async def scenario():
         async with Sessions(router) as open_session:

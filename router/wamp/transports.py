@@ -45,6 +45,18 @@ class RouterWebSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtoc
             parseSubprotocolIdentifier(subprotocol)[1]]
         return subprotocol, headers
 
+    def dataReceived(self, data: bytes) -> None:
+        """autobahn's formats the arguments of a debug log line on every read; this one only
+        hands the bytes to its WebSocket parser."""
+        self._dataReceived(data)
+
+    def onMessageEnd(self) -> None:
+        """Hand the whole message to the session. autobahn's also fires a "message" event for
+        observers, a Deferred and its callbacks per message, and the router has none."""
+        if not self.failedByMe:
+            self._onMessage(b"".join(self.message_data), self.message_is_binary)
+        self.message_data = None
+
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         self._session.on_payload(payload, isBinary)
 
