@@ -10,8 +10,8 @@ like-for-like figure). SSE: ``--readers`` processes each hold one ``GET /subscri
 while one lean WAMP publisher sends ``--events`` events; events/s = events received by all
 readers / time from the first publish to the last arrival (Crossbar has no SSE).
 
-    .venv/bin/python bench/http.py
-    .venv/bin/python bench/http.py --requests 3000 --readers 8 --events 5000 --rounds 3
+    .venv/bin/python bench/http_publish.py
+    .venv/bin/python bench/http_publish.py --requests 3000 --readers 8 --events 5000 --rounds 3
 
 Installs Crossbar.io into bench/.venv-crossbar when missing (as bench/compare.py does); every
 process it starts is stopped on the way out.
@@ -23,9 +23,7 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
-# run as a script, this file's folder is first on sys.path, where this file would hide the
-# standard library's http package: the repository root takes its place
-sys.path[0] = str(BENCH.parent)
+sys.path.insert(0, str(BENCH.parent))
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
