@@ -88,7 +88,14 @@ class EventStream:
             else:
                 self.resuming.append(publication)
             return
-        self._write(frame(publication, retained))
+        if retained:
+            self._write(frame(publication, True))
+            return
+        cache = publication.encodings()  # one encode per publication, whatever the streams
+        data = cache.get(_CACHE_KEY)
+        if data is None:
+            data = cache[_CACHE_KEY] = frame(publication, False)
+        self._write(data)
 
     def resumed(self, history: list[Publication], after: int | None) -> None:
         """The history read for ``Last-Event-ID`` is here: send what follows the event
@@ -193,6 +200,11 @@ class EventStream:
             self._keepalive.stop()
         self.realm.detach(self)
         self._closed(self)
+
+
+_CACHE_KEY = "sse"
+"""The live SSE frame's key in :meth:`Publication.encodings` (the same bytes for every
+stream: nothing in it depends on the receiver)."""
 
 
 def frame(publication: Publication, retained: bool) -> bytes:
