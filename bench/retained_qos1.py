@@ -6,9 +6,8 @@ distinct topics, each with at most ``--inflight`` unacknowledged (1: every PUBAC
 its own commit, the figure of issue 28; paho's default is 20). Our PUBACK means the
 retained message is committed to SQLite; Mosquitto runs with ``persistence false`` and
 keeps them in memory. Phase 2: one MQTT 3.1.1 client subscribes to '#' (QoS 0) and
-receives them all. CPU is the broker's whole process (every thread) from
-``/proc/<pid>/task/*/schedstat`` in nanoseconds, not the 10 ms ticks of ``/proc/<pid>/stat``
-(a 10,000-message phase of Mosquitto is a few ticks).
+receives them all. CPU is the broker's whole process (every thread), in nanoseconds
+(``bench.fanout.cpu_seconds``).
 
     .venv/bin/python bench/retained_qos1.py --messages 10000 --inflight 1 --rounds 3
     .venv/bin/python bench/retained_qos1.py --inflight 20 --publishers 4 --broker ours
@@ -29,21 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import paho.mqtt.client as mqtt  # noqa: E402
 
 from bench.compare import MosquittoBroker, OurRouter, ensure_mosquitto  # noqa: E402
-from bench.fanout import process_tree  # noqa: E402
+from bench.fanout import cpu_seconds  # noqa: E402
 from bench.mqtt_fanout import retained_arrivals  # noqa: E402
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time of ``pid``'s process tree, every thread, at nanosecond resolution."""
-    total = 0
-    for member in process_tree(pid):
-        tasks = Path(f"/proc/{member}/task")
-        for task in tasks.iterdir() if tasks.exists() else ():
-            try:
-                total += int((task / "schedstat").read_text().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue  # ended meanwhile
-    return total / 1e9
 
 
 def publish_retained(host: str, port: int, count: int, publishers: int, inflight: int,
