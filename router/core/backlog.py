@@ -9,10 +9,11 @@ while the subscriber can take them (:meth:`Peer.backlog_room`: transport not pau
 in its in-flight window, nothing queued) for at most :data:`TURN_SECONDS` per reactor
 turn, in batches of at most :data:`BATCH` events: a peer that offers a
 :class:`~router.core.peer.RetainedWriter` (MQTT) writes each batch in one pass and one
-transport write, the others get ``send_event`` per event. The frontend calls :meth:`Backlogs.resume` when the peer can take more (its
-transport drained, an acknowledgement freed a slot, credit came). None is dropped for
-being many. A client that stops reading leaves its transport paused: the frontend starts
-the slow-consumer clock then, and the connection is closed at its timeout.
+transport write, the others get ``send_event`` per event. The frontend calls
+:meth:`Backlogs.resume` when the peer can take more (its transport drained, an
+acknowledgement freed a slot, credit came). None is dropped for being many. A client that
+stops reading leaves its transport paused: the frontend starts the slow-consumer clock
+then, and the connection is closed at its timeout.
 
 Live events on that subscription for that subscriber wait behind the backlog (retained
 before live, the spec's order), held in publication order, at most ``bound`` of them
