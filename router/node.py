@@ -150,7 +150,8 @@ class Node:
         self.reactor = reactor
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = SqliteStore(config.data_dir / "router.sqlite3", reactor.callFromThread,
-                                 config.store.max_bytes, config.store.max_queued_writes)
+                                 config.store.max_bytes, config.store.max_queued_writes,
+                                 reactor.callLater)
         self.reclaimer = MemoryReclaimer(reactor, reactor.callInThread,
                                          interval=config.memory.trim_interval)
         """Gives the memory of closed connections back to the operating system."""
@@ -434,6 +435,7 @@ class Node:
             self._pid_file.unlink(missing_ok=True)
         self.engine.close()
         pool = self.reactor.getThreadPool()
+        self.store.hand_off()  # what this turn queued, before the writer is told to stop
         yield threads.deferToThreadPool(self.reactor, pool, self.store.close)
         self._flush_eventlog()
         yield threads.deferToThreadPool(self.reactor, pool, self.eventlog.close)

@@ -320,6 +320,30 @@ def test_retained_message_survives_a_restart(clients, router, how):
     subscriber.expect(f"{topic}/later", SENTINEL)
 
 
+def test_retained_batch_acknowledged_then_kill9_loses_nothing(clients, router):
+    """Three publishers with many QoS 1 retained messages in flight each: the writer commits
+    a reactor turn's writes together, and every PUBACK still means committed, so a kill -9
+    right after the last acknowledgement loses none of them."""
+    root = f"keep/{unique('batch')}"
+    pending = []
+    for index in range(3):
+        publisher = clients.new(V311)
+        publisher.client.max_inflight_messages_set(50)
+        assert publisher.connect().reason_code == 0
+        pending += [publisher.client.publish(f"{root}/p{index}/t{n}", b"v%d" % n, 1, True)
+                    for n in range(150)]
+    for info in pending:
+        info.wait_for_publish(30)
+        assert info.is_published()
+    router.kill9()
+    router.start()
+    subscriber = clients(V5)
+    assert subscriber.subscribe((f"{root}/#", 0)) == [0]
+    clients(V311).publish(f"{root}/zz", SENTINEL, 1)
+    got = {m.topic: m.payload for m in subscriber.collect_until(SENTINEL)}
+    assert got == {f"{root}/p{i}/t{n}": b"v%d" % n for i in range(3) for n in range(150)}
+
+
 def test_retained_message_is_unchanged_by_a_restart(clients, router):
     topic = f"keep/{unique('exact')}"
     payload = b'[1,  "spaced json"]'  # an MQTT receiver gets the publisher's exact bytes

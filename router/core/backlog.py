@@ -6,11 +6,14 @@ they would cross the connection's outbound bound (and be dropped as a slow consu
 QoS 0) and hold the reactor for seconds. Instead each new subscription's retained events
 are a lazy walk of the retained store (:meth:`RetainedStore.for_subscriber`) that writes
 while the subscriber can take them (:meth:`Peer.backlog_room`: transport not paused, room
-in its in-flight window, nothing queued) and at most :data:`TURN_BUDGET` events per
-reactor turn; the frontend calls :meth:`Backlogs.resume` when the peer can take more (its
-transport drained, an acknowledgement freed a slot, credit came). None is dropped for
-being many. A client that stops reading leaves its transport paused: the frontend starts
-the slow-consumer clock then, and the connection is closed at its timeout.
+in its in-flight window, nothing queued) for at most :data:`TURN_SECONDS` per reactor
+turn, in batches of at most :data:`BATCH` events: a peer that offers a
+:class:`~router.core.peer.RetainedWriter` (MQTT) writes each batch in one pass and one
+transport write, the others get ``send_event`` per event. The frontend calls
+:meth:`Backlogs.resume` when the peer can take more (its transport drained, an
+acknowledgement freed a slot, credit came). None is dropped for being many. A client that
+stops reading leaves its transport paused: the frontend starts the slow-consumer clock
+then, and the connection is closed at its timeout.
 
 Live events on that subscription for that subscriber wait behind the backlog (retained
 before live, the spec's order), held in publication order, at most ``bound`` of them
@@ -23,18 +26,23 @@ path, so a persistent session queues its QoS >= 1 ones as it would have.
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, cast
 
 from router.core.model import Publication
-from router.core.peer import Peer, Subscription
+from router.core.peer import Peer, RetainedWriter, Subscription
 from router.core.scheduler import DelayedCall, Scheduler
 
 if TYPE_CHECKING:
     from router.core.broker import Broker
 
-TURN_BUDGET = 256
-"""Events one backlog pump writes before it lets the reactor serve other connections."""
+TURN_SECONDS = 0.002
+"""How long one backlog pump writes before it lets the reactor serve other connections
+(checked between batches: a turn is at most this plus one batch)."""
+BATCH = 256
+"""Retained events written in one pass (one ``retained_writer`` batch, one transport
+write) before the pump looks at the clock and the peer's room again."""
 
 Dropped = Callable[[Peer, Publication], None]
 """Told about a live event dropped because the backlog it waits behind held ``bound``."""
@@ -65,19 +73,6 @@ class RetainedBacklog:
         self.held.append(publication)
         if self.events is not None:
             self.held_ids.add(publication.publication_id)
-
-    def next(self) -> tuple[Publication, bool] | None:
-        """(the next event to send, is it retained), or None when the backlog is done."""
-        events = self.events
-        if events is not None:
-            for publication in events:
-                if publication.publication_id not in self.held_ids:
-                    return publication, True
-            self.events = None
-            self.held_ids = set()
-        if self.held:
-            return self.held.popleft(), False
-        return None
 
 
 class Backlogs:
@@ -124,28 +119,69 @@ class Backlogs:
 
     def _pump(self, peer: Peer, queue: deque[RetainedBacklog]) -> None:
         broker = self._broker
-        budget = TURN_BUDGET
+        deadline = time.monotonic() + TURN_SECONDS
         while queue and peer.backlog_room():
-            if not budget:
+            if time.monotonic() > deadline:
                 self._due[peer] = None
                 if self._call is None:
                     self._call = self._scheduler.callLater(0, self._next_turn)
                 return
             backlog = queue[0]
-            item = backlog.next()
-            if item is None:
+            if backlog.events is not None:
+                self._write_retained(peer, backlog)
+            elif backlog.held:
+                broker.deliver(peer, backlog.subscription, backlog.held.popleft(), counted=True)
+            else:
                 queue.popleft()
                 self._finish(backlog)
-                continue
-            publication, retained = item
-            if retained:
-                broker.deliver(peer, backlog.subscription, publication, retained=True)
-                publication.wire_cache = None  # one receiver: the stored event keeps no bytes
-            else:
-                broker.deliver(peer, backlog.subscription, publication, counted=True)
-            budget -= 1
         if not queue and self._by_peer.get(peer) is queue:
             del self._by_peer[peer]
+
+    def _write_retained(self, peer: Peer, backlog: RetainedBacklog) -> None:
+        """Write one batch of ``backlog``'s retained events while ``peer`` has room; the
+        walk is over (``events`` None) when it runs out."""
+        events, held_ids = backlog.events, backlog.held_ids
+        assert events is not None
+        subscription = backlog.subscription
+        broker = self._broker
+        taken = 0
+        batch = (cast(RetainedWriter, peer).retained_writer(subscription)
+                 if hasattr(peer, "retained_writer") else None)
+        if batch is None:
+            for publication in events:
+                if held_ids and publication.publication_id in held_ids:
+                    continue  # sent live, in its place
+                broker.deliver(peer, subscription, publication, retained=True)
+                publication.wire_cache = None  # one receiver: the stored event keeps no bytes
+                taken += 1
+                if taken >= BATCH or not peer.backlog_room():
+                    return
+        else:
+            write, written = batch
+            delivered = [0, 0, 0]  # per QoS, added to the realm's counts once per batch
+            try:
+                for publication in events:
+                    if held_ids and publication.publication_id in held_ids:
+                        continue
+                    try:
+                        room = write(publication)
+                    except Exception as exc:  # this event alone is missed, as in a dispatch
+                        broker.delivery_failed(peer, publication, exc)
+                        room = peer.backlog_room()
+                    else:
+                        delivered[publication.qos] += 1
+                    publication.wire_cache = None
+                    taken += 1
+                    if taken >= BATCH or not room:
+                        return
+            finally:
+                written()
+                protocol = peer.info.protocol
+                for qos, count in enumerate(delivered):
+                    if count:
+                        broker.stats.delivered[qos][protocol] += count
+        backlog.events = None
+        backlog.held_ids = set()
 
     def end(self, peer: Peer, subscription: "Subscription | None" = None,
             release: bool = True) -> None:

@@ -8,7 +8,7 @@ import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Generic, Protocol, TypeVar
+from typing import Callable, Generic, Protocol, TypeVar
 
 from router.core.model import Args, Details, Kwargs, Passthru, Publication, SessionInfo
 from router.core.topic import Topic, is_reserved, pattern_text
@@ -67,6 +67,24 @@ class Peer(Caller, Protocol):
     def registration_revoked(self, registration: "Registration[Peer]", reason: str) -> None:
         """The core has unregistered this callee (a reload took the permission away):
         tell the client if its protocol can."""
+
+
+RetainedWrite = Callable[[Publication], bool]
+"""Writes one retained event (raises, like ``send_event``, if it cannot); returns whether
+the peer can take another now (the ``backlog_room`` answer after it)."""
+
+
+class RetainedWriter(Protocol):
+    """A peer that writes a retained backlog in one pass per batch (optional: a peer
+    without ``retained_writer`` gets ``send_event`` per event). What does not change from
+    one event to the next (the subscription's options, the connection's limits) is looked
+    up once per batch, and the batch's bytes go out in one write."""
+
+    def retained_writer(self, subscription: "Subscription"
+                        ) -> "tuple[RetainedWrite, Callable[[], None]] | None":
+        """(write one retained event, write what the batch gathered) for one batch of
+        ``subscription``'s retained events; None: deliver them one by one with
+        ``send_event``. The second is always called once the batch ends."""
 
 
 class HeldEvents(Protocol):

@@ -414,17 +414,16 @@ class RetainedStore:
     # reading --------------------------------------------------------------
 
     def topics(self, pattern: Topic, match: str) -> Iterator[tuple[Topic, list[RetainedEvent]]]:
-        """(topic, entries) for every retained topic matched by (pattern, match)."""
+        """(topic, entries) for every retained topic matched by (pattern, match): the
+        trie's own walk, not a generator around it (one level less per retained event)."""
         if match == EXACT:
             entries = self._topics.get(pattern)
-            if entries:
-                yield pattern, entries
-        elif match == PREFIX:
-            yield from self._topics.under_prefix(pattern)
-        elif match == MQTT:
-            yield from self._topics.matching_filter(pattern)
-        else:
-            yield from self._topics.matching_wildcard(pattern)
+            return iter(((pattern, entries),) if entries else ())
+        if match == PREFIX:
+            return self._topics.under_prefix(pattern)
+        if match == MQTT:
+            return self._topics.matching_filter(pattern)
+        return self._topics.matching_wildcard(pattern)
 
     def for_subscriber(self, pattern: Topic, match: str,
                        session: SessionInfo) -> Iterator[Publication]:
@@ -433,6 +432,12 @@ class RetainedStore:
         goes, and the walk tolerates changes of the store between two steps)."""
         clock = self._clock
         for _, entries in self.topics(pattern, match):
+            newest = entries[-1]
+            publication = newest.publication
+            if (newest.expires_at is None and publication.eligibility is None
+                    and not publication.exclude_me):
+                yield publication  # for everyone, no expiry: the commonest entry
+                continue
             for entry in reversed(entries):
                 if entry.expires_at is not None and entry.expires_at <= clock():
                     continue

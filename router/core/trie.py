@@ -215,4 +215,5 @@ class TopicTrie(Generic[V]):
             current = stack.pop()
             if current.value is not _MISSING:
                 yield current.key, current.value
-            stack.extend(current.children.values())
+            if current.children:  # a leaf (most nodes under a '#'): no view to extend by
+                stack.extend(current.children.values())

@@ -24,6 +24,7 @@ this module (packet layouts, framing and the per-connection state).
 
 from __future__ import annotations
 
+import struct
 from typing import Iterator
 
 from router.core.topic import valid_topic_filter, valid_topic_name
@@ -65,6 +66,8 @@ def _is_shared_subscription(topic_filter: str) -> bool:
 
 _PLAIN_PUBLISH_FIRST_BYTES = (b"\x30", b"\x31")
 """PUBLISH, QoS 0, DUP 0, by RETAIN."""
+_SMALL_PUBLISH_HEAD = struct.Struct(">BBH").pack
+"""First byte, one-byte remaining length and topic name length of a small PUBLISH."""
 
 class MqttCodec:
     """Framing, validation and serialization for one MQTT connection.
@@ -150,12 +153,16 @@ class MqttCodec:
         a router sends most (a fan-out's shared bytes, each event of a retained backlog),
         without building a :class:`Publish` and its body."""
         name = topic.encode("utf-8")
+        size = len(name)
         properties = b"\0" if self._encoding_version == MQTT_5 else b""
-        length = 2 + len(name) + len(properties) + len(payload)
-        if len(name) > 0xFFFF or length > MAX_VARIABLE_BYTE_INTEGER:
+        length = 2 + size + len(properties) + len(payload)
+        if length < 128:  # a one-byte remaining length: the commonest small message
+            return _SMALL_PUBLISH_HEAD(0x31 if retain else 0x30, length, size) + name \
+                + properties + payload
+        if size > 0xFFFF or length > MAX_VARIABLE_BYTE_INTEGER:
             raise ValueError("packet exceeds the maximum MQTT packet size")
         return b"".join((_PLAIN_PUBLISH_FIRST_BYTES[retain], encode_variable_byte_integer(length),
-                         len(name).to_bytes(2, "big"), name, properties, payload))
+                         size.to_bytes(2, "big"), name, properties, payload))
 
     def encode_publish_template(self, packet: Publish) -> tuple[bytes, bytes]:
         """A QoS 1/2 PUBLISH split around its packet identifier (whatever ``packet`` has):

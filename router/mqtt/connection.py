@@ -19,6 +19,7 @@ from router.core.incidents import TOO_LARGE
 from router.flow import disconnect_slow_consumer
 from router.held import HeldTransport
 from router.mqtt.codec import MqttCodec
+from router.mqtt.outlet import FLUSH_AT
 from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp, Puback,
                                  Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
                                  Subscribe, Unsuback, Unsubscribe)
@@ -34,9 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVER_RECEIVE_MAXIMUM = 100
-FLUSH_AT = 65536
-"""Bytes of packets a connection gathers in one reactor turn before it writes them at once
-(the transport's own buffer is about this size: its pausing is seen as before)."""
 
 T = TypeVar("T")
 
@@ -517,6 +515,22 @@ class MqttConnection:
         if alias is None:  # only once the client has the name can the alias stand alone
             aliases[topic] = properties["topic_alias"]
         return True
+
+    @property
+    def publish_encoder(self) -> Callable[[str, bytes, bool], bytes]:
+        """Encodes a QoS 0 PUBLISH without properties (topic, payload, retain) in this
+        connection's version: taken once per batch of a retained backlog."""
+        return self.codec.encode_plain_publish
+
+    @property
+    def max_packet(self) -> int | None:
+        """The client's maximum packet size (MQTT 5), if it gave one."""
+        return self._client_max_packet
+
+    def write_packets(self, data: bytes) -> None:
+        """Write packets already checked against :attr:`max_packet` (a retained batch)
+        with the rest of this turn's."""
+        self._emit(data)
 
     def write_publish(self, data: bytes, topic: str) -> bool:
         if self._client_max_packet is not None and len(data) > self._client_max_packet:

@@ -14,6 +14,11 @@ from router.flow import ConnectionFlow
 from router.mqtt.persistence import MqttSessionStore, StoredMessage
 from router.settings import MqttSettings
 
+FLUSH_AT = 65536
+"""Bytes of packets a connection gathers in one reactor turn before it writes them at once
+(the transport's own buffer is about this size: its pausing is seen as before); also what
+a retained batch gathers before it asks for room again."""
+
 
 class Outlet(Protocol):
     """The connection a client is attached by: where its session writes, and what the
@@ -35,6 +40,14 @@ class Outlet(Protocol):
                        dup: bool = False) -> bytes: ...
 
     def write_publish(self, data: bytes, topic: str) -> bool: ...
+
+    @property
+    def publish_encoder(self) -> Callable[[str, bytes, bool], bytes]: ...
+
+    @property
+    def max_packet(self) -> int | None: ...
+
+    def write_packets(self, data: bytes) -> None: ...
 
     def flush(self) -> None:
         """Write what this reactor turn gathered."""

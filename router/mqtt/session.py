@@ -14,6 +14,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
 from router.core.model import Publication, SessionInfo
@@ -22,7 +23,7 @@ from router.core.peer import Subscription
 from router.core.qos import delivered_qos
 from router.core.shared import SharedGroup
 from router.core.uri import EXACT
-from router.mqtt.outlet import Outlet, SessionOwner
+from router.mqtt.outlet import FLUSH_AT, Outlet, SessionOwner
 from router.mqtt.packets import SubscriptionOptions
 from router.mqtt.persistence import QUEUED, RELEASED, SENT, StoredMessage, StoredOutbound
 from router.mqtt.primitives import free_packet_id
@@ -218,6 +219,65 @@ class MqttSession:
             if data is None:
                 data = cache[key] = connection.encode_publish(message)
             connection.write_publish(data, message.topic)
+
+    def retained_writer(self, subscription: Subscription
+                        ) -> tuple[Callable[[Publication], bool], Callable[[], None]] | None:
+        """One batch of a retained backlog (:class:`router.core.peer.RetainedWriter`). A
+        message that goes as a plain QoS 0 PUBLISH (no message expiry, no MQTT 5 property)
+        is encoded straight from the publication, without the StoredMessage and the
+        encodings cache a live fan-out shares, and the batch is one write; any other
+        takes :meth:`send_event`'s path, in order. None (every event by
+        :meth:`send_event`) with topic aliases or a subscription identifier."""
+        mine = self._by_core_id.get(subscription.id)
+        connection = self.connection
+        if (mine is None or connection is None or connection.outbound_alias_limit
+                or mine.identifiers is not None):
+            return None
+        options = mine.options
+        policy = self.frontend.settings.qos_policy
+        qos_for = tuple(delivered_qos(qos, options.qos, policy) for qos in range(3))
+        own = self.info.session_id if options.no_local else None
+        forwards = connection.version == 5  # MQTT 3.1.1 has no properties to forward
+        encode, max_packet = connection.publish_encoder, connection.max_packet
+        send_event, backlog_room = self.send_event, self.backlog_room
+        frames: list[bytes] = []
+        gathered = 0
+
+        def write(publication: Publication) -> bool:
+            nonlocal gathered
+            if (qos_for[publication.qos] or publication.expires_at is not None
+                    or (forwards and publication.properties)):
+                written()
+                send_event(subscription, publication, True)
+                return backlog_room()
+            publisher = publication.publisher
+            if own is not None and publisher is not None and publisher.session_id == own:
+                return True
+            topic = publication.mqtt_topic()
+            if topic is None:
+                send_event(subscription, publication, True)  # counted as unrepresentable
+                return True
+            payload = publication.payload
+            frame = encode(topic, to_bytes(publication) if payload is None else payload, True)
+            if max_packet is not None and len(frame) > max_packet:
+                written()
+                connection.write_publish(frame, topic)  # discarded, counted as too large
+                return True
+            frames.append(frame)
+            gathered += len(frame)
+            if gathered < FLUSH_AT:
+                return True
+            written()
+            return backlog_room()
+
+        def written() -> None:
+            nonlocal gathered
+            if frames:
+                connection.write_packets(b"".join(frames))
+                frames.clear()
+                gathered = 0
+
+        return write, written
 
     def _behind_retained(self, core: Subscription) -> bool:
         """Do this session's live events on ``core`` wait behind its retained events?"""

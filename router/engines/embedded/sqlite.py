@@ -1,8 +1,11 @@
 """SQLite (WAL) persistence with a single writer thread and group commit.
 
-The reactor thread only enqueues; the writer drains everything queued, writes it
-in one transaction (coalescing repeated writes of the same key), commits with
-``synchronous=FULL`` and then reports durability back on the reactor thread.
+The reactor thread only enqueues, and hands what a reactor turn queued (every
+publisher's retained writes, session changes, the acknowledgements waiting on them) to
+the writer at once at the end of the turn: one wake-up of the writer per turn, not one
+per write. The writer drains everything handed over, writes it in one transaction
+(coalescing repeated writes of the same key), commits with ``synchronous=FULL`` and then
+reports durability back on the reactor thread, once per batch.
 With ``max_queued_writes`` writes waiting, ``on_pressure(True)`` asks the node to
 stop reading from publishers; ``on_pressure(False)`` follows once half have been
 written. Nothing is ever dropped: the intake pausing is what bounds the queue.
@@ -85,9 +88,16 @@ class SqliteStore:
     tags of AMQP sender links on any engine; one writer thread, ordered writes."""
 
     def __init__(self, path: Path, call_in_loop: Callable[..., None],
-                 max_bytes: int | None = None, max_queued_writes: int = 50_000) -> None:
+                 max_bytes: int | None = None, max_queued_writes: int = 50_000,
+                 call_later: Callable[[float, Callable[[], None]], object] | None = None
+                 ) -> None:
+        """``call_later`` (the reactor's): what a turn queues goes to the writer at its end;
+        without, each write goes at once."""
         self.path = path
         self._call_in_loop = call_in_loop
+        self._call_later = call_later
+        self._turn: list[_Item] | None = None
+        """What this reactor turn queued, handed to the writer at its end."""
         self._connection = _connect(path, max_bytes)
         self.incidents = Incidents()
         """Failed commits are counted here (the node hands in the router's)."""
@@ -126,8 +136,8 @@ class SqliteStore:
         self._queue_write()
         self._write_numbers += 1
         self._retained_writes[(realm, topic)] = self._write_numbers
-        self._worker.put(_RetainedWrite(realm, topic, pack_topic(durable) if durable else None,
-                                        self._write_numbers))
+        self._hand(_RetainedWrite(realm, topic, pack_topic(durable) if durable else None,
+                                  self._write_numbers))
 
     def _queue_write(self) -> None:
         """Count one more write for the writer thread; at ``max_queued_writes`` outstanding,
@@ -144,12 +154,30 @@ class SqliteStore:
         if self._finished_writes == self._queued_writes:
             callback(True)
         else:
-            self._worker.put(callback)
+            self._hand(callback)
 
     def execute(self, statement: str, params: Params = ()) -> None:
         """Queue one write; writes run in the order queued, in the next committed batch."""
         self._queue_write()
-        self._worker.put(_Statement(statement, params))
+        self._hand(_Statement(statement, params))
+
+    def _hand(self, item: "_Item") -> None:
+        """Queue ``item`` for the writer with the rest of this reactor turn's."""
+        turn = self._turn
+        if turn is None:
+            if self._call_later is None:
+                self._worker.put([item])
+                return
+            turn = self._turn = []
+            self._call_later(0, self.hand_off)
+        turn.append(item)
+
+    def hand_off(self) -> None:
+        """Give the writer what this turn queued (at the end of the turn; the node also
+        calls it before :meth:`close`)."""
+        turn, self._turn = self._turn, None
+        if turn:
+            self._worker.put(turn)
 
     def create_schema(self, script: str) -> None:
         """Create tables at start-up (before the writer has work)."""
@@ -160,23 +188,27 @@ class SqliteStore:
         return self._connection.execute(statement, params).fetchall()
 
     def close(self) -> None:
-        """Commit everything queued and stop the writer (blocks; call from a thread or at exit)."""
+        """Commit everything handed over and stop the writer (blocks; call from a thread or
+        at exit, after :meth:`hand_off` on the reactor thread)."""
         self._worker.close()
         self._connection.close()
 
     # writer thread --------------------------------------------------------------
 
-    def _write_batch(self, batch: list["_Statement | _RetainedWrite | Callable[[bool], None]"]) -> None:
+    def _write_batch(self, turns: list[list["_Item"]]) -> None:
         writes: dict[tuple[str, Topic], _RetainedWrite] = {}
         statements: list[_Statement] = []
         callbacks = []
-        for item in batch:
-            if type(item) is _Statement:
-                statements.append(item)
-            elif type(item) is _RetainedWrite:
-                writes[(item.realm, item.topic)] = item
-            else:
-                callbacks.append(item)
+        items = 0
+        for turn in turns:
+            items += len(turn)
+            for item in turn:
+                if type(item) is _Statement:
+                    statements.append(item)
+                elif type(item) is _RetainedWrite:
+                    writes[(item.realm, item.topic)] = item
+                else:
+                    callbacks.append(item)
         error = None
         if writes or statements:
             started = time.monotonic()
@@ -184,7 +216,7 @@ class SqliteStore:
             self.commit_seconds.observe(time.monotonic() - started)
             self.batch_writes.observe(len(writes) + len(statements))
         lost = self._committed(writes) if error is not None else []
-        self._call_in_loop(self._batch_done, len(batch) - len(callbacks), callbacks, error,
+        self._call_in_loop(self._batch_done, items - len(callbacks), callbacks, error,
                            list(writes.values()), lost)
 
     def _batch_done(self, writes: int, callbacks: list[Callable[[bool], None]], error: str | None,
@@ -226,14 +258,18 @@ class SqliteStore:
                 self._connection.execute("BEGIN")
                 for statement in statements:
                     self._connection.execute(statement.sql, statement.params)
-                self._connection.executemany(
-                    "INSERT INTO retained (realm, topic, entries) VALUES (?, ?, ?) "
-                    "ON CONFLICT (realm, topic) DO UPDATE SET entries = excluded.entries",
-                    [(w.realm, topic_key(w.topic), w.blob) for w in writes.values()
-                     if w.blob is not None])
-                self._connection.executemany(
-                    "DELETE FROM retained WHERE realm = ? AND topic = ?",
-                    [(w.realm, topic_key(w.topic)) for w in writes.values() if w.blob is None])
+                stored = [(w.realm, topic_key(w.topic), w.blob) for w in writes.values()
+                          if w.blob is not None]
+                if stored:
+                    self._connection.executemany(
+                        "INSERT INTO retained (realm, topic, entries) VALUES (?, ?, ?) "
+                        "ON CONFLICT (realm, topic) DO UPDATE SET entries = excluded.entries",
+                        stored)
+                if len(stored) < len(writes):
+                    self._connection.executemany(
+                        "DELETE FROM retained WHERE realm = ? AND topic = ?",
+                        [(w.realm, topic_key(w.topic)) for w in writes.values()
+                         if w.blob is None])
         except sqlite3.Error as exc:
             log.debug("writing a batch (%d retained topic(s), %d statement(s)) failed",
                       len(writes), len(statements), exc_info=True)
@@ -269,6 +305,10 @@ class _RetainedWrite(NamedTuple):
 class _Statement(NamedTuple):
     sql: str
     params: Params
+
+
+_Item: TypeAlias = "_Statement | _RetainedWrite | Callable[[bool], None]"
+"""What the writer is handed: a statement, a retained write, or a durability callback."""
 
 
 def _names_sessions(entry: RetainedEvent) -> bool:
