@@ -60,6 +60,7 @@ SLOW_CONSUMER_CLOSE = "wamp.close.slow_consumer"
 
 _DEFAULT_SETTINGS = WampSettings()
 """Of a session before it joins a realm (frozen: one for all)."""
+_NO_RAW_VIEWS: frozenset[int] = frozenset()
 
 
 class WampSession:
@@ -82,8 +83,9 @@ class WampSession:
         self._settings = _DEFAULT_SETTINGS
         self._grants: dict[int, tuple[int, str]] = {}
         """subscription id -> (granted QoS, policy), for subscriptions that may need acks."""
-        self._raw_views: set[int] = set()
-        """Subscriptions that get byte publications as ``ppt_scheme: "mqtt"`` EVENTs."""
+        self._raw_views: set[int] | frozenset[int] = _NO_RAW_VIEWS
+        """Subscriptions that get byte publications as ``ppt_scheme: "mqtt"`` EVENTs (the
+        shared empty frozenset until the first: a set is 216 bytes)."""
         self._unacked: dict[int, _Unacked] = {}
         self._unwritten: deque[WireMessage] | None = None
         """Acknowledged events held back while the transport is paused (bounded by
@@ -94,7 +96,8 @@ class WampSession:
         self.state = HANDSHAKE
         self._realm: Realm | None = None
         self._handshake: Handshake | None = Handshake(router)
-        self.client_roles: dict = {}
+        self.client_roles: frozenset[tuple[str, str]] = frozenset()
+        """(role, feature) pairs the client announced (:func:`announced`)."""
         self._last_payload_size = 0
         self.info: SessionInfo | None = None  # type: ignore[assignment]
 
@@ -155,8 +158,7 @@ class WampSession:
             session_id = self._router.new_session_id()
         self.info = SessionInfo(session_id, realm.name, authid, authrole, authmethod,
                                 authprovider="static", protocol=self._protocol_name,
-                                transport={"type": self._protocol_name,
-                                           "peer": self.peer_address()})
+                                peer=self.peer_address())
         self._settings = self._all_settings.get(realm.name, self._settings)
         self.state = ESTABLISHED
         self._handshake = None  # done with: one object less per session
@@ -250,9 +252,11 @@ class WampSession:
         else:
             self._grants.pop(subscription.id, None)
         if raw_view:
-            self._raw_views.add(subscription.id)
+            if not self._raw_views:
+                self._raw_views = set()
+            self._raw_views.add(subscription.id)  # type: ignore[union-attr]
         else:
-            self._raw_views.discard(subscription.id)
+            self._drop_raw_view(subscription.id)
         self.send(WireMessage([m.Subscribed.MESSAGE_TYPE, msg.request, subscription.id]))
         if options.get_retained:
             self._realm.send_retained(self, subscription, self._flow.limits.max_buffered_messages)
@@ -264,8 +268,12 @@ class WampSession:
             self._send_error(m.Unsubscribe.MESSAGE_TYPE, msg.request, exc)
             return
         self._grants.pop(msg.subscription, None)
-        self._raw_views.discard(msg.subscription)
+        self._drop_raw_view(msg.subscription)
         self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, msg.request]))
+
+    def _drop_raw_view(self, subscription_id: int) -> None:
+        if subscription_id in self._raw_views:
+            self._raw_views.discard(subscription_id)  # type: ignore[union-attr]
 
     def _check_raw_view(self, scheme: object) -> None:
         """``_ppt_scheme: "mqtt"``: byte publications (MQTT payloads, AMQP data bodies) as
@@ -552,15 +560,14 @@ class WampSession:
     # peer ---------------------------------------------------------------------
 
     def supports(self, role: str, feature: str) -> bool:
-        features = self.client_roles.get(role)
-        return isinstance(features, dict) and bool(features.get("features", {}).get(feature))
+        return (role, feature) in self.client_roles
 
     def subscription_revoked(self, subscription: Subscription, reason: str) -> None:
         """Drop it; a subscriber that announced ``subscription_revocation`` gets
         ``UNSUBSCRIBED`` with request 0 (WAMP AP, Subscription Revocation), others nothing."""
         self._realm.unsubscribe(self, subscription.id)
         self._grants.pop(subscription.id, None)
-        self._raw_views.discard(subscription.id)
+        self._drop_raw_view(subscription.id)
         if self.supports("subscriber", "subscription_revocation"):
             self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, 0, {
                 "subscription": subscription.id, "reason": errors.NOT_AUTHORIZED}]))
