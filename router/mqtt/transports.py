@@ -35,7 +35,7 @@ class MqttTcpProtocol(GatedProtocol, FlowingProtocol, Protocol):
         super().connectionMade()
         peer = self.transport.getPeer()
         held = HeldTransport(self.factory.frontend.scheduler,
-                             self.flow.counting(self.transport.write),
+                             self.flow.counting(),
                              self.flow.lose_connection)
         self.connection = _attach(MqttConnection(self.factory.frontend, held,
                                                  f"{peer.host}:{peer.port}", "mqtt", self.flow),

@@ -147,10 +147,12 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, WampRawSocketServe
             # autobahn copied the factory's serializer for this connection (for its
             # statistics, ~230 bytes); the router sends and decodes with the shared
             # object serializer, so the connection keeps the factory's own. Its transport
-            # details (~240 bytes) served the handshake; the router reads the peer only.
+            # details (~240 bytes) and handshake bytes served the handshake; the router
+            # reads the peer only.
             self._serializer = self.factory._serializers.get(
                 self._serializer.RAWSOCKET_SERIALIZER_ID, self._serializer)
             self._transport_details = None
+            self._handshake_bytes = b""
 
     def _refuse(self, code: int) -> None:
         self.transport.write(bytes([RAWSOCKET_MAGIC, code << 4, 0, 0]))
