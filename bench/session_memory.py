@@ -10,6 +10,12 @@ under it, which is said in the table.
 
     .venv/bin/python bench/session_memory.py                    # N = 4,000 and 20,000
     .venv/bin/python bench/session_memory.py --sessions 4000 --only mqtt
+    .venv/bin/python bench/session_memory.py --sessions 4000 --only ours --tracemalloc [FRAMES]
+
+``--tracemalloc`` (ours only) traces the router's allocations (bench/memtrace is put first
+on its PYTHONPATH) and, after each row, prints what the N sessions added: bytes per
+session by allocating line, and live objects per session by type. Tracing costs memory
+of its own, so the RSS columns of a traced run are not the figure to quote.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import os
 import resource
 import selectors
 import shutil
+import signal
 import socket
 import struct
 import sys
@@ -156,15 +163,86 @@ def open_sessions(port: int, count: int, hello, batch: int = 500,
     return done
 
 
-def measure(pid: int, port: int, count: int, hello) -> dict:
+TRACE_LINES = 30
+"""Allocating lines printed per traced row (the largest growth first)."""
+TRACE_TYPES = 25
+"""Object types printed per traced row."""
+
+
+class Tracer:
+    """The router's tracemalloc snapshots, taken on SIGUSR2 (see bench/memtrace)."""
+
+    def __init__(self, prefix: Path, frames: int = 1) -> None:
+        self.prefix = prefix
+        self.frames = frames
+        self.taken = 0
+
+    def env(self) -> dict[str, str]:
+        path = str(Path(__file__).resolve().parent / "memtrace")
+        old = os.environ.get("PYTHONPATH")
+        return {"BENCH_TRACEMALLOC": str(self.prefix),
+                "BENCH_TRACEMALLOC_FRAMES": str(self.frames),
+                "PYTHONPATH": path + (os.pathsep + old if old else "")}
+
+    def take(self, pid: int, timeout: float = 120.0) -> tuple:
+        """Signal the router and wait for its snapshot and type census."""
+        self.taken += 1
+        name = f"{self.prefix}.{self.taken}"
+        os.kill(pid, signal.SIGUSR2)
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(name + ".done"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no snapshot from the router in {timeout:.0f} s")
+            time.sleep(0.1)
+        import tracemalloc
+        with open(name + ".json") as census:
+            return tracemalloc.Snapshot.load(name + ".snapshot"), json.load(census)
+
+    @staticmethod
+    def where(frame) -> str:
+        """``file:line``, the path from the package or the repository on."""
+        name = frame.filename
+        for marker in ("site-packages/", str(Path(__file__).resolve().parent.parent) + "/",
+                       "lib/python3."):
+            name = name.split(marker, 1)[-1]
+        return f"{name}:{frame.lineno}"
+
+    @staticmethod
+    def report(first: tuple, second: tuple, count: int) -> None:
+        """What ``count`` sessions added, per session: by allocating line and by type."""
+        frames = max(len(stat.traceback) for stat in second[0].statistics("traceback")[:50])
+        stats = second[0].compare_to(first[0], "traceback" if frames > 1 else "lineno")
+        total = sum(stat.size_diff for stat in stats)
+        print(f"\ntraced Python allocations: {total / count:,.0f} bytes per session "
+              f"({total / 1024 / 1024:.1f} MB for {count:,})")
+        print("| bytes/session | blocks/session | line |\n|---:|---:|---|")
+        for stat in stats[:TRACE_LINES]:
+            print(f"| {stat.size_diff / count:,.1f} | {stat.count_diff / count:.2f} "
+                  f"| {' < '.join(Tracer.where(frame) for frame in stat.traceback)} |")
+        rows = []
+        for kind, (number, size) in second[1].items():
+            was = first[1].get(kind, (0, 0))
+            rows.append((size - was[1], number - was[0], kind))
+        rows.sort(reverse=True)
+        print("\n| shallow bytes/session | objects/session | type (collector-tracked) |"
+              "\n|---:|---:|---|")
+        for size, number, kind in rows[:TRACE_TYPES]:
+            print(f"| {size / count:,.1f} | {number / count:.2f} | {kind} |")
+        print(flush=True)
+
+
+def measure(pid: int, port: int, count: int, hello, tracer: Tracer | None = None) -> dict:
     """RSS before, with ``count`` idle subscribed sessions, and after they closed."""
     time.sleep(SETTLE_S)
     before = rss_kb(pid)
+    first = tracer.take(pid) if tracer else None
     started = time.monotonic()
     sockets = open_sessions(port, count, hello)
     setup_s = time.monotonic() - started
     time.sleep(SETTLE_S)
     loaded = rss_kb(pid)
+    if tracer:
+        Tracer.report(first, tracer.take(pid), count)
     for sock in sockets:
         sock.close()
     time.sleep(SETTLE_S * 2)
@@ -174,12 +252,19 @@ def measure(pid: int, port: int, count: int, hello) -> dict:
             "setup_s": setup_s}
 
 
-def our_router(workdir: Path, count: int) -> RouterProcess:
+def our_router(workdir: Path, count: int, env: dict[str, str] | None = None) -> RouterProcess:
     cap = {"max_connections": count + 100, "max_connections_per_host": count + 100}
     listeners = [{"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1", **cap},
                  {"type": "rawsocket", "host": "127.0.0.1", "port": 0, **cap}]
-    return RouterProcess(workdir, [realm_file("realm1")], listeners=listeners,
-                         extra_config={"eventlog": {"enabled": False}}).start(timeout=60)
+    router = RouterProcess(workdir, [realm_file("realm1")], listeners=listeners,
+                           extra_config={"eventlog": {"enabled": False}})
+    saved = dict(os.environ)
+    os.environ.update(env or {})  # the harness passes this process's environment on
+    try:
+        return router.start(timeout=60)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 class Mosquitto(ExternalBroker):
@@ -205,7 +290,7 @@ def raise_file_limit() -> int:
     return soft - SPARE_FILES
 
 
-def run(counts: list[int], only: list[str]) -> list[tuple[str, dict]]:
+def run(counts: list[int], only: list[str], trace: int = 0) -> list[tuple[str, dict]]:
     most = raise_file_limit()
     work = Path(tempfile.mkdtemp(prefix="bench-session-memory-"))
     rows = []
@@ -216,18 +301,22 @@ def run(counts: list[int], only: list[str]) -> list[tuple[str, dict]]:
         for name in ("ours mqtt", "mosquitto mqtt", "ours wamp rawsocket"):
             if only and not any(word in name for word in only):
                 continue
+            tracer = None
             if name.startswith("mosquitto"):
-                if not mosquitto:
+                if not mosquitto or trace:
                     continue
                 broker = Mosquitto(mosquitto, work / f"mosquitto-{count}")
                 pid, port, stop = broker.pid, broker.ports["mqtt"][0], broker.stop
             else:
-                router = our_router(work / f"ours-{name.split()[-1]}-{count}", count)
+                workdir = work / f"ours-{name.split()[-1]}-{count}"
+                tracer = (Tracer(work / f"trace-{name.split()[-1]}-{count}", trace)
+                          if trace else None)
+                router = our_router(workdir, count, tracer.env() if tracer else None)
                 transport = "mqtt" if "mqtt" in name else "rawsocket"
                 pid, port, stop = router.proc.pid, router.address(transport)[1], router.stop
             try:
                 hello = mqtt_hello if "mqtt" in name else wamp_hello
-                row = measure(pid, port, count, hello)
+                row = measure(pid, port, count, hello, tracer)
                 row["load"] = loadavg()
                 rows.append((name + note, row))
                 print(format_row(name + note, row), flush=True)
@@ -246,12 +335,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", default="4000,20000", help="comma-separated counts")
     parser.add_argument("--only", default="", help='e.g. "mqtt" or "wamp"')
+    parser.add_argument("--tracemalloc", type=int, nargs="?", const=1, default=0,
+                        metavar="FRAMES",
+                        help="ours only: trace the router's allocations, print per session "
+                             "what each line (FRAMES > 1: each call chain of that depth) and "
+                             "type added (RSS then includes tracing)")
     args = parser.parse_args()
     print("| broker | sessions | RSS before MB | RSS with sessions MB | KB per session "
           "| RSS after close MB | setup s | load 1/5/15 |")
     print("|---|---:|---:|---:|---:|---:|---:|---|", flush=True)
     run([int(n) for n in args.sessions.split(",")],
-        [word for word in args.only.split(",") if word])
+        [word for word in args.only.split(",") if word], args.tracemalloc)
     print(f"(pid {os.getpid()}; RSS from /proc/<pid>/status VmRSS, {SETTLE_S:g} s after the "
           f"sessions are set up and {2 * SETTLE_S:g} s after they close)")
 

@@ -149,14 +149,18 @@ class ConnectionFlow:
         self._write: Callable[[bytes], None] | None = None
         transport.registerProducer(self, True)
 
-    def counting(self, write: Callable[[bytes], None]) -> Callable[[bytes], None]:
-        """``write`` that also counts what is written while the transport is paused (a
-        bound method of the flow: no closure per connection)."""
+    def counting(self, write: Callable[[bytes], None] | None = None) -> Callable[[bytes], None]:
+        """``write`` (by default the transport's own) that also counts what is written while
+        the transport is paused (a bound method of the flow: no closure per connection,
+        and for the default, no bound method of the transport kept either)."""
         self._write = write
         return self._counted_write
 
     def _counted_write(self, data: bytes) -> None:
-        self._write(data)
+        if self._write is None:
+            self.transport.write(data)
+        else:
+            self._write(data)
         if self.paused:
             self.wrote(len(data))
 

@@ -33,7 +33,7 @@ from router.flow import ConnectionFlow, IntakeGate
 from router.http.api import HttpApi, http_site
 from router.http.console import ConsoleResource
 from router.http.tokens import TokenFile
-from router.limits import ConnectionLimits
+from router.limits import ConnectionLimits, counting_port
 from router.memory import MemoryReclaimer
 from router.metrics.retention import watch_retention
 from router.mqtt.frontend import MqttFrontend
@@ -354,8 +354,9 @@ class Node:
         if listener.tls is not None:
             return self.reactor.listenSSL(listener.port, factory, server_options(listener.tls),
                                           backlog=LISTEN_BACKLOG, interface=listener.host)
-        return self.reactor.listenTCP(listener.port, factory, backlog=LISTEN_BACKLOG,
-                                      interface=listener.host)
+        return counting_port(self.reactor.listenTCP(listener.port, factory,
+                                                    backlog=LISTEN_BACKLOG,
+                                                    interface=listener.host))
 
     def _factory(self, listener: ListenerConfig):
         if listener.type == "metrics":

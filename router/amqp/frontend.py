@@ -219,7 +219,7 @@ class AmqpFrontend:
         subscriber = AmqpSubscriber(
             self, SessionInfo(self.router.new_session_id(), self.realm.name, info.authid,
                               info.authrole, info.authmethod, protocol="amqp",
-                              transport=info.transport), address, qos, policy, key, group)
+                              transport=info.transport_details()), address, qos, policy, key, group)
         self.router.track(subscriber)
         self.realm.attach(subscriber)
         try:

@@ -26,7 +26,7 @@ class AmqpTcpProtocol(GatedProtocol, FlowingProtocol, Protocol):
         self.peer = f"{peer.host}:{peer.port}"
         frontend = self.factory.frontend
         # a refused login's sasl-outcome is held back by the login guard's delay
-        self.held = HeldTransport(frontend.scheduler, self.flow.counting(self.transport.write),
+        self.held = HeldTransport(frontend.scheduler, self.flow.counting(),
                                   self.flow.lose_connection)
         self.connection = AmqpConnection(frontend, self.held.write, self.held.close, self.peer,
                                          self.flow)

@@ -15,7 +15,7 @@ from router.core import errors
 from router.core.errors import RouterError
 from router.core.ids import router_scope_ids
 from router.core.model import Args, Publication
-from router.core.peer import Peer, Subscription
+from router.core.peer import Peer, Subscription, counted
 from router.core.shared import SharedGroup, SharedGroups
 from router.core.stats import RealmStats
 from router.core.subscriptions import SubscriptionIndex
@@ -84,7 +84,7 @@ class Broker:
         already = session_id in subscription.subscribers
         subscription.subscribers[session_id] = peer
         if not already:
-            subscription.protocols[peer.info.protocol] += 1
+            subscription.protocols = counted(subscription.protocols, peer.info.protocol, 1)
         held = self._by_session.get(session_id)
         if held is None or held is subscription:
             self._by_session[session_id] = subscription
@@ -129,7 +129,7 @@ class Broker:
 
     def _drop(self, session_id: int, subscription: Subscription) -> None:
         peer = subscription.subscribers.pop(session_id)
-        subscription.protocols[peer.info.protocol] -= 1
+        subscription.protocols = counted(subscription.protocols, peer.info.protocol, -1)
         if not subscription.is_meta:
             self._meta("wamp.subscription.on_unsubscribe", [session_id, subscription.id])
         if not subscription.subscribers:
@@ -161,7 +161,7 @@ class Broker:
                 continue
             # counted per subscription, then each receiver skipped is taken back: no
             # per-delivery work for the metrics on the common path
-            for protocol, n in subscription.protocols.items():
+            for protocol, n in subscription.protocols:
                 counts[protocol] += n
             held = subscription.held
             for session_id, peer in list(subscription.subscribers.items()):

@@ -115,10 +115,16 @@ class MqttCodec:
         if self._error is not None:
             raise self._error
         try:
-            return self._next_packet()
+            packet = self._next_packet()
         except MqttProtocolError as error:
             self._error = error
             raise
+        if packet is None and self._offset == len(self._buffer) and self._offset:
+            # all of it decoded: its bytes go now, not at the next read (an idle connection
+            # keeps none of what it last read)
+            self._buffer.clear()
+            self._offset = 0
+        return packet
 
     def encode(self, packet: Packet) -> bytes:
         """The packet's bytes under this connection's protocol version.

@@ -1,8 +1,8 @@
 """One MQTT network connection: CONNECT handshake, packet dispatch, keep-alive.
 
-Transport-agnostic: it is given ``write(bytes)`` and ``close()`` and fed bytes
-with :meth:`data_received`, so MQTT over TCP and over WebSocket share it. The
-session it attaches to (and everything routing-related) lives elsewhere.
+Transport-agnostic: it is given a :class:`~router.held.HeldTransport` (``write(bytes)`` and
+``close()``) and fed bytes with :meth:`data_received`, so MQTT over TCP and over WebSocket
+share it. The session it attaches to (and everything routing-related) lives elsewhere.
 """
 
 from __future__ import annotations
@@ -50,23 +50,22 @@ class MqttConnection:
     a deadline on the frontend's one wheel (:class:`router.core.scheduler.Deadlines`), not
     a timer of its own."""
 
-    __slots__ = ("frontend", "flow", "_write", "_close", "peer", "transport_name", "codec",
+    __slots__ = ("frontend", "flow", "peer", "transport_name", "codec",
                  "session", "send_quota", "_client_max_packet", "_topic_aliases",
                  "_outbound_aliases", "outbound_alias_limit", "_keep_alive", "due",
                  "deadline_slot", "_will", "_closed", "_inbound_open", "_connect_state",
                  "_spreading", "refusal", "handshake_done", "held", "transport", "_unsent",
                  "_unsent_bytes")
 
-    def __init__(self, frontend: "MqttFrontend", write: Callable[[bytes], None],
-                 close: Callable[[], None], peer: str, transport_name: str,
-                 flow: "ConnectionFlow") -> None:
+    def __init__(self, frontend: "MqttFrontend", held: HeldTransport, peer: str,
+                 transport_name: str, flow: "ConnectionFlow") -> None:
         self.frontend = frontend
         self.flow = flow
         """Outbound bound (QoS 0 dropped while ``flow.over``, the QoS >= 1 queue waits
         while ``flow.paused``) and intake pausing."""
         flow.owner = self
-        self._write = write
-        self._close = close
+        self.held = held
+        """Where its bytes go (``write``/``close``), and a refused login's answer waits."""
         self.peer = peer
         self.transport_name = transport_name
         self.codec = MqttCodec(max_packet_size=frontend.settings.max_packet_size,
@@ -103,8 +102,6 @@ class MqttConnection:
         """Set by the transport for a connection over a cap: CONNECT gets this CONNACK."""
         self.handshake_done: Callable[[], None] = _nothing
         """Set by the transport: CONNECT arrived (the handshake timer stops)."""
-        self.held: HeldTransport | None = None
-        """Set by the transport: holds a refused login's answer back."""
         self.transport = None
         """Set by the transport: the Twisted transport (its TLS client certificate)."""
 
@@ -173,6 +170,7 @@ class MqttConnection:
 
     def _on_connect(self, packet: Connect) -> None:
         self.handshake_done()
+        self.handshake_done = _nothing  # once: no bound method kept per connection
         if self.refusal is not None:
             self._send(Connack(False, self.refusal))
             self._close_now()
@@ -568,7 +566,7 @@ class MqttConnection:
         """Write the packets gathered (the frontend calls it at the end of the turn)."""
         unsent, self._unsent = self._unsent, None
         if unsent and not self._closed:
-            self._write(unsent[0] if len(unsent) == 1 else b"".join(unsent))
+            self.held.write(unsent[0] if len(unsent) == 1 else b"".join(unsent))
 
     # life cycle -----------------------------------------------------------------------------
 
@@ -629,7 +627,7 @@ class MqttConnection:
         self.flush()
         if not self._closed:
             self._closed = True
-            self._close()
+            self.held.close()
 
     def connection_lost(self) -> None:
         """The transport is gone: publish the will if due, detach from the session."""

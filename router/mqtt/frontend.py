@@ -27,7 +27,7 @@ from router.core.scheduler import Deadlines, DelayedCall, Scheduler
 from router.core.shared import SharedGroup
 from router.core.topic import InvalidSharedFilter, from_mqtt, mqtt_pattern, split_shared
 from router.mqtt.outlet import Outlet
-from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will
+from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will, shared_options
 from router.mqtt.persistence import (MqttSessionStore, SessionClaims, StoredMessage,
                                      StoredSession, StoredWill)
 from router.mqtt.session import MqttSession, MqttSubscription, Outbound
@@ -224,8 +224,7 @@ class MqttFrontend:
         if existing is None:
             info = SessionInfo(session_id, self.realm.name, authid, authrole,
                                authmethod, protocol=connection.transport_name,
-                               transport={"type": connection.transport_name,
-                                          "peer": connection.peer}, client_id=client_id)
+                               peer=connection.peer, client_id=client_id)
             existing = self._open(client_id, info, expiry)
         else:
             self._set_persistence(existing, expiry)
@@ -476,9 +475,8 @@ class MqttFrontend:
             self.count_refusal(session, f"subscribe {topic_filter}", exc)
             return (ReasonCode.NOT_AUTHORIZED if exc.uri == errors.NOT_AUTHORIZED
                     else ReasonCode.TOPIC_FILTER_INVALID), None
-        granted_options = SubscriptionOptions(granted, options.no_local,
-                                              options.retain_as_published,
-                                              options.retain_handling)
+        granted_options = shared_options(granted, options.no_local,
+                                         options.retain_as_published, options.retain_handling)
         session.add_subscription(MqttSubscription(topic_filter, core, granted_options,
                                                   identifier))
         wants_retained = options.retain_handling == 0 or (options.retain_handling == 1
@@ -550,8 +548,8 @@ class MqttFrontend:
                 self.store.delete_subscription(stored.client_id, topic_filter)
                 continue
             session.add_subscription(MqttSubscription(
-                topic_filter, core, SubscriptionOptions(qos, no_local, retain_as_published,
-                                                        retain_handling), identifier),
+                topic_filter, core, shared_options(qos, no_local, retain_as_published,
+                                                   retain_handling), identifier),
                 persist=False)
         session.restore_outbound(stored.outbound)
         session.inbound_qos2 = set(stored.inbound)

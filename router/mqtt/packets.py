@@ -165,6 +165,22 @@ class SubscriptionOptions:
     retain_handling: int = 0
 
 
+_OPTIONS: dict[tuple[int, bool, bool, int], SubscriptionOptions] = {}
+
+
+def shared_options(qos: int, no_local: bool, retain_as_published: bool,
+                   retain_handling: int) -> SubscriptionOptions:
+    """The one :class:`SubscriptionOptions` of these values (frozen; 36 value sets pass
+    the codec's checks): one object per value set, not one per subscription."""
+    key = (qos, no_local, retain_as_published, retain_handling)
+    options = _OPTIONS.get(key)
+    if options is None:
+        options = SubscriptionOptions(*key)
+        if len(_OPTIONS) < 64:  # (restored ones come from the store, unchecked)
+            _OPTIONS[key] = options
+    return options
+
+
 @dataclass(frozen=True, slots=True)
 class Subscribe:
     """Client -> server: ``subscriptions`` is a list of (topic filter, options) pairs (an

@@ -14,7 +14,8 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
 from router.core.model import Publication, SessionInfo
@@ -76,6 +77,9 @@ class Outbound:
 
 _NONE_QUEUED: tuple[int, ...] = ()
 """The queue of a session that never queued: its deque (760 bytes) is made on first use."""
+_NOTHING: Mapping = MappingProxyType({})
+"""The queue and in-flight table of a session that never had a QoS >= 1 message (read-only:
+each is made, a dict, on its first write; two empty dicts are 128 bytes per session)."""
 _NO_PACKET_IDS: frozenset[int] = frozenset()
 """The inbound QoS 2 packet ids of a session that never had one (a set is 216 bytes)."""
 
@@ -107,13 +111,15 @@ class MqttSession:
         self._may_overlap = False
         """Two of its filters can match one topic (one has a wildcard)."""
         self._last_publication: int | None = None
-        self.outbound: dict[int, Outbound | StoredMessage] = {}
-        """By seq, in queue order. A message that only waits in the queue is held as its
-        (shared) StoredMessage; its Outbound, one more object for the collector to scan
-        per queued message (10,000 per full queue), is made when it is sent, or at once
-        if it came through a shared group (which it may have to be handed back to)."""
+        self.outbound: dict[int, Outbound | StoredMessage] = _NOTHING  # type: ignore[assignment]
+        """By seq, in queue order (the shared empty :data:`_NOTHING` until the first). A
+        message that only waits in the queue is held as its (shared) StoredMessage; its
+        Outbound, one more object for the collector to scan per queued message (10,000
+        per full queue), is made when it is sent, or at once if it came through a shared
+        group (which it may have to be handed back to)."""
         self._queued: deque[int] | tuple[int, ...] = _NONE_QUEUED
-        self._by_packet_id: dict[int, Outbound] = {}
+        self._by_packet_id: dict[int, Outbound] = _NOTHING  # type: ignore[assignment]
+        """In flight, by packet id (:data:`_NOTHING` until the first is sent)."""
         self.inbound_qos2: set[int] | frozenset[int] = _NO_PACKET_IDS
         self._last_seq = 0
         self._next_packet_id = 1
@@ -361,6 +367,8 @@ class MqttSession:
                 connection.flow.overflow()
             return
         seq = self._last_seq = self._last_seq + 1
+        if self.outbound is _NOTHING:
+            self.outbound = {}
         self.outbound[seq] = (message if group is None
                               else Outbound(seq, None, QUEUED, message, 0.0, group, publication))
         self._queue(seq)
@@ -400,6 +408,8 @@ class MqttSession:
             entry.packet_id = self._allocate_packet_id()
             entry.state = SENT
             entry.sent_at = now
+            if in_flight is _NOTHING:
+                in_flight = self._by_packet_id = {}
             in_flight[entry.packet_id] = entry
             if self.persistent:
                 self.frontend.store.update_outbound(self.client_id, entry.seq, entry.packet_id,
@@ -476,8 +486,9 @@ class MqttSession:
 
     def acknowledged_with_error(self, packet_id: int) -> None:
         """PUBREC with a failure reason (MQTT 5): the client refused it; the flow ends."""
-        entry = self._by_packet_id.pop(packet_id, None)
+        entry = self._by_packet_id.get(packet_id)
         if entry is not None:
+            del self._by_packet_id[packet_id]
             self._drop(entry)
             self.pump()
 
@@ -529,6 +540,8 @@ class MqttSession:
     # restore after a restart ------------------------------------------------------
 
     def restore_outbound(self, stored: list[StoredOutbound]) -> None:
+        if stored and self.outbound is _NOTHING:
+            self.outbound, self._by_packet_id = {}, {}
         for item in stored:
             if item.state == QUEUED or item.packet_id is None:
                 self.outbound[item.seq] = item.message

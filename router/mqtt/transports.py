@@ -16,12 +16,10 @@ from router.mqtt.frontend import MqttFrontend
 from router.mqtt.packets import ReasonCode
 
 
-def _attach(connection: MqttConnection, held: HeldTransport, protocol: GatedProtocol,
-            transport) -> MqttConnection:
-    """What the frontend needs beyond the bytes: the held-back refusal (login guard), the
-    transport (for the TLS client certificate's CN, if it verified one), and the listener's gate
-    (CONNECT ends the handshake; over a cap, CONNECT is refused)."""
-    connection.held = held
+def _attach(connection: MqttConnection, protocol: GatedProtocol, transport) -> MqttConnection:
+    """What the frontend needs beyond the bytes: the transport (for the TLS client
+    certificate's CN, if it verified one), and the listener's gate (CONNECT ends the
+    handshake; over a cap, CONNECT is refused)."""
     connection.transport = transport
     # the gate's own method, not the protocol's: the protocol holds the connection, so a
     # bound method of the protocol here would be a reference cycle (freed only by a full
@@ -37,11 +35,11 @@ class MqttTcpProtocol(GatedProtocol, FlowingProtocol, Protocol):
         super().connectionMade()
         peer = self.transport.getPeer()
         held = HeldTransport(self.factory.frontend.scheduler,
-                             self.flow.counting(self.transport.write),
+                             self.flow.counting(),
                              self.flow.lose_connection)
-        self.connection = _attach(MqttConnection(self.factory.frontend, held.write, held.close,
+        self.connection = _attach(MqttConnection(self.factory.frontend, held,
                                                  f"{peer.host}:{peer.port}", "mqtt", self.flow),
-                                  held, self, self.transport)
+                                  self, self.transport)
 
     def dataReceived(self, data: bytes) -> None:
         self.connection.data_received(data)
@@ -78,9 +76,9 @@ class MqttWebSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtocol
         held = HeldTransport(self.factory.frontend.scheduler,
                              self.flow.counting(lambda data: self.sendMessage(data, isBinary=True)),
                              lambda: self.sendClose(self.CLOSE_STATUS_CODE_NORMAL))
-        self.connection = _attach(MqttConnection(self.factory.frontend, held.write, held.close,
-                                                 self.peer, "mqtt.websocket", self.flow),
-                                  held, self, self.transport)
+        self.connection = _attach(MqttConnection(self.factory.frontend, held, self.peer,
+                                                 "mqtt.websocket", self.flow),
+                                  self, self.transport)
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         if not isBinary:

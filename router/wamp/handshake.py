@@ -45,7 +45,7 @@ class HandshakeSession(Protocol):
     ways a handshake ends (WELCOME, ABORT) or talks (send)."""
 
     state: int
-    client_roles: dict
+    client_roles: frozenset[tuple[str, str]]
     transport: Outlet
 
     def send(self, msg: WireMessage) -> None: ...
@@ -56,6 +56,28 @@ class HandshakeSession(Protocol):
                 session_id: int | None = None) -> None: ...
 
     def peer_address(self) -> str: ...
+
+
+_ANNOUNCED: dict[frozenset[tuple[str, str]], frozenset[tuple[str, str]]] = {}
+"""Each distinct announcement once, shared by every session that made it (clients of one
+library announce the same): at most :data:`MAX_ANNOUNCEMENTS` kept."""
+MAX_ANNOUNCEMENTS = 256
+
+
+def announced(roles: object) -> frozenset[tuple[str, str]]:
+    """The (role, feature) pairs a HELLO's ``roles`` turns on: what the router asks of a
+    session later (:meth:`WampSession.supports`), kept instead of the HELLO's nested dicts
+    (a few hundred bytes to kilobytes per session)."""
+    pairs = frozenset(
+        (role, feature) for role, spec in (roles.items() if isinstance(roles, dict) else ())
+        if isinstance(spec, dict) and isinstance(spec.get("features"), dict)
+        for feature, on in spec["features"].items() if on)
+    shared = _ANNOUNCED.get(pairs)
+    if shared is None:
+        shared = pairs
+        if len(_ANNOUNCED) < MAX_ANNOUNCEMENTS:
+            _ANNOUNCED[pairs] = pairs
+    return shared
 
 
 class Handshake:
@@ -74,7 +96,8 @@ class Handshake:
             session.abort(errors.NO_SUCH_REALM, f"no realm '{msg.realm}' on this router")
             return
         details = raw[2]
-        session.client_roles = details.get("roles", {}) if isinstance(details, dict) else {}
+        session.client_roles = announced(details.get("roles") if isinstance(details, dict)
+                                         else None)
         methods = [m_ for m_ in (msg.authmethods or ["anonymous"]) if isinstance(m_, str)]
         authextra = msg.authextra if isinstance(msg.authextra, dict) else {}
         principals = self._router.principals[realm.name]

@@ -18,7 +18,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from autobahn.wamp import message as m
 from autobahn.exception import PayloadExceededError
@@ -60,6 +61,10 @@ SLOW_CONSUMER_CLOSE = "wamp.close.slow_consumer"
 
 _DEFAULT_SETTINGS = WampSettings()
 """Of a session before it joins a realm (frozen: one for all)."""
+_NO_RAW_VIEWS: frozenset[int] = frozenset()
+_NOTHING: Mapping = MappingProxyType({})
+"""A session's grants and unacknowledged events until it has one (each made, a dict, on
+its first write: two empty dicts are 128 bytes of every idle session)."""
 
 
 class WampSession:
@@ -80,11 +85,15 @@ class WampSession:
         self._protocol_name = protocol_name
         self._all_settings = settings
         self._settings = _DEFAULT_SETTINGS
-        self._grants: dict[int, tuple[int, str]] = {}
-        """subscription id -> (granted QoS, policy), for subscriptions that may need acks."""
-        self._raw_views: set[int] = set()
-        """Subscriptions that get byte publications as ``ppt_scheme: "mqtt"`` EVENTs."""
-        self._unacked: dict[int, _Unacked] = {}
+        self._grants: dict[int, tuple[int, str]] = _NOTHING  # type: ignore[assignment]
+        """subscription id -> (granted QoS, policy), for subscriptions that may need acks
+        (the shared read-only :data:`_NOTHING` until the first)."""
+        self._raw_views: set[int] | frozenset[int] = _NO_RAW_VIEWS
+        """Subscriptions that get byte publications as ``ppt_scheme: "mqtt"`` EVENTs (the
+        shared empty frozenset until the first: a set is 216 bytes)."""
+        self._unacked: dict[int, _Unacked] = _NOTHING  # type: ignore[assignment]
+        """Events sent and not acknowledged, by publication (:data:`_NOTHING` until the
+        first)."""
         self._unwritten: deque[WireMessage] | None = None
         """Acknowledged events held back while the transport is paused (bounded by
         ``max_unacked`` publications)."""
@@ -94,7 +103,8 @@ class WampSession:
         self.state = HANDSHAKE
         self._realm: Realm | None = None
         self._handshake: Handshake | None = Handshake(router)
-        self.client_roles: dict = {}
+        self.client_roles: frozenset[tuple[str, str]] = frozenset()
+        """(role, feature) pairs the client announced (:func:`announced`)."""
         self._last_payload_size = 0
         self.info: SessionInfo | None = None  # type: ignore[assignment]
 
@@ -155,8 +165,7 @@ class WampSession:
             session_id = self._router.new_session_id()
         self.info = SessionInfo(session_id, realm.name, authid, authrole, authmethod,
                                 authprovider="static", protocol=self._protocol_name,
-                                transport={"type": self._protocol_name,
-                                           "peer": self.peer_address()})
+                                peer=self.peer_address())
         self._settings = self._all_settings.get(realm.name, self._settings)
         self.state = ESTABLISHED
         self._handshake = None  # done with: one object less per session
@@ -246,13 +255,17 @@ class WampSession:
         granted = options.qos if options.qos is not None else self._settings.granted_qos
         policy = options.qos_policy or self._settings.qos_policy
         if granted or policy != ENFORCE_MINIMUM:
+            if self._grants is _NOTHING:
+                self._grants = {}
             self._grants[subscription.id] = (granted, policy)
         else:
-            self._grants.pop(subscription.id, None)
+            self._drop_grant(subscription.id)
         if raw_view:
-            self._raw_views.add(subscription.id)
+            if not self._raw_views:
+                self._raw_views = set()
+            self._raw_views.add(subscription.id)  # type: ignore[union-attr]
         else:
-            self._raw_views.discard(subscription.id)
+            self._drop_raw_view(subscription.id)
         self.send(WireMessage([m.Subscribed.MESSAGE_TYPE, msg.request, subscription.id]))
         if options.get_retained:
             self._realm.send_retained(self, subscription, self._flow.limits.max_buffered_messages)
@@ -263,9 +276,17 @@ class WampSession:
         except RouterError as exc:
             self._send_error(m.Unsubscribe.MESSAGE_TYPE, msg.request, exc)
             return
-        self._grants.pop(msg.subscription, None)
-        self._raw_views.discard(msg.subscription)
+        self._drop_grant(msg.subscription)
+        self._drop_raw_view(msg.subscription)
         self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, msg.request]))
+
+    def _drop_grant(self, subscription_id: int) -> None:
+        if subscription_id in self._grants:
+            del self._grants[subscription_id]
+
+    def _drop_raw_view(self, subscription_id: int) -> None:
+        if subscription_id in self._raw_views:
+            self._raw_views.discard(subscription_id)  # type: ignore[union-attr]
 
     def _check_raw_view(self, scheme: object) -> None:
         """``_ppt_scheme: "mqtt"``: byte publications (MQTT payloads, AMQP data bodies) as
@@ -357,6 +378,8 @@ class WampSession:
         else:
             self.send(event)
         if pending is None:
+            if self._unacked is _NOTHING:
+                self._unacked = {}
             pending = self._unacked[publication.publication_id] = _Unacked(
                 publication, time.time())
             if self._redelivery is None or not self._redelivery.active():
@@ -396,7 +419,7 @@ class WampSession:
             "message": "the client did not read its events fast enough"}, SLOW_CONSUMER_CLOSE]))
 
     def _on_event_received(self, msg: m.EventReceived, raw: list) -> None:
-        pending = self._unacked.pop(msg.publication, None)
+        pending = self._unacked.pop(msg.publication, None) if self._unacked else None
         if pending is not None and len(self._unacked) == self._settings.max_unacked - 1:
             self._realm.backlogs.resume(self)  # a slot of the in-flight window is free
         if pending is not None and self._realm.activity is not None:
@@ -552,15 +575,14 @@ class WampSession:
     # peer ---------------------------------------------------------------------
 
     def supports(self, role: str, feature: str) -> bool:
-        features = self.client_roles.get(role)
-        return isinstance(features, dict) and bool(features.get("features", {}).get(feature))
+        return (role, feature) in self.client_roles
 
     def subscription_revoked(self, subscription: Subscription, reason: str) -> None:
         """Drop it; a subscriber that announced ``subscription_revocation`` gets
         ``UNSUBSCRIBED`` with request 0 (WAMP AP, Subscription Revocation), others nothing."""
         self._realm.unsubscribe(self, subscription.id)
-        self._grants.pop(subscription.id, None)
-        self._raw_views.discard(subscription.id)
+        self._drop_grant(subscription.id)
+        self._drop_raw_view(subscription.id)
         if self.supports("subscriber", "subscription_revocation"):
             self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, 0, {
                 "subscription": subscription.id, "reason": errors.NOT_AUTHORIZED}]))
@@ -613,7 +635,7 @@ class WampSession:
         if self._redelivery is not None and self._redelivery.active():
             self._redelivery.cancel()
         shared = [pending for pending in self._unacked.values() if pending.group is not None]
-        self._unacked.clear()
+        self._unacked = _NOTHING  # type: ignore[assignment]
         self._unwritten = None
         realm, self._realm = self._realm, None
         if realm is not None:

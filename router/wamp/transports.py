@@ -98,12 +98,37 @@ class RouterWebSocketFactory(WampWebSocketServerFactory):
                                 maxFramePayloadSize=max_message_size)
 
 
-class RouterRawSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtocol,
-                              WampRawSocketServerProtocol):
+class _NobodyWaits:
+    """A closing future no one waits on: resolving it does nothing."""
+
+    def callback(self, result: object) -> None:
+        pass
+
+
+_NOBODY_WAITS = _NobodyWaits()
+
+
+class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, WampRawSocketServerProtocol):
     """WAMP over RawSocket, router side, with the spec's handshake error replies."""
 
+    def connectionMade(self) -> None:
+        # the names autobahn and Int32StringReceiver first set at the handshake, set now: a
+        # name first set once a few dozen connections exist makes that connection's
+        # instance a full dict (~830 bytes, see router.limits.CountingServer)
+        self.MAX_LENGTH = self.MAX_LENGTH
+        self._unprocessed = b""
+        self.object_serializer = None
+        super().connectionMade()
+        # nothing in the router waits for autobahn's closing future (a Deferred and its
+        # callback list, ~130 bytes per connection, and a cycle once resolved with the
+        # protocol itself): connectionLost resolves this instead
+        self.is_closed = _NOBODY_WAITS
+
     def dataReceived(self, data: bytes) -> None:
-        if not self._handshake_complete and len(self._handshake_bytes) + len(data) >= 4:
+        if self._handshake_complete:
+            super().dataReceived(data)
+            return
+        if len(self._handshake_bytes) + len(data) >= 4:
             if self.gate.refused:
                 self._refuse(RAWSOCKET_ERROR_MAX_CONNECTIONS)
                 return
@@ -118,6 +143,16 @@ class RouterRawSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtoc
                     return
                 self.object_serializer = self.factory.object_serializers[serializer_id]
         super().dataReceived(data)
+        if self._handshake_complete and self._serializer is not None:
+            # autobahn copied the factory's serializer for this connection (for its
+            # statistics, ~230 bytes); the router sends and decodes with the shared
+            # object serializer, so the connection keeps the factory's own. Its transport
+            # details (~240 bytes) and handshake bytes served the handshake; the router
+            # reads the peer only.
+            self._serializer = self.factory._serializers.get(
+                self._serializer.RAWSOCKET_SERIALIZER_ID, self._serializer)
+            self._transport_details = None
+            self._handshake_bytes = b""
 
     def _refuse(self, code: int) -> None:
         self.transport.write(bytes([RAWSOCKET_MAGIC, code << 4, 0, 0]))
