@@ -54,7 +54,7 @@ class MemoryReclaimer:
     def start(self) -> None:
         if self._trim is None or self._interval <= 0:
             return
-        self._periodic = task.LoopingCall(self._run)
+        self._periodic = task.LoopingCall(self.trim)
         self._periodic.clock = self._clock
         self._periodic.start(self._interval, now=False)
 
@@ -65,10 +65,12 @@ class MemoryReclaimer:
 
     def _after_release(self) -> None:
         self._pending = None
-        self._run()
+        self.trim()
 
-    def _run(self) -> None:
-        self._in_thread(self._trim, 0)
+    def trim(self) -> None:
+        """One trim now, in a thread (nothing where the C library has none)."""
+        if self._trim is not None:
+            self._in_thread(self._trim, 0)
 
     def cancel(self) -> None:
         if self._pending is not None and self._pending.active():
