@@ -39,10 +39,11 @@ DELAY = 5.0
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def resident_bytes() -> int:
-    """This process's resident memory now (``/proc/self/statm``; 0 where there is none)."""
+def resident_bytes(pid: int | str = "self") -> int:
+    """A process's (default: this one's) resident memory now (``/proc/<pid>/statm``, the
+    same figure as ``VmRSS``; 0 where there is none)."""
     try:
-        with open("/proc/self/statm", "rb") as statm:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
             return int(statm.read().split()[1]) * PAGE
     except OSError:
         return 0
