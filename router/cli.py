@@ -59,7 +59,13 @@ def _run(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return 2
+    from router.tls import leave_out_tls, needs_tls
+    without_tls = not needs_tls(config) and leave_out_tls()  # before the reactor is imported
     _setup_logging(args.log_level, args.log_format)
+    if without_tls:
+        logging.getLogger("router").info(
+            "running without TLS (pyOpenSSL not loaded): no listener, webhook or bridge "
+            "asks for it")
     import txaio
     txaio.use_twisted()
     from twisted.internet import reactor

@@ -13,6 +13,7 @@ from router.bridge.bridge import Bridge
 from router.core.router import Router
 from router.core.stats import Histogram
 from router.limits import ConnectionLimits
+from router.memory import MemoryReclaimer
 from router.mqtt.frontend import MqttFrontend
 from router.webhooks.webhook import Webhook
 
@@ -55,6 +56,10 @@ class NodeFigures(Protocol):
     @property
     def bridges(self) -> Sequence[Bridge]:
         """The node's MQTT bridges: connected or not, queued, forwarded."""
+
+    @property
+    def reclaimer(self) -> MemoryReclaimer:
+        """The heap trims: how many, how long, what they gave back."""
 
     @property
     def listener_limits(self) -> Sequence[ConnectionLimits]:

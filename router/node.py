@@ -30,9 +30,6 @@ from router.core.topic import SERVER_OWNED, Topic
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
 from router.flow import ConnectionFlow, IntakeGate
-from router.http.api import HttpApi, http_site
-from router.http.console import ConsoleResource
-from router.http.tokens import TokenFile
 from router.limits import ConnectionLimits, counting_port
 from router.memory import MemoryReclaimer
 from router.metrics.retention import watch_retention
@@ -57,11 +54,13 @@ if TYPE_CHECKING:
 
     from router.amqp.frontend import AmqpFrontend
     from router.amqp.persistence import AmqpStore
+    from router.http.api import HttpApi
 
 # Imported where first needed, not here: what a router without them never uses costs it
 # no memory (measured on the idle router, bench/RESULTS.md): the Redis engine and its
 # client, AMQP (proton) without an AMQP listener, prometheus_client and twisted.web until
-# metrics are scraped or a metrics listener is opened.
+# metrics are scraped or a metrics listener is opened, the HTTP frontend (twisted.web) without
+# an http listener, pyOpenSSL without TLS (router/tls.py).
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +243,9 @@ class Node:
         # what clients created since, so its pause does not grow with the code base
         gc.collect()
         gc.freeze()
+        # and what start-up freed (the configuration's parse, the restored state's rows) goes
+        # back to the system now, not at the first periodic trim: ~1.3 MB of an idle router
+        self.reclaimer.trim()
         # and full collections rare: each one stops the reactor while it scans every object
         # the clients' connections and queues hold (bench/soak.py: up to ~87k objects with
         # 2,000 idle connections and two full MQTT queues, 83-87 ms of CPU, 118-140 ms on a
@@ -373,6 +375,9 @@ class Node:
         """The REST API and event streams of one ``http`` listener (its realm's)."""
         settings = listener.http
         assert settings is not None and listener.realm is not None
+        from router.http.api import HttpApi, http_site
+        from router.http.console import ConsoleResource
+        from router.http.tokens import TokenFile
         from router.metrics.collector import queued  # the same queue depths the metrics give
         self.router.incidents.keep_recent(settings.max_recent_incidents)
         realm = self.router.realms[listener.realm]

@@ -1,8 +1,42 @@
-"""TLS for listeners: the server context from PEM files, and the verified client's CN."""
+"""TLS for listeners: the server context from PEM files, and the verified client's CN; and
+running without pyOpenSSL when the configuration asks for no TLS at all.
+
+Twisted imports pyOpenSSL (and with it most of ``cryptography``) whenever it is installed,
+from its TCP module, for ``startTLS``: about 5 MB of an idle router that never uses it
+(bench/RESULTS.md). A router whose listeners, webhooks and bridges need no TLS
+(:func:`needs_tls`) marks it as not importable before the reactor is imported
+(:func:`leave_out_tls`); Twisted then builds its TCP transports without TLS support. What
+needs TLS imports Twisted's TLS module where it builds a context (here, the bridge
+client, the webhook client), never at module level, so a router without TLS still loads
+them. A reload cannot add TLS (listeners, webhooks and bridges need a restart).
+"""
 
 from __future__ import annotations
 
-from router.config import TlsConfig
+import sys
+
+from router.config import NodeConfig, TlsConfig
+
+TLS_MODULE = "OpenSSL"
+"""What Twisted's TLS is built on; left out of a router that needs no TLS."""
+
+
+def needs_tls(config: NodeConfig) -> bool:
+    """Does anything in ``config`` speak TLS: a listener with a ``tls`` block, an
+    ``https://`` webhook, a bridge with a ``tls`` block?"""
+    return (any(listener.tls is not None for listener in config.listeners)
+            or any(bridge.tls is not None for bridge in config.bridges)
+            or any(hook.url.lower().startswith("https:")
+                   for realm in config.realms.values() for hook in realm.webhooks))
+
+
+def leave_out_tls() -> bool:
+    """Make pyOpenSSL unimportable in this process, so that the reactor, imported after,
+    runs without it; False (nothing done) when it is already imported."""
+    if TLS_MODULE in sys.modules:
+        return False
+    sys.modules[TLS_MODULE] = None  # type: ignore[assignment]  # import raises ImportError
+    return True
 
 
 def server_options(config: TlsConfig):

@@ -73,3 +73,38 @@ def test_memory_of_a_discarded_queue_goes_back_to_the_operating_system(tmp_path)
     finally:
         pool.close()
         router.stop()
+
+
+def test_closed_connections_set_off_a_counted_trim(tmp_path):
+    """The trim after connections close (none periodic here) is counted in the metrics,
+    after the one the node does when ready."""
+    from tests.metrics_scrape import scrape, value
+
+    router = RouterProcess(
+        tmp_path, [mqtt_realm("realm1")],
+        listeners=listeners("realm1") + [{"type": "metrics", "host": "127.0.0.1", "port": 0}],
+        extra_config={"memory": {"trim_interval": 0}}).start()
+    pool = ClientPool(router)
+
+    def trims_reach(count: int) -> dict:
+        deadline = time.monotonic() + 30
+        while True:
+            samples = scrape(router)
+            if value(samples, "router_memory_trims_total") >= count \
+                    or time.monotonic() > deadline:
+                return samples
+            time.sleep(0.2)  # a trim follows closes by seconds; there is no event to wait on
+
+    try:
+        ready = trims_reach(1)
+        assert value(ready, "router_memory_trims_total") == 1  # the one at ready, no other yet
+        clients = [pool(V311) for _ in range(20)]
+        for client in clients:
+            client.disconnect()
+        after = trims_reach(2)
+        assert value(after, "router_memory_trims_total") == 2
+        assert value(after, "router_memory_trim_seconds_total") > 0
+        assert value(after, "router_memory_trimmed_bytes_total") >= 0
+    finally:
+        pool.close()
+        router.stop()

@@ -252,3 +252,65 @@ def test_closes_the_router_decides_reach_a_tls_client(router, certs):
     finally:
         leaving.close()
         silent.close()
+
+
+NO_TLS_LINE = "running without TLS"
+
+
+def test_a_router_with_tls_listeners_loads_tls(router):
+    assert not any(NO_TLS_LINE in line for line in router.log_lines)
+
+
+def test_a_router_that_asks_for_no_tls_runs_without_it_and_serves_every_listener(tmp_path):
+    """pyOpenSSL is left out when nothing asks for TLS (router/tls.py); every other kind of
+    listener, and a plain-http webhook, must still work without it."""
+    from tests.amqp_clients import connect as amqp_connect
+    from tests.clients import connect, next_item
+    from tests.harness import free_port
+    from tests.http_clients import request
+    from tests.metrics_scrape import fetch
+
+    listeners = [
+        {"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws"},
+        {"type": "rawsocket", "host": "127.0.0.1", "port": 0},
+        {"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
+        {"type": "mqtt-websocket", "host": "127.0.0.1", "port": 0, "path": "/mqtt",
+         "realm": "realm1"},
+        {"type": "amqp", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
+        {"type": "http", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
+        {"type": "metrics", "host": "127.0.0.1", "port": 0},
+    ]
+    hook = {"name": "plain", "url": f"http://127.0.0.1:{free_port()}/hook", "topic": "hook"}
+    process = RouterProcess(tmp_path, [realm_file("realm1", webhooks=[hook])], listeners).start()
+    try:
+        assert any(NO_TLS_LINE in line for line in process.log_lines)
+
+        async def wamp(transport: str) -> None:
+            sub = await connect(process, transport, "json")
+            pub = await connect(process, transport, "json")
+            events = await sub.events("com.example.notls")
+            await pub.publish("com.example.notls", transport,
+                              options=__import__("autobahn").wamp.types.PublishOptions(
+                                  acknowledge=True))
+            assert (await next_item(events))[0] == [transport]
+            await pub.close()
+            await sub.close()
+
+        for transport in ("websocket", "rawsocket"):
+            run(wamp(transport))
+        for transport in ("tcp", "ws"):
+            client = MqttClient(process, version=V311, transport=transport)
+            try:
+                assert client.connect().reason_code == 0
+                client.subscribe(("notls/x", 1))
+                client.publish("notls/x", b"plain", qos=1)
+                client.expect("notls/x", b"plain")
+            finally:
+                client.close()
+        amqp_connect(process).close()
+        assert request(process, "POST", "/publish", {"topic": "com.example.notls"}).status \
+            in (200, 202, 204)
+        status, body = fetch(process)
+        assert status == 200 and "router_" in body
+    finally:
+        process.stop()

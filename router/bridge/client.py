@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Protocol as Interface
 
-from twisted.internet import ssl
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.python.failure import Failure
@@ -117,7 +116,11 @@ class BridgeFactory(ClientFactory):
 
 
 def client_tls(tls: BridgeTls, host: str):
-    """The client TLS options of a bridge (files read once, when the bridge is built)."""
+    """The client TLS options of a bridge (files read once, when the bridge is built).
+    Twisted's TLS (pyOpenSSL) is imported here, not with the module: a router whose
+    configuration asks for no TLS runs without it (:func:`router.tls.leave_out_tls`)."""
+    from twisted.internet import ssl
+
     trust = (ssl.trustRootFromCertificates(
         [ssl.Certificate.loadPEM(block) for block in pem_blocks(tls.ca.read_bytes())])
              if tls.ca is not None else ssl.platformTrust())

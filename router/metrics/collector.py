@@ -58,9 +58,24 @@ class RouterCollector(Collector):
         yield from self._rpc()
         yield from self._webhooks()
         yield from self._bridges()
+        yield from self._memory()
         uptime = GaugeMetricFamily("router_uptime_seconds", "Seconds since the router started.")
         uptime.add_metric([], time.time() - self.started)
         yield uptime
+
+    def _memory(self) -> Iterator[Metric]:
+        reclaimer = self.node.reclaimer
+        trims = CounterMetricFamily("router_memory_trims",
+                                    "Heap trims (malloc_trim) done since start.")
+        trims.add_metric([], reclaimer.trims)
+        seconds = CounterMetricFamily("router_memory_trim_seconds",
+                                      "Time spent in heap trims (in a thread, not the "
+                                      "reactor's).")
+        seconds.add_metric([], reclaimer.trim_seconds)
+        given = CounterMetricFamily("router_memory_trimmed_bytes",
+                                    "Resident memory the heap trims gave back.")
+        given.add_metric([], reclaimer.trimmed_bytes)
+        yield from (trims, seconds, given)
 
     def _connections(self) -> Iterator[Metric]:
         current = GaugeMetricFamily("router_connections", "Open client connections.",

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet import defer, protocol
-from twisted.internet.ssl import Certificate, trustRootFromCertificates
 from twisted.python.failure import Failure
 from twisted.web.client import (Agent, BrowserLikePolicyForHTTPS, HTTPConnectionPool,
                                 ResponseDone, ResponseFailed)
@@ -51,7 +50,10 @@ class WebhookClient:
 
 
 def _trust_root(ca: Path) -> Any:
-    """Every certificate of a PEM file, as the roots an https target must chain to."""
+    """Every certificate of a PEM file, as the roots an https target must chain to
+    (Twisted's TLS imported here: a router with only http targets runs without it)."""
+    from twisted.internet.ssl import Certificate, trustRootFromCertificates
+
     end = b"-----END CERTIFICATE-----"
     blocks = [block + end for block in ca.read_bytes().split(end) if b"-----BEGIN" in block]
     return trustRootFromCertificates([Certificate.loadPEM(block) for block in blocks])

@@ -37,7 +37,6 @@ from router.core.realm import Realm
 from router.core.topic import from_mqtt, from_uri
 from router.core.uri import MQTT
 from router.settings import WebhookSettings
-from router.webhooks.client import WebhookClient
 from router.webhooks.event import event_body, event_id, request_headers
 
 log = logging.getLogger(__name__)
@@ -309,6 +308,8 @@ def open_webhooks(realm: Realm, configured: tuple[WebhookSettings, ...],
             continue
         role = (principals[settings.authid].role if settings.authid is not None
                 else realm.anonymous_role)
+        # the HTTP client (twisted.web) is loaded by a router with webhooks only
+        from router.webhooks.client import WebhookClient
         hooks.append(Webhook(realm, settings, role or "", store,
                              WebhookClient(reactor, settings.url, settings.timeout,
                                            settings.ca), reactor))
