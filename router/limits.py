@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from twisted.internet import defer, tcp
+from twisted.internet import defer
 from twisted.internet.interfaces import ISSLTransport
 from twisted.internet.protocol import connectionDone
 
@@ -66,13 +66,13 @@ class ConnectionLimits:
 
     def count_bytes(self, protocol: Any) -> None:
         """Add what ``protocol``'s connection reads and writes to this listener's byte
-        totals, without a hook in any frontend. A :class:`CountingServer` transport (plain
-        TCP listeners, see :func:`counting_port`) counts by itself. Otherwise (TLS) the
+        totals, without a hook in any frontend. A transport that counts by itself (``counts_bytes``: plain TCP
+        listeners, see :mod:`router.counting`) needs nothing. Otherwise (TLS) the
         protocol's ``dataReceived`` (once per read) is wrapped in place, and so is the
         transport's ``write``: the bytes before TLS, not its encrypted records. The
         wrappers cost about 500 bytes per connection, which is why plain TCP has none."""
         transport = protocol.transport
-        if type(transport) is CountingServer:
+        if getattr(transport, "counts_bytes", False):
             return
         receive = protocol.dataReceived
 
@@ -107,7 +107,7 @@ class ConnectionLimits:
         connection, with whatever its transport still buffers, until a full collection;
         without the wrappers the connection is freed as soon as the last reference goes."""
         transport = getattr(protocol, "transport", None)
-        if type(transport) is CountingServer:
+        if getattr(transport, "counts_bytes", False):
             return  # nothing was wrapped (and ``vars`` would make the dict it does without)
         vars(protocol).pop("dataReceived", None)
         if transport is not None:
@@ -131,71 +131,6 @@ READ_CHUNK = 16384
 """Bytes one read takes from a socket (Twisted's default is 64 KiB). Everything a read
 brings in is routed before the reactor serves the next connection; 64 publishes of 1 KB
 fanned out took 13 ms (under load), a quarter of that keeps every connection's turn short."""
-
-
-class CountingServer(tcp.Server):
-    """Twisted's TCP server transport that adds what it reads and sends to its listener's
-    byte totals (the ``limits`` of the port's factory): no per-connection wrapper.
-
-    It also keeps the transport's instance attributes in CPython's compact per-class form:
-    the attributes Twisted sets only on the first write (``dataBuffer``, ``offset``) are
-    set when it is made. CPython 3.11 stops adding names to a class's shared attribute
-    table once a few dozen instances exist; a name first set later makes that instance a
-    full ``__dict__`` (about 830 bytes per connection, measured with
-    ``bench/session_memory.py --tracemalloc``), which a batch of accepted connections
-    whose first write comes after the batch always did. The read size is
-    :data:`READ_CHUNK` for the class, not an attribute of each, and the log prefix and
-    repr are made when asked."""
-
-    bufferSize = READ_CHUNK
-
-    def __init__(self, sock, protocol, client, server, sessionno, reactor) -> None:
-        super().__init__(sock, protocol, client, server, sessionno, reactor)
-        self.dataBuffer = b""
-        self.offset = 0
-        self.producer = None
-        self.streamingProducer = False
-        self.limits: ConnectionLimits = server.factory.limits
-
-    # Twisted makes two strings per connection for its log prefix and repr (~160 bytes):
-    # made when asked instead (what Twisted sets is dropped)
-    @property
-    def logstr(self) -> str:
-        return f"{self._getLogPrefix(self.protocol)},{self.sessionno},{self.hostname}"
-
-    @logstr.setter
-    def logstr(self, text: str) -> None:
-        pass
-
-    @property
-    def repstr(self) -> str:
-        return (f"<{self.protocol.__class__.__name__} #{self.sessionno} on "
-                f"{self.server._realPortNumber}>")
-
-    @repstr.setter
-    def repstr(self, text: str) -> None:
-        pass
-
-    def _dataReceived(self, data: bytes | None) -> Any:
-        if data:
-            self.limits.bytes_in += len(data)
-        return super()._dataReceived(data)
-
-    def writeSomeData(self, data: bytes) -> Any:
-        sent = super().writeSomeData(data)
-        if type(sent) is int:  # else the error that ends the connection
-            self.limits.bytes_out += sent
-        return sent
-
-
-def counting_port(port: Any) -> Any:
-    """``port`` (just made by ``listenTCP``, before it accepted anything) makes
-    :class:`CountingServer` transports, when it is Twisted's TCP port of a factory with
-    ``limits`` (the TLS port's factory is TLS's own: its connections count as before)."""
-    if type(port) is tcp.Port and isinstance(getattr(port.factory, "limits", None),
-                                             ConnectionLimits):
-        port.transport = CountingServer
-    return port
 
 
 def _never_called() -> None:

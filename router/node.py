@@ -30,7 +30,8 @@ from router.core.topic import SERVER_OWNED, Topic
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
 from router.flow import ConnectionFlow, IntakeGate
-from router.limits import ConnectionLimits, counting_port
+from router.counting import counting_port
+from router.limits import ConnectionLimits
 from router.memory import MemoryReclaimer
 from router.metrics.retention import watch_retention
 from router.mqtt.frontend import MqttFrontend

@@ -114,7 +114,7 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, WampRawSocketServe
     def connectionMade(self) -> None:
         # the names autobahn and Int32StringReceiver first set at the handshake, set now: a
         # name first set once a few dozen connections exist makes that connection's
-        # instance a full dict (~830 bytes, see router.limits.CountingServer)
+        # instance a full dict (~830 bytes, see router.counting.CountingServer)
         self.MAX_LENGTH = self.MAX_LENGTH
         self._unprocessed = b""
         self.object_serializer = None

@@ -1,0 +1,81 @@
+"""The TCP server transport of plain listeners, which counts its listener's bytes itself.
+
+Apart from :mod:`router.limits` because Twisted's ``tcp`` module imports its TLS support
+(pyOpenSSL) when it is imported: configuration loading must not, so that a router without
+TLS can leave pyOpenSSL out (:func:`router.tls.leave_out_tls`). Only the node imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import tcp
+
+from router.limits import READ_CHUNK, ConnectionLimits
+
+
+class CountingServer(tcp.Server):
+    """Twisted's TCP server transport that adds what it reads and sends to its listener's
+    byte totals (the ``limits`` of the port's factory): no per-connection wrapper.
+
+    It also keeps the transport's instance attributes in CPython's compact per-class form:
+    the attributes Twisted sets only on the first write (``dataBuffer``, ``offset``) are
+    set when it is made. CPython 3.11 stops adding names to a class's shared attribute
+    table once a few dozen instances exist; a name first set later makes that instance a
+    full ``__dict__`` (about 830 bytes per connection, measured with
+    ``bench/session_memory.py --tracemalloc``), which a batch of accepted connections
+    whose first write comes after the batch always did. The read size is
+    :data:`READ_CHUNK` for the class, not an attribute of each, and the log prefix and
+    repr are made when asked."""
+
+    bufferSize = READ_CHUNK
+    counts_bytes = True
+    """Tells :meth:`ConnectionLimits.count_bytes` that this transport needs no wrappers."""
+
+    def __init__(self, sock, protocol, client, server, sessionno, reactor) -> None:
+        super().__init__(sock, protocol, client, server, sessionno, reactor)
+        self.dataBuffer = b""
+        self.offset = 0
+        self.producer = None
+        self.streamingProducer = False
+        self.limits: ConnectionLimits = server.factory.limits
+
+    # Twisted makes two strings per connection for its log prefix and repr (~160 bytes):
+    # made when asked instead (what Twisted sets is dropped)
+    @property
+    def logstr(self) -> str:
+        return f"{self._getLogPrefix(self.protocol)},{self.sessionno},{self.hostname}"
+
+    @logstr.setter
+    def logstr(self, text: str) -> None:
+        pass
+
+    @property
+    def repstr(self) -> str:
+        return (f"<{self.protocol.__class__.__name__} #{self.sessionno} on "
+                f"{self.server._realPortNumber}>")
+
+    @repstr.setter
+    def repstr(self, text: str) -> None:
+        pass
+
+    def _dataReceived(self, data: bytes | None) -> Any:
+        if data:
+            self.limits.bytes_in += len(data)
+        return super()._dataReceived(data)
+
+    def writeSomeData(self, data: bytes) -> Any:
+        sent = super().writeSomeData(data)
+        if type(sent) is int:  # else the error that ends the connection
+            self.limits.bytes_out += sent
+        return sent
+
+
+def counting_port(port: Any) -> Any:
+    """``port`` (just made by ``listenTCP``, before it accepted anything) makes
+    :class:`CountingServer` transports, when it is Twisted's TCP port of a factory with
+    ``limits`` (the TLS port's factory is TLS's own: its connections count as before)."""
+    if type(port) is tcp.Port and isinstance(getattr(port.factory, "limits", None),
+                                             ConnectionLimits):
+        port.transport = CountingServer
+    return port
