@@ -29,7 +29,7 @@ from router.core.testament import Testaments
 from router.core.topic import SERVER_OWNED, Topic
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
-from router.flow import ConnectionFlow, IntakeGate
+from router.flow import ConnectionFlow, IntakeGate, TurnWriter
 from router.http.api import HttpApi, http_site
 from router.http.console import ConsoleResource
 from router.http.tokens import TokenFile
@@ -156,6 +156,8 @@ class Node:
         """Gives the memory of closed connections back to the operating system."""
         self.intake = IntakeGate()
         """Reads from publishing connections, paused while the store's writer is behind."""
+        self.turn_writer = TurnWriter(self.reactor)
+        """Sends what each reactor turn wrote to each connection, at the turn's end."""
         self.store.on_pressure = self.intake.set_paused
         self.eventlog = EventLogWriter(config.data_dir / "eventlog",
                                        config.eventlog.max_file_bytes,
@@ -384,7 +386,8 @@ class Node:
 
     def _protocol_factory(self, listener: ListenerConfig):
         new_flow = partial(ConnectionFlow, limits=listener.flow, clock=self.reactor,
-                           intake=self.intake, closed=self.reclaimer.released)
+                           intake=self.intake, closed=self.reclaimer.released,
+                           turn=self.turn_writer)
         if listener.type == "amqp":
             from router.amqp.transports import AmqpTcpFactory
             return AmqpTcpFactory(self.amqp[listener.realm], new_flow,

@@ -69,11 +69,10 @@ class RouterWebSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtoc
             raise TransportLost()
         object_serializer = self.object_serializer
         if self._perMessageCompress is None and not self.send_queue:
-            data = msg.websocket_frame(object_serializer)
-            self.transport.write(data)
-        else:
-            data = msg.serialize(object_serializer)
-            self.sendMessage(data, object_serializer.BINARY)
+            self.flow.write(msg.websocket_frame(object_serializer))
+            return
+        data = msg.serialize(object_serializer)
+        self.sendMessage(data, object_serializer.BINARY)
         if self.flow.paused:
             self.flow.wrote(len(data))
 
@@ -134,9 +133,7 @@ class RouterRawSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtoc
         if len(frame) - 4 > self._max_len_send:
             raise PayloadExceededError(f"{len(frame) - 4} octets exceed the peer's limit of "
                                        f"{self._max_len_send}")
-        self.transport.write(frame)
-        if self.flow.paused:
-            self.flow.wrote(len(frame))
+        self.flow.write(frame)
 
     def lengthLimitExceeded(self, length: int) -> None:
         log.info("RawSocket peer %s sent %d octets, over the limit of %d: closing",
