@@ -60,6 +60,8 @@ def _run(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     _setup_logging(args.log_level, args.log_format)
+    from router.reactor import install
+    install()
     import txaio
     txaio.use_twisted()
     from twisted.internet import reactor
