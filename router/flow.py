@@ -223,18 +223,30 @@ class ConnectionFlow:
             self.wrote(len(data))
 
     def send_turn(self) -> None:
-        """The turn ended: send what it wrote (the turn writer calls it). Twisted's own
-        ``doWrite`` sends, so byte counting, producer resumption and a lost connection are
-        handled as when the reactor calls it; what is left waits for the reactor."""
+        """The turn ended: send what it wrote (the turn writer calls it), through the
+        transport's ``writeSomeData`` (so the listener counts the bytes). What the kernel
+        does not take, or a lost connection, is left to the reactor's ``doWrite`` as if
+        ``transport.write`` had buffered it; so is a transport with older bytes or a paused
+        producer (``doWrite`` resumes it)."""
         self._in_turn = False
         transport = self.transport
-        if not transport._tempDataLen or transport._aborting or not transport.connected:
+        buffered = transport._tempDataBuffer
+        if not buffered or transport._aborting or not transport.connected:
             return  # sent by the reactor meanwhile, or dropped with the connection
-        if transport.disconnecting:
-            transport.startWriting()  # the reactor sends it, then closes
+        if transport.disconnecting or transport.dataBuffer or transport.producerPaused:
+            if transport.disconnecting or transport.doWrite() is not None or (
+                    transport.dataBuffer or transport._tempDataLen):
+                transport.startWriting()
             return
-        if transport.doWrite() is not None or transport.dataBuffer or transport._tempDataLen:
-            transport.startWriting()  # lost (the reactor's doWrite sees it) or not all sent
+        data = buffered[0] if len(buffered) == 1 else b"".join(buffered)
+        transport._tempDataBuffer = []
+        transport._tempDataLen = 0
+        sent = transport.writeSomeData(data)
+        if sent == len(data):
+            return
+        transport.dataBuffer = data  # the rest, or all of it for doWrite to see the loss
+        transport.offset = sent if type(sent) is int else 0
+        transport.startWriting()
 
     def counting(self, write: Callable[[bytes], None]) -> Callable[[bytes], None]:
         """``write`` that also counts what is written while the transport is paused (a
