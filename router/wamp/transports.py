@@ -18,6 +18,7 @@ from autobahn.wamp.interfaces import IObjectSerializer
 from autobahn.wamp.serializer import Serializer
 from autobahn.wamp.websocket import parseSubprotocolIdentifier
 from autobahn.websocket.types import ConnectionDeny
+from twisted.protocols.basic import Int32StringReceiver
 
 from router.flow import ConnectionFlow, FlowingProtocol
 from router.limits import GatedProtocol, ReleasesClosedFuture
@@ -102,7 +103,10 @@ class RouterRawSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtoc
     """WAMP over RawSocket, router side, with the spec's handshake error replies."""
 
     def dataReceived(self, data: bytes) -> None:
-        if not self._handshake_complete and len(self._handshake_bytes) + len(data) >= 4:
+        if self._handshake_complete:  # straight to the frame parser (autobahn's checks again)
+            Int32StringReceiver.dataReceived(self, data)
+            return
+        if len(self._handshake_bytes) + len(data) >= 4:
             if self.gate.refused:
                 self._refuse(RAWSOCKET_ERROR_MAX_CONNECTIONS)
                 return
