@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Protocol
 
 from twisted.internet import tcp
@@ -114,29 +115,35 @@ class IntakeGate:
 class TurnWriter:
     """Sends, at the end of each reactor turn, what the turn wrote to each connection.
 
-    One timer per turn for the whole router (``callLater(0)`` runs right after the reactor
-    has handled the turn's reads), one ``send`` per connection written to. Only plain TCP
-    transports (Twisted's ``tcp.Connection`` without TLS) take this way; the others write
-    with ``transport.write``."""
+    Once per turn for the whole router, right after the reactor has handled the turn's
+    events (the router's reactor's ``at_turn_end``; another reactor's ``callLater(0)``), one
+    ``send`` per connection written to. Only plain TCP transports (Twisted's
+    ``tcp.Connection`` without TLS) take this way; the others write with
+    ``transport.write``."""
 
-    __slots__ = ("_clock", "_flows", "_call")
+    __slots__ = ("_at_turn_end", "_flows", "_due")
 
     def __init__(self, clock: Any) -> None:
-        self._clock = clock
+        self._at_turn_end: Callable[[Callable[[], None]], Any] = getattr(
+            clock, "at_turn_end", None) or partial(clock.callLater, 0)
         self._flows: list[ConnectionFlow] = []
-        self._call: Any = None
+        self._due = False
 
     def add(self, flow: "ConnectionFlow") -> None:
         """``flow``'s transport has unsent bytes of this turn: send them at its end."""
         self._flows.append(flow)
-        if self._call is None:
-            self._call = self._clock.callLater(0, self._send)
+        if not self._due:
+            self._due = True
+            self._at_turn_end(self._send)
 
     def _send(self) -> None:
-        self._call = None
+        self._due = False
         flows, self._flows = self._flows, []
         for flow in flows:
-            flow.send_turn()
+            try:
+                flow.send_turn()
+            except Exception:  # a bug there must not leave the other connections unsent
+                log.exception("sending the turn's writes to %s failed", flow.transport)
 
 
 def sends_itself(transport: Any) -> bool:
