@@ -40,6 +40,15 @@ def router(tmp_path_factory):
     process.stop()
 
 
+async def paused_reader_and_publisher(router, transport: str, topic: str):
+    """A subscriber on ``transport`` to ``topic`` that does not read (asyncio's
+    ``pause_reading``), and a RawSocket publisher."""
+    reader = await joined(router, transport, "msgpack")
+    await subscribe(reader, topic)
+    reader.transport.pause_reading()
+    return reader, await joined(router, "rawsocket", "msgpack")
+
+
 @pytest.mark.parametrize("transport", ["rawsocket", "websocket"])
 def test_a_burst_read_late_arrives_whole_and_in_order(router, transport):
     """The subscriber does not read while the burst is written: the router's sends fill its
@@ -47,10 +56,7 @@ def test_a_burst_read_late_arrives_whole_and_in_order(router, transport):
     once, in publish order."""
     async def scenario():
         topic = f"turn.burst.{transport}"
-        reader = await joined(router, transport, "msgpack")
-        await subscribe(reader, topic)
-        reader.transport.pause_reading()
-        publisher = await joined(router, "rawsocket", "msgpack")
+        reader, publisher = await paused_reader_and_publisher(router, transport, topic)
         payload = "x" * 1024
         for start in range(0, BURST, 100):
             publisher.send_many([[16, publisher.next_request(), {}, topic, [n, payload]]
@@ -78,10 +84,7 @@ def test_one_write_larger_than_the_socket_buffers_is_sent_whole(router, transpor
     it, the reactor must send the rest once the reader reads (nothing else is written)."""
     async def scenario():
         topic = f"turn.big.{transport}"
-        reader = await joined(router, transport, "msgpack")
-        await subscribe(reader, topic)
-        reader.transport.pause_reading()
-        publisher = await joined(router, "rawsocket", "msgpack")
+        reader, publisher = await paused_reader_and_publisher(router, transport, topic)
         request = publisher.next_request()
         publisher.send([16, request, {"acknowledge": True}, topic, ["y" * (12 * 2**20)]])
         reply = await publisher.recv(timeout=20)
