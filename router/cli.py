@@ -66,6 +66,8 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger("router").info(
             "running without TLS (pyOpenSSL not loaded): no listener, webhook or bridge "
             "asks for it")
+    from router.reactor import install
+    install()
     import txaio
     txaio.use_twisted()
     from twisted.internet import reactor

@@ -12,6 +12,13 @@ bound for ``slow_consumer_timeout`` seconds is told why (the owner's protocol-sp
 goodbye) and its transport aborted: a client that does not read cannot be closed
 gracefully, and aborting drops the buffered bytes at once.
 
+Writes: :meth:`ConnectionFlow.write` puts a message into Twisted's own buffer of the
+connection, as ``transport.write`` does (same order, same producer pausing), but the send is
+the router's: :class:`TurnWriter` sends what each connection got during a reactor turn at the
+end of that turn, in one ``send`` per connection, instead of asking the reactor to watch the
+socket for writability (``epoll_ctl`` twice and a loop iteration per connection and turn).
+What the kernel does not take stays in Twisted's buffer and the reactor sends it as before.
+
 Inbound: :class:`IntakeGate` stops reading from every connection that publishes while
 the store's writer is behind (see :class:`router.engines.embedded.sqlite.SqliteStore`), so a
 publisher faster than the disk is slowed by TCP flow control, not by our memory.
@@ -21,8 +28,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Protocol
 
+from twisted.internet import tcp
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
@@ -103,6 +112,46 @@ class IntakeGate:
                 flow.resume_reading()
 
 
+class TurnWriter:
+    """Sends, at the end of each reactor turn, what the turn wrote to each connection.
+
+    Once per turn for the whole router, right after the reactor has handled the turn's
+    events (the router's reactor's ``at_turn_end``; another reactor's ``callLater(0)``), one
+    ``send`` per connection written to. Only plain TCP transports (Twisted's
+    ``tcp.Connection`` without TLS) take this way; the others write with
+    ``transport.write``."""
+
+    __slots__ = ("_at_turn_end", "_flows", "_due")
+
+    def __init__(self, clock: Any) -> None:
+        self._at_turn_end: Callable[[Callable[[], None]], Any] = getattr(
+            clock, "at_turn_end", None) or partial(clock.callLater, 0)
+        self._flows: list[ConnectionFlow] = []
+        self._due = False
+
+    def add(self, flow: "ConnectionFlow") -> None:
+        """``flow``'s transport has unsent bytes of this turn: send them at its end."""
+        self._flows.append(flow)
+        if not self._due:
+            self._due = True
+            self._at_turn_end(self._send)
+
+    def _send(self) -> None:
+        self._due = False
+        flows, self._flows = self._flows, []
+        for flow in flows:
+            try:
+                flow.send_turn()
+            except Exception:  # a bug there must not leave the other connections unsent
+                log.exception("sending the turn's writes to %s failed", flow.transport)
+
+
+def sends_itself(transport: Any) -> bool:
+    """Can the router send on this transport itself (:meth:`ConnectionFlow.write`)? A
+    plain TCP connection (Twisted's buffer attributes are what :class:`TurnWriter` uses)."""
+    return isinstance(transport, tcp.Connection) and not transport.TLS
+
+
 class _NoOwner:
     """Stands in until the protocol side exists, and after the connection is gone."""
 
@@ -122,10 +171,11 @@ class ConnectionFlow:
 
     __slots__ = ("transport", "limits", "owner", "paused", "over", "publisher", "holding",
                  "_clock", "_intake", "_on_closed", "_bytes", "_messages", "_timer", "_closed",
-                 "_write")
+                 "_write", "_turn", "_in_turn")
 
     def __init__(self, transport: Any, limits: FlowLimits, clock: Any,
-                 intake: IntakeGate, closed: Callable[[], None] = lambda: None) -> None:
+                 intake: IntakeGate, closed: Callable[[], None] = lambda: None,
+                 turn: TurnWriter | None = None) -> None:
         self.transport = transport
         self.limits = limits
         self.owner: FlowOwner = _NO_OWNER
@@ -147,7 +197,63 @@ class ConnectionFlow:
         self._timer = None
         self._closed = False
         self._write: Callable[[bytes], None] | None = None
+        self._turn = turn if turn is not None and sends_itself(transport) else None
+        """Sends this connection's writes at the end of the turn (None: ``transport.write``)."""
+        self._in_turn = False
+        """Bytes of this turn wait in the transport's buffer for the turn writer."""
         transport.registerProducer(self, True)
+
+    def write(self, data: bytes) -> None:
+        """Write ``data`` after everything written before, counted while the transport is
+        paused (the outbound bound). The first write of a turn to an idle connection is put
+        into Twisted's buffer without waking the reactor's write watch; the turn writer
+        sends it, with the rest of the turn's, when the turn ends. A connection that is
+        already sending (its buffer not empty) or closing writes the Twisted way."""
+        transport = self.transport
+        if self._in_turn:
+            transport._tempDataBuffer.append(data)
+            transport._tempDataLen += len(data)
+            if transport._tempDataLen > transport.bufferSize:
+                transport._maybePauseProducer()
+        elif (self._turn is not None and not transport.dataBuffer
+              and not transport._tempDataLen and transport.connected
+              and not transport.disconnecting and not transport._aborting):
+            transport._tempDataBuffer.append(data)
+            transport._tempDataLen = len(data)
+            self._in_turn = True
+            self._turn.add(self)
+            if transport._tempDataLen > transport.bufferSize:
+                transport._maybePauseProducer()
+        else:
+            transport.write(data)
+        if self.paused:
+            self.wrote(len(data))
+
+    def send_turn(self) -> None:
+        """The turn ended: send what it wrote (the turn writer calls it), through the
+        transport's ``writeSomeData`` (so the listener counts the bytes). What the kernel
+        does not take, or a lost connection, is left to the reactor's ``doWrite`` as if
+        ``transport.write`` had buffered it; so is a transport with older bytes or a paused
+        producer (``doWrite`` resumes it)."""
+        self._in_turn = False
+        transport = self.transport
+        buffered = transport._tempDataBuffer
+        if not buffered or transport._aborting or not transport.connected:
+            return  # sent by the reactor meanwhile, or dropped with the connection
+        if transport.disconnecting or transport.dataBuffer or transport.producerPaused:
+            if transport.disconnecting or transport.doWrite() is not None or (
+                    transport.dataBuffer or transport._tempDataLen):
+                transport.startWriting()
+            return
+        data = buffered[0] if len(buffered) == 1 else b"".join(buffered)
+        transport._tempDataBuffer = []
+        transport._tempDataLen = 0
+        sent = transport.writeSomeData(data)
+        if sent == len(data):
+            return
+        transport.dataBuffer = data  # the rest, or all of it for doWrite to see the loss
+        transport.offset = sent if type(sent) is int else 0
+        transport.startWriting()
 
     def counting(self, write: Callable[[bytes], None] | None = None) -> Callable[[bytes], None]:
         """``write`` (by default the transport's own) that also counts what is written while

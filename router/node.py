@@ -29,8 +29,8 @@ from router.core.testament import Testaments
 from router.core.topic import SERVER_OWNED, Topic
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
-from router.flow import ConnectionFlow, IntakeGate
 from router.counting import counting_port
+from router.flow import ConnectionFlow, IntakeGate, TurnWriter
 from router.limits import ConnectionLimits
 from router.memory import MemoryReclaimer
 from router.metrics.retention import watch_retention
@@ -157,6 +157,8 @@ class Node:
         """Gives the memory of closed connections back to the operating system."""
         self.intake = IntakeGate()
         """Reads from publishing connections, paused while the store's writer is behind."""
+        self.turn_writer = TurnWriter(self.reactor)
+        """Sends what each reactor turn wrote to each connection, at the turn's end."""
         self.store.on_pressure = self.intake.set_paused
         self.eventlog = EventLogWriter(config.data_dir / "eventlog",
                                        config.eventlog.max_file_bytes,
@@ -392,7 +394,8 @@ class Node:
 
     def _protocol_factory(self, listener: ListenerConfig):
         new_flow = partial(ConnectionFlow, limits=listener.flow, clock=self.reactor,
-                           intake=self.intake, closed=self.reclaimer.released)
+                           intake=self.intake, closed=self.reclaimer.released,
+                           turn=self.turn_writer)
         if listener.type == "amqp":
             from router.amqp.transports import AmqpTcpFactory
             return AmqpTcpFactory(self.amqp[listener.realm], new_flow,

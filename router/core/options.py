@@ -126,10 +126,16 @@ class CallOptions:
     disclose_me: bool = False
 
 
+_NO_CALL_OPTIONS = CallOptions()
+"""A CALL without options (most of them): one shared, frozen value."""
+
+
 def parse_call_options(options: Details) -> CallOptions:
     """Validate and normalise a WAMP-style call options dict."""
     if type(options) is not dict:
         raise ProtocolViolation("call options must be a dict")
+    if not options:
+        return _NO_CALL_OPTIONS
     timeout = options.get("timeout", 0)
     if type(timeout) is not int or timeout < 0:
         raise ProtocolViolation("option 'timeout' must be a non-negative integer (ms)")

@@ -66,6 +66,9 @@ class Realm:
         self.history = engine.history
         self._forward = engine.forward
         self.uri_check = uri_check
+        self._procedures: dict[str, Topic] = {}
+        """Procedure URIs called that passed ``uri_check``, and their levels: checked and
+        split once, not on every call (bounded: cleared past 10,000)."""
         self.anonymous_role = anonymous_role
         self.authorizer = authorizer
         self.incidents = Incidents()
@@ -380,8 +383,13 @@ class Realm:
              kwargs: Kwargs | None, options: CallOptions, passthru: Passthru | None = None) -> None:
         """A CALL: checked and authorized, then answered by a router procedure or routed to a
         callee (on this node or, in a cluster, another)."""
-        self.check_uri(procedure)
-        levels = from_uri(procedure)
+        levels = self._procedures.get(procedure)
+        if levels is None:
+            self.check_uri(procedure)
+            levels = from_uri(procedure)
+            if len(self._procedures) >= 10_000:
+                self._procedures.clear()
+            self._procedures[procedure] = levels
         self.authorize(peer.info, "call", levels)
         disclose = (options.disclose_me
                     or self.authorizer.discloses(peer.info, "call", levels))

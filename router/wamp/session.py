@@ -40,6 +40,7 @@ from router.core.shared import SharedGroup
 from router.core.topic import from_uri
 from router.core.uri import EXACT
 from router.flow import disconnect_slow_consumer
+from router.wamp import codec
 from router.wamp.codec import InvalidUriRequest, WireMessage, decode
 from router.wamp.features import ROUTER_ROLES
 from router.wamp.handshake import (CHALLENGED, CLOSED, CLOSING, ESTABLISHED, HANDSHAKE,
@@ -488,7 +489,7 @@ class WampSession:
             return
         self.send(WireMessage([m.Unregistered.MESSAGE_TYPE, msg.request]))
 
-    def _on_call(self, msg: m.Call, raw: list) -> None:
+    def _on_call(self, msg: m.Call | codec.Call, raw: list) -> None:
         options = parse_call_options(raw[2])
         args, passthru = msg.args, None
         if msg.payload is not None or "ppt_scheme" in raw[2]:
@@ -506,7 +507,7 @@ class WampSession:
         except RouterError as exc:
             self._send_error(m.Call.MESSAGE_TYPE, msg.request, exc)
 
-    def _on_yield(self, msg: m.Yield, raw: list) -> None:
+    def _on_yield(self, msg: m.Yield | codec.Yield, raw: list) -> None:
         if not self._realm.dealer.was_issued(self, msg.request):
             raise ProtocolViolation(f"YIELD for unknown invocation {msg.request}")
         args, passthru = msg.args, None
@@ -704,8 +705,10 @@ _ESTABLISHED_HANDLERS = {
     m.Register: WampSession._on_register,
     m.Unregister: WampSession._on_unregister,
     m.Call: WampSession._on_call,
+    codec.Call: WampSession._on_call,
     m.Cancel: WampSession._on_cancel,
     m.Yield: WampSession._on_yield,
+    codec.Yield: WampSession._on_yield,
     m.Error: WampSession._on_error,
     InvalidUriRequest: WampSession._on_invalid_uri,
     m.EventReceived: WampSession._on_event_received,

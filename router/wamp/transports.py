@@ -18,6 +18,7 @@ from autobahn.wamp.interfaces import IObjectSerializer
 from autobahn.wamp.serializer import Serializer
 from autobahn.wamp.websocket import parseSubprotocolIdentifier
 from autobahn.websocket.types import ConnectionDeny
+from twisted.protocols.basic import Int32StringReceiver
 
 from router.flow import ConnectionFlow, FlowingProtocol
 from router.limits import GatedProtocol, ReleasesClosedFuture
@@ -69,11 +70,10 @@ class RouterWebSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtoc
             raise TransportLost()
         object_serializer = self.object_serializer
         if self._perMessageCompress is None and not self.send_queue:
-            data = msg.websocket_frame(object_serializer)
-            self.transport.write(data)
-        else:
-            data = msg.serialize(object_serializer)
-            self.sendMessage(data, object_serializer.BINARY)
+            self.flow.write(msg.websocket_frame(object_serializer))
+            return
+        data = msg.serialize(object_serializer)
+        self.sendMessage(data, object_serializer.BINARY)
         if self.flow.paused:
             self.flow.wrote(len(data))
 
@@ -125,8 +125,8 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, WampRawSocketServe
         self.is_closed = _NOBODY_WAITS
 
     def dataReceived(self, data: bytes) -> None:
-        if self._handshake_complete:
-            super().dataReceived(data)
+        if self._handshake_complete:  # straight to the frame parser (autobahn's checks again)
+            Int32StringReceiver.dataReceived(self, data)
             return
         if len(self._handshake_bytes) + len(data) >= 4:
             if self.gate.refused:
@@ -169,9 +169,7 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, WampRawSocketServe
         if len(frame) - 4 > self._max_len_send:
             raise PayloadExceededError(f"{len(frame) - 4} octets exceed the peer's limit of "
                                        f"{self._max_len_send}")
-        self.transport.write(frame)
-        if self.flow.paused:
-            self.flow.wrote(len(frame))
+        self.flow.write(frame)
 
     def lengthLimitExceeded(self, length: int) -> None:
         log.info("RawSocket peer %s sent %d octets, over the limit of %d: closing",
