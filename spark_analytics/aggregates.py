@@ -83,18 +83,15 @@ def split_percentiles(table: DataFrame, *names: str, cast: str | None = None) ->
 
 def topic_counters() -> dict[str, Column]:
     """Per-topic counts that only ever grow, so rollups merge them and the stream can keep
-    them as running state: what each record adds to each, summed per topic (0, never null)."""
+    them as running state."""
     publish = is_kind("publish")
-
-    def one_if(condition: Column) -> Column:
-        return F.when(condition, 1).otherwise(0)
     return {
-        "events": one_if(publish),
-        "bytes": F.when(publish, F.coalesce("payload_bytes", F.lit(0))).otherwise(0),
-        **{f"qos{level}": one_if(publish & (F.col("qos") == level)) for level in QOS_LEVELS},
-        "retained_publishes": one_if(publish & F.col("retain")),
-        **{kind: one_if(is_kind(kind)) for kind in RETAINED_KINDS},
-        "subscribes": one_if(is_kind("subscribe")),
+        "events": F.count_if(publish),
+        "bytes": F.coalesce(F.sum(F.when(publish, F.col("payload_bytes"))), F.lit(0)),
+        **{f"qos{level}": F.count_if(publish & (F.col("qos") == level)) for level in QOS_LEVELS},
+        "retained_publishes": F.count_if(publish & F.col("retain")),
+        **{kind: F.count_if(is_kind(kind)) for kind in RETAINED_KINDS},
+        "subscribes": F.count_if(is_kind("subscribe")),
     }
 
 

@@ -18,8 +18,7 @@ from spark_analytics.charts import draw_charts
 from spark_analytics.page import render_page
 from spark_analytics.progress import Progress
 from spark_analytics.reader import compacted_days, read_json_events, reads_json
-from spark_analytics.rollups import (Rollup, all_rollups, compute_all, merged,
-                                     read_stored_rollup)
+from spark_analytics.rollups import Rollup, all_rollups, merged, read_stored_rollup
 from spark_analytics.storage import Files, HadoopFiles, join, to_url, upload_folder
 from spark_analytics.tables import write_table
 
@@ -168,21 +167,20 @@ def read_rollups(spark: SparkSession, files: Files, logs: str, realm: str | None
     """Every rollup merged over the days in scope: the stored rollups of compacted days with
     the rollups of the JSON parts of the others (the parts the router has open included,
     copied into ``snapshot``). Returns the merged rollups (queries, each run by the tables
-    that read it; the few that several tables read are cached) and the rollups of the JSON
-    parts, computed in one read and one aggregation of the records and cached (None when
-    every day is compacted): unpersist them once the tables are built."""
+    that read it; the few that several tables read are cached) and the JSON records, parsed
+    once and cached (None when every day is compacted): unpersist them once the tables are
+    built."""
     compacted = compacted_days(files, logs, realm, since)
-    computed: dict[str, DataFrame] = {}
-    folded = None
+    records = None
     if reads_json(files, logs, realm, since) or not compacted:
         records = read_json_events(spark, logs, compacted, realm, since, snapshot).select(
-            *aggregates.USED_COLUMNS)
-        computed, folded = compute_all(records, all_rollups())
+            *aggregates.USED_COLUMNS).cache()
+        records.count()
 
     def plan(rollup: Rollup) -> DataFrame:
         parts = [read_stored_rollup(spark, logs, rollup, compacted)] if compacted else []
-        if rollup.name in computed:
-            parts.append(computed[rollup.name])
+        if records is not None:
+            parts.append(rollup.compute(records))
         rows = merged(rollup, parts)
         return rows.cache() if rollup.name in SHARED_ROLLUPS else rows
 
@@ -190,7 +188,7 @@ def read_rollups(spark: SparkSession, files: Files, logs: str, realm: str | None
     with ThreadPoolExecutor(TABLE_JOBS) as pool:
         rollups = dict(zip((rollup.name for rollup in all_rollups()),
                            pool.map(plan, all_rollups())))
-    return rollups, folded
+    return rollups, records
 
 
 def unpersist(frames: Iterable[DataFrame]) -> None:

@@ -62,7 +62,7 @@ def report_new_batches(queries: list[StreamingQuery], reported: dict[str, int],
 def topic_totals(events: DataFrame) -> DataFrame:
     return (events.where(F.col("topic").isNotNull())
             .groupBy("realm", "topic")
-            .agg(*(F.sum(row).alias(name) for name, row in topic_counters().items())))
+            .agg(*(counter.alias(name) for name, counter in topic_counters().items())))
 
 
 def events_per_minute(events: DataFrame, watermark_minutes: int) -> DataFrame:
