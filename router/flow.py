@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Protocol
 
-from twisted.internet import tcp
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
@@ -148,7 +147,12 @@ class TurnWriter:
 
 def sends_itself(transport: Any) -> bool:
     """Can the router send on this transport itself (:meth:`ConnectionFlow.write`)? A
-    plain TCP connection (Twisted's buffer attributes are what :class:`TurnWriter` uses)."""
+    plain TCP connection (Twisted's buffer attributes are what :class:`TurnWriter` uses);
+    not a TLS wrapper, which answers for those attributes by forwarding to the socket's."""
+    # imported here: Twisted's ``tcp`` imports its TLS support, which configuration loading
+    # (it imports this module) must not; by the first connection the reactor has it loaded
+    from twisted.internet import tcp
+
     return isinstance(transport, tcp.Connection) and not transport.TLS
 
 
