@@ -43,8 +43,11 @@ def test_replaced_persistent_sessions_do_not_accumulate(tmp_path):
             queue_for_offline_session(router, pool, client_id, topic)
             pool(V311, client_id=client_id, clean=True).disconnect()  # discards the queue
             sizes.append(rss_mb(router))
-        # each cycle queued ~15 MB of Python objects; kept, four cycles would add ~60 MB
-        assert sizes[-1] - sizes[0] < 20, sizes
+        # each cycle queued ~15 MB of Python objects; kept, four cycles would add ~60 MB.
+        # Measured at once (before the trim that follows a close), four cycles added 8-24 MB
+        # (2026-11-27, load 6-12, on every branch of that day): heap not yet trimmed and
+        # fragmented small-object arenas, not sessions kept
+        assert sizes[-1] - sizes[0] < 35, sizes
     finally:
         pool.close()
         router.stop()
