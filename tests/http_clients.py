@@ -146,6 +146,13 @@ class EventReader:
         return frame
 
     def close(self) -> None:
+        """Close the connection now. ``shutdown`` first: a bare ``close`` while the reading
+        thread is blocked in ``recv`` sends nothing until that ``recv`` returns (up to
+        TIMEOUT later), so the router went on counting the stream for 10 s."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # never connected, or the router closed it already
         try:
             self.sock.close()
         except OSError:

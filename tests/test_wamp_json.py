@@ -36,14 +36,14 @@ values = st.recursive(scalars, lambda inner: (st.lists(inner, max_size=5)
                       max_leaves=25)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(values, max_size=6))
 def test_encoding_decodes_to_what_autobahn_encodes(message):
     assert outcome(AUTOBAHN.unserialize, FAST.serialize(message)) == \
         outcome(AUTOBAHN.unserialize, AUTOBAHN.serialize(message))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(values, max_size=6), st.booleans())
 def test_decoding_matches_autobahn_on_any_text(message, ascii_only):
     # autobahn writes non-ASCII as UTF-8; other peers escape it, so decode both spellings
