@@ -267,6 +267,8 @@ def test_retained_browser_pages(page, router, mqtt):
     wait_until(page, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == 50,
                "the first page does not hold 50 topics")
     shown(page, "retained-count", "50+")
+    wait_until(page, seen.element_to_be_clickable((By.ID, "retained-more")),
+               "More is not offered after the first page")
     page.find_element(By.ID, "retained-more").click()
     wait_until(page, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == 55,
                "More did not add the last 5 topics")
