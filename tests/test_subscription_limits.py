@@ -110,7 +110,10 @@ def _assert_served_meanwhile(pinger: Pinger, start: float, end: float, least: in
     trips = pinger.within(start, end)
     assert len(trips) >= least, \
         f"only {len(trips)} PING round trips of another client fit in the {end - start:.3f} s"
-    assert max(trips) < (end - start) / 4, \
+    # a frozen router answers no PING until the packet is done (max trip ~ end - start); the
+    # pinger shares the test process's GIL with the client decoding 20,000 codes, so one trip
+    # took 0.71 s of 2.03 s on a loaded machine: half the packet's time still tells them apart
+    assert max(trips) < (end - start) / 2, \
         f"another client waited {max(trips):.3f} s of the packet's {end - start:.3f} s"
 
 
