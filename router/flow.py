@@ -265,6 +265,7 @@ class FlowingProtocol:
     """Mixin for a Twisted protocol whose factory has ``new_flow(transport)``: the
     connection's :class:`ConnectionFlow`, made when TCP connects, closed when it goes."""
 
+    __slots__ = ()  # a slotted protocol keeps ``flow`` in its own slots
     flow: ConnectionFlow
 
     def connectionMade(self) -> None:

@@ -68,19 +68,23 @@ class ConnectionLimits:
         """Add what ``protocol``'s connection reads and writes to this listener's byte
         totals, without a hook in any frontend. A :class:`CountingServer` transport (plain
         TCP listeners, see :func:`counting_port`) counts by itself. Otherwise (TLS) the
-        protocol's ``dataReceived`` (once per read) is wrapped in place, and so is the
+        protocol's ``dataReceived`` (once per read) is wrapped in place (a slotted protocol
+        is given these totals as ``counted_by`` and adds its reads), and so is the
         transport's ``write``: the bytes before TLS, not its encrypted records. The
         wrappers cost about 500 bytes per connection, which is why plain TCP has none."""
         transport = protocol.transport
         if type(transport) is CountingServer:
             return
-        receive = protocol.dataReceived
+        if not hasattr(protocol, "__dict__"):
+            protocol.counted_by = self  # slotted: it counts its reads itself
+        else:
+            receive = protocol.dataReceived
 
-        def counted_receive(data: bytes) -> None:
-            self.bytes_in += len(data)
-            receive(data)
+            def counted_receive(data: bytes) -> None:
+                self.bytes_in += len(data)
+                receive(data)
 
-        protocol.dataReceived = counted_receive
+            protocol.dataReceived = counted_receive
         if ISSLTransport.providedBy(transport):
             write = transport.write
 
@@ -109,7 +113,8 @@ class ConnectionLimits:
         transport = getattr(protocol, "transport", None)
         if type(transport) is CountingServer:
             return  # nothing was wrapped (and ``vars`` would make the dict it does without)
-        vars(protocol).pop("dataReceived", None)
+        if hasattr(protocol, "__dict__"):
+            vars(protocol).pop("dataReceived", None)
         if transport is not None:
             vars(transport).pop("writeSomeData", None)
             vars(transport).pop("write", None)
@@ -176,6 +181,22 @@ class CountingServer(tcp.Server):
     def repstr(self, text: str) -> None:
         pass
 
+    # Twisted keeps the socket's ``fileno`` method per connection (a bound method, 72
+    # bytes) and deletes it when the connection is lost, after which the class's answers
+    # -1: the same answers, the method looked up when asked
+    @property
+    def fileno(self) -> Callable[[], int]:
+        socket = getattr(self, "socket", None)
+        return _no_fileno if socket is None else socket.fileno
+
+    @fileno.setter
+    def fileno(self, method: Callable[[], int]) -> None:
+        pass
+
+    @fileno.deleter
+    def fileno(self) -> None:
+        pass
+
     def _dataReceived(self, data: bytes | None) -> Any:
         if data:
             self.limits.bytes_in += len(data)
@@ -186,6 +207,11 @@ class CountingServer(tcp.Server):
         if type(sent) is int:  # else the error that ends the connection
             self.limits.bytes_out += sent
         return sent
+
+
+def _no_fileno() -> int:
+    """A lost connection's file descriptor (Twisted's ``FileDescriptor.fileno``)."""
+    return -1
 
 
 def counting_port(port: Any) -> Any:
@@ -263,6 +289,7 @@ class GatedProtocol:
     is made, released when it is lost. The factory has ``limits`` (:class:`ConnectionLimits`).
     """
 
+    __slots__ = ()  # a slotted protocol keeps ``gate`` in its own slots
     gate: Gate | None = None
 
     def connectionMade(self) -> None:
