@@ -116,18 +116,27 @@ class _NoOwner:
 _NO_OWNER = _NoOwner()
 
 
+@dataclass(frozen=True)
+class FlowContext:
+    """What the flows of one listener's connections share (one reference in each flow,
+    not four: 32 bytes of every connection)."""
+
+    limits: FlowLimits
+    clock: Any
+    intake: IntakeGate
+    closed: Callable[[], None] = lambda: None
+    """Told when a connection is gone (its buffers and queues can be given back)."""
+
+
 @implementer(IPushProducer)
 class ConnectionFlow:
     """One connection's outbound bound and slow-consumer timer, and its read pausing."""
 
-    __slots__ = ("transport", "limits", "owner", "paused", "over", "publisher", "holding",
-                 "_clock", "_intake", "_on_closed", "_bytes", "_messages", "_timer", "_closed",
-                 "_write")
+    __slots__ = ("transport", "owner", "paused", "over", "publisher", "holding", "_context",
+                 "_bytes", "_messages", "_timer", "_closed", "_write")
 
-    def __init__(self, transport: Any, limits: FlowLimits, clock: Any,
-                 intake: IntakeGate, closed: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, transport: Any, context: FlowContext) -> None:
         self.transport = transport
-        self.limits = limits
         self.owner: FlowOwner = _NO_OWNER
         self.paused = False
         """The transport's buffer is full: QoS >= 1 waits (checked per queued write)."""
@@ -138,16 +147,18 @@ class ConnectionFlow:
         self.holding = False
         """Reads paused by the connection itself (a packet whose work takes several reactor
         turns): the intake gate does not resume them."""
-        self._clock = clock
-        self._intake = intake
-        self._on_closed = closed
-        """Told when the connection is gone (its buffers and queues can be given back)."""
+        self._context = context
         self._bytes = 0
         self._messages = 0
         self._timer = None
         self._closed = False
         self._write: Callable[[bytes], None] | None = None
         transport.registerProducer(self, True)
+
+    @property
+    def limits(self) -> FlowLimits:
+        """The listener's bound."""
+        return self._context.limits
 
     def counting(self, write: Callable[[bytes], None] | None = None) -> Callable[[bytes], None]:
         """``write`` (by default the transport's own) that also counts what is written while
@@ -168,8 +179,9 @@ class ConnectionFlow:
         """Account one message of ``size`` bytes written while paused."""
         self._bytes += size
         self._messages += 1
-        if (not self.over and (self._bytes > self.limits.max_buffered_bytes
-                               or self._messages > self.limits.max_buffered_messages)):
+        limits = self._context.limits
+        if (not self.over and (self._bytes > limits.max_buffered_bytes
+                               or self._messages > limits.max_buffered_messages)):
             self.overflow()
 
     def overflow(self) -> None:
@@ -182,14 +194,14 @@ class ConnectionFlow:
         only while the transport accepts and so never crosses the bound): start the
         slow-consumer clock all the same; the next ``resumeProducing`` stops it."""
         if self._timer is None and not self._closed:
-            self._timer = self._clock.callLater(self.limits.slow_consumer_timeout,
+            self._timer = self._context.clock.callLater(self.limits.slow_consumer_timeout,
                                                 self._too_slow)
 
     def became_publisher(self) -> None:
         """The connection published: its reads pause while the store is behind."""
         self.publisher = True
         if not self._closed:
-            self._intake.add(self)
+            self._context.intake.add(self)
 
     # IPushProducer (called by the transport) ------------------------------------------
 
@@ -221,7 +233,7 @@ class ConnectionFlow:
         self.holding = hold
         if hold:
             self.transport.pauseProducing()
-        elif not (self.publisher and self._intake.paused):
+        elif not (self.publisher and self._context.intake.paused):
             self.transport.resumeProducing()
 
     # life cycle -------------------------------------------------------------------------
@@ -240,9 +252,9 @@ class ConnectionFlow:
             return
         self._closed = True
         self._cancel_timer()
-        self._intake.discard(self)
+        self._context.intake.discard(self)
         self.owner = _NO_OWNER
-        self._on_closed()
+        self._context.closed()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

@@ -29,7 +29,7 @@ from router.core.testament import Testaments
 from router.core.topic import SERVER_OWNED, Topic
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
-from router.flow import ConnectionFlow, IntakeGate
+from router.flow import ConnectionFlow, FlowContext, IntakeGate
 from router.http.api import HttpApi, http_site
 from router.http.console import ConsoleResource
 from router.http.tokens import TokenFile
@@ -385,8 +385,8 @@ class Node:
         return http_site(api, listener.max_message_size, listener.limits.handshake_timeout)
 
     def _protocol_factory(self, listener: ListenerConfig):
-        new_flow = partial(ConnectionFlow, limits=listener.flow, clock=self.reactor,
-                           intake=self.intake, closed=self.reclaimer.released)
+        new_flow = partial(ConnectionFlow, context=FlowContext(
+            listener.flow, self.reactor, self.intake, self.reclaimer.released))
         if listener.type == "amqp":
             from router.amqp.transports import AmqpTcpFactory
             return AmqpTcpFactory(self.amqp[listener.realm], new_flow,
