@@ -12,6 +12,7 @@ AMQP: OPEN after SASL, or the SASL refusal); each frontend says when it is done.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -155,6 +156,9 @@ class CountingServer(tcp.Server):
     bufferSize = READ_CHUNK
 
     def __init__(self, sock, protocol, client, server, sessionno, reactor) -> None:
+        # the peer's host text, one per connection from accept (58 bytes for an IPv4
+        # address), shared by the connections from one host (interned: freed with the last)
+        client = (sys.intern(client[0]),) + tuple(client[1:])
         super().__init__(sock, protocol, client, server, sessionno, reactor)
         self.dataBuffer = b""
         self.offset = 0
