@@ -116,17 +116,14 @@ class _RawSocketEnd:
     in :class:`RouterRawSocketProtocol`'s bases)."""
 
     __slots__ = ()
-    peer: str
     transport: Any
     _session: WampSession | None
 
     def connectionMade(self) -> None:
-        """The end of the mixins' chain: the peer, as autobahn describes it."""
-        self.peer = peer2str(self.transport)
+        """The end of the mixins' chain."""
 
     def connectionLost(self, reason: Any = connectionDone) -> None:
         """The end of the mixins' chain: the session is told, errors logged and ignored."""
-        self.connected = 0
         session, self._session = self._session, None
         if session is not None:
             try:
@@ -145,16 +142,13 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, _RawSocketEnd):
     copy of the serializer, transport details and a closing Deferred: about 450 bytes of
     every idle session. This one is slotted and keeps what the session uses."""
 
-    __slots__ = ("factory", "transport", "connected", "gate", "flow", "peer",
-                 "object_serializer", "counted_by", "_session", "_handshake", "_buffer",
+    __slots__ = ("factory", "transport", "gate", "flow", "object_serializer", "counted_by", "_session", "_handshake", "_buffer",
                  "_max_len_send")
 
     def __init__(self, factory: "RouterRawSocketFactory") -> None:
         self.factory = factory
         self.transport: Any = None
-        self.connected = 0
         self.gate = None
-        self.peer = "unknown"
         self.object_serializer: IObjectSerializer | None = None
         self.counted_by: ConnectionLimits | None = None
         """Where its reads are counted, when its transport does not count them (TLS, see
@@ -169,9 +163,14 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, _RawSocketEnd):
     # Twisted's IProtocol ----------------------------------------------------------------
 
     def makeConnection(self, transport: Any) -> None:
-        self.connected = 1
         self.transport = transport
         self.connectionMade()
+
+    @property
+    def peer(self) -> str:
+        """The peer as autobahn describes it (``tcp4:127.0.0.1:53124``), made when asked: the
+        session keeps it once joined."""
+        return peer2str(self.transport) if self.transport is not None else "unknown"
 
     def logPrefix(self) -> str:
         return self.__class__.__name__
