@@ -169,19 +169,30 @@ class _NoOwner:
 _NO_OWNER = _NoOwner()
 
 
+@dataclass(frozen=True)
+class FlowContext:
+    """What the flows of one listener's connections share (one reference in each flow,
+    not four: 32 bytes of every connection)."""
+
+    limits: FlowLimits
+    clock: Any
+    intake: IntakeGate
+    closed: Callable[[], None] = lambda: None
+    """Told when a connection is gone (its buffers and queues can be given back)."""
+    turn: TurnWriter | None = None
+    """Sends the listener's plain-TCP writes at the end of each reactor turn (None: each
+    connection writes through ``transport.write``)."""
+
+
 @implementer(IPushProducer)
 class ConnectionFlow:
     """One connection's outbound bound and slow-consumer timer, and its read pausing."""
 
-    __slots__ = ("transport", "limits", "owner", "paused", "over", "publisher", "holding",
-                 "_clock", "_intake", "_on_closed", "_bytes", "_messages", "_timer", "_closed",
-                 "_write", "_turn", "_in_turn")
+    __slots__ = ("transport", "owner", "paused", "over", "publisher", "holding", "_context",
+                 "_bytes", "_messages", "_timer", "_closed", "_write", "_turn", "_in_turn")
 
-    def __init__(self, transport: Any, limits: FlowLimits, clock: Any,
-                 intake: IntakeGate, closed: Callable[[], None] = lambda: None,
-                 turn: TurnWriter | None = None) -> None:
+    def __init__(self, transport: Any, context: FlowContext) -> None:
         self.transport = transport
-        self.limits = limits
         self.owner: FlowOwner = _NO_OWNER
         self.paused = False
         """The transport's buffer is full: QoS >= 1 waits (checked per queued write)."""
@@ -192,15 +203,13 @@ class ConnectionFlow:
         self.holding = False
         """Reads paused by the connection itself (a packet whose work takes several reactor
         turns): the intake gate does not resume them."""
-        self._clock = clock
-        self._intake = intake
-        self._on_closed = closed
-        """Told when the connection is gone (its buffers and queues can be given back)."""
+        self._context = context
         self._bytes = 0
         self._messages = 0
         self._timer = None
         self._closed = False
         self._write: Callable[[bytes], None] | None = None
+        turn = context.turn
         self._turn = turn if turn is not None and sends_itself(transport) else None
         """Sends this connection's writes at the end of the turn (None: ``transport.write``)."""
         self._in_turn = False
@@ -259,6 +268,11 @@ class ConnectionFlow:
         transport.offset = sent if type(sent) is int else 0
         transport.startWriting()
 
+    @property
+    def limits(self) -> FlowLimits:
+        """The listener's bound."""
+        return self._context.limits
+
     def counting(self, write: Callable[[bytes], None] | None = None) -> Callable[[bytes], None]:
         """``write`` (by default the transport's own) that also counts what is written while
         the transport is paused (a bound method of the flow: no closure per connection,
@@ -278,8 +292,9 @@ class ConnectionFlow:
         """Account one message of ``size`` bytes written while paused."""
         self._bytes += size
         self._messages += 1
-        if (not self.over and (self._bytes > self.limits.max_buffered_bytes
-                               or self._messages > self.limits.max_buffered_messages)):
+        limits = self._context.limits
+        if (not self.over and (self._bytes > limits.max_buffered_bytes
+                               or self._messages > limits.max_buffered_messages)):
             self.overflow()
 
     def overflow(self) -> None:
@@ -292,14 +307,14 @@ class ConnectionFlow:
         only while the transport accepts and so never crosses the bound): start the
         slow-consumer clock all the same; the next ``resumeProducing`` stops it."""
         if self._timer is None and not self._closed:
-            self._timer = self._clock.callLater(self.limits.slow_consumer_timeout,
+            self._timer = self._context.clock.callLater(self.limits.slow_consumer_timeout,
                                                 self._too_slow)
 
     def became_publisher(self) -> None:
         """The connection published: its reads pause while the store is behind."""
         self.publisher = True
         if not self._closed:
-            self._intake.add(self)
+            self._context.intake.add(self)
 
     # IPushProducer (called by the transport) ------------------------------------------
 
@@ -331,7 +346,7 @@ class ConnectionFlow:
         self.holding = hold
         if hold:
             self.transport.pauseProducing()
-        elif not (self.publisher and self._intake.paused):
+        elif not (self.publisher and self._context.intake.paused):
             self.transport.resumeProducing()
 
     # life cycle -------------------------------------------------------------------------
@@ -350,9 +365,9 @@ class ConnectionFlow:
             return
         self._closed = True
         self._cancel_timer()
-        self._intake.discard(self)
+        self._context.intake.discard(self)
         self.owner = _NO_OWNER
-        self._on_closed()
+        self._context.closed()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -375,6 +390,7 @@ class FlowingProtocol:
     """Mixin for a Twisted protocol whose factory has ``new_flow(transport)``: the
     connection's :class:`ConnectionFlow`, made when TCP connects, closed when it goes."""
 
+    __slots__ = ()  # a slotted protocol keeps ``flow`` in its own slots
     flow: ConnectionFlow
 
     def connectionMade(self) -> None:

@@ -66,21 +66,25 @@ class ConnectionLimits:
 
     def count_bytes(self, protocol: Any) -> None:
         """Add what ``protocol``'s connection reads and writes to this listener's byte
-        totals, without a hook in any frontend. A transport that counts by itself (``counts_bytes``: plain TCP
-        listeners, see :mod:`router.counting`) needs nothing. Otherwise (TLS) the
-        protocol's ``dataReceived`` (once per read) is wrapped in place, and so is the
-        transport's ``write``: the bytes before TLS, not its encrypted records. The
+        totals, without a hook in any frontend. A transport that counts by itself
+        (``counts_bytes``: plain TCP listeners, see :mod:`router.counting`) needs nothing.
+        Otherwise (TLS) the protocol's ``dataReceived`` (once per read) is wrapped in place
+        (a slotted protocol is given these totals as ``counted_by`` and adds its reads), and
+        so is the transport's ``write``: the bytes before TLS, not its encrypted records. The
         wrappers cost about 500 bytes per connection, which is why plain TCP has none."""
         transport = protocol.transport
         if getattr(transport, "counts_bytes", False):
             return
-        receive = protocol.dataReceived
+        if not hasattr(protocol, "__dict__"):
+            protocol.counted_by = self  # slotted: it counts its reads itself
+        else:
+            receive = protocol.dataReceived
 
-        def counted_receive(data: bytes) -> None:
-            self.bytes_in += len(data)
-            receive(data)
+            def counted_receive(data: bytes) -> None:
+                self.bytes_in += len(data)
+                receive(data)
 
-        protocol.dataReceived = counted_receive
+            protocol.dataReceived = counted_receive
         if ISSLTransport.providedBy(transport):
             write = transport.write
 
@@ -109,7 +113,8 @@ class ConnectionLimits:
         transport = getattr(protocol, "transport", None)
         if getattr(transport, "counts_bytes", False):
             return  # nothing was wrapped (and ``vars`` would make the dict it does without)
-        vars(protocol).pop("dataReceived", None)
+        if hasattr(protocol, "__dict__"):
+            vars(protocol).pop("dataReceived", None)
         if transport is not None:
             vars(transport).pop("writeSomeData", None)
             vars(transport).pop("write", None)
@@ -198,6 +203,7 @@ class GatedProtocol:
     is made, released when it is lost. The factory has ``limits`` (:class:`ConnectionLimits`).
     """
 
+    __slots__ = ()  # a slotted protocol keeps ``gate`` in its own slots
     gate: Gate | None = None
 
     def connectionMade(self) -> None:

@@ -30,7 +30,7 @@ from router.core.topic import SERVER_OWNED, Topic
 from router.eventlog.realm_log import RealmEventLog
 from router.eventlog.writer import EventLogWriter
 from router.counting import counting_port
-from router.flow import ConnectionFlow, IntakeGate, TurnWriter
+from router.flow import ConnectionFlow, FlowContext, IntakeGate, TurnWriter
 from router.limits import ConnectionLimits
 from router.memory import MemoryReclaimer
 from router.metrics.retention import watch_retention
@@ -393,9 +393,9 @@ class Node:
         return http_site(api, listener.max_message_size, listener.limits.handshake_timeout)
 
     def _protocol_factory(self, listener: ListenerConfig):
-        new_flow = partial(ConnectionFlow, limits=listener.flow, clock=self.reactor,
-                           intake=self.intake, closed=self.reclaimer.released,
-                           turn=self.turn_writer)
+        new_flow = partial(ConnectionFlow, context=FlowContext(
+            listener.flow, self.reactor, self.intake, self.reclaimer.released,
+            self.turn_writer))
         if listener.type == "amqp":
             from router.amqp.transports import AmqpTcpFactory
             return AmqpTcpFactory(self.amqp[listener.realm], new_flow,

@@ -66,7 +66,7 @@ class Broker:
             subscription = self.shared.lookup(topic, match, group)
         if (limit is not None and self._held_by(peer.info.session_id) >= limit
                 and (subscription is None
-                     or peer.info.session_id not in subscription.subscribers)):
+                     or not subscription.has(peer.info.session_id))):
             raise RouterError(errors.LIMIT_EXCEEDED,
                               f"the session holds {limit} subscriptions, the maximum")
         created = subscription is None
@@ -81,8 +81,7 @@ class Broker:
             elif self._interest is not None:
                 self._interest(subscription, True)
         session_id = peer.info.session_id
-        already = session_id in subscription.subscribers
-        subscription.subscribers[session_id] = peer
+        already = not subscription.add(session_id, peer)
         if not already:
             subscription.protocols = counted(subscription.protocols, peer.info.protocol, 1)
         held = self._by_session.get(session_id)
@@ -102,7 +101,7 @@ class Broker:
         """Remove ``peer`` from a subscription; ``None`` if it was not subscribed."""
         subscription = self.find(subscription_id)
         session_id = peer.info.session_id
-        if subscription is None or session_id not in subscription.subscribers:
+        if subscription is None or not subscription.has(session_id):
             return None
         self._drop(session_id, subscription)
         held = self._by_session.get(session_id)
@@ -128,7 +127,7 @@ class Broker:
             self._drop(session_id, subscription)
 
     def _drop(self, session_id: int, subscription: Subscription) -> None:
-        peer = subscription.subscribers.pop(session_id)
+        peer = subscription.remove(session_id)
         subscription.protocols = counted(subscription.protocols, peer.info.protocol, -1)
         if not subscription.is_meta:
             self._meta("wamp.subscription.on_unsubscribe", [session_id, subscription.id])
@@ -164,7 +163,9 @@ class Broker:
             for protocol, n in subscription.protocols:
                 counts[protocol] += n
             held = subscription.held
-            for session_id, peer in list(subscription.subscribers.items()):
+            members = subscription.subscribers  # Subscription.pairs(), inlined
+            for session_id, peer in (list(members.items()) if isinstance(members, dict)
+                                     else () if members is None else (members,)):
                 if session_id == publisher_id or (eligibility is not None
                                                   and not eligibility.admits(peer.info)):
                     counts[peer.info.protocol] -= 1

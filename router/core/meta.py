@@ -116,10 +116,10 @@ def install_subscription_meta(realm: Realm) -> None:
         return subscription(args).details()
 
     def list_subscribers(caller: SessionInfo, args: Args, kwargs: Kwargs) -> list[int]:
-        return list(subscription(args).subscribers)
+        return subscription(args).session_ids()
 
     def count_subscribers(caller: SessionInfo, args: Args, kwargs: Kwargs) -> int:
-        return len(subscription(args).subscribers)
+        return len(subscription(args).pairs())
 
     realm.dealer.procedures.update({
         "wamp.subscription.list": list_,

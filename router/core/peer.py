@@ -138,7 +138,10 @@ class Subscription:
         self.match = match
         self.created = time.time()
         """When (a float: the ISO text :meth:`details` shows is made when asked)."""
-        self.subscribers: dict[int, Peer] = {}
+        self.subscribers: dict[int, Peer] | tuple[int, Peer] | None = None
+        """Its sessions: none, the first as a (session id, peer) pair (56 bytes; a
+        one-entry dict is 224 of every subscription with one subscriber), a dict from the
+        second on. Read through :meth:`has`, :meth:`pairs` and the like."""
         self.is_meta = is_reserved(topic)
         self.protocols: ProtocolCounts = NO_PROTOCOLS
         """Subscribers per protocol name: a dispatch counts its deliveries per subscription
@@ -146,6 +149,55 @@ class Subscription:
         shared tuple (:func:`counted`), not a Counter (208 bytes per subscription)."""
         self.held: "dict[int, HeldEvents] | None" = None
         """Per session, the retained backlog its live events wait behind (None: none)."""
+
+    def has(self, session_id: int) -> bool:
+        """Whether the session is subscribed."""
+        members = self.subscribers
+        if type(members) is tuple:
+            return members[0] == session_id
+        return members is not None and session_id in members
+
+    def add(self, session_id: int, peer: Peer) -> bool:
+        """Subscribe (or re-subscribe) the session; True if it was not yet."""
+        members = self.subscribers
+        if members is None:
+            self.subscribers = (session_id, peer)
+            return True
+        if type(members) is tuple:
+            if members[0] == session_id:
+                self.subscribers = (session_id, peer)
+                return False
+            self.subscribers = members = {members[0]: members[1]}
+        assert type(members) is dict
+        added = session_id not in members
+        members[session_id] = peer
+        return added
+
+    def remove(self, session_id: int) -> Peer:
+        """Unsubscribe the session (it is subscribed); its peer."""
+        members = self.subscribers
+        if type(members) is tuple and members[0] == session_id:
+            self.subscribers = None
+            return members[1]
+        if type(members) is not dict:
+            raise KeyError(session_id)
+        return members.pop(session_id)
+
+    def pairs(self) -> "list[tuple[int, Peer]] | tuple[tuple[int, Peer], ...]":
+        """(session id, peer) of every subscriber, a copy (inlined in
+        :meth:`router.core.broker.Broker.dispatch`)."""
+        members = self.subscribers
+        if isinstance(members, dict):
+            return list(members.items())
+        return () if members is None else (members,)
+
+    def peers(self) -> list[Peer]:
+        """The subscribers' peers, in the order they subscribed."""
+        return [peer for _, peer in self.pairs()]
+
+    def session_ids(self) -> list[int]:
+        """The subscribers' session ids, in the order they subscribed."""
+        return [session_id for session_id, _ in self.pairs()]
 
     @property
     def uri(self) -> str:

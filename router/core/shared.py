@@ -54,7 +54,7 @@ class SharedGroup(Subscription):
                 leaving: int | None = None) -> Peer | None:
         """Give ``publication`` to one member (not ``leaving``): the member that took it,
         None if none did."""
-        members = list(self.subscribers.values())
+        members = self.peers()
         count = len(members)
         waiting: list[int] = []
         start = self.turn

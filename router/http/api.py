@@ -523,7 +523,7 @@ class HttpApi(Resource):
         listed = []
         for subscription in itertools.islice(every, offset, offset + limit):
             details = subscription.details()
-            details["subscribers"] = list(subscription.subscribers)
+            details["subscribers"] = subscription.session_ids()
             listed.append(details)
         return {"total": len(every), "subscriptions": listed}
 

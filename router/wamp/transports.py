@@ -8,9 +8,11 @@ violations with ABORT instead of dropping the connection silently).
 from __future__ import annotations
 
 import logging
-from typing import Callable
+import math
+import struct
+from typing import Any, Callable
 
-from autobahn.twisted.rawsocket import WampRawSocketServerFactory, WampRawSocketServerProtocol
+from autobahn.twisted.util import peer2str
 from autobahn.twisted.websocket import WampWebSocketServerFactory, WampWebSocketServerProtocol
 from autobahn.exception import PayloadExceededError
 from autobahn.wamp.exception import TransportLost
@@ -18,10 +20,13 @@ from autobahn.wamp.interfaces import IObjectSerializer
 from autobahn.wamp.serializer import Serializer
 from autobahn.wamp.websocket import parseSubprotocolIdentifier
 from autobahn.websocket.types import ConnectionDeny
-from twisted.protocols.basic import Int32StringReceiver
+from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import ILoggingContext, IProtocol
+from twisted.internet.protocol import Factory, connectionDone
+from zope.interface import implementer
 
 from router.flow import ConnectionFlow, FlowingProtocol
-from router.limits import GatedProtocol, ReleasesClosedFuture
+from router.limits import ConnectionLimits, GatedProtocol, ReleasesClosedFuture
 from router.wamp.codec import WireMessage
 from router.wamp.session import WampSession
 
@@ -98,68 +103,142 @@ class RouterWebSocketFactory(WampWebSocketServerFactory):
                                 maxFramePayloadSize=max_message_size)
 
 
-class _NobodyWaits:
-    """A closing future no one waits on: resolving it does nothing."""
-
-    def callback(self, result: object) -> None:
-        pass
-
-
-_NOBODY_WAITS = _NobodyWaits()
+_LENGTH = struct.Struct("!I")
+"""A RawSocket frame's 4-octet length prefix (Twisted's Int32StringReceiver's)."""
+_MAX_LEN_SEND = tuple(2 ** (9 + exponent) for exponent in range(16))
+"""The maximum a peer may announce, by its 4-bit exponent: one int object for all
+connections (an int over 256 is 32 bytes per connection otherwise)."""
 
 
-class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, WampRawSocketServerProtocol):
-    """WAMP over RawSocket, router side, with the spec's handshake error replies."""
+class _RawSocketEnd:
+    """Where the mixins' ``connectionMade`` and ``connectionLost`` chains end (below them
+    in :class:`RouterRawSocketProtocol`'s bases)."""
+
+    __slots__ = ()
+    transport: Any
+    _session: WampSession | None
 
     def connectionMade(self) -> None:
-        # the names autobahn and Int32StringReceiver first set at the handshake, set now: a
-        # name first set once a few dozen connections exist makes that connection's
-        # instance a full dict (~830 bytes, see router.counting.CountingServer)
-        self.MAX_LENGTH = self.MAX_LENGTH
-        self._unprocessed = b""
-        self.object_serializer = None
-        super().connectionMade()
-        # nothing in the router waits for autobahn's closing future (a Deferred and its
-        # callback list, ~130 bytes per connection, and a cycle once resolved with the
-        # protocol itself): connectionLost resolves this instead
-        self.is_closed = _NOBODY_WAITS
+        """The end of the mixins' chain."""
+
+    def connectionLost(self, reason: Any = connectionDone) -> None:
+        """The end of the mixins' chain: the session is told, errors logged and ignored."""
+        session, self._session = self._session, None
+        if session is not None:
+            try:
+                session.onClose(isinstance(reason.value, ConnectionDone))
+            except Exception:
+                log.exception("RawSocket session's onClose failed")
+
+
+@implementer(IProtocol, ILoggingContext)
+class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, _RawSocketEnd):
+    """WAMP over RawSocket, router side: the handshake (with the spec's error replies) and
+    the framing are its own, on Twisted's protocol interface.
+
+    autobahn's server protocol (on Twisted's ``Int32StringReceiver``) kept a full instance
+    dict per connection (Twisted's receiver reads ``self.__dict__`` on every frame), a
+    copy of the serializer, transport details and a closing Deferred: about 450 bytes of
+    every idle session. This one is slotted and keeps what the session uses."""
+
+    __slots__ = ("factory", "transport", "gate", "flow", "object_serializer", "counted_by",
+                 "_session", "_handshake", "_buffer", "_max_len_send")
+
+    def __init__(self, factory: "RouterRawSocketFactory") -> None:
+        self.factory = factory
+        self.transport: Any = None
+        self.gate = None
+        self.object_serializer: IObjectSerializer | None = None
+        self.counted_by: ConnectionLimits | None = None
+        """Where its reads are counted, when its transport does not count them (TLS, see
+        :meth:`ConnectionLimits.count_bytes`)."""
+        self._session: WampSession | None = None
+        self._handshake: bytes | None = b""
+        """The handshake octets received so far; None once it is answered."""
+        self._buffer = b""
+        """Octets of a frame not yet complete."""
+        self._max_len_send = _MAX_LEN_SEND[-1]
+
+    # Twisted's IProtocol ----------------------------------------------------------------
+
+    def makeConnection(self, transport: Any) -> None:
+        self.transport = transport
+        self.connectionMade()
+
+    @property
+    def peer(self) -> str:
+        """The peer as autobahn describes it (``tcp4:127.0.0.1:53124``), made when asked: the
+        session keeps it once joined."""
+        return peer2str(self.transport) if self.transport is not None else "unknown"
+
+    def logPrefix(self) -> str:
+        return self.__class__.__name__
 
     def dataReceived(self, data: bytes) -> None:
-        if self._handshake_complete:  # straight to the frame parser (autobahn's checks again)
-            Int32StringReceiver.dataReceived(self, data)
-            return
-        if len(self._handshake_bytes) + len(data) >= 4:
-            if self.gate.refused:
-                self._refuse(RAWSOCKET_ERROR_MAX_CONNECTIONS)
+        if self.counted_by is not None:
+            self.counted_by.bytes_in += len(data)
+        if self._handshake is not None:
+            data = self._handshake_received(data)
+            if not data:
                 return
-            handshake = (self._handshake_bytes + data)[:4]
-            serializer_id = handshake[1] & 0x0F
-            if handshake[0] == RAWSOCKET_MAGIC:
-                if handshake[2:4] != b"\x00\x00":
-                    self._refuse(RAWSOCKET_ERROR_RESERVED_BITS)
-                    return
-                if serializer_id not in self.factory.object_serializers:
-                    self._refuse(RAWSOCKET_ERROR_SERIALIZER_UNSUPPORTED)
-                    return
-                self.object_serializer = self.factory.object_serializers[serializer_id]
-        super().dataReceived(data)
-        if self._handshake_complete and self._serializer is not None:
-            # autobahn copied the factory's serializer for this connection (for its
-            # statistics, ~230 bytes); the router sends and decodes with the shared
-            # object serializer, so the connection keeps the factory's own. Its transport
-            # details (~240 bytes) and handshake bytes served the handshake; the router
-            # reads the peer only.
-            self._serializer = self.factory._serializers.get(
-                self._serializer.RAWSOCKET_SERIALIZER_ID, self._serializer)
-            self._transport_details = None
-            self._handshake_bytes = b""
+        buffer = self._buffer + data if self._buffer else data
+        offset, end, limit = 0, len(buffer), self.factory.max_length
+        while end - offset >= 4:
+            length = _LENGTH.unpack_from(buffer, offset)[0]
+            if length > limit:
+                self.lengthLimitExceeded(length)
+                return
+            start = offset + 4
+            offset = start + length
+            if offset > end:
+                offset = start - 4
+                break
+            self._session.on_payload(buffer[start:offset], None)  # type: ignore[union-attr]
+        self._buffer = buffer[offset:] if offset < end else b""
+
+    # the handshake ----------------------------------------------------------------------
+
+    def _handshake_received(self, data: bytes) -> bytes:
+        """Take the handshake's octets from ``data``; what follows it is returned."""
+        handshake = self._handshake + data  # type: ignore[operator]
+        if len(handshake) < 4:
+            self._handshake = handshake
+            return b""
+        self._handshake = None
+        if self.gate.refused:  # type: ignore[union-attr]
+            self._refuse(RAWSOCKET_ERROR_MAX_CONNECTIONS)
+            return b""
+        if handshake[0] != RAWSOCKET_MAGIC:
+            log.info("RawSocket peer %s sent no RawSocket handshake: closing", self.peer)
+            self.transport.abortConnection()
+            return b""
+        if handshake[2:4] != b"\x00\x00":
+            self._refuse(RAWSOCKET_ERROR_RESERVED_BITS)
+            return b""
+        serializer_id = handshake[1] & 0x0F
+        object_serializer = self.factory.object_serializers.get(serializer_id)
+        if object_serializer is None:
+            self._refuse(RAWSOCKET_ERROR_SERIALIZER_UNSUPPORTED)
+            return b""
+        self.object_serializer = object_serializer
+        self._max_len_send = _MAX_LEN_SEND[handshake[1] >> 4]
+        self.transport.write(bytes([RAWSOCKET_MAGIC,
+                                    self.factory.length_exponent << 4 | serializer_id, 0, 0]))
+        try:
+            self._session = session = self.factory.session_factory()
+            session.onOpen(self)
+        except Exception:
+            log.exception("RawSocket session could not start")
+            self._session = None
+            self.transport.abortConnection()
+            return b""
+        return handshake[4:]
 
     def _refuse(self, code: int) -> None:
         self.transport.write(bytes([RAWSOCKET_MAGIC, code << 4, 0, 0]))
         self.flow.lose_connection()
 
-    def stringReceived(self, payload: bytes) -> None:
-        self._session.on_payload(payload, None)
+    # what the session uses (router.wamp.outlet.Outlet) ----------------------------------
 
     def send(self, msg: WireMessage) -> None:
         """Send one frame, refusing messages over the peer's announced maximum length."""
@@ -173,22 +252,32 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, WampRawSocketServe
 
     def lengthLimitExceeded(self, length: int) -> None:
         log.info("RawSocket peer %s sent %d octets, over the limit of %d: closing",
-                 self.peer, length, self.MAX_LENGTH)
+                 self.peer, length, self.factory.max_length)
+        self._buffer = b""
         self.transport.abortConnection()
 
     def close_wamp(self) -> None:
         self.flow.lose_connection()
 
 
-class RouterRawSocketFactory(WampRawSocketServerFactory):
+class RouterRawSocketFactory(Factory):
+    """Makes :class:`RouterRawSocketProtocol` connections of one RawSocket listener."""
+
     protocol = RouterRawSocketProtocol
 
     def __init__(self, session_factory: Callable[[], WampSession], serializers: list[Serializer],
                  max_message_size: int, new_flow: Callable[[object], ConnectionFlow]) -> None:
-        super().__init__(session_factory, serializers=serializers)
+        self.session_factory = session_factory
         self.object_serializers: dict[int, IObjectSerializer] = {
             serializer.RAWSOCKET_SERIALIZER_ID: serializer.object_serializer
             for serializer in serializers}
         """By RawSocket serializer id: the ones the router created, shared by connections."""
-        self.setProtocolOptions(maxMessagePayloadSize=max_message_size)
+        self.length_exponent = max(0, math.ceil(math.log2(max_message_size)) - 9)
+        """What the handshake reply announces: 2 ** (9 + this) octets, at least
+        ``max_message_size`` (as autobahn rounded it)."""
+        self.max_length = 2 ** (9 + self.length_exponent)
+        """The longest frame a peer may send."""
         self.new_flow = new_flow
+
+    def buildProtocol(self, addr: Any) -> RouterRawSocketProtocol:
+        return RouterRawSocketProtocol(self)
