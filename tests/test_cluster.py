@@ -21,6 +21,7 @@ import pytest
 from autobahn.wamp.types import PublishOptions
 
 from router.engines.records import decode_retained, unpack_topic
+from router.engines.redis.realm import INTEREST_CHANNEL, unpack_patterns
 from router.engines.redis.resp import INCOMPLETE, BlockingRedis, command, parse
 from router.engines.records import topic_key
 from spark_analytics.reader import read_events
@@ -313,6 +314,40 @@ def test_a_node_without_matching_subscribers_is_sent_nothing(cluster):
 
     run(scenario())
     watch.close()
+
+
+def test_interest_announced_while_a_node_was_not_listening_reaches_it(tmp_path):
+    """A node that did not listen to the interest channel when another node announced a
+    subscription (its start-up, a lost subscriber connection) reads the interest hash again
+    once subscribed, so it sends that node its publications: without it, they would be
+    acknowledged to the publisher and go nowhere, for good (a bridge's queue on another
+    node lost them: tests/test_bridges.py::test_on_redis_the_queue_moves_with_the_bridge)."""
+    with redis_cluster(tmp_path, start_node, names=("a", "b")) as (redis, nodes):
+        admin = BlockingRedis("127.0.0.1", redis.port, 0)
+
+        async def scenario():
+            publisher = await connect(nodes["b"])
+            subscriber = await connect(nodes["a"])
+            for _ in range(5):  # until a announced while b was not listening
+                # every node's subscriber connection: back after Twisted's reconnect delay
+                admin.call("CLIENT", "KILL", "TYPE", "pubsub")
+                name = topic()
+                events = await subscriber.events(name)
+                deadline = time.monotonic() + 10
+                while not any(".".join(pattern) == name for pattern, _ in unpack_patterns(
+                        admin.call("HGET", "wr:interest:realm1", "a"))):
+                    assert time.monotonic() < deadline, "a never announced its subscription"
+                    await asyncio.sleep(0.02)
+                if admin.call("PUBSUB", "NUMSUB", INTEREST_CHANNEL)[1] == 0:
+                    break
+            else:
+                raise AssertionError("a node listened again before the other announced")
+            await reaches(publisher, name, events)
+            for session in (publisher, subscriber):
+                await session.close()
+
+        run(scenario())
+        admin.close()
 
 
 def test_every_nodes_event_log_is_read_by_the_report_as_one(cluster, tmp_path):
