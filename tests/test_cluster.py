@@ -32,7 +32,7 @@ from tests.amqp_clients import connect as amqp_connect
 from tests.amqp_clients import received as amqp_received
 from tests.clients import connect, next_item, raw_connect, run
 from tests.harness import OPEN_ROLE, RedisServer, RouterProcess, realm_file, redis_cluster
-from tests.mqtt_clients import MqttClient
+from tests.mqtt_clients import MqttClient, probe_until_received
 from tests.test_backpressure import rss_mb
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
@@ -182,19 +182,6 @@ def test_eligibility_and_publisher_exclusion_hold_across_nodes(cluster):
     run(scenario())
 
 
-def mqtt_probe_until_received(publisher: MqttClient, subscriber: MqttClient,
-                              name: str) -> None:
-    """The MQTT form of :func:`reaches`."""
-    deadline = time.monotonic() + 10
-    while True:
-        publisher.publish(name, PROBE.encode())
-        try:
-            subscriber.next_message(timeout=0.05)
-            return
-        except AssertionError:
-            assert time.monotonic() < deadline, f"the interest in {name} never arrived"
-
-
 def test_mqtt_wamp_and_amqp_clients_on_different_nodes(cluster):
     _, nodes = cluster
     name = topic("mq")
@@ -213,7 +200,7 @@ def test_mqtt_wamp_and_amqp_clients_on_different_nodes(cluster):
         events = await subscriber.events(name)
         publisher = await connect(nodes["a"])
         await reaches(publisher, name, events)
-        await asyncio.to_thread(mqtt_probe_until_received, mqtt_publisher, mqtt_subscriber,
+        await asyncio.to_thread(probe_until_received, mqtt_publisher, mqtt_subscriber,
                                 mqtt_topic)
         await asyncio.to_thread(mqtt_publisher.publish, mqtt_topic, payload, 1)
         assert (await next_event(events))[0] == [payload]  # docs/mqtt-and-amqp.md's payload table
