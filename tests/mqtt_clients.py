@@ -260,6 +260,20 @@ class MqttClient:
                     pass
 
 
+def probe_until_received(publisher: MqttClient, subscriber: MqttClient, topic: str,
+                         probe: bytes = b"probe", timeout: float = 30.0) -> None:
+    """Publish QoS 0 probes on ``topic`` until one reaches ``subscriber``: on the Redis
+    engine, its node's interest has then reached the publisher's node."""
+    deadline = time.monotonic() + timeout
+    while True:
+        publisher.publish(topic, probe)
+        try:
+            subscriber.next_message(timeout=0.05)
+            return
+        except AssertionError:
+            assert time.monotonic() < deadline, f"the interest in {topic} never arrived"
+
+
 class ClientPool:
     """Opens paho clients for one test and closes them all at its end."""
 

@@ -23,7 +23,7 @@ from tests.auth_helpers import make_certs
 from tests.harness import OPEN_ROLE, RedisServer, RouterProcess, free_port
 from tests.mosquitto_broker import MosquittoBroker
 from tests.mqtt_clients import (SECRETS, V5, V311, VERSION_IDS, VERSIONS, ClientPool,
-                                listeners, mqtt_realm, unique)
+                                listeners, mqtt_realm, probe_until_received, unique)
 
 PROTOCOL = {V311: "3.1.1", V5: "5"}
 STATE = "$SYS/broker/connection/{}/state"
@@ -410,9 +410,11 @@ def cluster_node(workdir, redis: RedisServer, name: str, port: int) -> RouterPro
 
 
 @contextlib.contextmanager
-def bridged_cluster(tmp_path, port: int, timeout: float = 30.0):
+def bridged_cluster(tmp_path, port: int, pool, timeout: float = 30.0):
     """Redis and nodes a and b, both configured with the bridge; yields (nodes, the node
-    whose bridge connected, the other), once exactly one has (a bounded poll of two logs)."""
+    whose bridge connected, the other), once exactly one has (a bounded poll of two logs)
+    and the other knows the interest of the first, its bridge's filters among it (so what
+    is published on the other from then on goes to the bridge)."""
     redis = RedisServer(tmp_path)
     nodes: dict[str, RouterProcess] = {}
     try:
@@ -426,7 +428,11 @@ def bridged_cluster(tmp_path, port: int, timeout: float = 30.0):
                 break
             time.sleep(0.1)
         assert len(running) == 1, f"the bridge runs on {running}"
-        yield nodes, running[0], "b" if running[0] == "a" else "a"
+        holder, other = running[0], "b" if running[0] == "a" else "a"
+        listener = pool(router=nodes[holder])  # announced with every pattern of its node
+        listener.subscribe(("probe/interest", 0))
+        probe_until_received(pool(router=nodes[other]), listener, "probe/interest")
+        yield nodes, holder, other
     finally:
         for node in nodes.values():
             node.stop()
@@ -434,7 +440,7 @@ def bridged_cluster(tmp_path, port: int, timeout: float = 30.0):
 
 
 def test_on_redis_one_node_runs_a_bridge_and_another_takes_it_over(tmp_path, mosquitto, pool):
-    with bridged_cluster(tmp_path, mosquitto.port) as (nodes, holder, other):
+    with bridged_cluster(tmp_path, mosquitto.port, pool) as (nodes, holder, other):
         remote_sub = pool(router=mosquitto)
         remote_sub.subscribe(("site/#", 1))
         local_sub = pool(router=nodes[other])
@@ -462,7 +468,7 @@ def test_on_redis_one_node_runs_a_bridge_and_another_takes_it_over(tmp_path, mos
 def test_on_redis_the_queue_moves_with_the_bridge(tmp_path, mosquitto, pool):
     """Queued while the remote is down by the node that runs the bridge, sent by the node
     that took it over after the first was killed: each once, in order."""
-    with bridged_cluster(tmp_path, mosquitto.port) as (nodes, holder, other):
+    with bridged_cluster(tmp_path, mosquitto.port, pool) as (nodes, holder, other):
         subscriber_id = unique("cloud_sub")
         remote_sub = pool(router=mosquitto, version=V311, client_id=subscriber_id, clean=False)
         remote_sub.subscribe(("site/#", 1))

@@ -21,6 +21,7 @@ import pytest
 from autobahn.wamp.types import PublishOptions
 
 from router.engines.records import decode_retained, unpack_topic
+from router.engines.redis.realm import INTEREST_CHANNEL, unpack_patterns
 from router.engines.redis.resp import INCOMPLETE, BlockingRedis, command, parse
 from router.engines.records import topic_key
 from spark_analytics.reader import read_events
@@ -31,7 +32,7 @@ from tests.amqp_clients import connect as amqp_connect
 from tests.amqp_clients import received as amqp_received
 from tests.clients import connect, next_item, raw_connect, run
 from tests.harness import OPEN_ROLE, RedisServer, RouterProcess, realm_file, redis_cluster
-from tests.mqtt_clients import MqttClient
+from tests.mqtt_clients import MqttClient, probe_until_received
 from tests.test_backpressure import rss_mb
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
@@ -181,19 +182,6 @@ def test_eligibility_and_publisher_exclusion_hold_across_nodes(cluster):
     run(scenario())
 
 
-def mqtt_probe_until_received(publisher: MqttClient, subscriber: MqttClient,
-                              name: str) -> None:
-    """The MQTT form of :func:`reaches`."""
-    deadline = time.monotonic() + 10
-    while True:
-        publisher.publish(name, PROBE.encode())
-        try:
-            subscriber.next_message(timeout=0.05)
-            return
-        except AssertionError:
-            assert time.monotonic() < deadline, f"the interest in {name} never arrived"
-
-
 def test_mqtt_wamp_and_amqp_clients_on_different_nodes(cluster):
     _, nodes = cluster
     name = topic("mq")
@@ -212,7 +200,7 @@ def test_mqtt_wamp_and_amqp_clients_on_different_nodes(cluster):
         events = await subscriber.events(name)
         publisher = await connect(nodes["a"])
         await reaches(publisher, name, events)
-        await asyncio.to_thread(mqtt_probe_until_received, mqtt_publisher, mqtt_subscriber,
+        await asyncio.to_thread(probe_until_received, mqtt_publisher, mqtt_subscriber,
                                 mqtt_topic)
         await asyncio.to_thread(mqtt_publisher.publish, mqtt_topic, payload, 1)
         assert (await next_event(events))[0] == [payload]  # docs/mqtt-and-amqp.md's payload table
@@ -313,6 +301,40 @@ def test_a_node_without_matching_subscribers_is_sent_nothing(cluster):
 
     run(scenario())
     watch.close()
+
+
+def test_interest_announced_while_a_node_was_not_listening_reaches_it(tmp_path):
+    """A node that did not listen to the interest channel when another node announced a
+    subscription (its start-up, a lost subscriber connection) reads the interest hash again
+    once subscribed, so it sends that node its publications: without it, they would be
+    acknowledged to the publisher and go nowhere, for good (a bridge's queue on another
+    node lost them: tests/test_bridges.py::test_on_redis_the_queue_moves_with_the_bridge)."""
+    with redis_cluster(tmp_path, start_node, names=("a", "b")) as (redis, nodes):
+        admin = BlockingRedis("127.0.0.1", redis.port, 0)
+
+        async def scenario():
+            publisher = await connect(nodes["b"])
+            subscriber = await connect(nodes["a"])
+            for _ in range(5):  # until a announced while b was not listening
+                # every node's subscriber connection: back after Twisted's reconnect delay
+                admin.call("CLIENT", "KILL", "TYPE", "pubsub")
+                name = topic()
+                events = await subscriber.events(name)
+                deadline = time.monotonic() + 10
+                while not any(".".join(pattern) == name for pattern, _ in unpack_patterns(
+                        admin.call("HGET", "wr:interest:realm1", "a"))):
+                    assert time.monotonic() < deadline, "a never announced its subscription"
+                    await asyncio.sleep(0.02)
+                if admin.call("PUBSUB", "NUMSUB", INTEREST_CHANNEL)[1] == 0:
+                    break
+            else:
+                raise AssertionError("a node listened again before the other announced")
+            await reaches(publisher, name, events)
+            for session in (publisher, subscriber):
+                await session.close()
+
+        run(scenario())
+        admin.close()
 
 
 def test_every_nodes_event_log_is_read_by_the_report_as_one(cluster, tmp_path):

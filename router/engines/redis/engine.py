@@ -12,7 +12,9 @@ Keys and channels (``<realm>`` and ``<node>`` as configured):
   arrives every persistent receiver's copy is stored. The publisher's acknowledgement waits
   for it (at most ``cluster.confirm_timeout``; a node that is not listening fails it at once).
 * hash ``wr:interest:<realm>``: node -> the patterns its subscribers hold in the realm;
-  channel ``wr:interest`` announces each change to the other nodes.
+  channel ``wr:interest`` announces each change to the other nodes. A node reads the hash
+  at start and again each time its channels are subscribed, so a change announced before
+  it listened is not missed (it would not send that node its publications).
 * hash ``wr:retained:<realm>``: topic -> its retained entries (the SQLite row format,
   :mod:`router.engines.records`); hash ``wr:retained-token:<realm>``: topic -> the token of the
   write that set it; sorted set ``wr:retained-expiry:<realm>``: topic -> when the last of
@@ -65,8 +67,7 @@ from router.engines.redis.history import RedisHistory
 from router.engines.redis.links import RedisAmqpStore
 from router.engines.redis.outbox import RedisOutboxStore
 from router.engines.redis.realm import (CONFIRM_CHANNEL_PREFIX, INTEREST_CHANNEL,
-                                        QOS_CHANNEL_PREFIX, RETAINED_CHANNEL, RedisRealm,
-                                        unpack_patterns)
+                                        QOS_CHANNEL_PREFIX, RETAINED_CHANNEL, RedisRealm)
 from router.engines.redis.resp import BlockingRedis, Reply, RespFactory, RespProtocol, command
 from router.engines.redis.sessions import RedisMqttSessionStore
 
@@ -193,11 +194,12 @@ class RedisEngine:
         self.commands = None
 
     def _read_registrations(self) -> None:
-        """Read every realm's registrations once both connections are up (whichever came
-        last): from then on no announced change is missed."""
+        """Read every realm's registrations and interest once both connections are up
+        (whichever came last): from then on no announced change is missed."""
         if self.commands is not None and self._subscribed:
             for shared in self.realms.values():
                 shared.dealer.reload()
+                shared.reload_interest()
 
     def _subscriber_up(self, connection: RespProtocol) -> None:
         connection.on_push = self._push
@@ -305,7 +307,7 @@ class RedisEngine:
             realm, node, packed = msgpack.unpackb(data, raw=False)
             shared = self.realms.get(realm)
             if shared is not None and node != self.node:
-                shared.remote.replace(node, unpack_patterns(packed))
+                shared.announced(node, packed)
         else:
             realm, publication = unpack_publication(data)
             shared = self.realms.get(realm)

@@ -147,6 +147,10 @@ class RedisRealm:
         ``_held`` meanwhile (see :meth:`hold_forwarded`)."""
         self._held: list[tuple[Publication, str | None, int]] = []
         self._announce_after_hold = False
+        self._heard: set[str] | None = None
+        """Nodes whose interest came on the channel while a read of the hash is under way
+        (see :meth:`reload_interest`); None when no read is."""
+        self._interest_reads = 0
         self.retention = RetainedStore(policy, encode_retained)
         self.retention.listeners.append(self._retained_changed)
         self.keys = {kind: f"wr:{kind}:{name}".encode()
@@ -223,6 +227,38 @@ class RedisRealm:
                                             use_bin_type=True)), 2)
         self._announce_after = (engine.reactor.seconds()
                                 + 10 * (time.monotonic() - started))
+
+    def reload_interest(self) -> None:
+        """The interest channel is subscribed (again): read every node's patterns from the
+        hash, since what a node announced between the start-up's read and the subscription
+        (or while the subscription was down) never arrives; without it this node would
+        not send that node its publications (a bridge started meanwhile on another node
+        would not get them, acknowledged all the same)."""
+        if self._heard is None:
+            self._heard = set()
+        self._interest_reads += 1
+        self.engine.request(command("HGETALL", self.keys["interest"])).addBoth(
+            self._interest_read)
+
+    def _interest_read(self, found: Any) -> None:
+        heard = self._heard or set()
+        self._interest_reads -= 1
+        if not self._interest_reads:
+            self._heard = None
+        if isinstance(found, Failure):  # the next subscription (after a reconnect) reads again
+            self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                        f"interest not read ({found.getErrorMessage()})")
+            return
+        for field, packed in zip(found[::2], found[1::2]):
+            node = field.decode()
+            if node != self.engine.node and node not in heard:  # else announced as new
+                self.remote.replace(node, unpack_patterns(packed))
+
+    def announced(self, node: str, packed: bytes) -> None:
+        """Another node's interest, from the channel."""
+        if self._heard is not None:
+            self._heard.add(node)
+        self.remote.replace(node, unpack_patterns(packed))
 
     # publications ---------------------------------------------------------
 
@@ -323,6 +359,8 @@ class RedisRealm:
         dead node's patterns, its sessions left (meta events for this node's subscribers),
         its calls' answers, releases of client state and confirmations will not come (what
         waits for them fails now)."""
+        if self._heard is not None:  # a read of the hash under way may still list it
+            self._heard.add(node)
         if reaper == self.engine.node:
             self.remote.replace(node, set())
         else:
