@@ -163,9 +163,7 @@ class Broker:
             for protocol, n in subscription.protocols:
                 counts[protocol] += n
             held = subscription.held
-            members = subscription.subscribers  # Subscription.pairs(), inlined
-            for session_id, peer in (list(members.items()) if isinstance(members, dict)
-                                     else () if members is None else (members,)):
+            for session_id, peer in subscription.pairs():
                 if session_id == publisher_id or (eligibility is not None
                                                   and not eligibility.admits(peer.info)):
                     counts[peer.info.protocol] -= 1
