@@ -10,7 +10,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Generic, Protocol, TypeVar
+from types import MappingProxyType
+from typing import Any, Callable, Generic, Mapping, Protocol, TypeVar
 
 from router.core.model import Args, Details, Kwargs, Passthru, Publication, SessionInfo
 from router.core.topic import Topic, is_reserved, pattern_text
@@ -69,6 +70,13 @@ class Peer(Caller, Protocol):
     def registration_revoked(self, registration: "Registration[Peer]", reason: str) -> None:
         """The core has unregistered this callee (a reload took the permission away):
         tell the client if its protocol can."""
+
+
+NOTHING_YET: Mapping[Any, Any] = MappingProxyType({})
+"""A per-session table that stays empty for most sessions (queued and in-flight messages,
+grants, unacknowledged events), shared read-only until the session's first entry, when
+the session puts a dict of its own in its place: an empty dict is 64 bytes of every idle
+session."""
 
 
 RetainedWrite = Callable[[Publication], bool]
@@ -184,8 +192,8 @@ class Subscription:
         return members.pop(session_id)
 
     def pairs(self) -> "list[tuple[int, Peer]] | tuple[tuple[int, Peer], ...]":
-        """(session id, peer) of every subscriber, a copy (inlined in
-        :meth:`router.core.broker.Broker.dispatch`)."""
+        """(session id, peer) of every subscriber, a copy (receivers may leave while a
+        dispatch goes through them)."""
         members = self.subscribers
         if isinstance(members, dict):
             return list(members.items())

@@ -14,13 +14,12 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Callable
 
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
-from router.core.peer import Subscription
+from router.core.peer import NOTHING_YET, Subscription
 from router.core.qos import delivered_qos
 from router.core.shared import SharedGroup
 from router.core.uri import EXACT
@@ -77,9 +76,6 @@ class Outbound:
 
 _NONE_QUEUED: tuple[int, ...] = ()
 """The queue of a session that never queued: its deque (760 bytes) is made on first use."""
-_NOTHING: Mapping = MappingProxyType({})
-"""The queue and in-flight table of a session that never had a QoS >= 1 message (read-only:
-each is made, a dict, on its first write; two empty dicts are 128 bytes per session)."""
 _NO_PACKET_IDS: frozenset[int] = frozenset()
 """The inbound QoS 2 packet ids of a session that never had one (a set is 216 bytes)."""
 
@@ -111,15 +107,15 @@ class MqttSession:
         self._may_overlap = False
         """Two of its filters can match one topic (one has a wildcard)."""
         self._last_publication: int | None = None
-        self.outbound: dict[int, Outbound | StoredMessage] = _NOTHING  # type: ignore[assignment]
-        """By seq, in queue order (the shared empty :data:`_NOTHING` until the first). A
+        self.outbound: dict[int, Outbound | StoredMessage] = NOTHING_YET  # type: ignore[assignment]
+        """By seq, in queue order (the shared empty :data:`NOTHING_YET` until the first). A
         message that only waits in the queue is held as its (shared) StoredMessage; its
         Outbound, one more object for the collector to scan per queued message (10,000
         per full queue), is made when it is sent, or at once if it came through a shared
         group (which it may have to be handed back to)."""
         self._queued: deque[int] | tuple[int, ...] = _NONE_QUEUED
-        self._by_packet_id: dict[int, Outbound] = _NOTHING  # type: ignore[assignment]
-        """In flight, by packet id (:data:`_NOTHING` until the first is sent)."""
+        self._by_packet_id: dict[int, Outbound] = NOTHING_YET  # type: ignore[assignment]
+        """In flight, by packet id (:data:`NOTHING_YET` until the first is sent)."""
         self.inbound_qos2: set[int] | frozenset[int] = _NO_PACKET_IDS
         self._last_seq = 0
         self._next_packet_id = 1
@@ -367,7 +363,7 @@ class MqttSession:
                 connection.flow.overflow()
             return
         seq = self._last_seq = self._last_seq + 1
-        if self.outbound is _NOTHING:
+        if self.outbound is NOTHING_YET:
             self.outbound = {}
         self.outbound[seq] = (message if group is None
                               else Outbound(seq, None, QUEUED, message, 0.0, group, publication))
@@ -408,7 +404,7 @@ class MqttSession:
             entry.packet_id = self._allocate_packet_id()
             entry.state = SENT
             entry.sent_at = now
-            if in_flight is _NOTHING:
+            if in_flight is NOTHING_YET:
                 in_flight = self._by_packet_id = {}
             in_flight[entry.packet_id] = entry
             if self.persistent:
@@ -540,7 +536,7 @@ class MqttSession:
     # restore after a restart ------------------------------------------------------
 
     def restore_outbound(self, stored: list[StoredOutbound]) -> None:
-        if stored and self.outbound is _NOTHING:
+        if stored and self.outbound is NOTHING_YET:
             self.outbound, self._by_packet_id = {}, {}
         for item in stored:
             if item.state == QUEUED or item.packet_id is None:

@@ -18,8 +18,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from functools import partial
-from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from autobahn.wamp import message as m
 from autobahn.exception import PayloadExceededError
@@ -32,7 +31,7 @@ from router.core.incidents import (EXPIRED, SLOW_CONSUMER, TOO_LARGE, UNACKNOWLE
 from router.core.model import Passthru, Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
-from router.core.peer import Invocation, Registration, Subscription
+from router.core.peer import NOTHING_YET, Invocation, Registration, Subscription
 from router.core.qos import ENFORCE_MINIMUM, delivered_qos
 from router.core.realm import Realm
 from router.core.router import Router
@@ -63,9 +62,7 @@ SLOW_CONSUMER_CLOSE = "wamp.close.slow_consumer"
 _DEFAULT_SETTINGS = WampSettings()
 """Of a session before it joins a realm (frozen: one for all)."""
 _NO_RAW_VIEWS: frozenset[int] = frozenset()
-_NOTHING: Mapping = MappingProxyType({})
-"""A session's grants and unacknowledged events until it has one (each made, a dict, on
-its first write: two empty dicts are 128 bytes of every idle session)."""
+"""The raw views of a session that has none (a set is 216 bytes)."""
 
 
 class WampSession:
@@ -86,14 +83,14 @@ class WampSession:
         self._protocol_name = protocol_name
         self._all_settings = settings
         self._settings = _DEFAULT_SETTINGS
-        self._grants: dict[int, tuple[int, str]] = _NOTHING  # type: ignore[assignment]
+        self._grants: dict[int, tuple[int, str]] = NOTHING_YET  # type: ignore[assignment]
         """subscription id -> (granted QoS, policy), for subscriptions that may need acks
-        (the shared read-only :data:`_NOTHING` until the first)."""
+        (the shared read-only :data:`NOTHING_YET` until the first)."""
         self._raw_views: set[int] | frozenset[int] = _NO_RAW_VIEWS
         """Subscriptions that get byte publications as ``ppt_scheme: "mqtt"`` EVENTs (the
         shared empty frozenset until the first: a set is 216 bytes)."""
-        self._unacked: dict[int, _Unacked] = _NOTHING  # type: ignore[assignment]
-        """Events sent and not acknowledged, by publication (:data:`_NOTHING` until the
+        self._unacked: dict[int, _Unacked] = NOTHING_YET  # type: ignore[assignment]
+        """Events sent and not acknowledged, by publication (:data:`NOTHING_YET` until the
         first)."""
         self._unwritten: deque[WireMessage] | None = None
         """Acknowledged events held back while the transport is paused (bounded by
@@ -256,7 +253,7 @@ class WampSession:
         granted = options.qos if options.qos is not None else self._settings.granted_qos
         policy = options.qos_policy or self._settings.qos_policy
         if granted or policy != ENFORCE_MINIMUM:
-            if self._grants is _NOTHING:
+            if self._grants is NOTHING_YET:
                 self._grants = {}
             self._grants[subscription.id] = (granted, policy)
         else:
@@ -379,7 +376,7 @@ class WampSession:
         else:
             self.send(event)
         if pending is None:
-            if self._unacked is _NOTHING:
+            if self._unacked is NOTHING_YET:
                 self._unacked = {}
             pending = self._unacked[publication.publication_id] = _Unacked(
                 publication, time.time())
@@ -636,7 +633,7 @@ class WampSession:
         if self._redelivery is not None and self._redelivery.active():
             self._redelivery.cancel()
         shared = [pending for pending in self._unacked.values() if pending.group is not None]
-        self._unacked = _NOTHING  # type: ignore[assignment]
+        self._unacked = NOTHING_YET  # type: ignore[assignment]
         self._unwritten = None
         realm, self._realm = self._realm, None
         if realm is not None:
