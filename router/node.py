@@ -151,7 +151,8 @@ class Node:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = SqliteStore(config.data_dir / "router.sqlite3", reactor.callFromThread,
                                  config.store.max_bytes, config.store.max_queued_writes,
-                                 reactor.callLater)
+                                 getattr(reactor, "at_turn_end", None)
+                                 or partial(reactor.callLater, 0))
         self.reclaimer = MemoryReclaimer(reactor, reactor.callInThread,
                                          interval=config.memory.trim_interval)
         """Gives the memory of closed connections back to the operating system."""

@@ -122,10 +122,13 @@ def test_the_owner_is_stored_with_the_entry_and_old_entries_are_charged_to_their
     publication = Publication(9, ("t", "x"), [1], None, anonymous, retain=True)
     blob = encode_retained(publication, None, owner_of(anonymous))
     assert decode_retained(blob, "realm1").owner == Owner("anonymous", "anonymous")
-    old = msgpack.unpackb(blob, raw=False)
-    del old["owner"]  # as stored before owners were
+    old = {"id": 9, "topic": ["t", "x"], "args": [1], "kwargs": None,
+           "publisher": [3, "mqtt-assigned-7", "anonymous"], "disclose": False,
+           "eligibility": None, "exclude_me": False, "ts": publication.timestamp,
+           "expires": None}  # as stored before owners were (and entries were positional)
     decoded = decode_retained(msgpack.packb(old, use_bin_type=True), "realm1")
     assert decoded.owner == Owner("authid", "mqtt-assigned-7")
+    assert (decoded.publication.topic, decoded.publication.args) == (("t", "x"), [1])
 
 
 # the router over real sockets ------------------------------------------------------------

@@ -1,11 +1,18 @@
-"""The SQLite store's completion path: every durability callback runs on its own."""
+"""The SQLite store's completion path (every durability callback runs on its own), its
+retained rows written in batches of any size, and the retained entry's record."""
 
 from __future__ import annotations
 
 import logging
 import queue
 
+import msgpack
+import pytest
+
+from router.core.model import Eligibility, Publication, SessionInfo
+from router.core.retention import Owner, RetainedEvent
 from router.engines.embedded.sqlite import SqliteStore
+from router.engines.records import decode_retained, encode_retained
 
 
 def test_one_failing_durability_callback_does_not_cost_the_others(tmp_path, caplog):
@@ -38,3 +45,73 @@ def test_a_failed_commit_answers_every_waiting_callback_with_false(tmp_path):
     store.when_durable(answers.put)
     assert (answers.get(timeout=5), answers.get(timeout=5)) == (False, False)
     store.close()
+
+
+def retained_entry(topic: tuple[str, ...], payload: bytes) -> RetainedEvent:
+    publication = Publication(7, topic, [payload], None, SessionInfo(1, "realm1", "a", "r"),
+                              retain=True, qos=1, payload=payload)
+    return RetainedEvent(publication, None, 0, encode_retained(publication, None, None))
+
+
+@pytest.mark.parametrize("topics", [1, 37, 300])
+def test_a_batch_of_retained_writes_of_any_size_is_stored_whole(tmp_path, topics):
+    """One turn's retained writes go to the writer as one batch, stored by multi-row
+    statements of power-of-two sizes (37 = 32 + 4 + 1; past 256 rows, several): every topic
+    is there, with the newest of its entries, and a cleared topic is gone."""
+    answers: queue.Queue = queue.Queue()
+    turn_end: list = []
+    store = SqliteStore(tmp_path / "store.sqlite3", lambda function, *args: function(*args),
+                        at_turn_end=turn_end.append)
+    try:
+        for round_ in (b"old", b"new"):
+            for n in range(topics):
+                store.save_retained("realm1", ("t", str(n)), [retained_entry(("t", str(n)),
+                                                                             round_)])
+        store.when_durable(answers.put)
+        turn_end.pop()()  # the end of the reactor turn: the whole batch to the writer
+        assert answers.get(timeout=10) is True
+        store.save_retained("realm1", ("t", "0"), [])  # a clear: the transaction's path
+        store.save_retained("realm1", ("t", "x"), [retained_entry(("t", "x"), b"x")])
+        store.when_durable(answers.put)
+        turn_end.pop()()
+        assert answers.get(timeout=10) is True
+        stored = {topic: [decode_retained(blob, "realm1").publication.payload
+                          for blob in blobs] for topic, blobs in store.load_retained("realm1")}
+    finally:
+        store.close()
+    assert stored == {("t", "x"): [b"x"],
+                      **{("t", str(n)): [b"new"] for n in range(1, topics)}}
+
+
+def test_the_retained_record_keeps_every_field_and_reads_the_named_form_stored_before():
+    publisher = SessionInfo(5, "realm1", "alice", "user")
+    for args, kwargs, payload in (("payload", None, b"21.5C"), ([21.5], None, b"21.5"),
+                                  (None, {"a": [1]}, b'{"a": [1]}'), (["x"], {"k": 2}, None),
+                                  (None, None, None)):
+        if args == "payload":
+            args = [payload]  # as the MQTT frontend maps bytes that are no JSON
+        publication = Publication(9, ("t", "x"), args, kwargs, publisher, True,
+                                  Eligibility(exclude=frozenset({3})), False, True, None, 0, 1,
+                                  payload, {"content_type": "text/plain"}, 1e10, b"amqp",
+                                  timestamp=1234.5)
+        blob = encode_retained(publication, 99.0, Owner("authid", "alice"))
+        if args == [payload]:
+            assert blob.count(payload) == 1  # the payload once, not again as args
+        named = {"id": 9, "topic": ["t", "x"], "args": args, "kwargs": kwargs,
+                 "publisher": [5, "alice", "user"], "disclose": True,
+                 "eligibility": publication.eligibility.to_json(), "exclude_me": False,
+                 "ts": 1234.5, "expires": 99.0, "qos": 1, "payload": payload,
+                 "properties": {"content_type": "text/plain"}, "amqp": b"amqp",
+                 "message_expires": 1e10, "owner": ["authid", "alice"], "passthru": None}
+        for stored in (blob, msgpack.packb(named, use_bin_type=True)):
+            entry = decode_retained(stored, "realm1")
+            assert (entry.expires_at, entry.size, entry.owner) == (
+                99.0, len(stored), Owner("authid", "alice"))
+            got = entry.publication
+            who = got.publisher
+            assert (who.session_id, who.authid, who.authrole) == (5, "alice", "user")
+            assert (got.publication_id, got.topic, got.args, got.kwargs,
+                    got.disclose, got.eligibility, got.exclude_me, got.timestamp, got.qos,
+                    got.payload, got.properties, got.amqp, got.expires_at) == (
+                9, ("t", "x"), args, kwargs, True, publication.eligibility, False,
+                1234.5, 1, payload, {"content_type": "text/plain"}, b"amqp", 1e10)

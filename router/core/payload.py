@@ -28,12 +28,39 @@ import base64
 import datetime
 import decimal
 import json
+import re
 import uuid
+from typing import Callable
 
 from router.core.errors import PassthruRefused, Unencodable
 from router.core.model import Args, Kwargs, Publication
 
 MAPPINGS = ("json", "binary")
+
+_scan: Callable[[str, int], tuple[object, int]] = (
+    json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
+_whitespace = re.compile(r"[ \t\n\r]*").match
+"""What ``json`` skips around a value (its own ``WHITESPACE``)."""
+_NOT_JSON = object()
+
+
+def _json_value(text: str) -> object:
+    """What ``json.loads(text)`` gives, or ``_NOT_JSON`` where it raises: the same scanner,
+    without the JSONDecodeError (its message, line and column) a payload that is not JSON
+    would cost, as sensor readings like ``21.5C`` are."""
+    if text.startswith("\ufeff"):
+        return _NOT_JSON  # json.loads refuses a byte order mark
+    try:
+        value, end = _scan(text, _after_whitespace(text, 0))
+    except StopIteration:
+        return _NOT_JSON
+    return value if _after_whitespace(text, end) == len(text) else _NOT_JSON
+
+
+def _after_whitespace(text: str, at: int) -> int:
+    """Where the whitespace from ``at`` ends."""
+    skipped = _whitespace(text, at)
+    return skipped.end() if skipped is not None else at
 
 
 def from_bytes(data: bytes, mapping: str) -> tuple[Args | None, Kwargs | None]:
@@ -42,8 +69,10 @@ def from_bytes(data: bytes, mapping: str) -> tuple[Args | None, Kwargs | None]:
         return None, None
     if mapping == "json":
         try:
-            value = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+            value = _json_value(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):  # (ValueError: a malformed value inside)
+            return [data], None
+        if value is _NOT_JSON:
             return [data], None
         if isinstance(value, list):
             return value, None

@@ -122,6 +122,13 @@ class RetainedEvent:
         return self.publication.eligibility is None
 
 
+def _size(entries: list[RetainedEvent]) -> int:
+    """The bytes ``entries`` count for (most topics hold one entry)."""
+    if len(entries) == 1:
+        return entries[0].size
+    return sum(entry.size for entry in entries) if entries else 0
+
+
 def earliest(first: float | None, second: float | None) -> float | None:
     """The earlier of two optional deadlines (None: no deadline)."""
     if first is None:
@@ -182,7 +189,9 @@ class RetainedStore:
     def declines(self, topic: Topic) -> bool:
         """Is the topic one the realm's policy does not retain (``retention.decline``)? Then a
         retained publication is only routed."""
-        return any(topic_matches(pattern, match, topic) for pattern, match in self.policy.declined)
+        declined = self.policy.declined
+        return bool(declined) and any(topic_matches(pattern, match, topic)
+                                      for pattern, match in declined)
 
     def retain(self, publication: Publication) -> RetainedEvent:
         """Make ``publication`` the topic's retained event (for its audience).
@@ -206,7 +215,7 @@ class RetainedStore:
                                 f"{min(policy.max_bytes_per_principal, policy.max_bytes)}")
         event = RetainedEvent(publication, expires_at, len(blob), blob, owner)
         entries = self._topics.get(topic) or []
-        self._set(topic, self.supersede(entries, event), "set", publication)
+        self._set(topic, self.supersede(entries, event), "set", publication, entries)
         if owner is not None:
             self._owners[owner].topics.move_to_end(topic)
             self._enforce_limits(topic, owner, publication)
@@ -250,26 +259,32 @@ class RetainedStore:
         self._replace(topic, entries)
 
     def _set(self, topic: Topic, entries: list[RetainedEvent], action: str,
-             publication: Publication | None) -> None:
-        self._replace(topic, entries)
+             publication: Publication | None, old: list[RetainedEvent] | None = None) -> None:
+        self._replace(topic, entries, old)
         for listener in self.listeners:
             listener(topic, entries, action, publication)
         for entry in entries:
             entry.blob = None
 
-    def _replace(self, topic: Topic, entries: list[RetainedEvent]) -> None:
-        """A topic's entries become ``entries``: bytes, owners, expiry heap and trie follow."""
-        old = self._topics.get(topic) or []
-        old_size = sum(e.size for e in old)
-        new_size = sum(e.size for e in entries)
+    def _replace(self, topic: Topic, entries: list[RetainedEvent],
+                 old: list[RetainedEvent] | None = None) -> None:
+        """A topic's entries become ``entries``: bytes, owners, expiry heap and trie follow.
+        ``old``: its entries now, when the caller has just looked them up."""
+        if old is None:
+            old = self._topics.get(topic) or []
+        old_size = _size(old)
+        new_size = _size(entries)
         self.bytes += new_size - old_size
         old_owner = old[-1].owner if old else None
         new_owner = entries[-1].owner if entries else None
-        moved = new_owner != old_owner
-        if old_owner is not None:
-            self._charge(old_owner, topic, -old_size, -1 if moved else 0)
-        if new_owner is not None:
-            self._charge(new_owner, topic, new_size, 1 if moved else 0)
+        if old_owner == new_owner:  # the commonest: a topic set again by its owner
+            if new_owner is not None and new_size != old_size:
+                self._charge(new_owner, topic, new_size - old_size, 0)
+        else:
+            if old_owner is not None:
+                self._charge(old_owner, topic, -old_size, -1)
+            if new_owner is not None:
+                self._charge(new_owner, topic, new_size, 1)
         self._track(topic, old, entries)
         if entries:
             self._topics.set(topic, entries)

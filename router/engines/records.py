@@ -5,6 +5,7 @@ payloads survive), and the key a topic is stored under (a SQLite row, a Redis ha
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgpack
 
@@ -14,39 +15,74 @@ from router.core.retention import Owner, RetainedEvent, earliest
 from router.core.topic import Topic, from_uri
 
 
+_pack = msgpack.Packer(use_bin_type=True).pack
+"""MessagePack of the retained records, by one packer (not one made per call). Reactor
+thread only: a Packer is not shared between threads."""
+
+_ARGS_ARE_PAYLOAD = True
+"""Stored in place of ``args`` when they are ``[payload]`` itself (an MQTT or AMQP payload
+that is not JSON): the bytes once, not twice. Args are otherwise a list or None."""
+
+
 def encode_retained(publication: Publication, expires_at: float | None,
                     owner: Owner | None) -> bytes:
     """One retained entry as bytes; raises TypeError for payloads MessagePack cannot hold.
     The owner travels with the entry, so SQLite rows and Redis hashes (one format) keep
-    each principal's retained quota across restarts and among nodes."""
+    each principal's retained quota across restarts and among nodes. Positional (a list:
+    entries written before were maps of named fields, which :func:`decode_retained` still
+    reads), about half the bytes to commit per retained publish."""
     publisher = publication.publisher
-    blob: bytes = msgpack.packb({
-        "id": publication.publication_id,
-        "topic": publication.topic,
-        "args": publication.args,
-        "kwargs": publication.kwargs,
-        "publisher": ([publisher.session_id, publisher.authid, publisher.authrole]
-                      if publisher is not None else None),
-        "disclose": publication.disclose,
-        "eligibility": publication.eligibility.to_json() if publication.eligibility else None,
-        "exclude_me": publication.exclude_me,
-        "ts": publication.timestamp,
-        "expires": expires_at,
-        "qos": publication.qos,
-        "payload": publication.payload,
-        "properties": publication.properties,
-        "amqp": publication.amqp,
-        "message_expires": publication.expires_at,
-        "owner": owner,
-        "passthru": publication.passthru.to_json() if publication.passthru else None,
-    }, use_bin_type=True)
+    payload = publication.payload
+    args: object = publication.args
+    if payload is not None and publication.args is not None and len(publication.args) == 1 \
+            and publication.args[0] is payload:
+        args = _ARGS_ARE_PAYLOAD
+    blob: bytes = _pack([
+        publication.publication_id,
+        publication.topic,
+        args,
+        publication.kwargs,
+        (publisher.session_id, publisher.authid, publisher.authrole)
+        if publisher is not None else None,
+        publication.disclose,
+        publication.eligibility.to_json() if publication.eligibility else None,
+        publication.exclude_me,
+        publication.timestamp,
+        expires_at,
+        publication.qos,
+        payload,
+        publication.properties,
+        publication.amqp,
+        publication.expires_at,
+        owner,
+        publication.passthru.to_json() if publication.passthru else None,
+    ])
     return blob
 
 
 def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
     """A retained entry back from :func:`encode_retained`'s bytes, also reading entries stored by
-    older versions (dotted topics, no owner)."""
+    older versions (maps of named fields, dotted topics, no owner)."""
     data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    if type(data) is dict:
+        return _decode_named(data, realm, len(blob))
+    (publication_id, topic, args, kwargs, publisher, disclose, eligibility, exclude_me,
+     timestamp, expires, qos, payload, properties, amqp, message_expires, owner,
+     passthru) = data
+    info = (SessionInfo(publisher[0], realm, publisher[1], publisher[2])
+            if publisher is not None else None)
+    publication = Publication(publication_id, tuple(topic),
+                              [payload] if args is _ARGS_ARE_PAYLOAD else args, kwargs, info,
+                              disclose, Eligibility.from_json(eligibility) if eligibility else None,
+                              exclude_me, retain=True, timestamp=timestamp, qos=qos,
+                              payload=payload, properties=properties, amqp=amqp,
+                              expires_at=message_expires, passthru=Passthru.from_json(passthru))
+    return RetainedEvent(publication, expires, len(blob),
+                         owner=Owner(*owner) if owner is not None else None)
+
+
+def _decode_named(data: dict[str, Any], realm: str, size: int) -> RetainedEvent:
+    """An entry stored as a map of named fields (before entries were positional)."""
     publisher = None
     if data["publisher"] is not None:
         session_id, authid, authrole = data["publisher"]
@@ -66,16 +102,19 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
     elif publisher is not None:  # stored before owners were: charged to its authid
         owner = Owner("authid", publisher.authid)
     # entries stored before the retained expiry took the message expiry into account
-    return RetainedEvent(publication, earliest(data["expires"], publication.expires_at), len(blob),
+    return RetainedEvent(publication, earliest(data["expires"], publication.expires_at), size,
                          owner=owner)
 
 
 def pack_topic(entries: list[RetainedEvent]) -> bytes:
     """A topic's row: its entries' encodings (made again where the store dropped them)."""
-    row: bytes = msgpack.packb([
+    if len(entries) == 1 and entries[0].blob is not None:
+        single: bytes = _pack([entries[0].blob])  # the commonest row: a topic set just now
+        return single
+    row: bytes = _pack([
         entry.blob if entry.blob is not None
         else encode_retained(entry.publication, entry.expires_at, entry.owner)
-        for entry in entries], use_bin_type=True)
+        for entry in entries])
     return row
 
 
@@ -124,7 +163,11 @@ def unpack_publication(data: bytes, exclude_me: bool = False) -> tuple[str, Publ
 def topic_key(topic: Topic) -> str:
     """A topic's key in storage (the ``retained`` table, the Redis retained hash and history
     keys): the JSON array of its levels, so no level separator can be confused."""
-    return json.dumps(topic, ensure_ascii=False, separators=(",", ":"))
+    return _key_text(topic)
+
+
+_key_text = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""``json.dumps`` with these options, without making an encoder per call."""
 
 
 def live_entries(blobs: list[bytes], realm: str, now: float) -> list[RetainedEvent]:

@@ -4,8 +4,10 @@ The reactor thread only enqueues, and hands what a reactor turn queued (every
 publisher's retained writes, session changes, the acknowledgements waiting on them) to
 the writer at once at the end of the turn: one wake-up of the writer per turn, not one
 per write. The writer drains everything handed over, writes it in one transaction
-(coalescing repeated writes of the same key), commits with ``synchronous=FULL`` and then
-reports durability back on the reactor thread, once per batch.
+(coalescing repeated writes of the same key; the retained rows by multi-row statements, a
+batch of retained writes alone by one statement that is its own transaction), commits
+with ``synchronous=FULL`` and then reports durability back on the reactor thread, once
+per batch.
 With ``max_queued_writes`` writes waiting, ``on_pressure(True)`` asks the node to
 stop reading from publishers; ``on_pressure(False)`` follows once half have been
 written. Nothing is ever dropped: the intake pausing is what bounds the queue.
@@ -89,13 +91,13 @@ class SqliteStore:
 
     def __init__(self, path: Path, call_in_loop: Callable[..., None],
                  max_bytes: int | None = None, max_queued_writes: int = 50_000,
-                 call_later: Callable[[float, Callable[[], None]], object] | None = None
+                 at_turn_end: Callable[[Callable[[], None]], object] | None = None
                  ) -> None:
-        """``call_later`` (the reactor's): what a turn queues goes to the writer at its end;
-        without, each write goes at once."""
+        """``at_turn_end`` (the reactor's, or its ``callLater(0)``): what a turn queues goes to
+        the writer at its end; without, each write goes at once."""
         self.path = path
         self._call_in_loop = call_in_loop
-        self._call_later = call_later
+        self._at_turn_end = at_turn_end
         self._turn: list[_Item] | None = None
         """What this reactor turn queued, handed to the writer at its end."""
         self._connection = _connect(path, max_bytes)
@@ -165,11 +167,11 @@ class SqliteStore:
         """Queue ``item`` for the writer with the rest of this reactor turn's."""
         turn = self._turn
         if turn is None:
-            if self._call_later is None:
+            if self._at_turn_end is None:
                 self._worker.put([item])
                 return
             turn = self._turn = []
-            self._call_later(0, self.hand_off)
+            self._at_turn_end(self.hand_off)
         turn.append(item)
 
     def hand_off(self) -> None:
@@ -253,20 +255,24 @@ class SqliteStore:
     def _write(self, writes: dict[tuple[str, Topic], "_RetainedWrite"],
                statements: list["_Statement"]) -> str | None:
         """Commit one batch; the error message if it failed (nothing of it is stored)."""
+        connection = self._connection
+        stored = [(w.realm, topic_key(w.topic), w.blob) for w in writes.values()
+                  if w.blob is not None]
+        upserts = _upserts(stored)
         try:
-            with self._connection:
-                self._connection.execute("BEGIN")
+            if len(upserts) == 1 and not statements and len(stored) == len(writes):
+                # one statement is its own transaction, committed (synchronous=FULL) before
+                # it returns: the commonest batch, retained writes only, in one step
+                connection.execute(*upserts[0])
+                return None
+            with connection:
+                connection.execute("BEGIN")
                 for statement in statements:
-                    self._connection.execute(statement.sql, statement.params)
-                stored = [(w.realm, topic_key(w.topic), w.blob) for w in writes.values()
-                          if w.blob is not None]
-                if stored:
-                    self._connection.executemany(
-                        "INSERT INTO retained (realm, topic, entries) VALUES (?, ?, ?) "
-                        "ON CONFLICT (realm, topic) DO UPDATE SET entries = excluded.entries",
-                        stored)
+                    connection.execute(statement.sql, statement.params)
+                for upsert in upserts:
+                    connection.execute(*upsert)
                 if len(stored) < len(writes):
-                    self._connection.executemany(
+                    connection.executemany(
                         "DELETE FROM retained WHERE realm = ? AND topic = ?",
                         [(w.realm, topic_key(w.topic)) for w in writes.values()
                          if w.blob is None])
@@ -289,6 +295,28 @@ class SqliteStore:
         except sqlite3.Error:
             log.exception("reading back retained topics after a failed write")
         return lost
+
+
+_UPSERTS = {rows: "INSERT INTO retained (realm, topic, entries) VALUES "
+                  + ",".join(["(?,?,?)"] * rows)
+                  + " ON CONFLICT (realm, topic) DO UPDATE SET entries = excluded.entries"
+            for rows in (1, 2, 4, 8, 16, 32, 64, 128, 256)}
+"""Upserts of 1, 2, 4 ... 256 retained rows in one statement."""
+
+
+def _upserts(rows: list[tuple[str, str, bytes]]) -> list[tuple[str, list[object]]]:
+    """(statement, parameters) storing ``rows`` (none twice): a batch of n rows takes the
+    power-of-two sizes that add up to n (37 = 32 + 4 + 1), so nine prepared statements
+    (the connection's statement cache) serve every batch, and SQLite takes each chunk in
+    one step (one release of the GIL by the writer) instead of one per row."""
+    upserts: list[tuple[str, list[object]]] = []
+    start = 0
+    while start < len(rows):
+        size = min(256, 1 << ((len(rows) - start).bit_length() - 1))
+        values: list[object] = [value for row in rows[start:start + size] for value in row]
+        upserts.append((_UPSERTS[size], values))
+        start += size
+    return upserts
 
 
 BATCH_BOUNDS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
