@@ -342,7 +342,7 @@ class MqttFrontend:
             self.store.delete_session(session.client_id)
         elif session.persistent and not was_persistent:
             self._save(session, None)
-            for subscription in session.subscriptions.values():
+            for subscription in session.all_subscriptions():
                 self.store.save_subscription(session.client_id, subscription.topic_filter,
                                              subscription.packed())
 
@@ -461,7 +461,7 @@ class MqttFrontend:
     def subscribe(self, session: MqttSession, topic_filter: str, options: SubscriptionOptions,
                   identifier: int | None) -> tuple[int, Callable[[], None] | None]:
         """(SUBACK reason code, a call that sends the retained messages, if any are due)."""
-        existed = topic_filter in session.subscriptions
+        existed = session.subscription(topic_filter) is not None
         granted = min(options.qos, self.settings.max_qos)
         try:
             core = self._core_subscribe(session, topic_filter, options.retain_handling != 2,
@@ -496,7 +496,7 @@ class MqttFrontend:
             match, get_retained=get_retained, shared_group=group), limit)
 
     def unsubscribe(self, session: MqttSession, topic_filter: str) -> int:
-        subscription = session.subscriptions.get(topic_filter)
+        subscription = session.subscription(topic_filter)
         if subscription is None:
             return ReasonCode.NO_SUBSCRIPTION_EXISTED
         try:  # first: live messages held behind its retained backlog still go out on it
