@@ -310,9 +310,9 @@ class MqttFrontend:
                  reason: str, code: int = ReasonCode.NOT_AUTHORIZED) -> int:
         """Log and count a failed login; hold the CONNACK back by the guard's delay."""
         delay = self.router.login_guard.failed("MQTT", connection.peer, authid, method, reason)
-        held = getattr(connection, "held", None)
-        if held is not None:
-            held.hold = delay
+        hold_answers = getattr(connection, "hold_answers", None)
+        if hold_answers is not None:
+            hold_answers(delay)
         return code
 
     def _requested_expiry(self, connection: Outlet, packet: Connect) -> float:
