@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from functools import partial
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, TypeVar
 
 from router.core import errors
@@ -40,6 +40,14 @@ SERVER_RECEIVE_MAXIMUM = 100
 T = TypeVar("T")
 
 
+@lru_cache(maxsize=64)
+def _keep_alive_span(keep_alive: int) -> float:
+    """Seconds without a packet before the keep-alive runs out: 1.5 times the keep alive
+    (MQTT-3.1.2-24), one float object for the connections with the same keep alive (one
+    each was 24 bytes of every connection)."""
+    return keep_alive * 1.5
+
+
 class MqttConnection:
     """The protocol state of one connection.
 
@@ -48,14 +56,17 @@ class MqttConnection:
     a timer of its own. Writes go straight to the transport (the subclass's ``_write_raw``);
     a :class:`HeldTransport` is put between them only for a refused login's held answer."""
 
-    __slots__ = ("frontend", "flow", "peer", "transport_name", "codec",
+    __slots__ = ("frontend", "flow", "codec",
                  "session", "send_quota", "_client_max_packet", "_topic_aliases",
                  "_outbound_aliases", "outbound_alias_limit", "_keep_alive", "due",
                  "deadline_slot", "_will", "_closed", "_inbound_open", "_connect_state",
                  "_spreading", "gate", "_held", "transport", "_unsent", "_unsent_bytes")
 
-    def __init__(self, frontend: "MqttFrontend", peer: str, transport_name: str,
-                 flow: "ConnectionFlow", transport: object, gate: "Gate | None") -> None:
+    transport_name: str
+    """``mqtt`` or ``mqtt.websocket`` (the transport's subclass says)."""
+
+    def __init__(self, frontend: "MqttFrontend", flow: "ConnectionFlow", transport: object,
+                 gate: "Gate | None") -> None:
         self.frontend = frontend
         self.flow = flow
         """Outbound bound (QoS 0 dropped while ``flow.over``, the QoS >= 1 queue waits
@@ -67,8 +78,6 @@ class MqttConnection:
         self._held: HeldTransport | None = None
         """Between the connection and its transport while a refused login's answer is held
         back (:meth:`hold_answers`); else None."""
-        self.peer = peer
-        self.transport_name = transport_name
         self.codec = MqttCodec(max_packet_size=frontend.settings.max_packet_size,
                                lazy_filters=True)
         self.session: MqttSession | None = None
@@ -101,6 +110,12 @@ class MqttConnection:
         the packets after it wait in the codec, and reads pause, until it is done."""
         self.transport = transport
         """The Twisted transport (its TLS client certificate)."""
+
+    @property
+    def peer(self) -> str:
+        """The client's address, as logs show it (the transport's subclass says how; made
+        when asked: the session's SessionInfo keeps it, the connection need not)."""
+        raise NotImplementedError
 
     @property
     def version(self) -> int:
@@ -239,7 +254,7 @@ class MqttConnection:
             self.send_quota = SERVER_RECEIVE_MAXIMUM
         self._will = packet.will
         if keep_alive:
-            self._keep_alive = keep_alive * 1.5
+            self._keep_alive = _keep_alive_span(keep_alive)
             self._touch()
             self.frontend.deadlines.watch(self)
         self._send(Connack(session_present, ReasonCode.SUCCESS, properties))

@@ -40,6 +40,7 @@ class MqttTcpProtocol(MqttConnection, GatedProtocol, FlowingProtocol, _TcpEnd):
     mixin's class default, is what ``gate`` names.)"""
 
     __slots__ = ("factory", "counted_by")
+    transport_name = "mqtt"
 
     def __init__(self, factory: "MqttTcpFactory") -> None:
         self.factory = factory
@@ -57,9 +58,13 @@ class MqttTcpProtocol(MqttConnection, GatedProtocol, FlowingProtocol, _TcpEnd):
 
     def connectionMade(self) -> None:
         super().connectionMade()  # admitted by the gate, the flow made
+        MqttConnection.__init__(self, self.factory.frontend, self.flow, self.transport,
+                                self.gate)
+
+    @property
+    def peer(self) -> str:
         peer = self.transport.getPeer()
-        MqttConnection.__init__(self, self.factory.frontend, f"{peer.host}:{peer.port}",
-                                "mqtt", self.flow, self.transport, self.gate)
+        return f"{peer.host}:{peer.port}"
 
     def logPrefix(self) -> str:
         return self.__class__.__name__
@@ -99,12 +104,17 @@ class _WebSocketConnection(MqttConnection):
     WebSocket messages."""
 
     __slots__ = ("protocol",)
+    transport_name = "mqtt.websocket"
 
     def __init__(self, protocol: "MqttWebSocketProtocol") -> None:
         self.protocol = protocol
         """(A reference cycle with the protocol's ``connection``, broken at ``onClose``.)"""
-        super().__init__(protocol.factory.frontend, protocol.peer, "mqtt.websocket",
-                         protocol.flow, protocol.transport, protocol.gate)
+        super().__init__(protocol.factory.frontend, protocol.flow, protocol.transport,
+                         protocol.gate)
+
+    @property
+    def peer(self) -> str:
+        return self.protocol.peer
 
     def _write_raw(self, data: bytes) -> None:
         self.protocol.sendMessage(data, isBinary=True)
