@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
@@ -44,17 +44,24 @@ def _message(publication: Publication, topic: str, qos: int, retain: bool,
                          publication.expires_at)
 
 
-@dataclass(slots=True)
 class MqttSubscription:
-    topic_filter: str
-    core: Subscription
-    options: SubscriptionOptions
-    identifier: int | None = None
-    identifiers: tuple[int] | None = field(init=False)
-    """``(identifier,)``, or None: hoisted out of every delivery."""
+    """One of a session's topic filters: its core subscription (or shared group) and the
+    options granted (slotted; the identifier kept as ``identifiers`` alone)."""
 
-    def __post_init__(self) -> None:
-        self.identifiers = None if self.identifier is None else (self.identifier,)
+    __slots__ = ("topic_filter", "core", "options", "identifiers")
+
+    def __init__(self, topic_filter: str, core: Subscription, options: SubscriptionOptions,
+                 identifier: int | None = None) -> None:
+        self.topic_filter = topic_filter
+        self.core = core
+        self.options = options
+        self.identifiers: tuple[int] | None = None if identifier is None else (identifier,)
+        """``(identifier,)``, or None: what every delivery sends."""
+
+    @property
+    def identifier(self) -> int | None:
+        """The MQTT 5 subscription identifier, if the client gave one."""
+        return None if self.identifiers is None else self.identifiers[0]
 
     def packed(self) -> list:
         o = self.options
