@@ -183,8 +183,9 @@ class MqttConnection:
     def _on_connect(self, packet: Connect) -> None:
         gate = self.gate
         if gate is not None:
-            gate.passed()  # the handshake timer stops
-            if gate.refused:  # over a cap of the listener
+            refused = gate.refused
+            self._handshake_passed()  # the handshake timer stops
+            if refused:  # over a cap of the listener
                 self._send(Connack(False, ReasonCode.QUOTA_EXCEEDED))
                 self._close_now()
                 return
@@ -261,6 +262,10 @@ class MqttConnection:
         session.resume()
         if resume:
             self._process()
+
+    def _handshake_passed(self) -> None:
+        """CONNECT arrived: the gate's handshake timer stops."""
+        self.gate.passed()  # type: ignore[union-attr]
 
     def _granted_keep_alive(self, requested: int) -> int:
         """The keep alive the server uses: the request, or ``mqtt.max_keepalive`` for one
