@@ -2,7 +2,8 @@
 
 Transport-agnostic: a transport's subclass says how bytes are written and the connection
 closed (``_write_raw``, ``_close_out``; see :mod:`router.mqtt.transports`) and feeds it
-bytes with :meth:`data_received`, so MQTT over TCP and over WebSocket share it. The session it attaches to (and everything routing-related) lives elsewhere.
+bytes with :meth:`data_received`, so MQTT over TCP and over WebSocket share it. The
+session it attaches to (and everything routing-related) lives elsewhere.
 """
 
 from __future__ import annotations
