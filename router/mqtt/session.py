@@ -92,17 +92,17 @@ class MqttSession:
 
     Slotted, and what most sessions never use (queue, inbound QoS 2 ids, subscription
     tables) is made on first use: an idle session with one subscription is this object and
-    its subscription, no dict."""
+    its subscription, no dict. Its client id is its SessionInfo's; an offline session's
+    expiry timer is kept by the frontend."""
 
-    __slots__ = ("frontend", "client_id", "info", "persistent", "expiry", "connection",
+    __slots__ = ("frontend", "info", "persistent", "expiry", "connection",
                  "_subscriptions", "_by_core_id", "_patterns", "_may_overlap",
                  "_last_publication", "outbound", "_queued", "_by_packet_id", "inbound_qos2",
-                 "_last_seq", "_next_packet_id", "expiry_timer")
+                 "_last_seq", "_next_packet_id")
 
-    def __init__(self, frontend: SessionOwner, client_id: str, info: SessionInfo,
-                 persistent: bool, expiry: float) -> None:
+    def __init__(self, frontend: SessionOwner, info: SessionInfo, persistent: bool,
+                 expiry: float) -> None:
         self.frontend = frontend
-        self.client_id = client_id
         self.info = info
         self.persistent = persistent
         self.expiry = expiry
@@ -131,13 +131,11 @@ class MqttSession:
         self.inbound_qos2: set[int] | frozenset[int] = _NO_PACKET_IDS
         self._last_seq = 0
         self._next_packet_id = 1
-        self.expiry_timer = None
 
-    def cancel_expiry(self) -> None:
-        """Cancel the expiry timer (it holds the session, and its queue, alive)."""
-        timer, self.expiry_timer = self.expiry_timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
+    @property
+    def client_id(self) -> str:
+        """The MQTT client id (its SessionInfo's)."""
+        return self.info.client_id  # type: ignore[return-value]
 
     # subscriptions --------------------------------------------------------------
 
