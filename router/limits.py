@@ -123,7 +123,9 @@ class ConnectionLimits:
         """One refused or timed-out connection of this listener."""
         self.incidents.count(self.realm, self.protocol, REFUSED, detail)
 
-    def _release(self, host: str) -> None:
+    def release_host(self, host: str) -> None:
+        """One admitted connection from ``host`` is gone (its :meth:`Gate.release`, or the
+        protocol's own for a connection that let go of its gate once past the handshake)."""
         self.open -= 1
         left = self._per_host[host] - 1
         if left:
@@ -188,7 +190,7 @@ class Gate:
         self.passed()
         if self._counted:
             self._counted = False
-            self.limits._release(self.host)
+            self.limits.release_host(self.host)
 
     def _expired(self) -> None:
         self._timer = None

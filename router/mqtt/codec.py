@@ -80,7 +80,13 @@ class MqttCodec:
     of a SUBSCRIBE or UNSUBSCRIBE are an iterator, each decoded and checked as it is
     taken, so that the handler of a packet with 20,000 of them can spread that work over
     reactor turns (see :mod:`router.mqtt.spread`); else they are decoded at once, a list.
+
+    Slotted, and between packets it holds no buffer of its own (a server keeps one codec
+    per connection: an instance dict and an empty bytearray were ~100 bytes of each).
     """
+
+    __slots__ = ("max_packet_size", "_lazy_filters", "protocol_version", "_client_side",
+                 "_encoding_version", "_buffer", "_offset", "_fixed_header", "_error")
 
     def __init__(self, *, client_side: bool = False, max_packet_size: int | None = None,
                  lazy_filters: bool = False) -> None:
@@ -90,17 +96,28 @@ class MqttCodec:
         """4 (MQTT 3.1.1) or 5 once CONNECT has been accepted (decoded or, client side, sent)."""
         self._client_side = client_side
         self._encoding_version: int | None = None
-        self._buffer = bytearray()
+        self._buffer: bytes | bytearray = b""
+        """What was received and not decoded yet (from ``_offset`` on): the shared empty
+        bytes when nothing is, a read's own bytes while packets are decoded from it, a
+        bytearray of its own once a packet spans reads."""
         self._offset = 0  # where the next packet starts in _buffer
         self._fixed_header: tuple[int, int, int] | None = None
         self._error: MqttProtocolError | None = None
 
     def receive_data(self, data: bytes) -> None:
         """Append bytes read from the transport; then call :meth:`next_packet` until None."""
-        if self._offset:  # drop the packets already decoded: one move per read, not per packet
-            del self._buffer[:self._offset]
+        buffer = self._buffer
+        if not buffer:  # all decoded before (the common case): this read is the buffer
+            self._buffer = data if type(data) is bytes else bytes(data)
+            return
+        if type(buffer) is bytes:  # the rest of an earlier read: copied once, from here on
+            with memoryview(buffer) as view:
+                buffer = self._buffer = bytearray(view[self._offset:])
             self._offset = 0
-        self._buffer += data
+        elif self._offset:  # drop the packets already decoded: one move per read, not per packet
+            del buffer[:self._offset]
+            self._offset = 0
+        buffer += data  # type: ignore[operator]
 
     def buffered(self) -> int:
         """Bytes received but not yet decoded into packets."""
@@ -122,7 +139,7 @@ class MqttCodec:
         if packet is None and self._offset == len(self._buffer) and self._offset:
             # all of it decoded: its bytes go now, not at the next read (an idle connection
             # keeps none of what it last read)
-            self._buffer.clear()
+            self._buffer = b""
             self._offset = 0
         return packet
 

@@ -1,8 +1,9 @@
 """One MQTT network connection: CONNECT handshake, packet dispatch, keep-alive.
 
-Transport-agnostic: it is given a :class:`~router.held.HeldTransport` (``write(bytes)`` and
-``close()``) and fed bytes with :meth:`data_received`, so MQTT over TCP and over WebSocket
-share it. The session it attaches to (and everything routing-related) lives elsewhere.
+Transport-agnostic: a transport's subclass says how bytes are written and the connection
+closed (``_write_raw``, ``_close_out``; see :mod:`router.mqtt.transports`) and feeds it
+bytes with :meth:`data_received`, so MQTT over TCP and over WebSocket share it. The
+session it attaches to (and everything routing-related) lives elsewhere.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from functools import partial
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, TypeVar
 
 from router.core import errors
@@ -29,6 +30,7 @@ from router.mqtt.spread import spread
 
 if TYPE_CHECKING:
     from router.flow import ConnectionFlow
+    from router.limits import Gate
     from router.mqtt.frontend import Identity, MqttFrontend
     from router.mqtt.session import MqttSession
 
@@ -39,8 +41,12 @@ SERVER_RECEIVE_MAXIMUM = 100
 T = TypeVar("T")
 
 
-def _nothing() -> None:
-    pass
+@lru_cache(maxsize=64)
+def _keep_alive_span(keep_alive: int) -> float:
+    """Seconds without a packet before the keep-alive runs out: 1.5 times the keep alive
+    (MQTT-3.1.2-24), one float object for the connections with the same keep alive (one
+    each was 24 bytes of every connection)."""
+    return keep_alive * 1.5
 
 
 class MqttConnection:
@@ -48,26 +54,31 @@ class MqttConnection:
 
     Slotted, with its alias tables and inbound window made on first use; its keep-alive is
     a deadline on the frontend's one wheel (:class:`router.core.scheduler.Deadlines`), not
-    a timer of its own."""
+    a timer of its own. Writes go straight to the transport (the subclass's ``_write_raw``);
+    a :class:`HeldTransport` is put between them only for a refused login's held answer."""
 
-    __slots__ = ("frontend", "flow", "peer", "transport_name", "codec",
+    __slots__ = ("frontend", "flow", "codec",
                  "session", "send_quota", "_client_max_packet", "_topic_aliases",
                  "_outbound_aliases", "outbound_alias_limit", "_keep_alive", "due",
                  "deadline_slot", "_will", "_closed", "_inbound_open", "_connect_state",
-                 "_spreading", "refusal", "handshake_done", "held", "transport", "_unsent",
-                 "_unsent_bytes")
+                 "_spreading", "gate", "_held", "transport", "_unsent", "_unsent_bytes")
 
-    def __init__(self, frontend: "MqttFrontend", held: HeldTransport, peer: str,
-                 transport_name: str, flow: "ConnectionFlow") -> None:
+    transport_name: str
+    """``mqtt`` or ``mqtt.websocket`` (the transport's subclass says)."""
+
+    def __init__(self, frontend: "MqttFrontend", flow: "ConnectionFlow", transport: object,
+                 gate: "Gate | None") -> None:
         self.frontend = frontend
         self.flow = flow
         """Outbound bound (QoS 0 dropped while ``flow.over``, the QoS >= 1 queue waits
         while ``flow.paused``) and intake pausing."""
         flow.owner = self
-        self.held = held
-        """Where its bytes go (``write``/``close``), and a refused login's answer waits."""
-        self.peer = peer
-        self.transport_name = transport_name
+        self.gate = gate
+        """The listener's admission of this connection: CONNECT ends its handshake timer,
+        and one over a cap gets CONNACK 0x97 (quota exceeded)."""
+        self._held: HeldTransport | None = None
+        """Between the connection and its transport while a refused login's answer is held
+        back (:meth:`hold_answers`); else None."""
         self.codec = MqttCodec(max_packet_size=frontend.settings.max_packet_size,
                                lazy_filters=True)
         self.session: MqttSession | None = None
@@ -98,12 +109,14 @@ class MqttConnection:
         self._spreading = False
         """A packet's work goes on over several reactor turns (:mod:`router.mqtt.spread`):
         the packets after it wait in the codec, and reads pause, until it is done."""
-        self.refusal: int | None = None
-        """Set by the transport for a connection over a cap: CONNECT gets this CONNACK."""
-        self.handshake_done: Callable[[], None] = _nothing
-        """Set by the transport: CONNECT arrived (the handshake timer stops)."""
-        self.transport = None
-        """Set by the transport: the Twisted transport (its TLS client certificate)."""
+        self.transport = transport
+        """The Twisted transport (its TLS client certificate)."""
+
+    @property
+    def peer(self) -> str:
+        """The client's address, as logs show it (the transport's subclass says how; made
+        when asked: the session's SessionInfo keeps it, the connection need not)."""
+        raise NotImplementedError
 
     @property
     def version(self) -> int:
@@ -169,12 +182,14 @@ class MqttConnection:
     # connect --------------------------------------------------------------------------
 
     def _on_connect(self, packet: Connect) -> None:
-        self.handshake_done()
-        self.handshake_done = _nothing  # once: no bound method kept per connection
-        if self.refusal is not None:
-            self._send(Connack(False, self.refusal))
-            self._close_now()
-            return
+        gate = self.gate
+        if gate is not None:
+            refused = gate.refused
+            self._handshake_passed()  # the handshake timer stops
+            if refused:  # over a cap of the listener
+                self._send(Connack(False, ReasonCode.QUOTA_EXCEEDED))
+                self._close_now()
+                return
         if self.version != 5 and self._granted_keep_alive(packet.keep_alive) < packet.keep_alive:
             # MQTT 3.1.1 cannot be told another keep alive: refused (0x02), as by Mosquitto
             log.info("MQTT client %s: keep alive %d s is over the maximum of %d s", self.peer,
@@ -241,13 +256,17 @@ class MqttConnection:
             self.send_quota = SERVER_RECEIVE_MAXIMUM
         self._will = packet.will
         if keep_alive:
-            self._keep_alive = keep_alive * 1.5
+            self._keep_alive = _keep_alive_span(keep_alive)
             self._touch()
             self.frontend.deadlines.watch(self)
         self._send(Connack(session_present, ReasonCode.SUCCESS, properties))
         session.resume()
         if resume:
             self._process()
+
+    def _handshake_passed(self) -> None:
+        """CONNECT arrived: the gate's handshake timer stops."""
+        self.gate.passed()  # type: ignore[union-attr]
 
     def _granted_keep_alive(self, requested: int) -> int:
         """The keep alive the server uses: the request, or ``mqtt.max_keepalive`` for one
@@ -566,7 +585,34 @@ class MqttConnection:
         """Write the packets gathered (the frontend calls it at the end of the turn)."""
         unsent, self._unsent = self._unsent, None
         if unsent and not self._closed:
-            self.held.write(unsent[0] if len(unsent) == 1 else b"".join(unsent))
+            data = unsent[0] if len(unsent) == 1 else b"".join(unsent)
+            if self._held is None:
+                self._write_out(data)
+            else:
+                self._held.write(data)
+
+    def _write_out(self, data: bytes) -> None:
+        """Write to the transport, counted by the flow while the transport is paused."""
+        self._write_raw(data)
+        flow = self.flow
+        if flow.paused:
+            flow.wrote(len(data))
+
+    def _write_raw(self, data: bytes) -> None:
+        """Write ``data`` to the transport (the transport's subclass says how)."""
+        raise NotImplementedError
+
+    def _close_out(self) -> None:
+        """Close the transport once what was written is sent (the subclass says how)."""
+        raise NotImplementedError
+
+    def hold_answers(self, delay: float) -> None:
+        """Hold what is written back by ``delay`` seconds, and the close after it (a
+        refused login's answer, see :class:`router.core.login_guard.LoginGuard`)."""
+        if self._held is None:
+            self._held = HeldTransport(self.frontend.scheduler, self._write_out,
+                                       self._close_out)
+        self._held.hold = delay
 
     # life cycle -----------------------------------------------------------------------------
 
@@ -627,11 +673,15 @@ class MqttConnection:
         self.flush()
         if not self._closed:
             self._closed = True
-            self.held.close()
+            if self._held is None:
+                self._close_out()
+            else:
+                self._held.close()
 
     def connection_lost(self) -> None:
         """The transport is gone: publish the will if due, detach from the session."""
         self._closed = True
+        self._held = None  # (it holds two bound methods of this connection: a cycle)
         if self._keep_alive is not None:
             self.frontend.deadlines.forget(self)
             self._keep_alive = None

@@ -65,6 +65,9 @@ class MqttFrontend:
         self._flush_call: DelayedCall | None = None
         self.sessions: dict[str, MqttSession] = {}
         self._pending_wills: dict[str, DelayedCall] = {}
+        self._expiry_timers: dict[MqttSession, DelayedCall] = {}
+        """The timers of offline sessions that expire (each holds its session, and its
+        queue, alive); kept here, not in every session."""
         """Client id -> the timer of its will, waiting for the will delay to pass."""
         self._principals: dict[str, Principal] = router.principals[realm.name]
         self.claims: SessionClaims | None = (store if isinstance(store, SessionClaims)
@@ -229,7 +232,7 @@ class MqttFrontend:
         else:
             self._set_persistence(existing, expiry)
         session = existing
-        session.cancel_expiry()
+        self._cancel_expiry(session)
         session.connection = connection
         self.router.connections.add(connection)
         if session.persistent:
@@ -310,9 +313,9 @@ class MqttFrontend:
                  reason: str, code: int = ReasonCode.NOT_AUTHORIZED) -> int:
         """Log and count a failed login; hold the CONNACK back by the guard's delay."""
         delay = self.router.login_guard.failed("MQTT", connection.peer, authid, method, reason)
-        held = getattr(connection, "held", None)
-        if held is not None:
-            held.hold = delay
+        hold_answers = getattr(connection, "hold_answers", None)
+        if hold_answers is not None:
+            hold_answers(delay)
         return code
 
     def _requested_expiry(self, connection: Outlet, packet: Connect) -> float:
@@ -328,7 +331,7 @@ class MqttFrontend:
         return float(cap if seconds is None or seconds > cap else seconds)
 
     def _open(self, client_id: str, info: SessionInfo, expiry: float) -> MqttSession:
-        session = MqttSession(self, client_id, info, expiry != 0, expiry)
+        session = MqttSession(self, info, expiry != 0, expiry)
         self.sessions[client_id] = session
         self.router.track(session)
         self.realm.attach(session)
@@ -342,7 +345,7 @@ class MqttFrontend:
             self.store.delete_session(session.client_id)
         elif session.persistent and not was_persistent:
             self._save(session, None)
-            for subscription in session.subscriptions.values():
+            for subscription in session.all_subscriptions():
                 self.store.save_subscription(session.client_id, subscription.topic_filter,
                                              subscription.packed())
 
@@ -374,9 +377,19 @@ class MqttFrontend:
             self.destroy(session)
             return
         self._save(session, time.time())
-        session.expiry_timer = self.scheduler.callLater(session.expiry, self._expire, session)
+        self._expire_later(session, session.expiry)
+
+    def _expire_later(self, session: MqttSession, delay: float) -> None:
+        self._cancel_expiry(session)
+        self._expiry_timers[session] = self.scheduler.callLater(delay, self._expire, session)
+
+    def _cancel_expiry(self, session: MqttSession) -> None:
+        timer = self._expiry_timers.pop(session, None)
+        if timer is not None and timer.active():
+            timer.cancel()
 
     def _expire(self, session: MqttSession) -> None:
+        self._expiry_timers.pop(session, None)
         if session.connection is None and self.sessions.get(session.client_id) is session:
             log.info("MQTT session %s expired", session.client_id)
             self.destroy(session)
@@ -394,7 +407,7 @@ class MqttFrontend:
 
     def _forget(self, session: MqttSession) -> None:
         """Take a session out of this node: no timer, no subscriptions, not listed."""
-        session.cancel_expiry()
+        self._cancel_expiry(session)
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
         self.realm.detach(session)
@@ -461,7 +474,7 @@ class MqttFrontend:
     def subscribe(self, session: MqttSession, topic_filter: str, options: SubscriptionOptions,
                   identifier: int | None) -> tuple[int, Callable[[], None] | None]:
         """(SUBACK reason code, a call that sends the retained messages, if any are due)."""
-        existed = topic_filter in session.subscriptions
+        existed = session.subscription(topic_filter) is not None
         granted = min(options.qos, self.settings.max_qos)
         try:
             core = self._core_subscribe(session, topic_filter, options.retain_handling != 2,
@@ -496,7 +509,7 @@ class MqttFrontend:
             match, get_retained=get_retained, shared_group=group), limit)
 
     def unsubscribe(self, session: MqttSession, topic_filter: str) -> int:
-        subscription = session.subscriptions.get(topic_filter)
+        subscription = session.subscription(topic_filter)
         if subscription is None:
             return ReasonCode.NO_SUBSCRIPTION_EXISTED
         try:  # first: live messages held behind its retained backlog still go out on it
@@ -554,7 +567,7 @@ class MqttFrontend:
         session.restore_outbound(stored.outbound)
         session.inbound_qos2 = set(stored.inbound)
         remaining = max(0.0, (stored.disconnected_at or now) + stored.expiry - now)
-        session.expiry_timer = self.scheduler.callLater(remaining, self._expire, session)
+        self._expire_later(session, remaining)
 
 
 def _as_will(stored: StoredWill) -> Will:

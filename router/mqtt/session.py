@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
@@ -44,17 +44,24 @@ def _message(publication: Publication, topic: str, qos: int, retain: bool,
                          publication.expires_at)
 
 
-@dataclass(slots=True)
 class MqttSubscription:
-    topic_filter: str
-    core: Subscription
-    options: SubscriptionOptions
-    identifier: int | None = None
-    identifiers: tuple[int] | None = field(init=False)
-    """``(identifier,)``, or None: hoisted out of every delivery."""
+    """One of a session's topic filters: its core subscription (or shared group) and the
+    options granted (slotted; the identifier kept as ``identifiers`` alone)."""
 
-    def __post_init__(self) -> None:
-        self.identifiers = None if self.identifier is None else (self.identifier,)
+    __slots__ = ("topic_filter", "core", "options", "identifiers")
+
+    def __init__(self, topic_filter: str, core: Subscription, options: SubscriptionOptions,
+                 identifier: int | None = None) -> None:
+        self.topic_filter = topic_filter
+        self.core = core
+        self.options = options
+        self.identifiers: tuple[int] | None = None if identifier is None else (identifier,)
+        """``(identifier,)``, or None: what every delivery sends."""
+
+    @property
+    def identifier(self) -> int | None:
+        """The MQTT 5 subscription identifier, if the client gave one."""
+        return None if self.identifiers is None else self.identifiers[0]
 
     def packed(self) -> list:
         o = self.options
@@ -83,24 +90,29 @@ _NO_PACKET_IDS: frozenset[int] = frozenset()
 class MqttSession:
     """Implements the core's Peer for an MQTT client id.
 
-    Slotted, and what most sessions never use (queue, inbound QoS 2 ids) is made on first
-    use: an idle subscribed session is this object, its dicts and its subscriptions."""
+    Slotted, and what most sessions never use (queue, inbound QoS 2 ids, subscription
+    tables) is made on first use: an idle session with one subscription is this object and
+    its subscription, no dict. Its client id is its SessionInfo's; an offline session's
+    expiry timer is kept by the frontend."""
 
-    __slots__ = ("frontend", "client_id", "info", "persistent", "expiry", "connection",
-                 "subscriptions", "_by_core_id", "_patterns", "_may_overlap",
+    __slots__ = ("frontend", "info", "persistent", "expiry", "connection",
+                 "_subscriptions", "_by_core_id", "_patterns", "_may_overlap",
                  "_last_publication", "outbound", "_queued", "_by_packet_id", "inbound_qos2",
-                 "_last_seq", "_next_packet_id", "expiry_timer")
+                 "_last_seq", "_next_packet_id")
 
-    def __init__(self, frontend: SessionOwner, client_id: str, info: SessionInfo,
-                 persistent: bool, expiry: float) -> None:
+    def __init__(self, frontend: SessionOwner, info: SessionInfo, persistent: bool,
+                 expiry: float) -> None:
         self.frontend = frontend
-        self.client_id = client_id
         self.info = info
         self.persistent = persistent
         self.expiry = expiry
         self.connection: Outlet | None = None
-        self.subscriptions: dict[str, MqttSubscription] = {}
-        self._by_core_id: dict[int, MqttSubscription] = {}
+        self._subscriptions: MqttSubscription | dict[str, MqttSubscription] | None = None
+        """Its only subscription, or from the second on a dict by topic filter (two
+        one-entry dicts were ~400 bytes of every session with a single subscription)."""
+        self._by_core_id: dict[int, MqttSubscription] = NOTHING_YET  # type: ignore[assignment]
+        """By core subscription id, from the second subscription on (:data:`NOTHING_YET`
+        while there are fewer)."""
         self._patterns = 0
         """How many of its subscriptions have a wildcard: kept as they come and go, so a
         change costs the same however many the session holds."""
@@ -119,22 +131,48 @@ class MqttSession:
         self.inbound_qos2: set[int] | frozenset[int] = _NO_PACKET_IDS
         self._last_seq = 0
         self._next_packet_id = 1
-        self.expiry_timer = None
 
-    def cancel_expiry(self) -> None:
-        """Cancel the expiry timer (it holds the session, and its queue, alive)."""
-        timer, self.expiry_timer = self.expiry_timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
+    @property
+    def client_id(self) -> str:
+        """The MQTT client id (its SessionInfo's)."""
+        return self.info.client_id  # type: ignore[return-value]
 
     # subscriptions --------------------------------------------------------------
 
+    def subscription(self, topic_filter: str) -> MqttSubscription | None:
+        """Its subscription to ``topic_filter``, if it has one."""
+        held = self._subscriptions
+        if type(held) is MqttSubscription:
+            return held if held.topic_filter == topic_filter else None
+        return None if held is None else held.get(topic_filter)
+
+    def all_subscriptions(self) -> list[MqttSubscription]:
+        """Its subscriptions (a list of its own)."""
+        held = self._subscriptions
+        if held is None:
+            return []
+        return [held] if type(held) is MqttSubscription else list(held.values())
+
+    def _mine(self, core_id: int) -> MqttSubscription | None:
+        """Its subscription whose core subscription (or shared group) has ``core_id``."""
+        held = self._subscriptions
+        if type(held) is MqttSubscription and held.core.id == core_id:
+            return held
+        return self._by_core_id.get(core_id)
+
     def add_subscription(self, subscription: MqttSubscription, persist: bool = True) -> None:
-        previous = self.subscriptions.get(subscription.topic_filter)
+        previous = self.subscription(subscription.topic_filter)
         if previous is not None:
             self._unindex(previous)
-        self.subscriptions[subscription.topic_filter] = subscription
-        self._by_core_id[subscription.core.id] = subscription
+        held = self._subscriptions
+        if held is None:
+            self._subscriptions = subscription
+        else:
+            if type(held) is MqttSubscription:
+                self._subscriptions = {held.topic_filter: held}
+                self._by_core_id = {held.core.id: held}
+            self._subscriptions[subscription.topic_filter] = subscription  # type: ignore[index]
+            self._by_core_id[subscription.core.id] = subscription
         if subscription.core.match != EXACT:
             self._patterns += 1
         self._subscriptions_changed()
@@ -143,7 +181,7 @@ class MqttSession:
                                                   subscription.packed())
 
     def remove_subscription(self, topic_filter: str) -> MqttSubscription | None:
-        subscription = self.subscriptions.pop(topic_filter, None)
+        subscription = self.subscription(topic_filter)
         if subscription is not None:
             self._unindex(subscription)
             self._subscriptions_changed()
@@ -152,9 +190,19 @@ class MqttSession:
         return subscription
 
     def _unindex(self, subscription: MqttSubscription) -> None:
-        if self._by_core_id.pop(subscription.core.id, None) is not None:
-            if subscription.core.match != EXACT:
-                self._patterns -= 1
+        """Forget ``subscription`` (the one it holds for its filter); back to no dict at all
+        when one subscription is left."""
+        held = self._subscriptions
+        if type(held) is MqttSubscription:
+            self._subscriptions = None
+        else:
+            del held[subscription.topic_filter]  # type: ignore[union-attr]
+            self._by_core_id.pop(subscription.core.id, None)
+            if len(held) == 1:  # type: ignore[arg-type]
+                (self._subscriptions,) = held.values()  # type: ignore[union-attr]
+                self._by_core_id = NOTHING_YET  # type: ignore[assignment]
+        if subscription.core.match != EXACT:
+            self._patterns -= 1
 
     def _subscriptions_changed(self) -> None:
         self._may_overlap = len(self._by_core_id) > 1 and self._patterns > 0
@@ -163,9 +211,11 @@ class MqttSession:
 
     def send_event(self, subscription: Subscription, publication: Publication,
                    retained: bool = False) -> None:
-        mine = self._by_core_id.get(subscription.id)
-        if mine is None:
-            return
+        mine = self._subscriptions  # (:meth:`_mine` inlined: once per delivery)
+        if type(mine) is not MqttSubscription or mine.core.id != subscription.id:
+            mine = self._by_core_id.get(subscription.id)
+            if mine is None:
+                return
         topic = publication.mqtt_topic()
         if topic is None:  # a WAMP/AMQP topic with "/" or a wildcard inside a level
             realm = self.frontend.realm
@@ -230,7 +280,7 @@ class MqttSession:
         encodings cache a live fan-out shares, and the batch is one write; any other
         takes :meth:`send_event`'s path, in order. None (every event by
         :meth:`send_event`) with topic aliases or a subscription identifier."""
-        mine = self._by_core_id.get(subscription.id)
+        mine = self._mine(subscription.id)
         connection = self.connection
         if (mine is None or connection is None or connection.outbound_alias_limit
                 or mine.identifiers is not None):
@@ -558,7 +608,7 @@ class MqttSession:
         """MQTT has no server-side unsubscribe: the filter is dropped (from a persistent
         session's stored state too) and nothing is sent, so its messages stop, as on
         Mosquitto after an ACL reload; the core counts it (incident ``revoked``)."""
-        mine = self._by_core_id.get(subscription.id)
+        mine = self._mine(subscription.id)
         if mine is not None:
             self.frontend.unsubscribe(self, mine.topic_filter)
 

@@ -2,51 +2,124 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.types import ConnectionDeny
-from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.internet.interfaces import ILoggingContext, IProtocol
+from twisted.internet.protocol import Factory, connectionDone
+from zope.interface import implementer
 
 from router.flow import ConnectionFlow, FlowingProtocol
-from router.held import HeldTransport
-from router.limits import GatedProtocol, ReleasesClosedFuture
+from router.limits import ConnectionLimits, GatedProtocol, ReleasesClosedFuture
 from router.mqtt.connection import MqttConnection
 from router.mqtt.frontend import MqttFrontend
-from router.mqtt.packets import ReasonCode
 
 
-def _attach(connection: MqttConnection, protocol: GatedProtocol, transport) -> MqttConnection:
-    """What the frontend needs beyond the bytes: the transport (for the TLS client
-    certificate's CN, if it verified one), and the listener's gate (CONNECT ends the
-    handshake; over a cap, CONNECT is refused)."""
-    connection.transport = transport
-    # the gate's own method, not the protocol's: the protocol holds the connection, so a
-    # bound method of the protocol here would be a reference cycle (freed only by a full
-    # collection, long after the connection closed)
-    connection.handshake_done = protocol.gate.passed
-    if protocol.gate.refused:
-        connection.refusal = ReasonCode.QUOTA_EXCEEDED
-    return connection
+class _Admitted:
+    """What an MQTT TCP connection keeps for its :class:`~router.limits.Gate` once CONNECT
+    passed it: the gate's timer is done and its place under the caps is given back by the
+    protocol itself (:meth:`MqttTcpProtocol.release`), so the Gate (88 bytes) goes."""
+
+    __slots__ = ()
+    refused = None
+
+    def passed(self) -> None:
+        """Passed already."""
+
+    def verifying(self, active: bool) -> None:
+        """Passed already: no timer to stop."""
 
 
-class MqttTcpProtocol(GatedProtocol, FlowingProtocol, Protocol):
+_ADMITTED = _Admitted()
+
+
+class _TcpEnd:
+    """Where the mixins' ``connectionMade`` and ``connectionLost`` chains end (below them
+    in :class:`MqttTcpProtocol`'s bases)."""
+
+    __slots__ = ()
+
     def connectionMade(self) -> None:
-        super().connectionMade()
+        """The end of the mixins' chain."""
+
+    def connectionLost(self, reason: Any = connectionDone) -> None:
+        """The end of the mixins' chain."""
+
+
+@implementer(IProtocol, ILoggingContext)
+class MqttTcpProtocol(MqttConnection, GatedProtocol, FlowingProtocol, _TcpEnd):
+    """MQTT over TCP (or TLS): the Twisted protocol is the connection itself.
+
+    A Twisted ``Protocol`` with an ``MqttConnection`` and a ``HeldTransport`` beside it
+    (with two bound methods of the flow) were four objects and an instance dict, ~340
+    bytes of every idle connection; this one is slotted and writes to its transport
+    itself. (``MqttConnection`` comes first among the bases: its ``gate`` slot, not the
+    mixin's class default, is what ``gate`` names.)"""
+
+    __slots__ = ("factory", "counted_by")
+    transport_name = "mqtt"
+
+    def __init__(self, factory: "MqttTcpFactory") -> None:
+        self.factory = factory
+        self.transport: Any = None
+        self.gate = None
+        self.counted_by: ConnectionLimits | None = None
+        """Where its reads are counted, when its transport does not count them (TLS, see
+        :meth:`ConnectionLimits.count_bytes`)."""
+
+    # Twisted's IProtocol ----------------------------------------------------------------
+
+    def makeConnection(self, transport: Any) -> None:
+        self.transport = transport
+        self.connectionMade()
+
+    def connectionMade(self) -> None:
+        super().connectionMade()  # admitted by the gate, the flow made
+        MqttConnection.__init__(self, self.factory.frontend, self.flow, self.transport,
+                                self.gate)
+
+    @property
+    def peer(self) -> str:
         peer = self.transport.getPeer()
-        held = HeldTransport(self.factory.frontend.scheduler,
-                             self.flow.counting(),
-                             self.flow.lose_connection)
-        self.connection = _attach(MqttConnection(self.factory.frontend, held,
-                                                 f"{peer.host}:{peer.port}", "mqtt", self.flow),
-                                  self, self.transport)
+        return f"{peer.host}:{peer.port}"
+
+    def logPrefix(self) -> str:
+        return self.__class__.__name__
+
+    # the listener's caps ------------------------------------------------------------
+
+    def _handshake_passed(self) -> None:
+        gate = self.gate
+        gate.passed()
+        if not gate.refused:  # counted under the caps: given back by release() below
+            self.gate = _ADMITTED
+
+    def release(self) -> None:
+        """The connection is gone: its place under the listener's caps is free again."""
+        gate, self.gate = self.gate, None
+        if gate is _ADMITTED:
+            self.factory.limits.release_host(getattr(self.transport.getPeer(), "host",
+                                                     "unknown"))
+        elif gate is not None:
+            gate.release()
 
     def dataReceived(self, data: bytes) -> None:
-        self.connection.data_received(data)
+        if self.counted_by is not None:
+            self.counted_by.bytes_in += len(data)
+        self.data_received(data)
 
-    def connectionLost(self, reason=connectionDone) -> None:
+    def connectionLost(self, reason: Any = connectionDone) -> None:
         super().connectionLost(reason)
-        self.connection.connection_lost()
+        self.connection_lost()
+
+    # what the connection writes with ----------------------------------------------------
+
+    def _write_raw(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def _close_out(self) -> None:
+        self.flow.lose_connection()
 
 
 class MqttTcpFactory(Factory):
@@ -56,6 +129,33 @@ class MqttTcpFactory(Factory):
                  new_flow: Callable[[object], ConnectionFlow]) -> None:
         self.frontend = frontend
         self.new_flow = new_flow
+
+    def buildProtocol(self, addr: Any) -> MqttTcpProtocol:
+        return MqttTcpProtocol(self)
+
+
+class _WebSocketConnection(MqttConnection):
+    """The connection of an :class:`MqttWebSocketProtocol`: its packets go in binary
+    WebSocket messages."""
+
+    __slots__ = ("protocol",)
+    transport_name = "mqtt.websocket"
+
+    def __init__(self, protocol: "MqttWebSocketProtocol") -> None:
+        self.protocol = protocol
+        """(A reference cycle with the protocol's ``connection``, broken at ``onClose``.)"""
+        super().__init__(protocol.factory.frontend, protocol.flow, protocol.transport,
+                         protocol.gate)
+
+    @property
+    def peer(self) -> str:
+        return self.protocol.peer
+
+    def _write_raw(self, data: bytes) -> None:
+        self.protocol.sendMessage(data, isBinary=True)
+
+    def _close_out(self) -> None:
+        self.protocol.sendClose(self.protocol.CLOSE_STATUS_CODE_NORMAL)
 
 
 class MqttWebSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtocol,
@@ -73,12 +173,7 @@ class MqttWebSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtocol
         return "mqtt"
 
     def onOpen(self) -> None:
-        held = HeldTransport(self.factory.frontend.scheduler,
-                             self.flow.counting(lambda data: self.sendMessage(data, isBinary=True)),
-                             lambda: self.sendClose(self.CLOSE_STATUS_CODE_NORMAL))
-        self.connection = _attach(MqttConnection(self.factory.frontend, held, self.peer,
-                                                 "mqtt.websocket", self.flow),
-                                  self, self.transport)
+        self.connection = _WebSocketConnection(self)
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         if not isBinary:
