@@ -126,7 +126,7 @@ class CallOptions:
     disclose_me: bool = False
 
 
-_NO_CALL_OPTIONS = CallOptions()
+NO_CALL_OPTIONS = CallOptions()
 """A CALL without options (most of them): one shared, frozen value."""
 
 
@@ -135,7 +135,7 @@ def parse_call_options(options: Details) -> CallOptions:
     if type(options) is not dict:
         raise ProtocolViolation("call options must be a dict")
     if not options:
-        return _NO_CALL_OPTIONS
+        return NO_CALL_OPTIONS
     timeout = options.get("timeout", 0)
     if type(timeout) is not int or timeout < 0:
         raise ProtocolViolation("option 'timeout' must be a non-negative integer (ms)")

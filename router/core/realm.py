@@ -390,7 +390,8 @@ class Realm:
             if len(self._procedures) >= 10_000:
                 self._procedures.clear()
             self._procedures[procedure] = levels
-        self.authorize(peer.info, "call", levels)
+        if not self.authorizer.allows(peer.info, "call", levels):
+            self.authorize(peer.info, "call", levels)  # raises, counted (one call less per CALL)
         disclose = (options.disclose_me
                     or self.authorizer.discloses(peer.info, "call", levels))
         try:

@@ -20,6 +20,7 @@ import struct
 from dataclasses import dataclass
 
 import msgpack
+from msgpack import unpackb as _unpackb
 
 from router.core.errors import ProtocolViolation, Unencodable
 from router.core.payload import as_text
@@ -38,9 +39,17 @@ class _MsgPackObjectSerializer(MsgPackObjectSerializer):
         """One packer for every message: ``msgpack.packb`` makes one (and its buffer) per
         call, 1.5 of its 2.5 us for an RPC result. Not for threads: the reactor's only (it
         resets itself after a value it cannot pack)."""
+        self.serialize = self._packer.pack  # type: ignore[method-assign]
+        """The packer's own method: no Python call around it per message."""
 
     def serialize(self, obj: object) -> bytes:
+        """(Replaced in ``__init__`` by the packer's ``pack``, which does this.)"""
         return self._packer.pack(obj)
+
+    def unserialize(self, payload: bytes) -> list:
+        """The one message of ``payload`` (the router's serializers are not batched), without
+        autobahn's lambda around ``unpackb``."""
+        return [_unpackb(payload, raw=False)]
 
 
 class RouterMsgPackSerializer(MsgPackSerializer):
@@ -65,8 +74,29 @@ SERIALIZER_CLASSES = {"json": FastJsonSerializer, "msgpack": RouterMsgPackSerial
 :func:`decode` use, so nothing reads autobahn's private attributes."""
 
 
+def encode(object_serializer: IObjectSerializer, raw: list) -> bytes:
+    """``raw``'s bytes in the serializer's format; :class:`Unencodable` if its values do
+    not fit the format."""
+    try:
+        return object_serializer.serialize(raw)
+    except Exception as exc:
+        raise Unencodable(f"not representable in {object_serializer.NAME}: "
+                          f"{type(exc).__name__}: {exc}") from None
+
+
+RAWSOCKET_LENGTH = struct.Struct("!I")
+"""A RawSocket frame's 4-octet length prefix (Twisted's Int32StringReceiver's)."""
+
+
+def rawsocket_frame(payload: bytes) -> bytes:
+    """The RawSocket frame of one message: its length, then its octets."""
+    return RAWSOCKET_LENGTH.pack(len(payload)) + payload
+
+
 class WireMessage:
-    """An outgoing WAMP message as a raw list, serialized at most once per serializer."""
+    """An outgoing WAMP message as a raw list, serialized at most once per serializer
+    (a message with one receiver, such as a call's, the transport encodes without one:
+    ``Outlet.send_once``)."""
 
     __slots__ = ("raw", "_cache")
 
@@ -80,10 +110,9 @@ class WireMessage:
         data = self._cache.get(object_serializer)
         if data is None:
             try:
-                data = object_serializer.serialize(self.raw)
-            except Exception as exc:
-                data = Unencodable(f"not representable in {object_serializer.NAME}: "
-                                   f"{type(exc).__name__}: {exc}")
+                data = encode(object_serializer, self.raw)
+            except Unencodable as exc:
+                data = exc
             self._cache[object_serializer] = data
         if type(data) is Unencodable:
             raise data.with_traceback(None)
@@ -103,8 +132,7 @@ class WireMessage:
         key = (object_serializer, "rs")
         frame = self._cache.get(key)
         if frame is None:
-            payload = self.serialize(object_serializer)
-            frame = self._cache[key] = struct.pack("!I", len(payload)) + payload
+            frame = self._cache[key] = rawsocket_frame(self.serialize(object_serializer))
         return frame
 
     def __repr__(self) -> str:

@@ -31,6 +31,11 @@ class Outlet(Protocol):
     def send(self, msg: WireMessage) -> None:
         """Write one message; raises ``TransportLost`` or ``PayloadExceededError``."""
 
+    def send_once(self, raw: list) -> None:
+        """Write a message that goes to this receiver only (a call's INVOCATION, RESULT or
+        ERROR): encoded for it without :class:`WireMessage`'s cache. Raises what
+        :meth:`send` raises, and ``Unencodable``."""
+
     def close_wamp(self) -> None:
         """Close the connection the transport's way (WebSocket close, or drop)."""
 

@@ -29,7 +29,7 @@ from router.core.errors import PassthruRefused, ProtocolViolation, RouterError, 
 from router.core.incidents import (EXPIRED, SLOW_CONSUMER, TOO_LARGE, UNACKNOWLEDGED,
                                   UNREPRESENTABLE)
 from router.core.model import Passthru, Publication, SessionInfo
-from router.core.options import (parse_call_options, parse_publish_options,
+from router.core.options import (NO_CALL_OPTIONS, parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
 from router.core.peer import NOTHING_YET, Invocation, Registration, Subscription
 from router.core.qos import ENFORCE_MINIMUM, delivered_qos
@@ -126,7 +126,13 @@ class WampSession:
         self._last_payload_size = len(payload)
         try:
             for msg, raw in decode(self.transport.object_serializer, payload, is_binary):
-                if self.state == CLOSED:
+                state = self.state
+                if state == ESTABLISHED:  # (most messages: _handle's first case, one call less)
+                    handler = _ESTABLISHED_HANDLERS.get(type(msg))
+                    if handler is not None:
+                        handler(self, msg, raw)
+                        continue
+                elif state == CLOSED:
                     return
                 self._handle(msg, raw)
         except ProtocolViolation as exc:
@@ -487,11 +493,14 @@ class WampSession:
         self.send(WireMessage([m.Unregistered.MESSAGE_TYPE, msg.request]))
 
     def _on_call(self, msg: m.Call | codec.Call, raw: list) -> None:
-        options = parse_call_options(raw[2])
         args, passthru = msg.args, None
-        if msg.payload is not None or "ppt_scheme" in raw[2]:
-            passthru, args = ppt.read(self.supports, "caller", raw[2], args, msg.kwargs,
-                                      msg.payload, "CALL")
+        if type(msg) is codec.Call:  # no options, so no passthru either
+            options = NO_CALL_OPTIONS
+        else:
+            options = parse_call_options(raw[2])
+            if msg.payload is not None or "ppt_scheme" in raw[2]:
+                passthru, args = ppt.read(self.supports, "caller", raw[2], args, msg.kwargs,
+                                          msg.payload, "CALL")
         try:
             self._realm.call(self, msg.request, msg.procedure, args, msg.kwargs, options,
                              passthru)
@@ -534,7 +543,7 @@ class WampSession:
             self.send(WireMessage(ppt.write(head, details, invocation.passthru,
                                             invocation.args)))  # type: ignore[arg-type]
             return
-        self.send(WireMessage(_with_payload(head, invocation.args, invocation.kwargs)))
+        self.send_once(_with_payload(head, invocation.args, invocation.kwargs))
 
     def send_interrupt(self, invocation: Invocation, mode: str, reason: str) -> None:
         self.send(WireMessage([INTERRUPT, invocation.request_id,
@@ -548,7 +557,7 @@ class WampSession:
                                             args)))  # type: ignore[arg-type]
             return
         try:
-            self.send(WireMessage(_with_payload([RESULT, call_request, details], args, kwargs)))
+            self.send_once(_with_payload([RESULT, call_request, details], args, kwargs))
         except Unencodable as exc:
             self._send_unencodable(call_request, "result", exc)
 
@@ -560,8 +569,8 @@ class WampSession:
                                              error], details, passthru, args)))  # type: ignore[arg-type]
             return
         try:
-            self.send(WireMessage(_with_payload(
-                [ERROR, m.Call.MESSAGE_TYPE, call_request, {}, error], args, kwargs)))
+            self.send_once(_with_payload(
+                [ERROR, m.Call.MESSAGE_TYPE, call_request, {}, error], args, kwargs))
         except Unencodable as exc:
             self._send_unencodable(call_request, "error", exc)
 
@@ -622,11 +631,25 @@ class WampSession:
         try:
             self.transport.send(msg)
         except PayloadExceededError as exc:
-            self._router.incidents.count(
-                self._realm.name if self._realm else "", "wamp", TOO_LARGE,
-                f"session {self.info.session_id if self.info else '-'}: {exc}")
+            self._too_large(exc)
         except TransportLost:
             pass
+
+    def send_once(self, raw: list) -> None:
+        """Send a message that has this receiver only (see ``Outlet.send_once``); raises
+        :class:`Unencodable`."""
+        try:
+            self.transport.send_once(raw)
+        except PayloadExceededError as exc:
+            self._too_large(exc)
+        except TransportLost:
+            pass
+
+    def _too_large(self, exc: PayloadExceededError) -> None:
+        """A message over the peer's maximum is not sent: counted as an incident."""
+        self._router.incidents.count(
+            self._realm.name if self._realm else "", "wamp", TOO_LARGE,
+            f"session {self.info.session_id if self.info else '-'}: {exc}")
 
     def _leave_realm(self) -> None:
         """Leave the realm; events of shared groups not acknowledged go to other members."""
