@@ -18,7 +18,6 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
 
 from autobahn.wamp import message as m
 from autobahn.exception import PayloadExceededError
@@ -65,6 +64,16 @@ _NO_RAW_VIEWS: frozenset[int] = frozenset()
 """The raw views of a session that has none (a set is 216 bytes)."""
 
 
+@dataclass(frozen=True, slots=True)
+class WampListener:
+    """What the sessions of one WAMP listener share: the router, the protocol name they
+    show (``wamp.rawsocket``, ``wamp.websocket``) and the WAMP settings by realm."""
+
+    router: Router
+    protocol_name: str
+    settings: dict[str, WampSettings]
+
+
 class WampSession:
     """Implements autobahn's ITransportHandler for the router side, and the core's Peer.
 
@@ -72,16 +81,13 @@ class WampSession:
     dropped once the session is established: an idle subscribed session holds its
     dicts, its SessionInfo and its subscriptions."""
 
-    __slots__ = ("_router", "_protocol_name", "_all_settings", "_settings", "_grants",
-                 "_unacked", "_unwritten", "_redelivery", "transport", "_flow", "state",
-                 "_realm", "_handshake", "client_roles", "_last_payload_size", "info",
-                 "_raw_views", "_transport")  # (autobahn's WebSocket protocol sets _transport)
+    __slots__ = ("_listener", "_settings", "_grants", "_unacked", "_unwritten", "_redelivery",
+                 "transport", "state", "_realm", "_handshake", "client_roles",
+                 "_last_payload_size", "info", "_raw_views")
 
-    def __init__(self, router: Router, protocol_name: str,
-                 settings: dict[str, WampSettings]) -> None:
-        self._router = router
-        self._protocol_name = protocol_name
-        self._all_settings = settings
+    def __init__(self, listener: WampListener) -> None:
+        self._listener = listener
+        """What the sessions of its listener share (one reference, not three)."""
         self._settings = _DEFAULT_SETTINGS
         self._grants: dict[int, tuple[int, str]] = NOTHING_YET  # type: ignore[assignment]
         """subscription id -> (granted QoS, policy), for subscriptions that may need acks
@@ -97,25 +103,42 @@ class WampSession:
         ``max_unacked`` publications)."""
         self._redelivery = None
         self.transport: Outlet | None = None
-        self._flow: Any = None
         self.state = HANDSHAKE
         self._realm: Realm | None = None
-        self._handshake: Handshake | None = Handshake(router)
+        self._handshake: Handshake | None = Handshake(listener.router)
         self.client_roles: frozenset[tuple[str, str]] = frozenset()
         """(role, feature) pairs the client announced (:func:`announced`)."""
         self._last_payload_size = 0
         self.info: SessionInfo | None = None  # type: ignore[assignment]
 
+    @property
+    def _router(self) -> Router:
+        return self._listener.router
+
     # ITransportHandler ------------------------------------------------------
+
+    @property
+    def _transport(self) -> Outlet | None:
+        """autobahn's WebSocket protocol sets this before ``onOpen``, which sets the same:
+        not kept twice (a slot is 8 bytes of every session)."""
+        return self.transport
+
+    @_transport.setter
+    def _transport(self, transport: Outlet) -> None:
+        pass
 
     def onOpen(self, transport: Outlet) -> None:
         self.transport = transport
-        self._flow = transport.flow
-        self._flow.owner = self
+        transport.flow.owner = self
         self._router.connections.add(self)
 
     def onClose(self, was_clean: bool) -> None:
         self.state = CLOSED
+        info = self.info
+        if info is not None and info.peer is not None and type(info.peer) is not str:
+            # the text from now on: an info may outlive its connection (a retained
+            # publication keeps its publisher's), the connection's objects must not
+            info.peer = str(info.peer)
         self._leave_realm()
         self._router.connections.discard(self)
 
@@ -162,9 +185,9 @@ class WampSession:
         if session_id is None or session_id in self._router.peers:
             session_id = self._router.new_session_id()
         self.info = SessionInfo(session_id, realm.name, authid, authrole, authmethod,
-                                authprovider="static", protocol=self._protocol_name,
-                                peer=self.peer_address())
-        self._settings = self._all_settings.get(realm.name, self._settings)
+                                authprovider="static", protocol=self._listener.protocol_name,
+                                peer=self.transport.info_peer)
+        self._settings = self._listener.settings.get(realm.name, self._settings)
         self.state = ESTABLISHED
         self._handshake = None  # done with: one object less per session
         self.transport.handshake_done()
@@ -208,8 +231,8 @@ class WampSession:
             # message, which MQTT forbids (MQTT-3.3.1-10/11): empty + retain clears, as there
             options = replace(options, retain=False, retain_clear=True)
         request = msg.request
-        if not self._flow.publisher:
-            self._flow.became_publisher()
+        if not self.transport.flow.publisher:
+            self.transport.flow.became_publisher()
         on_durable = partial(self._acknowledge_publish, request) if options.acknowledge else None
         topic = msg.topic
         try:
@@ -266,7 +289,8 @@ class WampSession:
             self._drop_raw_view(subscription.id)
         self.send(WireMessage([m.Subscribed.MESSAGE_TYPE, msg.request, subscription.id]))
         if options.get_retained:
-            self._realm.send_retained(self, subscription, self._flow.limits.max_buffered_messages)
+            self._realm.send_retained(self, subscription,
+                                      self.transport.flow.limits.max_buffered_messages)
 
     def _on_unsubscribe(self, msg: m.Unsubscribe, raw: list) -> None:
         try:
@@ -308,7 +332,7 @@ class WampSession:
         if grant is not None and delivered_qos(publication.qos, *grant) > 0:
             self._send_acknowledged(subscription, publication, retained, raw_view)
             return
-        if self._flow.over:
+        if self.transport.flow.over:
             self._count(SLOW_CONSUMER, publication)
             return
         if retained:
@@ -335,7 +359,7 @@ class WampSession:
 
     def ready(self) -> bool:
         """Joined, not over the flow bound and room for unacknowledged events."""
-        return (self.state == ESTABLISHED and not self._flow.over
+        return (self.state == ESTABLISHED and not self.transport.flow.over
                 and len(self._unacked) < self._settings.max_unacked)
 
     def backlog_room(self) -> bool:
@@ -343,8 +367,8 @@ class WampSession:
         backlog on an acknowledged subscription waits for EVENT_RECEIVED)."""
         if self.state != ESTABLISHED or len(self._unacked) >= self._settings.max_unacked:
             return False
-        if self._flow.paused:
-            self._flow.stalled()
+        if self.transport.flow.paused:
+            self.transport.flow.stalled()
             return False
         return True
 
@@ -364,11 +388,11 @@ class WampSession:
         pending = self._unacked.get(publication.publication_id)
         if pending is None and len(self._unacked) >= self._settings.max_unacked:
             self._count(UNACKNOWLEDGED, publication)
-            if self._flow.paused:
-                self._flow.overflow()
+            if self.transport.flow.paused:
+                self.transport.flow.overflow()
             return
         # an unencodable event raises here, before it is awaited
-        if self._flow.paused:
+        if self.transport.flow.paused:
             event.serialize(self.transport.object_serializer)
             if self._unwritten is None:
                 self._unwritten = deque()
@@ -394,7 +418,7 @@ class WampSession:
     def resume_output(self) -> None:
         """The transport drained: write the acknowledged events held back, in order."""
         unwritten = self._unwritten
-        while unwritten and not self._flow.paused:  # (None until something waited)
+        while unwritten and not self.transport.flow.paused:  # (None until something waited)
             self.send(unwritten.popleft())
         if self._realm is not None:
             self._realm.backlogs.resume(self)  # retained events owed to new subscriptions
@@ -430,7 +454,7 @@ class WampSession:
         if self.state != ESTABLISHED:
             return
         timeout = self._settings.ack_timeout
-        if self._flow.paused:  # the client is not reading: sending again would only pile up
+        if self.transport.flow.paused:  # the client is not reading: sending again piles up
             self._redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
             return
         due = time.time() - timeout

@@ -51,6 +51,11 @@ class RouterWebSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtoc
             parseSubprotocolIdentifier(subprotocol)[1]]
         return subprotocol, headers
 
+    @property
+    def info_peer(self) -> str:
+        """The peer text autobahn keeps for the connection anyway (no copy of it)."""
+        return self.peer
+
     def dataReceived(self, data: bytes) -> None:
         """autobahn's formats the arguments of a debug log line on every read; this one only
         hands the bytes to its WebSocket parser."""
@@ -170,6 +175,15 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, _RawSocketEnd):
         """The peer as autobahn describes it (``tcp4:127.0.0.1:53124``), made when asked: the
         session keeps it once joined."""
         return peer2str(self.transport) if self.transport is not None else "unknown"
+
+    @property
+    def info_peer(self) -> "RouterRawSocketProtocol":
+        """The connection itself: its ``str`` is :attr:`peer`, made when the session meta
+        API asks (an idle session keeps no copy of the text, about 70 bytes)."""
+        return self
+
+    def __str__(self) -> str:
+        return self.peer
 
     def logPrefix(self) -> str:
         return self.__class__.__name__
