@@ -414,7 +414,7 @@ class Node:
             return RouterWebSocketFactory(session_factory, serializers, listener.path,
                                           listener.max_message_size, new_flow)
         return RouterRawSocketFactory(session_factory, serializers, listener.max_message_size,
-                                      new_flow)
+                                      new_flow, tls=listener.tls is not None)
 
     @defer.inlineCallbacks
     def shutdown(self):

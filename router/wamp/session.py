@@ -18,6 +18,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Any
 
 from autobahn.wamp import message as m
 from autobahn.exception import PayloadExceededError
@@ -64,14 +65,26 @@ _NO_RAW_VIEWS: frozenset[int] = frozenset()
 """The raw views of a session that has none (a set is 216 bytes)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class WampListener:
     """What the sessions of one WAMP listener share: the router, the protocol name they
-    show (``wamp.rawsocket``, ``wamp.websocket``) and the WAMP settings by realm."""
+    show (``wamp.rawsocket``, ``wamp.websocket``), the WAMP settings by realm; and, once
+    they joined a realm, that realm's settings (:meth:`in_realm`: one per realm)."""
 
     router: Router
     protocol_name: str
-    settings: dict[str, WampSettings]
+    by_realm: dict[str, WampSettings]
+    settings: WampSettings = _DEFAULT_SETTINGS
+    """Of the realm (the listener's own, before a session joins one: the defaults)."""
+    _in_realms: dict[str, "WampListener"] = field(default_factory=dict)
+
+    def in_realm(self, name: str) -> "WampListener":
+        """The same with realm ``name``'s settings (made once per realm)."""
+        joined = self._in_realms.get(name)
+        if joined is None:
+            joined = self._in_realms[name] = replace(
+                self, settings=self.by_realm.get(name, self.settings), _in_realms={})
+        return joined
 
 
 class WampSession:
@@ -81,27 +94,26 @@ class WampSession:
     dropped once the session is established: an idle subscribed session holds its
     dicts, its SessionInfo and its subscriptions."""
 
-    __slots__ = ("_listener", "_settings", "_grants", "_unacked", "_unwritten", "_redelivery",
-                 "transport", "state", "_realm", "_handshake", "client_roles",
-                 "_last_payload_size", "info", "_raw_views")
+    __slots__ = ("_listener", "_grants", "_unacked", "_unwritten", "transport", "state",
+                 "_realm", "_handshake", "client_roles", "_last_payload_size", "info",
+                 "_raw_views")
 
     def __init__(self, listener: WampListener) -> None:
         self._listener = listener
-        """What the sessions of its listener share (one reference, not three)."""
-        self._settings = _DEFAULT_SETTINGS
+        """What the sessions of its listener (in its realm, once joined) share: one
+        reference, not four."""
         self._grants: dict[int, tuple[int, str]] = NOTHING_YET  # type: ignore[assignment]
         """subscription id -> (granted QoS, policy), for subscriptions that may need acks
         (the shared read-only :data:`NOTHING_YET` until the first)."""
         self._raw_views: set[int] | frozenset[int] = _NO_RAW_VIEWS
         """Subscriptions that get byte publications as ``ppt_scheme: "mqtt"`` EVENTs (the
         shared empty frozenset until the first: a set is 216 bytes)."""
-        self._unacked: dict[int, _Unacked] = NOTHING_YET  # type: ignore[assignment]
-        """Events sent and not acknowledged, by publication (:data:`NOTHING_YET` until the
-        first)."""
+        self._unacked: _UnackedTable = NOTHING_YET  # type: ignore[assignment]
+        """Events sent and not acknowledged, by publication, with their redelivery timer
+        (:data:`NOTHING_YET` until the first)."""
         self._unwritten: deque[WireMessage] | None = None
         """Acknowledged events held back while the transport is paused (bounded by
         ``max_unacked`` publications)."""
-        self._redelivery = None
         self.transport: Outlet | None = None
         self.state = HANDSHAKE
         self._realm: Realm | None = None
@@ -187,7 +199,7 @@ class WampSession:
         self.info = SessionInfo(session_id, realm.name, authid, authrole, authmethod,
                                 authprovider="static", protocol=self._listener.protocol_name,
                                 peer=self.transport.info_peer)
-        self._settings = self._listener.settings.get(realm.name, self._settings)
+        self._listener = self._listener.in_realm(realm.name)
         self.state = ESTABLISHED
         self._handshake = None  # done with: one object less per session
         self.transport.handshake_done()
@@ -269,12 +281,12 @@ class WampSession:
                 self._check_raw_view(raw[2]["_ppt_scheme"])
             self._realm.check_uri(msg.topic, options.match)
             subscription = self._realm.subscribe(self, from_uri(msg.topic), options,
-                                                 self._settings.max_subscriptions)
+                                                 self._listener.settings.max_subscriptions)
         except RouterError as exc:
             self._send_error(m.Subscribe.MESSAGE_TYPE, msg.request, exc)
             return
-        granted = options.qos if options.qos is not None else self._settings.granted_qos
-        policy = options.qos_policy or self._settings.qos_policy
+        granted = options.qos if options.qos is not None else self._listener.settings.granted_qos
+        policy = options.qos_policy or self._listener.settings.qos_policy
         if granted or policy != ENFORCE_MINIMUM:
             if self._grants is NOTHING_YET:
                 self._grants = {}
@@ -360,12 +372,12 @@ class WampSession:
     def ready(self) -> bool:
         """Joined, not over the flow bound and room for unacknowledged events."""
         return (self.state == ESTABLISHED and not self.transport.flow.over
-                and len(self._unacked) < self._settings.max_unacked)
+                and len(self._unacked) < self._listener.settings.max_unacked)
 
     def backlog_room(self) -> bool:
         """Joined, the transport accepting and room for unacknowledged events (a retained
         backlog on an acknowledged subscription waits for EVENT_RECEIVED)."""
-        if self.state != ESTABLISHED or len(self._unacked) >= self._settings.max_unacked:
+        if self.state != ESTABLISHED or len(self._unacked) >= self._listener.settings.max_unacked:
             return False
         if self.transport.flow.paused:
             self.transport.flow.stalled()
@@ -386,7 +398,7 @@ class WampSession:
                 event = cache[key] = _event(subscription, publication, acknowledged=True,
                                             raw_view=raw_view)
         pending = self._unacked.get(publication.publication_id)
-        if pending is None and len(self._unacked) >= self._settings.max_unacked:
+        if pending is None and len(self._unacked) >= self._listener.settings.max_unacked:
             self._count(UNACKNOWLEDGED, publication)
             if self.transport.flow.paused:
                 self.transport.flow.overflow()
@@ -400,13 +412,13 @@ class WampSession:
         else:
             self.send(event)
         if pending is None:
-            if self._unacked is NOTHING_YET:
-                self._unacked = {}
-            pending = self._unacked[publication.publication_id] = _Unacked(
-                publication, time.time())
-            if self._redelivery is None or not self._redelivery.active():
-                self._redelivery = self._router.scheduler.callLater(
-                    self._settings.ack_timeout, self._redeliver)
+            unacked = self._unacked
+            if unacked is NOTHING_YET:
+                unacked = self._unacked = _UnackedTable()
+            pending = unacked[publication.publication_id] = _Unacked(publication, time.time())
+            if unacked.redelivery is None or not unacked.redelivery.active():
+                unacked.redelivery = self._router.scheduler.callLater(
+                    self._listener.settings.ack_timeout, self._redeliver)
         if type(subscription) is SharedGroup:
             pending.group = subscription
         pending.events.append(event)
@@ -442,7 +454,7 @@ class WampSession:
 
     def _on_event_received(self, msg: m.EventReceived, raw: list) -> None:
         pending = self._unacked.pop(msg.publication, None) if self._unacked else None
-        if pending is not None and len(self._unacked) == self._settings.max_unacked - 1:
+        if pending is not None and len(self._unacked) == self._listener.settings.max_unacked - 1:
             self._realm.backlogs.resume(self)  # a slot of the in-flight window is free
         if pending is not None and self._realm.activity is not None:
             self._realm.activity.acknowledged(self.info, pending.publication.topic,
@@ -450,12 +462,13 @@ class WampSession:
                                               (time.time() - pending.sent_at) * 1000.0)
 
     def _redeliver(self) -> None:
-        self._redelivery = None
         if self.state != ESTABLISHED:
-            return
-        timeout = self._settings.ack_timeout
+            return  # (the timer was cancelled with the table: not called then)
+        unacked = self._unacked
+        unacked.redelivery = None
+        timeout = self._listener.settings.ack_timeout
         if self.transport.flow.paused:  # the client is not reading: sending again piles up
-            self._redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
+            unacked.redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
             return
         due = time.time() - timeout
         for publication_id, pending in list(self._unacked.items()):
@@ -465,7 +478,7 @@ class WampSession:
                 continue
             if pending.sent_at > due:
                 continue
-            if pending.attempts >= self._settings.max_redeliveries:
+            if pending.attempts >= self._listener.settings.max_redeliveries:
                 self._count(UNACKNOWLEDGED, pending.publication)
                 del self._unacked[publication_id]
                 continue
@@ -473,9 +486,9 @@ class WampSession:
             pending.sent_at = time.time()
             for event in pending.events:
                 self.send(event)
-        if self._unacked:
-            self._redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
-        if len(self._unacked) < self._settings.max_unacked:
+        if unacked:
+            unacked.redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
+        if len(self._unacked) < self._listener.settings.max_unacked:
             self._realm.backlogs.resume(self)  # given up or expired ones freed the window
 
     def _expired(self, publication: Publication) -> None:
@@ -489,7 +502,7 @@ class WampSession:
         try:
             self._realm.register(self, msg.procedure, msg.match or EXACT,
                                  msg.invoke or "single", partial(self._registered, msg.request),
-                                 self._settings.max_registrations)
+                                 self._listener.settings.max_registrations)
         except RouterError as exc:
             self._send_error(m.Register.MESSAGE_TYPE, msg.request, exc)
 
@@ -654,8 +667,9 @@ class WampSession:
 
     def _leave_realm(self) -> None:
         """Leave the realm; events of shared groups not acknowledged go to other members."""
-        if self._redelivery is not None and self._redelivery.active():
-            self._redelivery.cancel()
+        redelivery = getattr(self._unacked, "redelivery", None)
+        if redelivery is not None and redelivery.active():
+            redelivery.cancel()
         shared = [pending for pending in self._unacked.values() if pending.group is not None]
         self._unacked = NOTHING_YET  # type: ignore[assignment]
         self._unwritten = None
@@ -673,6 +687,17 @@ class WampSession:
 
     def peer_address(self) -> str:
         return getattr(self.transport, "peer", None) or "unknown"
+
+
+class _UnackedTable(dict[int, "_Unacked"]):
+    """A session's events sent and not acknowledged, by publication, and the timer that
+    sends them again (one slot of the session for both, made with the first)."""
+
+    __slots__ = ("redelivery",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.redelivery: Any = None
 
 
 @dataclass(slots=True)
