@@ -61,8 +61,6 @@ SLOW_CONSUMER_CLOSE = "wamp.close.slow_consumer"
 
 _DEFAULT_SETTINGS = WampSettings()
 """Of a session before it joins a realm (frozen: one for all)."""
-_NO_RAW_VIEWS: frozenset[int] = frozenset()
-"""The raw views of a session that has none (a set is 216 bytes)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -94,26 +92,21 @@ class WampSession:
     dropped once the session is established: an idle subscribed session holds its
     dicts, its SessionInfo and its subscriptions."""
 
-    __slots__ = ("_listener", "_grants", "_unacked", "_unwritten", "transport", "state",
-                 "_realm", "_handshake", "client_roles", "_last_payload_size", "info",
-                 "_raw_views")
+    __slots__ = ("_listener", "_subscribed", "_unacked", "transport", "state", "_realm",
+                 "_handshake", "client_roles", "_last_payload_size", "info")
 
     def __init__(self, listener: WampListener) -> None:
         self._listener = listener
         """What the sessions of its listener (in its realm, once joined) share: one
         reference, not four."""
-        self._grants: dict[int, tuple[int, str]] = NOTHING_YET  # type: ignore[assignment]
-        """subscription id -> (granted QoS, policy), for subscriptions that may need acks
-        (the shared read-only :data:`NOTHING_YET` until the first)."""
-        self._raw_views: set[int] | frozenset[int] = _NO_RAW_VIEWS
-        """Subscriptions that get byte publications as ``ppt_scheme: "mqtt"`` EVENTs (the
-        shared empty frozenset until the first: a set is 216 bytes)."""
+        self._subscribed: dict[int, tuple[int, str, bool]] = NOTHING_YET  # type: ignore[assignment]
+        """subscription id -> (granted QoS, policy, raw view) of the subscriptions that may
+        need acks or get byte publications as ``ppt_scheme: "mqtt"`` EVENTs (the shared
+        read-only :data:`NOTHING_YET` until the first)."""
         self._unacked: _UnackedTable = NOTHING_YET  # type: ignore[assignment]
-        """Events sent and not acknowledged, by publication, with their redelivery timer
-        (:data:`NOTHING_YET` until the first)."""
-        self._unwritten: deque[WireMessage] | None = None
-        """Acknowledged events held back while the transport is paused (bounded by
-        ``max_unacked`` publications)."""
+        """Events sent and not acknowledged, by publication, with their redelivery timer and
+        the ones held back while the transport is paused (:data:`NOTHING_YET` until the
+        first)."""
         self.transport: Outlet | None = None
         self.state = HANDSHAKE
         self._realm: Realm | None = None
@@ -287,18 +280,12 @@ class WampSession:
             return
         granted = options.qos if options.qos is not None else self._listener.settings.granted_qos
         policy = options.qos_policy or self._listener.settings.qos_policy
-        if granted or policy != ENFORCE_MINIMUM:
-            if self._grants is NOTHING_YET:
-                self._grants = {}
-            self._grants[subscription.id] = (granted, policy)
+        if granted or policy != ENFORCE_MINIMUM or raw_view:
+            if self._subscribed is NOTHING_YET:
+                self._subscribed = {}
+            self._subscribed[subscription.id] = (granted, policy, raw_view)
         else:
-            self._drop_grant(subscription.id)
-        if raw_view:
-            if not self._raw_views:
-                self._raw_views = set()
-            self._raw_views.add(subscription.id)  # type: ignore[union-attr]
-        else:
-            self._drop_raw_view(subscription.id)
+            self._forget_subscription(subscription.id)
         self.send(WireMessage([m.Subscribed.MESSAGE_TYPE, msg.request, subscription.id]))
         if options.get_retained:
             self._realm.send_retained(self, subscription,
@@ -310,17 +297,12 @@ class WampSession:
         except RouterError as exc:
             self._send_error(m.Unsubscribe.MESSAGE_TYPE, msg.request, exc)
             return
-        self._drop_grant(msg.subscription)
-        self._drop_raw_view(msg.subscription)
+        self._forget_subscription(msg.subscription)
         self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, msg.request]))
 
-    def _drop_grant(self, subscription_id: int) -> None:
-        if subscription_id in self._grants:
-            del self._grants[subscription_id]
-
-    def _drop_raw_view(self, subscription_id: int) -> None:
-        if subscription_id in self._raw_views:
-            self._raw_views.discard(subscription_id)  # type: ignore[union-attr]
+    def _forget_subscription(self, subscription_id: int) -> None:
+        if subscription_id in self._subscribed:
+            del self._subscribed[subscription_id]
 
     def _check_raw_view(self, scheme: object) -> None:
         """``_ppt_scheme: "mqtt"``: byte publications (MQTT payloads, AMQP data bodies) as
@@ -337,11 +319,13 @@ class WampSession:
         if subscription.match != EXACT and publication.uri(self._realm.uri_check) is None:
             self._count(UNREPRESENTABLE, publication)  # only a pattern can reach such a topic
             return
+        own = self._subscribed.get(subscription.id)
         raw_view = False
-        if publication.passthru is not None or self._raw_views:
-            raw_view = self._passthru_view(subscription, publication)
-        grant = self._grants.get(subscription.id)
-        if grant is not None and delivered_qos(publication.qos, *grant) > 0:
+        if publication.passthru is not None:
+            self._check_passthru(publication.passthru)
+        elif own is not None and own[2]:
+            raw_view = publication.payload is not None
+        if own is not None and delivered_qos(publication.qos, own[0], own[1]) > 0:
             self._send_acknowledged(subscription, publication, retained, raw_view)
             return
         if self.transport.flow.over:
@@ -357,17 +341,12 @@ class WampSession:
             event = cache[key] = _event(subscription, publication, raw_view=raw_view)
         self.send(event)
 
-    def _passthru_view(self, subscription: Subscription, publication: Publication) -> bool:
+    def _check_passthru(self, passthru: Passthru) -> None:
         """May this session take a passthru publication (raises :class:`PassthruRefused`
-        if not: skipped and counted)? Does its subscription want a byte publication's
-        bytes as a ``ppt_scheme: "mqtt"`` EVENT?"""
-        passthru = publication.passthru
-        if passthru is not None:
-            if not self.supports("subscriber", passthru.feature):
-                raise PassthruRefused(f"scheme '{passthru.scheme}': the session did not "
-                                      f"announce {passthru.feature}")
-            return False
-        return publication.payload is not None and subscription.id in self._raw_views
+        if not: skipped and counted)?"""
+        if not self.supports("subscriber", passthru.feature):
+            raise PassthruRefused(f"scheme '{passthru.scheme}': the session did not "
+                                  f"announce {passthru.feature}")
 
     def ready(self) -> bool:
         """Joined, not over the flow bound and room for unacknowledged events."""
@@ -404,17 +383,17 @@ class WampSession:
                 self.transport.flow.overflow()
             return
         # an unencodable event raises here, before it is awaited
+        unacked = self._unacked
+        if unacked is NOTHING_YET:
+            unacked = self._unacked = _UnackedTable()
         if self.transport.flow.paused:
             event.serialize(self.transport.object_serializer)
-            if self._unwritten is None:
-                self._unwritten = deque()
-            self._unwritten.append(event)
+            if unacked.unwritten is None:
+                unacked.unwritten = deque()
+            unacked.unwritten.append(event)
         else:
             self.send(event)
         if pending is None:
-            unacked = self._unacked
-            if unacked is NOTHING_YET:
-                unacked = self._unacked = _UnackedTable()
             pending = unacked[publication.publication_id] = _Unacked(publication, time.time())
             if unacked.redelivery is None or not unacked.redelivery.active():
                 unacked.redelivery = self._router.scheduler.callLater(
@@ -429,7 +408,7 @@ class WampSession:
 
     def resume_output(self) -> None:
         """The transport drained: write the acknowledged events held back, in order."""
-        unwritten = self._unwritten
+        unwritten = self._unacked.unwritten if type(self._unacked) is _UnackedTable else None
         while unwritten and not self.transport.flow.paused:  # (None until something waited)
             self.send(unwritten.popleft())
         if self._realm is not None:
@@ -616,8 +595,7 @@ class WampSession:
         """Drop it; a subscriber that announced ``subscription_revocation`` gets
         ``UNSUBSCRIBED`` with request 0 (WAMP AP, Subscription Revocation), others nothing."""
         self._realm.unsubscribe(self, subscription.id)
-        self._drop_grant(subscription.id)
-        self._drop_raw_view(subscription.id)
+        self._forget_subscription(subscription.id)
         if self.supports("subscriber", "subscription_revocation"):
             self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, 0, {
                 "subscription": subscription.id, "reason": errors.NOT_AUTHORIZED}]))
@@ -672,7 +650,6 @@ class WampSession:
             redelivery.cancel()
         shared = [pending for pending in self._unacked.values() if pending.group is not None]
         self._unacked = NOTHING_YET  # type: ignore[assignment]
-        self._unwritten = None
         realm, self._realm = self._realm, None
         if realm is not None:
             realm.detach(self)
@@ -690,14 +667,17 @@ class WampSession:
 
 
 class _UnackedTable(dict[int, "_Unacked"]):
-    """A session's events sent and not acknowledged, by publication, and the timer that
-    sends them again (one slot of the session for both, made with the first)."""
+    """A session's events sent and not acknowledged, by publication, the timer that sends
+    them again and the ones held back while its transport is paused: one slot of the
+    session for the three, made with the first acknowledged event."""
 
-    __slots__ = ("redelivery",)
+    __slots__ = ("redelivery", "unwritten")
 
     def __init__(self) -> None:
         super().__init__()
         self.redelivery: Any = None
+        self.unwritten: deque[WireMessage] | None = None
+        """In order (bounded by ``max_unacked`` publications)."""
 
 
 @dataclass(slots=True)
