@@ -85,6 +85,22 @@ class WampListener:
         return joined
 
 
+class AnonymousInfo(SessionInfo):
+    """The info of an anonymous session: its authid, which the router chooses, is
+    ``anonymous-`` and its session id in hex, made when asked (kept, the text would be 72
+    bytes of every idle anonymous session)."""
+
+    __slots__ = ()
+
+    @property  # type: ignore[override]
+    def authid(self) -> str:
+        return f"anonymous-{self.session_id:x}"
+
+    @authid.setter
+    def authid(self, authid: str | None) -> None:
+        """What :class:`SessionInfo` sets when made (None): the name is the session id's."""
+
+
 class WampSession:
     """Implements autobahn's ITransportHandler for the router side, and the core's Peer.
 
@@ -185,13 +201,17 @@ class WampSession:
             self._close_transport()
         # REFUSING: the ABORT is on its way; nothing the client says changes that
 
-    def welcome(self, realm: Realm, authid: str, authrole: str, authmethod: str,
+    def welcome(self, realm: Realm, authid: str | None, authrole: str, authmethod: str,
                  session_id: int | None = None) -> None:
+        """Join ``realm``; ``authid`` None: an anonymous session, named by the router
+        (:class:`AnonymousInfo`)."""
         if session_id is None or session_id in self._router.peers:
             session_id = self._router.new_session_id()
-        self.info = SessionInfo(session_id, realm.name, authid, authrole, authmethod,
-                                authprovider="static", protocol=self._listener.protocol_name,
-                                peer=self.transport.info_peer)
+        self.info = (SessionInfo if authid is not None else AnonymousInfo)(
+            session_id, realm.name, authid, authrole, authmethod,  # type: ignore[arg-type]
+            authprovider="static", protocol=self._listener.protocol_name,
+            peer=self.transport.info_peer)
+        authid = self.info.authid
         self._listener = self._listener.in_realm(realm.name)
         self.state = ESTABLISHED
         self._handshake = None  # done with: one object less per session
