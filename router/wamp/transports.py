@@ -175,8 +175,8 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, _RawSocketEnd):
 
     @property
     def peer(self) -> str:
-        """The peer as autobahn describes it (``tcp4:127.0.0.1:53124``), made when asked: the
-        session keeps it once joined."""
+        """The peer as autobahn describes it (``tcp4:127.0.0.1:53124``), made when asked (the
+        session's info keeps the text only once the connection is lost)."""
         return peer2str(self.transport) if self.transport is not None else "unknown"
 
     @property
