@@ -1,12 +1,12 @@
 """Memory per idle subscribed session: N clients that connect, subscribe and stay idle.
 
-For MQTT (ours and Mosquitto, which it starts on a free port) and WAMP RawSocket (ours),
-N sessions each subscribe to a topic of their own and wait; the table gives the broker's
-RSS before, with the N sessions, and a few seconds after they all closed, and the KB per
-session from the growth. The clients are raw sockets in this one process (a few hundred
-bytes each here), so N in the tens of thousands needs no client processes; the soft limit
-of open files is raised to the hard one (the broker inherits it), and N is capped just
-under it, which is said in the table.
+For MQTT (ours and Mosquitto, which it starts on a free port) and WAMP over RawSocket and
+over WebSocket (ours), N sessions each subscribe to a topic of their own and wait; the
+table gives the broker's RSS before, with the N sessions, and a few seconds after they all
+closed, and the KB per session from the growth. The clients are raw sockets in this one
+process (a few hundred bytes each here), so N in the tens of thousands needs no client
+processes; the soft limit of open files is raised to the hard one (the broker inherits
+it), and N is capped just under it, which is said in the table.
 
     .venv/bin/python bench/session_memory.py                    # N = 4,000 and 20,000
     .venv/bin/python bench/session_memory.py --sessions 4000 --only mqtt
@@ -70,7 +70,7 @@ def mqtt_packet(kind: int, body: bytes) -> bytes:
     return bytes([kind]) + bytes(encoded) + body
 
 
-def mqtt_hello(index: int) -> tuple[list[bytes], list[int]]:
+def mqtt_hello(index: int, port: int) -> tuple[list[bytes], list[int]]:
     """MQTT 3.1.1 CONNECT (clean session, keep alive 600 s) and SUBSCRIBE QoS 1, sent
     together; CONNACK (4 bytes) and SUBACK (5 bytes) come back."""
     connect = mqtt_packet(0x10, mqtt_string("MQTT") + bytes([4, 0x02]) + struct.pack("!H", 600)
@@ -80,18 +80,70 @@ def mqtt_hello(index: int) -> tuple[list[bytes], list[int]]:
     return [connect + subscribe], [4 + 5]
 
 
+WEBSOCKET_FRAMES = -2
+"""A step's expected answer: one more WebSocket frame (-1: one more RawSocket frame; a
+count >= 0: that many bytes)."""
+
+
 def rawsocket_frame(message: list) -> bytes:
     data = json.dumps(message).encode()
     return struct.pack("!I", len(data)) + data  # type 0 (a WAMP message) in the top byte
 
 
-def wamp_hello(index: int) -> tuple[list[bytes], list[int]]:
+def wamp_hello(index: int, port: int) -> tuple[list[bytes], list[int]]:
     """RawSocket handshake (JSON) with HELLO, then SUBSCRIBE once WELCOME is in; each step
     waits for a count of frames (the handshake's answer is 4 bytes)."""
     handshake = bytes([0x7F, 0xF1, 0, 0])
     hello = rawsocket_frame([1, "realm1", {"roles": {"subscriber": {}}}])
     subscribe = rawsocket_frame([32, 1, {}, f"bench.mem.t{index}"])
     return [handshake + hello, subscribe], [-1, -1]
+
+
+WEBSOCKET_PATH = "/ws"
+
+
+def websocket_frame(message: list) -> bytes:
+    """One masked text frame (a client's frames are masked)."""
+    data = json.dumps(message).encode()
+    mask = os.urandom(4)
+    head = (bytes([0x81, 0x80 | len(data)]) if len(data) < 126
+            else bytes([0x81, 0x80 | 126]) + struct.pack("!H", len(data)))
+    return head + mask + bytes(byte ^ mask[i % 4] for i, byte in enumerate(data))
+
+
+def websocket_hello(index: int, port: int) -> tuple[list[bytes], list[int]]:
+    """WebSocket opening handshake (subprotocol wamp.2.json) with HELLO, then SUBSCRIBE once
+    WELCOME is in; each step waits for one more frame after the HTTP answer."""
+    upgrade = (f"GET {WEBSOCKET_PATH} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+               "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+               "Sec-WebSocket-Protocol: wamp.2.json\r\n\r\n").encode()
+    hello = websocket_frame([1, "realm1", {"roles": {"subscriber": {}}}])
+    subscribe = websocket_frame([32, 1, {}, f"bench.mem.t{index}"])
+    return [upgrade + hello, subscribe], [WEBSOCKET_FRAMES, WEBSOCKET_FRAMES]
+
+
+def websocket_frames_in(buffer: bytes) -> int:
+    """Complete (unmasked, server) WebSocket frames in ``buffer`` after the HTTP answer."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        return 0
+    count, offset = 0, end + 4
+    while len(buffer) >= offset + 2:
+        length, offset = buffer[offset + 1] & 0x7F, offset + 2
+        if length == 126:
+            if len(buffer) < offset + 2:
+                break
+            length, offset = struct.unpack_from("!H", buffer, offset)[0], offset + 2
+        elif length == 127:
+            if len(buffer) < offset + 8:
+                break
+            length, offset = struct.unpack_from("!Q", buffer, offset)[0], offset + 8
+        offset += length
+        if offset > len(buffer):
+            break
+        count += 1
+    return count
 
 
 def frames_in(buffer: bytes, skip: int) -> int:
@@ -116,6 +168,8 @@ class Client:
         """Has the answer to the current step arrived? (MQTT: a byte count; WAMP: one more
         frame per step, after the handshake's 4 bytes)."""
         expected = self.expects[self.step]
+        if expected == WEBSOCKET_FRAMES:
+            return websocket_frames_in(self.buffer) >= self.step + 1
         if expected >= 0:
             return len(self.buffer) >= expected
         return len(self.buffer) >= 4 and frames_in(self.buffer, 4) >= self.step + 1
@@ -133,7 +187,7 @@ def open_sessions(port: int, count: int, hello, batch: int = 500,
         for _ in range(min(batch, count - index)):
             sock = socket.create_connection(("127.0.0.1", port))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            client = Client(sock, *hello(index))
+            client = Client(sock, *hello(index, port))
             index += 1
             sock.sendall(client.steps[0])
             sock.setblocking(False)
@@ -255,7 +309,9 @@ def measure(pid: int, port: int, count: int, hello, tracer: Tracer | None = None
 def our_router(workdir: Path, count: int, env: dict[str, str] | None = None) -> RouterProcess:
     cap = {"max_connections": count + 100, "max_connections_per_host": count + 100}
     listeners = [{"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1", **cap},
-                 {"type": "rawsocket", "host": "127.0.0.1", "port": 0, **cap}]
+                 {"type": "rawsocket", "host": "127.0.0.1", "port": 0, **cap},
+                 {"type": "websocket", "host": "127.0.0.1", "port": 0, "path": WEBSOCKET_PATH,
+                  **cap}]
     router = RouterProcess(workdir, [realm_file("realm1")], listeners=listeners,
                            extra_config={"eventlog": {"enabled": False}})
     saved = dict(os.environ)
@@ -298,7 +354,8 @@ def run(counts: list[int], only: list[str], trace: int = 0) -> list[tuple[str, d
     for wanted in counts:
         count = min(wanted, most)
         note = "" if count == wanted else f" (of {wanted:,}: open-file limit)"
-        for name in ("ours mqtt", "mosquitto mqtt", "ours wamp rawsocket"):
+        for name in ("ours mqtt", "mosquitto mqtt", "ours wamp rawsocket",
+                     "ours wamp websocket"):
             if only and not any(word in name for word in only):
                 continue
             tracer = None
@@ -312,10 +369,11 @@ def run(counts: list[int], only: list[str], trace: int = 0) -> list[tuple[str, d
                 tracer = (Tracer(work / f"trace-{name.split()[-1]}-{count}", trace)
                           if trace else None)
                 router = our_router(workdir, count, tracer.env() if tracer else None)
-                transport = "mqtt" if "mqtt" in name else "rawsocket"
+                transport = name.split()[-1] if "wamp" in name else "mqtt"
                 pid, port, stop = router.proc.pid, router.address(transport)[1], router.stop
             try:
-                hello = mqtt_hello if "mqtt" in name else wamp_hello
+                hello = (mqtt_hello if "mqtt" in name
+                         else websocket_hello if "websocket" in name else wamp_hello)
                 row = measure(pid, port, count, hello, tracer)
                 row["load"] = loadavg()
                 rows.append((name + note, row))

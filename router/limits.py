@@ -7,7 +7,9 @@ asks it for a :class:`Gate` when it is made: the gate says whether the connectio
 protocol's refusal and closes), and arms a timer that aborts the connection unless the
 frontend calls :meth:`Gate.passed` within ``handshake_timeout`` seconds. What "the
 handshake" is differs per protocol (WAMP: WELCOME or the login refusal; MQTT: CONNECT;
-AMQP: OPEN after SASL, or the SASL refusal); each frontend says when it is done.
+AMQP: OPEN after SASL, or the SASL refusal); each frontend says when it is done. A
+protocol that says so through :meth:`GatedProtocol.handshake_done` (WAMP, HTTP) then lets
+its gate go: the shared :data:`ADMITTED` stands in for it until the connection closes.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ def _never_called() -> None:
 class Gate:
     """One connection's admission: ``refused`` (why, or None) and its handshake timer."""
 
-    __slots__ = ("limits", "host", "refused", "_close", "_counted", "_passed", "_timer")
+    __slots__ = ("limits", "host", "refused", "_close", "counted", "_passed", "_timer")
 
     def __init__(self, limits: ConnectionLimits, host: str, close: Callable[[], None],
                  refused: str | None) -> None:
@@ -155,7 +157,8 @@ class Gate:
         self.host = host
         self.refused = refused
         self._close = close
-        self._counted = refused is None
+        self.counted = refused is None
+        """Holds a place under the caps (given back once, on :meth:`release`)."""
         self._passed = False
         self._timer = None
         self._arm()
@@ -188,8 +191,8 @@ class Gate:
     def release(self) -> None:
         """The connection is gone: stop the timer and free its place under the caps."""
         self.passed()
-        if self._counted:
-            self._counted = False
+        if self.counted:
+            self.counted = False
             self.limits.release_host(self.host)
 
     def _expired(self) -> None:
@@ -200,13 +203,36 @@ class Gate:
         self._close()
 
 
+class _Admitted:
+    """The gate of every connection past its handshake, one for all (a :class:`Gate` is 88
+    bytes of every connection): there is no timer left, and the connection's place under
+    the caps is given back by its host, read again from its transport when it goes."""
+
+    __slots__ = ()
+    refused = None
+
+    def passed(self) -> None:
+        """Done already."""
+
+    def verifying(self, active: bool) -> None:
+        """No clock left to stop."""
+
+
+ADMITTED = _Admitted()
+
+
+def peer_host(transport: Any) -> str:
+    """The remote host a connection counts under (``max_connections_per_host``)."""
+    return getattr(transport.getPeer(), "host", "unknown")
+
+
 class GatedProtocol:
     """Mixin (first base) for a listener's Twisted protocol: admitted when the connection
     is made, released when it is lost. The factory has ``limits`` (:class:`ConnectionLimits`).
     """
 
     __slots__ = ()  # a slotted protocol keeps ``gate`` in its own slots
-    gate: Gate | None = None
+    gate: Gate | _Admitted | None = None
 
     def connectionMade(self) -> None:
         super().connectionMade()  # type: ignore[misc]
@@ -216,8 +242,7 @@ class GatedProtocol:
         if getattr(reader, "bufferSize", None) != READ_CHUNK:
             reader.bufferSize = READ_CHUNK
         limits = self.factory.limits  # type: ignore[attr-defined]
-        self.gate = limits.admit(getattr(transport.getPeer(), "host", "unknown"),
-                                 transport.abortConnection)
+        self.gate = limits.admit(peer_host(transport), transport.abortConnection)
         limits.count_bytes(self)
 
     def connectionLost(self, reason=connectionDone) -> None:
@@ -234,16 +259,25 @@ class GatedProtocol:
             raise ConnectionDeny(ConnectionDeny.SERVICE_UNAVAILABLE, self.gate.refused)
 
     def handshake_done(self) -> None:
-        if self.gate is not None:
-            self.gate.passed()
+        """The protocol handshake is complete: an admitted connection lets its gate go
+        (:data:`ADMITTED` stands in for it)."""
+        gate = self.gate
+        if type(gate) is Gate:
+            gate.passed()
+            if gate.counted:
+                self.gate = ADMITTED
 
     def verifying(self, active: bool) -> None:
         if self.gate is not None:
             self.gate.verifying(active)
 
     def release(self) -> None:
-        if self.gate is not None:
-            self.gate.release()
+        gate = self.gate
+        if gate is ADMITTED:
+            self.gate = None  # released once
+            self.factory.limits.release_host(peer_host(self.transport))  # type: ignore[attr-defined]
+        elif type(gate) is Gate:
+            gate.release()
 
 
 class ReleasesClosedFuture:

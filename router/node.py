@@ -46,7 +46,7 @@ from router.sysinfo import SysFigures
 from router.tls import server_options
 from router.verifier import SecretVerifier
 from router.wamp.codec import make_serializers
-from router.wamp.session import WampSession
+from router.wamp.session import WampListener, WampSession
 from router.wamp.transports import RouterRawSocketFactory, RouterWebSocketFactory
 from router.webhooks.webhook import Webhook, open_webhooks
 
@@ -407,18 +407,15 @@ class Node:
             return MqttWebSocketFactory(self.mqtt[listener.realm], listener.path,
                                         listener.max_message_size, new_flow)
         serializers = [self._serializers[name] for name in listener.serializers]
-        protocol_name = f"wamp.{listener.type}"
-
-        wamp_settings = {name: realm.wamp for name, realm in self.config.realms.items()}
-
-        def session_factory() -> WampSession:
-            return WampSession(self.router, protocol_name, wamp_settings)
+        session_factory = partial(WampSession, WampListener(
+            self.router, f"wamp.{listener.type}",
+            {name: realm.wamp for name, realm in self.config.realms.items()}))
 
         if listener.type == "websocket":
             return RouterWebSocketFactory(session_factory, serializers, listener.path,
                                           listener.max_message_size, new_flow)
         return RouterRawSocketFactory(session_factory, serializers, listener.max_message_size,
-                                      new_flow)
+                                      new_flow, tls=listener.tls is not None)
 
     @defer.inlineCallbacks
     def shutdown(self):

@@ -103,6 +103,8 @@ def test_session_count_list_get(router):
 
             got = await me.call("wamp.session.get", session_id(other))
             assert got["session"] == session_id(other)
+            host, port = other._transport.transport.get_extra_info("sockname")[:2]
+            assert got["transport"] == {"type": "wamp.rawsocket", "peer": f"tcp4:{host}:{port}"}
             assert got["authid"] == details_of(other).authid
             assert got["authrole"] == "anonymous"
             assert got["authmethod"] == "anonymous"
@@ -111,6 +113,8 @@ def test_session_count_list_get(router):
                 session_id(alice), "alice", "user", "ticket")
             own = await me.call("wamp.session.get", session_id(me))
             assert own["session"] == session_id(me)
+            host, port = me._transport.transport.get_extra_info("sockname")[:2]
+            assert own["transport"] == {"type": "wamp.websocket", "peer": f"tcp4:{host}:{port}"}
 
             await expect_error(me.call("wamp.session.get", 424242), NO_SUCH_SESSION)
             # A session of another realm is not visible here.

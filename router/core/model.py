@@ -44,15 +44,17 @@ class SessionInfo:
     joined_at: float = field(default_factory=time.time)
     client_id: str | None = None
     """The MQTT client id (what ``%c`` in a permission rule stands for); None elsewhere."""
-    peer: str | None = None
-    """The client's address (``host:port``), for the transport details."""
+    peer: object = None
+    """The client's address (``host:port``), for the transport details: the text, or what
+    makes it when asked (``str(peer)``: a WAMP RawSocket session does not keep its own
+    copy, about 70 bytes, while it is open); None: not known."""
 
     def transport_details(self) -> dict[str, Any]:
         """``transport``, or ``{"type": protocol, "peer": peer}`` made when asked: a dict
         kept per session would be 184 bytes of every idle session."""
         if self.transport is not None:
             return self.transport
-        return {} if self.peer is None else {"type": self.protocol, "peer": self.peer}
+        return {} if self.peer is None else {"type": self.protocol, "peer": str(self.peer)}
 
     def details(self) -> dict[str, Any]:
         """The session details of the session meta API."""

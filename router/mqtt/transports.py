@@ -16,24 +16,6 @@ from router.mqtt.connection import MqttConnection
 from router.mqtt.frontend import MqttFrontend
 
 
-class _Admitted:
-    """What an MQTT TCP connection keeps for its :class:`~router.limits.Gate` once CONNECT
-    passed it: the gate's timer is done and its place under the caps is given back by the
-    protocol itself (:meth:`MqttTcpProtocol.release`), so the Gate (88 bytes) goes."""
-
-    __slots__ = ()
-    refused = None
-
-    def passed(self) -> None:
-        """Passed already."""
-
-    def verifying(self, active: bool) -> None:
-        """Passed already: no timer to stop."""
-
-
-_ADMITTED = _Admitted()
-
-
 class _TcpEnd:
     """Where the mixins' ``connectionMade`` and ``connectionLost`` chains end (below them
     in :class:`MqttTcpProtocol`'s bases)."""
@@ -89,20 +71,8 @@ class MqttTcpProtocol(MqttConnection, GatedProtocol, FlowingProtocol, _TcpEnd):
 
     # the listener's caps ------------------------------------------------------------
 
-    def _handshake_passed(self) -> None:
-        gate = self.gate
-        gate.passed()
-        if not gate.refused:  # counted under the caps: given back by release() below
-            self.gate = _ADMITTED
-
-    def release(self) -> None:
-        """The connection is gone: its place under the listener's caps is free again."""
-        gate, self.gate = self.gate, None
-        if gate is _ADMITTED:
-            self.factory.limits.release_host(getattr(self.transport.getPeer(), "host",
-                                                     "unknown"))
-        elif gate is not None:
-            gate.release()
+    # CONNECT passed the gate: an admitted connection lets it go (``limits.ADMITTED``)
+    _handshake_passed = GatedProtocol.handshake_done
 
     def dataReceived(self, data: bytes) -> None:
         if self.counted_by is not None:

@@ -52,7 +52,7 @@ class HandshakeSession(Protocol):
 
     def abort(self, reason: str, message: str) -> None: ...
 
-    def welcome(self, realm: Realm, authid: str, authrole: str, authmethod: str,
+    def welcome(self, realm: Realm, authid: str | None, authrole: str, authmethod: str,
                 session_id: int | None = None) -> None: ...
 
     def peer_address(self) -> str: ...
@@ -106,8 +106,7 @@ class Handshake:
         # the client's order decides, among what this principal (and the realm) offers
         for method in methods:
             if method == "anonymous" and realm.anonymous_role is not None:
-                name = f"anonymous-{self._router.new_session_id():x}"
-                session.welcome(realm, name, realm.anonymous_role, "anonymous")
+                session.welcome(realm, None, realm.anonymous_role, "anonymous")  # router-named
                 return
             if method == "tls":
                 client_cn = self._client_cn(session)

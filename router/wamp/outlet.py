@@ -22,6 +22,10 @@ class Outlet(Protocol):
 
     flow: ConnectionFlow
     peer: str
+    info_peer: object
+    """What the session's :class:`~router.core.model.SessionInfo` keeps as its ``peer``: the
+    peer text, or an object whose ``str`` makes it (the session keeps the text once the
+    connection is lost)."""
     object_serializer: IObjectSerializer
     """The negotiated format, the one the router's listener created (shared by every
     connection that speaks it, so an event shared by many receivers is encoded once)."""

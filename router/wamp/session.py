@@ -61,8 +61,44 @@ SLOW_CONSUMER_CLOSE = "wamp.close.slow_consumer"
 
 _DEFAULT_SETTINGS = WampSettings()
 """Of a session before it joins a realm (frozen: one for all)."""
-_NO_RAW_VIEWS: frozenset[int] = frozenset()
-"""The raw views of a session that has none (a set is 216 bytes)."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class WampListener:
+    """What the sessions of one WAMP listener share: the router, the protocol name they
+    show (``wamp.rawsocket``, ``wamp.websocket``), the WAMP settings by realm; and, once
+    they joined a realm, that realm's settings (:meth:`in_realm`: one per realm)."""
+
+    router: Router
+    protocol_name: str
+    by_realm: dict[str, WampSettings]
+    settings: WampSettings = _DEFAULT_SETTINGS
+    """Of the realm (the listener's own, before a session joins one: the defaults)."""
+    _in_realms: dict[str, "WampListener"] = field(default_factory=dict)
+
+    def in_realm(self, name: str) -> "WampListener":
+        """The same with realm ``name``'s settings (made once per realm)."""
+        joined = self._in_realms.get(name)
+        if joined is None:
+            joined = self._in_realms[name] = replace(
+                self, settings=self.by_realm.get(name, self.settings), _in_realms={})
+        return joined
+
+
+class AnonymousInfo(SessionInfo):
+    """The info of an anonymous session: its authid, which the router chooses, is
+    ``anonymous-`` and its session id in hex, made when asked (kept, the text would be 72
+    bytes of every idle anonymous session)."""
+
+    __slots__ = ()
+
+    @property  # type: ignore[override]
+    def authid(self) -> str:
+        return f"anonymous-{self.session_id:x}"
+
+    @authid.setter
+    def authid(self, authid: str | None) -> None:
+        """What :class:`SessionInfo` sets when made (None): the name is the session id's."""
 
 
 class WampSession:
@@ -72,50 +108,58 @@ class WampSession:
     dropped once the session is established: an idle subscribed session holds its
     dicts, its SessionInfo and its subscriptions."""
 
-    __slots__ = ("_router", "_protocol_name", "_all_settings", "_settings", "_grants",
-                 "_unacked", "_unwritten", "_redelivery", "transport", "_flow", "state",
-                 "_realm", "_handshake", "client_roles", "_last_payload_size", "info",
-                 "_raw_views", "_transport")  # (autobahn's WebSocket protocol sets _transport)
+    __slots__ = ("_listener", "_subscribed", "_unacked", "transport", "state", "_realm",
+                 "_handshake", "client_roles", "_last_payload_size", "info")
 
-    def __init__(self, router: Router, protocol_name: str,
-                 settings: dict[str, WampSettings]) -> None:
-        self._router = router
-        self._protocol_name = protocol_name
-        self._all_settings = settings
-        self._settings = _DEFAULT_SETTINGS
-        self._grants: dict[int, tuple[int, str]] = NOTHING_YET  # type: ignore[assignment]
-        """subscription id -> (granted QoS, policy), for subscriptions that may need acks
-        (the shared read-only :data:`NOTHING_YET` until the first)."""
-        self._raw_views: set[int] | frozenset[int] = _NO_RAW_VIEWS
-        """Subscriptions that get byte publications as ``ppt_scheme: "mqtt"`` EVENTs (the
-        shared empty frozenset until the first: a set is 216 bytes)."""
-        self._unacked: dict[int, _Unacked] = NOTHING_YET  # type: ignore[assignment]
-        """Events sent and not acknowledged, by publication (:data:`NOTHING_YET` until the
+    def __init__(self, listener: WampListener) -> None:
+        self._listener = listener
+        """What the sessions of its listener (in its realm, once joined) share: one
+        reference, not four."""
+        self._subscribed: dict[int, tuple[int, str, bool]] = NOTHING_YET  # type: ignore[assignment]
+        """subscription id -> (granted QoS, policy, raw view) of the subscriptions that may
+        need acks or get byte publications as ``ppt_scheme: "mqtt"`` EVENTs (the shared
+        read-only :data:`NOTHING_YET` until the first)."""
+        self._unacked: _UnackedTable = NOTHING_YET  # type: ignore[assignment]
+        """Events sent and not acknowledged, by publication, with their redelivery timer and
+        the ones held back while the transport is paused (:data:`NOTHING_YET` until the
         first)."""
-        self._unwritten: deque[WireMessage] | None = None
-        """Acknowledged events held back while the transport is paused (bounded by
-        ``max_unacked`` publications)."""
-        self._redelivery = None
         self.transport: Outlet | None = None
-        self._flow: Any = None
         self.state = HANDSHAKE
         self._realm: Realm | None = None
-        self._handshake: Handshake | None = Handshake(router)
+        self._handshake: Handshake | None = Handshake(listener.router)
         self.client_roles: frozenset[tuple[str, str]] = frozenset()
         """(role, feature) pairs the client announced (:func:`announced`)."""
         self._last_payload_size = 0
         self.info: SessionInfo | None = None  # type: ignore[assignment]
 
+    @property
+    def _router(self) -> Router:
+        return self._listener.router
+
     # ITransportHandler ------------------------------------------------------
+
+    @property
+    def _transport(self) -> Outlet | None:
+        """autobahn's WebSocket protocol sets this before ``onOpen``, which sets the same:
+        not kept twice (a slot is 8 bytes of every session)."""
+        return self.transport
+
+    @_transport.setter
+    def _transport(self, transport: Outlet) -> None:
+        pass
 
     def onOpen(self, transport: Outlet) -> None:
         self.transport = transport
-        self._flow = transport.flow
-        self._flow.owner = self
+        transport.flow.owner = self
         self._router.connections.add(self)
 
     def onClose(self, was_clean: bool) -> None:
         self.state = CLOSED
+        info = self.info
+        if info is not None and info.peer is not None and type(info.peer) is not str:
+            # the text from now on: an info may outlive its connection (a retained
+            # publication keeps its publisher's), the connection's objects must not
+            info.peer = str(info.peer)
         self._leave_realm()
         self._router.connections.discard(self)
 
@@ -163,14 +207,18 @@ class WampSession:
             self._close_transport()
         # REFUSING: the ABORT is on its way; nothing the client says changes that
 
-    def welcome(self, realm: Realm, authid: str, authrole: str, authmethod: str,
+    def welcome(self, realm: Realm, authid: str | None, authrole: str, authmethod: str,
                  session_id: int | None = None) -> None:
+        """Join ``realm``; ``authid`` None: an anonymous session, named by the router
+        (:class:`AnonymousInfo`)."""
         if session_id is None or session_id in self._router.peers:
             session_id = self._router.new_session_id()
-        self.info = SessionInfo(session_id, realm.name, authid, authrole, authmethod,
-                                authprovider="static", protocol=self._protocol_name,
-                                peer=self.peer_address())
-        self._settings = self._all_settings.get(realm.name, self._settings)
+        self.info = (SessionInfo if authid is not None else AnonymousInfo)(
+            session_id, realm.name, authid, authrole, authmethod,  # type: ignore[arg-type]
+            authprovider="static", protocol=self._listener.protocol_name,
+            peer=self.transport.info_peer)
+        authid = self.info.authid
+        self._listener = self._listener.in_realm(realm.name)
         self.state = ESTABLISHED
         self._handshake = None  # done with: one object less per session
         self.transport.handshake_done()
@@ -214,8 +262,8 @@ class WampSession:
             # message, which MQTT forbids (MQTT-3.3.1-10/11): empty + retain clears, as there
             options = replace(options, retain=False, retain_clear=True)
         request = msg.request
-        if not self._flow.publisher:
-            self._flow.became_publisher()
+        if not self.transport.flow.publisher:
+            self.transport.flow.became_publisher()
         on_durable = partial(self._acknowledge_publish, request) if options.acknowledge else None
         topic = msg.topic
         try:
@@ -252,27 +300,22 @@ class WampSession:
                 self._check_raw_view(raw[2]["_ppt_scheme"])
             self._realm.check_uri(msg.topic, options.match)
             subscription = self._realm.subscribe(self, from_uri(msg.topic), options,
-                                                 self._settings.max_subscriptions)
+                                                 self._listener.settings.max_subscriptions)
         except RouterError as exc:
             self._send_error(m.Subscribe.MESSAGE_TYPE, msg.request, exc)
             return
-        granted = options.qos if options.qos is not None else self._settings.granted_qos
-        policy = options.qos_policy or self._settings.qos_policy
-        if granted or policy != ENFORCE_MINIMUM:
-            if self._grants is NOTHING_YET:
-                self._grants = {}
-            self._grants[subscription.id] = (granted, policy)
+        granted = options.qos if options.qos is not None else self._listener.settings.granted_qos
+        policy = options.qos_policy or self._listener.settings.qos_policy
+        if granted or policy != ENFORCE_MINIMUM or raw_view:
+            if self._subscribed is NOTHING_YET:
+                self._subscribed = {}
+            self._subscribed[subscription.id] = (granted, policy, raw_view)
         else:
-            self._drop_grant(subscription.id)
-        if raw_view:
-            if not self._raw_views:
-                self._raw_views = set()
-            self._raw_views.add(subscription.id)  # type: ignore[union-attr]
-        else:
-            self._drop_raw_view(subscription.id)
+            self._forget_subscription(subscription.id)
         self.send(WireMessage([m.Subscribed.MESSAGE_TYPE, msg.request, subscription.id]))
         if options.get_retained:
-            self._realm.send_retained(self, subscription, self._flow.limits.max_buffered_messages)
+            self._realm.send_retained(self, subscription,
+                                      self.transport.flow.limits.max_buffered_messages)
 
     def _on_unsubscribe(self, msg: m.Unsubscribe, raw: list) -> None:
         try:
@@ -280,17 +323,12 @@ class WampSession:
         except RouterError as exc:
             self._send_error(m.Unsubscribe.MESSAGE_TYPE, msg.request, exc)
             return
-        self._drop_grant(msg.subscription)
-        self._drop_raw_view(msg.subscription)
+        self._forget_subscription(msg.subscription)
         self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, msg.request]))
 
-    def _drop_grant(self, subscription_id: int) -> None:
-        if subscription_id in self._grants:
-            del self._grants[subscription_id]
-
-    def _drop_raw_view(self, subscription_id: int) -> None:
-        if subscription_id in self._raw_views:
-            self._raw_views.discard(subscription_id)  # type: ignore[union-attr]
+    def _forget_subscription(self, subscription_id: int) -> None:
+        if subscription_id in self._subscribed:
+            del self._subscribed[subscription_id]
 
     def _check_raw_view(self, scheme: object) -> None:
         """``_ppt_scheme: "mqtt"``: byte publications (MQTT payloads, AMQP data bodies) as
@@ -307,14 +345,16 @@ class WampSession:
         if subscription.match != EXACT and publication.uri(self._realm.uri_check) is None:
             self._count(UNREPRESENTABLE, publication)  # only a pattern can reach such a topic
             return
+        own = self._subscribed.get(subscription.id)
         raw_view = False
-        if publication.passthru is not None or self._raw_views:
-            raw_view = self._passthru_view(subscription, publication)
-        grant = self._grants.get(subscription.id)
-        if grant is not None and delivered_qos(publication.qos, *grant) > 0:
+        if publication.passthru is not None:
+            self._check_passthru(publication.passthru)
+        elif own is not None and own[2]:
+            raw_view = publication.payload is not None
+        if own is not None and delivered_qos(publication.qos, own[0], own[1]) > 0:
             self._send_acknowledged(subscription, publication, retained, raw_view)
             return
-        if self._flow.over:
+        if self.transport.flow.over:
             self._count(SLOW_CONSUMER, publication)
             return
         if retained:
@@ -327,30 +367,25 @@ class WampSession:
             event = cache[key] = _event(subscription, publication, raw_view=raw_view)
         self.send(event)
 
-    def _passthru_view(self, subscription: Subscription, publication: Publication) -> bool:
+    def _check_passthru(self, passthru: Passthru) -> None:
         """May this session take a passthru publication (raises :class:`PassthruRefused`
-        if not: skipped and counted)? Does its subscription want a byte publication's
-        bytes as a ``ppt_scheme: "mqtt"`` EVENT?"""
-        passthru = publication.passthru
-        if passthru is not None:
-            if not self.supports("subscriber", passthru.feature):
-                raise PassthruRefused(f"scheme '{passthru.scheme}': the session did not "
-                                      f"announce {passthru.feature}")
-            return False
-        return publication.payload is not None and subscription.id in self._raw_views
+        if not: skipped and counted)?"""
+        if not self.supports("subscriber", passthru.feature):
+            raise PassthruRefused(f"scheme '{passthru.scheme}': the session did not "
+                                  f"announce {passthru.feature}")
 
     def ready(self) -> bool:
         """Joined, not over the flow bound and room for unacknowledged events."""
-        return (self.state == ESTABLISHED and not self._flow.over
-                and len(self._unacked) < self._settings.max_unacked)
+        return (self.state == ESTABLISHED and not self.transport.flow.over
+                and len(self._unacked) < self._listener.settings.max_unacked)
 
     def backlog_room(self) -> bool:
         """Joined, the transport accepting and room for unacknowledged events (a retained
         backlog on an acknowledged subscription waits for EVENT_RECEIVED)."""
-        if self.state != ESTABLISHED or len(self._unacked) >= self._settings.max_unacked:
+        if self.state != ESTABLISHED or len(self._unacked) >= self._listener.settings.max_unacked:
             return False
-        if self._flow.paused:
-            self._flow.stalled()
+        if self.transport.flow.paused:
+            self.transport.flow.stalled()
             return False
         return True
 
@@ -368,27 +403,27 @@ class WampSession:
                 event = cache[key] = _event(subscription, publication, acknowledged=True,
                                             raw_view=raw_view)
         pending = self._unacked.get(publication.publication_id)
-        if pending is None and len(self._unacked) >= self._settings.max_unacked:
+        if pending is None and len(self._unacked) >= self._listener.settings.max_unacked:
             self._count(UNACKNOWLEDGED, publication)
-            if self._flow.paused:
-                self._flow.overflow()
+            if self.transport.flow.paused:
+                self.transport.flow.overflow()
             return
         # an unencodable event raises here, before it is awaited
-        if self._flow.paused:
+        unacked = self._unacked
+        if unacked is NOTHING_YET:
+            unacked = self._unacked = _UnackedTable()
+        if self.transport.flow.paused:
             event.serialize(self.transport.object_serializer)
-            if self._unwritten is None:
-                self._unwritten = deque()
-            self._unwritten.append(event)
+            if unacked.unwritten is None:
+                unacked.unwritten = deque()
+            unacked.unwritten.append(event)
         else:
             self.send(event)
         if pending is None:
-            if self._unacked is NOTHING_YET:
-                self._unacked = {}
-            pending = self._unacked[publication.publication_id] = _Unacked(
-                publication, time.time())
-            if self._redelivery is None or not self._redelivery.active():
-                self._redelivery = self._router.scheduler.callLater(
-                    self._settings.ack_timeout, self._redeliver)
+            pending = unacked[publication.publication_id] = _Unacked(publication, time.time())
+            if unacked.redelivery is None or not unacked.redelivery.active():
+                unacked.redelivery = self._router.scheduler.callLater(
+                    self._listener.settings.ack_timeout, self._redeliver)
         if type(subscription) is SharedGroup:
             pending.group = subscription
         pending.events.append(event)
@@ -399,8 +434,8 @@ class WampSession:
 
     def resume_output(self) -> None:
         """The transport drained: write the acknowledged events held back, in order."""
-        unwritten = self._unwritten
-        while unwritten and not self._flow.paused:  # (None until something waited)
+        unwritten = self._unacked.unwritten if type(self._unacked) is _UnackedTable else None
+        while unwritten and not self.transport.flow.paused:  # (None until something waited)
             self.send(unwritten.popleft())
         if self._realm is not None:
             self._realm.backlogs.resume(self)  # retained events owed to new subscriptions
@@ -424,7 +459,7 @@ class WampSession:
 
     def _on_event_received(self, msg: m.EventReceived, raw: list) -> None:
         pending = self._unacked.pop(msg.publication, None) if self._unacked else None
-        if pending is not None and len(self._unacked) == self._settings.max_unacked - 1:
+        if pending is not None and len(self._unacked) == self._listener.settings.max_unacked - 1:
             self._realm.backlogs.resume(self)  # a slot of the in-flight window is free
         if pending is not None and self._realm.activity is not None:
             self._realm.activity.acknowledged(self.info, pending.publication.topic,
@@ -432,12 +467,13 @@ class WampSession:
                                               (time.time() - pending.sent_at) * 1000.0)
 
     def _redeliver(self) -> None:
-        self._redelivery = None
         if self.state != ESTABLISHED:
-            return
-        timeout = self._settings.ack_timeout
-        if self._flow.paused:  # the client is not reading: sending again would only pile up
-            self._redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
+            return  # (the timer was cancelled with the table: not called then)
+        unacked = self._unacked
+        unacked.redelivery = None
+        timeout = self._listener.settings.ack_timeout
+        if self.transport.flow.paused:  # the client is not reading: sending again piles up
+            unacked.redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
             return
         due = time.time() - timeout
         for publication_id, pending in list(self._unacked.items()):
@@ -447,7 +483,7 @@ class WampSession:
                 continue
             if pending.sent_at > due:
                 continue
-            if pending.attempts >= self._settings.max_redeliveries:
+            if pending.attempts >= self._listener.settings.max_redeliveries:
                 self._count(UNACKNOWLEDGED, pending.publication)
                 del self._unacked[publication_id]
                 continue
@@ -455,9 +491,9 @@ class WampSession:
             pending.sent_at = time.time()
             for event in pending.events:
                 self.send(event)
-        if self._unacked:
-            self._redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
-        if len(self._unacked) < self._settings.max_unacked:
+        if unacked:
+            unacked.redelivery = self._router.scheduler.callLater(timeout, self._redeliver)
+        if len(self._unacked) < self._listener.settings.max_unacked:
             self._realm.backlogs.resume(self)  # given up or expired ones freed the window
 
     def _expired(self, publication: Publication) -> None:
@@ -471,7 +507,7 @@ class WampSession:
         try:
             self._realm.register(self, msg.procedure, msg.match or EXACT,
                                  msg.invoke or "single", partial(self._registered, msg.request),
-                                 self._settings.max_registrations)
+                                 self._listener.settings.max_registrations)
         except RouterError as exc:
             self._send_error(m.Register.MESSAGE_TYPE, msg.request, exc)
 
@@ -588,8 +624,7 @@ class WampSession:
         """Drop it; a subscriber that announced ``subscription_revocation`` gets
         ``UNSUBSCRIBED`` with request 0 (WAMP AP, Subscription Revocation), others nothing."""
         self._realm.unsubscribe(self, subscription.id)
-        self._drop_grant(subscription.id)
-        self._drop_raw_view(subscription.id)
+        self._forget_subscription(subscription.id)
         if self.supports("subscriber", "subscription_revocation"):
             self.send(WireMessage([m.Unsubscribed.MESSAGE_TYPE, 0, {
                 "subscription": subscription.id, "reason": errors.NOT_AUTHORIZED}]))
@@ -653,11 +688,11 @@ class WampSession:
 
     def _leave_realm(self) -> None:
         """Leave the realm; events of shared groups not acknowledged go to other members."""
-        if self._redelivery is not None and self._redelivery.active():
-            self._redelivery.cancel()
+        redelivery = getattr(self._unacked, "redelivery", None)
+        if redelivery is not None and redelivery.active():
+            redelivery.cancel()
         shared = [pending for pending in self._unacked.values() if pending.group is not None]
         self._unacked = NOTHING_YET  # type: ignore[assignment]
-        self._unwritten = None
         realm, self._realm = self._realm, None
         if realm is not None:
             realm.detach(self)
@@ -672,6 +707,20 @@ class WampSession:
 
     def peer_address(self) -> str:
         return getattr(self.transport, "peer", None) or "unknown"
+
+
+class _UnackedTable(dict[int, "_Unacked"]):
+    """A session's events sent and not acknowledged, by publication, the timer that sends
+    them again and the ones held back while its transport is paused: one slot of the
+    session for the three, made with the first acknowledged event."""
+
+    __slots__ = ("redelivery", "unwritten")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.redelivery: Any = None
+        self.unwritten: deque[WireMessage] | None = None
+        """In order (bounded by ``max_unacked`` publications)."""
 
 
 @dataclass(slots=True)

@@ -50,6 +50,11 @@ class RouterWebSocketProtocol(ReleasesClosedFuture, GatedProtocol, FlowingProtoc
             parseSubprotocolIdentifier(subprotocol)[1]]
         return subprotocol, headers
 
+    @property
+    def info_peer(self) -> str:
+        """The peer text autobahn keeps for the connection anyway (no copy of it)."""
+        return self.peer
+
     def dataReceived(self, data: bytes) -> None:
         """autobahn's formats the arguments of a debug log line on every read; this one only
         hands the bytes to its WebSocket parser."""
@@ -145,19 +150,22 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, _RawSocketEnd):
     autobahn's server protocol (on Twisted's ``Int32StringReceiver``) kept a full instance
     dict per connection (Twisted's receiver reads ``self.__dict__`` on every frame), a
     copy of the serializer, transport details and a closing Deferred: about 450 bytes of
-    every idle session. This one is slotted and keeps what the session uses."""
+    every idle session. This one is slotted and keeps what the session uses; what all
+    connections of a listener share is in the listener's own subclass
+    (:meth:`RouterRawSocketFactory.protocol_class`), not in each connection."""
 
-    __slots__ = ("factory", "transport", "gate", "flow", "object_serializer", "counted_by",
-                 "_session", "_handshake", "_buffer", "_max_len_send")
+    __slots__ = ("transport", "gate", "flow", "object_serializer", "_session", "_handshake",
+                 "_buffer", "_max_len_send")
+    factory: "RouterRawSocketFactory"
+    """The listener's factory (a class attribute of the listener's subclass)."""
+    counted_by: ConnectionLimits | None = None
+    """Where its reads are counted, when its transport does not count them (TLS, see
+    :meth:`ConnectionLimits.count_bytes`: a slot of a TLS listener's subclass)."""
 
-    def __init__(self, factory: "RouterRawSocketFactory") -> None:
-        self.factory = factory
+    def __init__(self) -> None:
         self.transport: Any = None
         self.gate = None
         self.object_serializer: IObjectSerializer | None = None
-        self.counted_by: ConnectionLimits | None = None
-        """Where its reads are counted, when its transport does not count them (TLS, see
-        :meth:`ConnectionLimits.count_bytes`)."""
         self._session: WampSession | None = None
         self._handshake: bytes | None = b""
         """The handshake octets received so far; None once it is answered."""
@@ -174,9 +182,18 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, _RawSocketEnd):
 
     @property
     def peer(self) -> str:
-        """The peer as autobahn describes it (``tcp4:127.0.0.1:53124``), made when asked: the
-        session keeps it once joined."""
+        """The peer as autobahn describes it (``tcp4:127.0.0.1:53124``), made when asked (the
+        session's info keeps the text only once the connection is lost)."""
         return peer2str(self.transport) if self.transport is not None else "unknown"
+
+    @property
+    def info_peer(self) -> "RouterRawSocketProtocol":
+        """The connection itself: its ``str`` is :attr:`peer`, made when the session meta
+        API asks (an idle session keeps no copy of the text, about 70 bytes)."""
+        return self
+
+    def __str__(self) -> str:
+        return self.peer
 
     def logPrefix(self) -> str:
         return self.__class__.__name__
@@ -297,10 +314,10 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, _RawSocketEnd):
 class RouterRawSocketFactory(Factory):
     """Makes :class:`RouterRawSocketProtocol` connections of one RawSocket listener."""
 
-    protocol = RouterRawSocketProtocol
-
     def __init__(self, session_factory: Callable[[], WampSession], serializers: list[Serializer],
-                 max_message_size: int, new_flow: Callable[[object], ConnectionFlow]) -> None:
+                 max_message_size: int, new_flow: Callable[[object], ConnectionFlow],
+                 tls: bool = False) -> None:
+        self.protocol = self.protocol_class(tls)
         self.session_factory = session_factory
         self.object_serializers: dict[int, IObjectSerializer] = {
             serializer.RAWSOCKET_SERIALIZER_ID: serializer.object_serializer
@@ -313,5 +330,12 @@ class RouterRawSocketFactory(Factory):
         """The longest frame a peer may send."""
         self.new_flow = new_flow
 
+    def protocol_class(self, tls: bool) -> type[RouterRawSocketProtocol]:
+        """The listener's own :class:`RouterRawSocketProtocol`: the factory a class attribute
+        (a slot is 8 bytes of every connection), and under TLS a slot for ``counted_by``."""
+        return type(RouterRawSocketProtocol.__name__, (RouterRawSocketProtocol,), {
+            "__slots__": ("counted_by",) if tls else (), "factory": self,
+            "__module__": RouterRawSocketProtocol.__module__})
+
     def buildProtocol(self, addr: Any) -> RouterRawSocketProtocol:
-        return RouterRawSocketProtocol(self)
+        return self.protocol()
