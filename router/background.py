@@ -50,3 +50,7 @@ class BatchWorker:
                     break
             if batch:
                 self._handle(batch)
+            # let go of the handled items before waiting for more: each holds its callbacks,
+            # and through them whoever waits for the write (an acknowledged publisher's
+            # session, until the next batch came)
+            del batch, item

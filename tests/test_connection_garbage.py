@@ -93,8 +93,10 @@ def test_sessions_closed_by_their_clients_leave_no_cycles(router):
         wamp.send([1, "realm1", {"roles": {"subscriber": {}, "publisher": {}}}])
         assert wamp.recv()[0] == 2  # WELCOME
         # a retained event outlives its publisher's connection, and so does the publisher's
-        # SessionInfo that it keeps: with the peer's text, not the connection
-        wamp.send([16, 2, {"retain": True}, "com.garbage.kept", ["x"]])  # PUBLISH
+        # SessionInfo that it keeps: with the peer's text, not the connection; and the
+        # store's writer, done with the write, keeps nothing of the acknowledgement
+        wamp.send([16, 2, {"retain": True, "acknowledge": True}, "com.garbage.kept", ["x"]])
+        assert wamp.recv()[0] == 17  # PUBLISHED
         wamp.send([32, 1, {}, "com.garbage.topic"])  # SUBSCRIBE
         assert wamp.recv()[0] == 33
         wamp.close()
