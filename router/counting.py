@@ -56,10 +56,15 @@ class CountingServer(tcp.Server):
     hostname = property(lambda self: self.client[0], lambda self, host: None)
 
     # Twisted makes two strings per connection for its log prefix and repr (~160 bytes):
-    # made when asked instead (what Twisted sets is dropped)
+    # made when asked instead (what Twisted sets is dropped), and kept once the connection
+    # is lost, when Twisted lets go of the protocol they name
     @property
     def logstr(self) -> str:
-        return f"{self._getLogPrefix(self.protocol)},{self.sessionno},{self.hostname}"
+        try:
+            protocol = self.protocol
+        except AttributeError:
+            return self.closed_names[0]
+        return f"{self._getLogPrefix(protocol)},{self.sessionno},{self.hostname}"
 
     @logstr.setter
     def logstr(self, text: str) -> None:
@@ -67,7 +72,11 @@ class CountingServer(tcp.Server):
 
     @property
     def repstr(self) -> str:
-        return (f"<{self.protocol.__class__.__name__} #{self.sessionno} on "
+        try:
+            protocol = self.protocol
+        except AttributeError:
+            return self.closed_names[1]
+        return (f"<{protocol.__class__.__name__} #{self.sessionno} on "
                 f"{self.server._realPortNumber}>")
 
     @repstr.setter
@@ -85,6 +94,7 @@ class CountingServer(tcp.Server):
 
     def connectionLost(self, reason: Any) -> None:
         self.fileno = _no_fileno  # Twisted deletes it
+        self.closed_names = (self.logstr, self.repstr)
         super().connectionLost(reason)
 
     # The two calls of every read and every send: Twisted's, in one frame each (theirs
