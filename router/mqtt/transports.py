@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.types import ConnectionDeny
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 
@@ -14,6 +13,7 @@ from router.limits import GatedProtocol, ReleasesClosedFuture
 from router.mqtt.connection import MqttConnection
 from router.mqtt.frontend import MqttFrontend
 from router.mqtt.packets import ReasonCode
+from router.websocket import WebSocketServerFactory, WebSocketServerProtocol
 
 
 def _attach(connection: MqttConnection, protocol: GatedProtocol, transport) -> MqttConnection:

@@ -12,8 +12,6 @@ import math
 import struct
 from typing import Any, Callable
 
-from autobahn.twisted.util import peer2str
-from autobahn.twisted.websocket import WampWebSocketServerFactory, WampWebSocketServerProtocol
 from autobahn.exception import PayloadExceededError
 from autobahn.wamp.exception import TransportLost
 from autobahn.wamp.interfaces import IObjectSerializer
@@ -29,6 +27,7 @@ from router.flow import ConnectionFlow, FlowingProtocol
 from router.limits import ConnectionLimits, GatedProtocol, ReleasesClosedFuture
 from router.wamp.codec import WireMessage
 from router.wamp.session import WampSession
+from router.websocket import WampWebSocketServerFactory, WampWebSocketServerProtocol, peer2str
 
 log = logging.getLogger(__name__)
 
