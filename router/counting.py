@@ -93,7 +93,12 @@ class CountingServer(tcp.Server):
             return -1
 
     def connectionLost(self, reason: Any) -> None:
-        self.fileno = _no_fileno  # Twisted deletes it
+        # set back as the socket's own (Twisted deletes it once the socket is out of the
+        # reactor): the reactor finds the connection to remove by this number, and with -1
+        # it searches all of them, which made closing N connections take N^2 steps (19,800
+        # closed at once: 12 s and 9.4 s of CPU, 470 us a close, bench/session_memory.py)
+        sock = getattr(self, "socket", None)
+        self.fileno = sock.fileno if sock is not None else _no_fileno
         self.closed_names = (self.logstr, self.repstr)
         super().connectionLost(reason)
 

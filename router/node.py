@@ -10,7 +10,7 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from twisted.internet import defer, task, threads
 from twisted.internet.error import CannotListenError
@@ -181,6 +181,8 @@ class Node:
         self._metrics: CollectorRegistry | None = None
         self.mqtt = self._mqtt_frontends()
         self.amqp = self._amqp_frontends()
+        self.reclaimer.tables = self._tables
+        self.reclaimer.connections = self.router.connections.__len__
         self.webhooks: list[Webhook] = [
             hook for name, realm in self.router.realms.items()
             for hook in open_webhooks(realm, config.realms[name].webhooks,
@@ -258,6 +260,16 @@ class Node:
         young, middle, _ = gc.get_threshold()
         gc.set_threshold(young, middle, FULL_COLLECTION_AFTER)
         log.info("ready: %s", " ".join(self.urls()))
+
+    def _tables(self) -> Iterator[dict | set]:
+        """What grows with the connections and keeps its size once they close: the
+        reactor's, the router's (with every realm's) and the MQTT frontends' tables."""
+        tables = getattr(self.reactor, "tables", None)  # router.reactor's, not another's
+        if tables is not None:
+            yield from tables()
+        yield from self.router.tables()
+        for frontend in self.mqtt.values():
+            yield frontend.sessions
 
     def _listen_admin(self) -> None:
         """The admin socket, if configured. One that cannot be opened (another router on this

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from router.mqtt.packets import Puback, Publish
+from router.mqtt.packets import Puback, Publish, Suback, Subscribe, SubscriptionOptions
 from tests.amqp_clients import connect as amqp_connect
 from tests.clients import raw_connect, run
 from tests.harness import RouterProcess
@@ -111,6 +111,8 @@ def test_sessions_closed_by_their_clients_leave_no_cycles(router):
         for version in (V311, V5):
             mqtt = RawMqtt(router)
             mqtt.connect_ok(version, client_id="")
+            mqtt.send(Subscribe(1, [("garbage/topic", SubscriptionOptions(1))]))
+            assert isinstance(mqtt.recv(), Suback)
             mqtt.close()
 
         amqp = amqp_connect(router)

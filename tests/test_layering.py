@@ -22,6 +22,21 @@ def test_reading_the_configuration_imports_no_frontend():
     assert result.stdout.split() == []
 
 
+def test_a_router_without_tls_loads_no_wamp_client_and_no_cryptography():
+    """The node and every listener's transports, as a router that needs no TLS imports them
+    (router/cli.py), load neither autobahn's WAMP client (``autobahn.twisted``: its
+    authenticators import ``cryptography``, ~6 MB resident) nor ``cryptography`` itself
+    (router/websocket.py); the credentials are checked by router/core/credentials.py."""
+    script = ("import sys\nfrom router.tls import leave_out_tls\nassert leave_out_tls()\n"
+              "import router.node, router.wamp.transports, router.mqtt.transports\n"
+              "import router.amqp.transports\n"
+              "print('\\n'.join(m for m in sys.modules if m.split('.')[0] == 'cryptography'"
+              " or m.startswith(('autobahn.twisted', 'autobahn.wamp.auth'))))")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, check=True)
+    assert result.stdout.split() == []
+
+
 def _imported_modules(path: Path, package: str, scope: str | None = None) -> set[str]:
     """Every module of ``scope`` (default: ``package``, the package of ``path``, where its
     relative imports start) that ``path`` imports, wherever the import statement is (top

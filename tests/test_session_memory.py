@@ -111,3 +111,66 @@ def test_closed_connections_set_off_a_counted_trim(tmp_path):
     finally:
         pool.close()
         router.stop()
+
+
+def test_a_table_emptied_by_closes_is_rebuilt_in_place_and_a_full_one_left_alone():
+    """router.memory.compact: CPython keeps a dict's or set's size when entries go."""
+    import sys
+
+    from router.memory import compact
+
+    table = dict.fromkeys(range(20_000))
+    full = sys.getsizeof(table)
+    assert compact(table) == 0 and sys.getsizeof(table) == full
+    for key in range(19_990):
+        del table[key]
+    assert sys.getsizeof(table) == full  # what compact is for
+    same = table
+    assert compact(table) > full // 2
+    assert table is same and list(table) == list(range(19_990, 20_000))
+    members = set(range(20_000))
+    for member in range(20_000):
+        members.discard(member)
+    assert compact(members) > 0 and members == set()
+
+
+def test_a_crowd_of_closes_sets_off_a_full_collection_and_compacts_the_tables():
+    """A full collection only once the closes since the last one are at least MASS_CLOSE
+    and as many as the connections left; the tables are compacted after every release."""
+    import gc
+    import weakref
+
+    from twisted.internet import task
+
+    from router.memory import MASS_CLOSE, MemoryReclaimer
+
+    class Cyclic:
+        pass
+
+    clock = task.Clock()
+    table = dict.fromkeys(range(20_000))
+    left = [MASS_CLOSE * 10]
+    reclaimer = MemoryReclaimer(clock, lambda work, *args: work(*args), tables=lambda: [table],
+                                connections=lambda: left[0])
+    gc.disable()  # the collection under test, not an automatic one, must find the cycle
+    try:
+        garbage = Cyclic()
+        garbage.itself = garbage
+        gone = weakref.ref(garbage)
+        del garbage
+        for key in range(19_000):
+            del table[key]
+        for _ in range(MASS_CLOSE * 2):
+            reclaimer.released()
+        clock.advance(10)
+        assert reclaimer.collections == 0 and gone() is not None  # more connections left
+        assert reclaimer.compacted_bytes > 0 and len(table) == 1_000
+        left[0] = MASS_CLOSE
+        reclaimer.released()
+        clock.advance(10)
+        assert reclaimer.collections == 1 and gone() is None
+        reclaimer.released()  # the count starts again
+        clock.advance(10)
+        assert reclaimer.collections == 1
+    finally:
+        gc.enable()

@@ -9,7 +9,7 @@ subscription and serializer and send the same bytes to all its receivers.
 from __future__ import annotations
 
 from time import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from router.core import errors
 from router.core.errors import RouterError
@@ -54,6 +54,10 @@ class Broker:
         self._meta_publish = meta_publish
         self._delivery_failed = delivery_failed
         self._interest = interest
+
+    def tables(self) -> tuple[dict[Any, Any], ...]:
+        """The tables that grow with the subscriptions (for :func:`router.memory.compact`)."""
+        return self.index.tables() + (self._by_session,)
 
     def subscribe(self, peer: Peer, topic: Topic, match: str, group: str | None = None,
                   limit: int | None = None) -> Subscription:

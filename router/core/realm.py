@@ -9,7 +9,7 @@ Errors come back as :class:`RouterError` for the frontend to translate.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 from router.core import errors
 from router.core.activity import ActivityLog
@@ -87,6 +87,11 @@ class Realm:
         self._leave_hooks: list[Callable[[Peer], None]] = []
 
     # sessions -------------------------------------------------------------
+
+    def tables(self) -> tuple[dict[Any, Any], ...]:
+        """The tables that grow with the sessions and subscriptions (for
+        :func:`router.memory.compact`)."""
+        return (self.sessions,) + self.broker.tables()
 
     def attach(self, peer: Peer) -> None:
         """A session joined: it can be reached by id, is counted, and other nodes' meta calls

@@ -83,6 +83,15 @@ class Router:
             if session_id not in self.peers:
                 return session_id
 
+    def tables(self) -> Iterator[dict[Any, Any]]:
+        """The tables that grow with the connections, sessions and subscriptions, every
+        realm's included: a dict keeps the size it grew to when its entries go, so after a
+        crowd of connections closed they are rebuilt (:func:`router.memory.compact`)."""
+        yield self.peers
+        yield self.connections._members
+        for realm in self.realms.values():
+            yield from realm.tables()
+
     def track(self, peer: Peer) -> None:
         """Reach a joined session by id from any realm (the admin and meta APIs kill by id)."""
         self.peers[peer.info.session_id] = peer

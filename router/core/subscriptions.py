@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import Counter
-from typing import Generic, Iterator, Protocol, TypeVar
+from typing import Any, Generic, Iterator, Protocol, TypeVar
 
 from router.core.topic import Topic
 from router.core.trie import TopicTrie
@@ -67,6 +67,10 @@ class SubscriptionIndex(Generic[Entry]):
 
     def _trie(self, match: str) -> TopicTrie[Entry]:
         return self.filters if match == MQTT else self.wildcard
+
+    def tables(self) -> tuple[dict[Any, Any], ...]:
+        """The tables that grow with the subscriptions (for :func:`router.memory.compact`)."""
+        return (self.exact, self.prefix, self.by_id)
 
     def lookup(self, topic: Topic, match: str) -> Entry | None:
         """The entry on exactly (topic, match): a second SUBSCRIBE on the same pattern joins it."""

@@ -25,13 +25,30 @@ def spread(work: Iterator[None], turn_over: Callable[[bool], None],
 
     After each turn ``turn_over(finished)``; while not finished, ``later(run)`` must run
     ``run`` in a later reactor turn (or not at all: the connection is gone)."""
-    def run() -> None:
-        deadline = time.monotonic() + TURN_BUDGET
-        for _ in work:
-            if time.monotonic() >= deadline:
-                turn_over(False)
-                later(run)
-                return
-        turn_over(True)
+    _Spread(work, turn_over, later).run()
 
-    run()
+
+class _Spread:
+    """One packet's work in progress. An object, not a closure that hands itself to
+    ``later``: such a function holds itself through its own closure cell, a reference
+    cycle that kept each subscribing MQTT session (the work and ``turn_over`` hold the
+    connection) until the next full collection, which the node makes rare
+    (tests/test_connection_garbage.py)."""
+
+    __slots__ = ("_work", "_turn_over", "_later")
+
+    def __init__(self, work: Iterator[None], turn_over: Callable[[bool], None],
+                 later: Callable[[Callable[[], None]], None]) -> None:
+        self._work = work
+        self._turn_over = turn_over
+        self._later = later
+
+    def run(self) -> None:
+        """One turn's share of the work."""
+        deadline = time.monotonic() + TURN_BUDGET
+        for _ in self._work:
+            if time.monotonic() >= deadline:
+                self._turn_over(False)
+                self._later(self.run)
+                return
+        self._turn_over(True)

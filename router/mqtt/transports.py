@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.types import ConnectionDeny
 from twisted.internet.interfaces import ILoggingContext, IProtocol
 from twisted.internet.protocol import Factory, connectionDone
@@ -14,6 +13,7 @@ from router.flow import ConnectionFlow, FlowingProtocol
 from router.limits import ConnectionLimits, GatedProtocol, ReleasesClosedFuture
 from router.mqtt.connection import MqttConnection
 from router.mqtt.frontend import MqttFrontend
+from router.websocket import WebSocketServerFactory, WebSocketServerProtocol
 
 
 class _TcpEnd:

@@ -11,8 +11,6 @@ import logging
 import math
 from typing import Any, Callable
 
-from autobahn.twisted.util import peer2str
-from autobahn.twisted.websocket import WampWebSocketServerFactory, WampWebSocketServerProtocol
 from autobahn.exception import PayloadExceededError
 from autobahn.wamp.exception import TransportLost
 from autobahn.wamp.interfaces import IObjectSerializer
@@ -28,6 +26,7 @@ from router.flow import ConnectionFlow, FlowingProtocol
 from router.limits import ConnectionLimits, GatedProtocol, ReleasesClosedFuture
 from router.wamp.codec import RAWSOCKET_LENGTH, WireMessage, encode, websocket_frame
 from router.wamp.session import WampSession
+from router.websocket import WampWebSocketServerFactory, WampWebSocketServerProtocol, peer2str
 
 log = logging.getLogger(__name__)
 
