@@ -16,12 +16,12 @@ from router.core import errors
 from router.core.credentials import Principal
 from router.core.errors import RouterError
 from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
-from router.core.model import SessionInfo
+from router.core.model import Publication, SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.ownership import anonymous_authid, owner
 from router.core.payload import from_bytes
 from router.core.peer import Subscription
-from router.core.realm import Realm, durable_callback
+from router.core.realm import Realm
 from router.core.router import Router
 from router.core.scheduler import Deadlines, DelayedCall, Scheduler
 from router.core.shared import SharedGroup
@@ -442,18 +442,21 @@ class MqttFrontend:
             connection.flush()
 
     def publish(self, session: MqttSession, topic: str, payload: bytes, qos: int, retain: bool,
-                properties: dict, on_durable: Callable[[bool], None] | None = None) -> None:
+                properties: dict,
+                on_durable: Callable[[Publication, bool], None] | None = None) -> None:
         """Route an MQTT publication through the core (raises RouterError when refused);
-        ``on_durable(ok)`` once what it made durable is stored (or failed to be)."""
+        ``on_durable(publication, ok)`` once what it made durable is stored (or failed to
+        be), as :meth:`Realm.publish` calls it."""
         self._route(session.info, topic, payload, qos, retain, properties, on_durable)
 
     def _route(self, info: SessionInfo, topic: str, payload: bytes, qos: int, retain: bool,
-               properties: dict, on_durable: Callable[[bool], None] | None = None) -> None:
+               properties: dict,
+               on_durable: Callable[[Publication, bool], None] | None = None) -> None:
         args, kwargs = from_bytes(payload, self.settings.payload_mapping)
-        expiry = properties.get("message_expiry_interval")
+        expiry = properties.get("message_expiry_interval") if properties else None
         options = _PUBLISH_OPTIONS[qos, retain, not payload]
         self.realm.publish(info, from_mqtt(topic), args, kwargs, options,
-                           durable_callback(on_durable), len(payload),
+                           on_durable, len(payload),
                            payload=payload, properties=properties or None,
                            expires_at=time.time() + expiry if expiry is not None else None,
                            mqtt_topic=topic)
