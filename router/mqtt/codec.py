@@ -194,14 +194,27 @@ class MqttCodec:
         return b"".join((_PLAIN_PUBLISH_FIRST_BYTES[retain], encode_variable_byte_integer(length),
                          size.to_bytes(2, "big"), name, properties, payload))
 
-    def encode_publish_template(self, packet: Publish) -> tuple[bytes, bytes]:
-        """A QoS 1/2 PUBLISH split around its packet identifier (whatever ``packet`` has):
-        the packet with id ``n`` is ``head + n.to_bytes(2, "big") + tail``, so one encoding
-        serves every receiver."""
-        data = self.encode(packet)
-        _, body_start = decode_variable_byte_integer(data, 1)
-        cut = body_start + 2 + len(packet.topic.encode("utf-8"))
-        return data[:cut], data[cut + 2:]
+    def encode_publish_template(self, topic: str, payload: bytes, qos: int, retain: bool,
+                                dup: bool, properties: Properties) -> tuple[bytes, bytes]:
+        """A QoS 1/2 PUBLISH split around its packet identifier: the packet with id ``n`` is
+        ``head + n.to_bytes(2, "big") + tail``, so one encoding serves every receiver.
+        Without properties (or in MQTT 3.1.1) joined straight from the parts."""
+        if properties and self._encoding_version == MQTT_5:
+            data = self.encode(Publish(topic, payload, qos, retain, dup, 1, properties))
+            _, body_start = decode_variable_byte_integer(data, 1)
+            cut = body_start + 2 + len(topic.encode("utf-8"))
+            return data[:cut], data[cut + 2:]
+        if qos not in (1, 2):
+            raise ValueError("a PUBLISH has a packet identifier exactly when its QoS is 1 or 2")
+        name = topic.encode("utf-8")
+        size = len(name)
+        tail = b"\0" + payload if self._encoding_version == MQTT_5 else payload
+        length = 4 + size + len(tail)
+        if size > 0xFFFF or length > MAX_VARIABLE_BYTE_INTEGER:
+            raise ValueError("packet exceeds the maximum MQTT packet size")
+        first_byte = 0x30 | dup << 3 | qos << 1 | retain
+        return (b"".join((bytes((first_byte,)), encode_variable_byte_integer(length),
+                          size.to_bytes(2, "big"), name)), tail)
 
     # --- framing --------------------------------------------------------------------------
 

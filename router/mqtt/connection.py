@@ -520,8 +520,8 @@ class MqttConnection:
             head = encodings.get(key)
             if head is None:
                 head, tail = self.codec.encode_publish_template(
-                    Publish(message.topic, message.payload, message.qos, message.retain, dup,
-                            packet_id, message.properties))
+                    message.topic, message.payload, message.qos, message.retain, dup,
+                    message.properties)
                 encodings[key] = head
                 encodings[-1 - key] = tail
             else:

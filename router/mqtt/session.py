@@ -356,17 +356,35 @@ class MqttSession:
 
     def _enqueue(self, message: StoredMessage, group: SharedGroup | None = None,
                  publication: Publication | None = None) -> None:
-        if len(self.outbound) >= self.frontend.settings.max_queued:
+        outbound = self.outbound
+        connection = self.connection
+        if len(outbound) >= self.frontend.settings.max_queued:
             self._count(QUEUE_FULL, message)
-            connection = self.connection
             if connection is not None and connection.flow.paused:
                 connection.flow.overflow()
             return
         seq = self._last_seq = self._last_seq + 1
-        if self.outbound is NOTHING_YET:
-            self.outbound = {}
-        self.outbound[seq] = (message if group is None
-                              else Outbound(seq, None, QUEUED, message, 0.0, group, publication))
+        if outbound is NOTHING_YET:
+            outbound = self.outbound = {}
+        if (not self._queued and connection is not None and not self.persistent
+                and message.expires_at is None and not connection.flow.paused
+                and len(self._by_packet_id) < connection.send_quota):
+            # the commonest case: nothing waits and the client's window has room, so it
+            # goes at once, never queued (what pump would do, without the round trip; a
+            # retained backlog waiting for room is resumed by whatever makes room)
+            packet_id = self._allocate_packet_id()
+            entry = outbound[seq] = Outbound(seq, packet_id, SENT, message, time.time(),
+                                             group, publication)
+            in_flight = self._by_packet_id
+            if in_flight is NOTHING_YET:
+                in_flight = self._by_packet_id = {}
+            in_flight[packet_id] = entry
+            if not connection.send_publish(message, packet_id, False):
+                del in_flight[packet_id]  # too big for this client: as if delivered
+                del outbound[seq]
+            return
+        outbound[seq] = (message if group is None
+                         else Outbound(seq, None, QUEUED, message, 0.0, group, publication))
         self._queue(seq)
         if self.persistent:
             self.frontend.store.enqueue(self.client_id, StoredOutbound(seq, None, QUEUED, message))
@@ -389,6 +407,13 @@ class MqttSession:
         connection = self.connection
         if connection is None:
             return
+        if self._queued:
+            self._send_queued(connection)
+        if not self._queued:
+            self.frontend.realm.backlogs.resume(self)
+
+    def _send_queued(self, connection: Outlet) -> None:
+        """:meth:`pump`'s sending of the queue."""
         flow, quota, in_flight = connection.flow, connection.send_quota, self._by_packet_id
         now = time.time()  # one clock read per pump: it runs within one reactor turn
         while self._queued and len(in_flight) < quota and not flow.paused:
@@ -417,8 +442,6 @@ class MqttSession:
                         lambda ok, entry=entry: self._transmit_later(entry, ok))
                     continue
             self._transmit(entry)
-        if not self._queued:
-            self.frontend.realm.backlogs.resume(self)
 
     def _transmit(self, entry: Outbound) -> bool:
         """Write one in-flight PUBLISH; False if it had to be discarded (too big)."""
@@ -476,7 +499,7 @@ class MqttSession:
             return False
         del self._by_packet_id[packet_id]
         self.frontend.delivery_acknowledged(self, entry)
-        self._drop(entry)
+        self._forget(entry.seq)
         self.pump()
         return True
 
