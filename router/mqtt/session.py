@@ -194,9 +194,29 @@ class MqttSession:
             if combined is None:
                 return
             qos, retain, identifiers = combined
+        cache = publication.encodings()
+        if not qos:
+            connection = self.connection
+            if connection is None:
+                return
+            if connection.flow.over:
+                self._count(SLOW_CONSUMER, 0, topic)
+                return
+            version = connection.version
+            if (identifiers is None and publication.expires_at is None
+                    and not connection.outbound_alias_limit
+                    and (version != 5 or not publication.properties)):
+                # the commonest delivery: one PUBLISH's bytes for every receiver of the
+                # version, joined straight from topic and payload (no StoredMessage)
+                key = ("mqtt", version, retain)
+                data = cache.get(key)
+                if data is None:
+                    data = cache[key] = connection.publish_encoder(topic, to_bytes(publication),
+                                                                   retain)
+                connection.write_publish(data, topic)
+                return
         # receivers with the same QoS, retain flag and identifiers share one message
         key = ("mqtt-message", qos, retain, identifiers)
-        cache = publication.encodings()
         message = cache.get(key)
         if message is None:
             message = cache[key] = _message(
@@ -208,12 +228,8 @@ class MqttSession:
             else:
                 self._enqueue(message)
             return
-        connection = self.connection
-        if connection is None:
-            return
-        if connection.flow.over:
-            self._count(SLOW_CONSUMER, message)
-        elif message.expires_at is not None or connection.outbound_alias_limit:
+        # (QoS 0 with subscription identifiers, message expiry or MQTT 5 properties)
+        if message.expires_at is not None or connection.outbound_alias_limit:
             connection.send_publish(message, None, False)  # bytes of its own
         else:
             key = ("mqtt", connection.version, retain, identifiers)
@@ -359,7 +375,7 @@ class MqttSession:
         outbound = self.outbound
         connection = self.connection
         if len(outbound) >= self.frontend.settings.max_queued:
-            self._count(QUEUE_FULL, message)
+            self._count(QUEUE_FULL, message.qos, message.topic)
             if connection is not None and connection.flow.paused:
                 connection.flow.overflow()
             return
@@ -395,10 +411,10 @@ class MqttSession:
             self._queued = deque()
         self._queued.append(seq)
 
-    def _count(self, reason: str, message: StoredMessage) -> None:
+    def _count(self, reason: str, qos: int, topic: str) -> None:
         realm = self.frontend.realm
         realm.incidents.count(realm.name, "mqtt", reason,
-                              f"client {self.client_id}, QoS {message.qos} on {message.topic}")
+                              f"client {self.client_id}, QoS {qos} on {topic}")
 
     def pump(self) -> None:
         """Send queued messages while the client's receive window has room and the
