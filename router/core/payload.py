@@ -35,12 +35,18 @@ from router.core.model import Args, Kwargs, Publication
 
 MAPPINGS = ("json", "binary")
 
+_JSON_FIRST_BYTES = frozenset(b' \t\n\r[{"-0123456789tfnNI')
+"""The bytes a JSON text can start with (whitespace, a value; ``NaN`` and ``Infinity``,
+which Python's json reads): bytes starting otherwise are binary without trying to decode
+them (a failed decode raises and catches an exception, the dearest part of a binary
+MQTT publish's mapping)."""
+
 
 def from_bytes(data: bytes, mapping: str) -> tuple[Args | None, Kwargs | None]:
     """(args, kwargs) for a byte payload."""
     if not data:
         return None, None
-    if mapping == "json":
+    if mapping == "json" and data[0] in _JSON_FIRST_BYTES:
         try:
             value = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):

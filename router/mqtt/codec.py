@@ -138,6 +138,22 @@ class MqttCodec:
         and without DUP is its :data:`PublishParts`. Same checks, same errors."""
         if self._error is not None:
             raise self._error
+        buffer, start = self._buffer, self._offset
+        if (len(buffer) - start >= 4 and self._fixed_header is None
+                and self.protocol_version is not None):
+            # the commonest packets, decoded here without the general path (which validates
+            # them the same way, and raises for what is wrong with them)
+            first_byte = buffer[start]
+            length = buffer[start + 1]
+            if length == 2:  # a bare PUBACK/PUBREC/PUBREL/PUBCOMP?
+                packet_id = buffer[start + 2] << 8 | buffer[start + 3]
+                if first_byte in BARE_ACKS and packet_id:
+                    self._offset = start + 4
+                    return first_byte << 16 | packet_id
+            elif first_byte & 0xF8 == 0x30 and first_byte & 0x06 != 0x06:
+                parts = self._plain_publish(first_byte, length)
+                if parts is not None:
+                    return parts
         try:
             item = self._next_packet()
         except MqttProtocolError as error:
@@ -218,23 +234,9 @@ class MqttCodec:
 
     # --- framing --------------------------------------------------------------------------
 
-    def _next_packet(self) -> Packet | PublishParts | int | None:
+    def _next_packet(self) -> Packet | None:
         buffer, start = self._buffer, self._offset
         if self._fixed_header is None:
-            if len(buffer) - start >= 4 and self.protocol_version is not None:
-                # the commonest packets, decoded here without the general path (which
-                # validates them the same way, and raises for what is wrong with them)
-                first_byte = buffer[start]
-                length = buffer[start + 1]
-                if length == 2:  # a bare PUBACK/PUBREC/PUBREL/PUBCOMP?
-                    packet_id = buffer[start + 2] << 8 | buffer[start + 3]
-                    if first_byte in BARE_ACKS and packet_id:
-                        self._offset = start + 4
-                        return first_byte << 16 | packet_id
-                elif first_byte & 0xF8 == 0x30 and first_byte & 0x06 != 0x06:
-                    parts = self._plain_publish(first_byte, length)
-                    if parts is not None:
-                        return parts
             self._fixed_header = self._read_fixed_header()
             if self._fixed_header is None:
                 return None

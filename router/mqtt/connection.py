@@ -145,7 +145,10 @@ class MqttConnection:
             if kind is tuple and self.session is not None:
                 self._on_publish(*item, NO_PROPERTIES)
             elif kind is int and self.session is not None:
-                self._on_ack(item >> 16, item & 0xFFFF)
+                if item >> 16 == PUBACK:
+                    self.session.acknowledged(item & 0xFFFF, 1)
+                else:
+                    self._on_ack(item >> 16, item & 0xFFFF)
             else:
                 self._handle(item)
             if self._closed or self._connect_state == "waiting" or self._spreading:
@@ -376,10 +379,9 @@ class MqttConnection:
         return topic
 
     def _on_ack(self, kind: int, packet_id: int) -> None:
-        """A bare acknowledgement (packet id only: success), by its first byte."""
-        if kind == PUBACK:
-            self.session.acknowledged(packet_id, 1)
-        elif kind == PUBREC:
+        """A bare acknowledgement (packet id only: success), by its first byte (a PUBACK's
+        is taken in the read loop)."""
+        if kind == PUBREC:
             self._received(packet_id)
         elif kind == PUBCOMP:
             self.session.acknowledged(packet_id, 2)
