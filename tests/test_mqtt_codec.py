@@ -322,6 +322,24 @@ def test_a_publish_template_takes_any_packet_id(version, data):
     assert decode_in_chunks(client, stream, []) == [replace(packet, packet_id=packet_id)]
 
 
+@pytest.mark.parametrize("version", [4, 5])
+def test_the_read_loop_gets_plain_publishes_and_bare_acks_without_packet_objects(version):
+    client, server = connected_pair(version)
+    with_properties = Publish("a", b"z", 0, properties={"content_type": "t"})
+    packets = [Publish("a/b", b"x" * 200, 1, True, packet_id=7), Publish("a", b"", 0),
+               Puback(7), Pubrec(8), Pubrel(9), Pubcomp(10),
+               Publish("a", b"y", 1, dup=True, packet_id=3), Puback(7, 0x10), with_properties]
+    server.receive_data(b"".join(map(client.encode, packets)))
+    items = []
+    while (item := server.next_item()) is not None:
+        items.append(item)
+    assert items == [("a/b", b"x" * 200, 1, True, 7), ("a", b"", 0, False, None),
+                     0x40 << 16 | 7, 0x50 << 16 | 8, 0x62 << 16 | 9, 0x70 << 16 | 10,
+                     Publish("a", b"y", 1, dup=True, packet_id=3),
+                     Puback(7, 0x10) if version == 5 else 0x40 << 16 | 7,  # 3.1.1: no code
+                     with_properties if version == 5 else ("a", b"z", 0, False, None)]
+
+
 def test_byte_by_byte_feeding_yields_each_packet_once_complete():
     client, server = connected_pair(5)
     packets = [Publish("a/b", b"x" * 300, 1, packet_id=7), Pingreq(), Disconnect()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import struct
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, TypeVar
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVER_RECEIVE_MAXIMUM = 100
+
+_PACKET_ID = struct.Struct(">H").pack
 
 T = TypeVar("T")
 
@@ -348,7 +351,7 @@ class MqttConnection:
                  on_durable: "Callable[[Publication, bool], None] | None") -> int:
         """Route an inbound PUBLISH; returns the MQTT 5 reason code for its acknowledgement."""
         try:
-            self.frontend.publish(self.session, topic, payload, qos, retain, properties,
+            self.frontend.publish(self.session.info, topic, payload, qos, retain, properties,
                                   on_durable)
         except RouterError as exc:
             self.frontend.count_refusal(self.session, f"publish to {topic}", exc)
@@ -503,6 +506,15 @@ class MqttConnection:
 
     def send_publish(self, message: StoredMessage, packet_id: int | None, dup: bool) -> bool:
         """False if the client's maximum packet size rules the message out (MQTT 5)."""
+        if packet_id is not None and message.expires_at is None and not self.outbound_alias_limit:
+            # the commonest: the message's template, shared by its receivers of the version
+            key = self._template(message, dup)
+            encodings = message.encodings
+            data = encodings[key] + _PACKET_ID(packet_id) + encodings[-1 - key]
+            if self._client_max_packet is not None:
+                return self.write_publish(data, message.topic)
+            self._emit(data)
+            return True
         if self.outbound_alias_limit:
             return self._send_aliased(message, packet_id, dup)
         return self.write_publish(self.encode_publish(message, packet_id, dup), message.topic)
@@ -515,22 +527,25 @@ class MqttConnection:
             return self.codec.encode_plain_publish(message.topic, message.payload,
                                                    message.retain)
         if packet_id is not None and message.expires_at is None:
-            # int keys and bytes values only: a dict of atoms is not tracked by the
-            # collector, so a queued message's cache is not one more object to scan
-            key = self.version * 2 + dup
+            key = self._template(message, dup)
             encodings = message.encodings
-            head = encodings.get(key)
-            if head is None:
-                head, tail = self.codec.encode_publish_template(
-                    message.topic, message.payload, message.qos, message.retain, dup,
-                    message.properties)
-                encodings[key] = head
-                encodings[-1 - key] = tail
-            else:
-                tail = encodings[-1 - key]
-            return head + packet_id.to_bytes(2, "big") + tail
+            return encodings[key] + _PACKET_ID(packet_id) + encodings[-1 - key]
         return self.codec.encode(self._publish_packet(message, message.topic, packet_id, dup,
                                                       message.properties))
+
+    def _template(self, message: StoredMessage, dup: bool) -> int:
+        """The key of the message's QoS 1/2 PUBLISH template in this connection's version,
+        made on first use: the head is ``message.encodings[key]``, the tail ``[-1 - key]``,
+        the packet id goes between. (Int keys and bytes values only: a dict of atoms is not
+        tracked by the collector, so a queued message's cache is not one more object to
+        scan.)"""
+        key = (self.codec.protocol_version or 4) * 2 + dup
+        encodings = message.encodings
+        if key not in encodings:
+            encodings[key], encodings[-1 - key] = self.codec.encode_publish_template(
+                message.topic, message.payload, message.qos, message.retain, dup,
+                message.properties)
+        return key
 
     @staticmethod
     def _publish_packet(message: StoredMessage, topic: str, packet_id: int | None, dup: bool,

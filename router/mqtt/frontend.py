@@ -423,7 +423,7 @@ class MqttFrontend:
 
     def _send_will(self, client_id: str, info: SessionInfo, will: Will) -> None:
         try:
-            self._route(info, will.topic, will.payload, will.qos, will.retain, will.properties)
+            self.publish(info, will.topic, will.payload, will.qos, will.retain, will.properties)
         except RouterError as exc:
             log.info("MQTT will of %s on %s not published: %s", client_id, will.topic, exc)
 
@@ -441,17 +441,13 @@ class MqttFrontend:
         for connection in connections:
             connection.flush()
 
-    def publish(self, session: MqttSession, topic: str, payload: bytes, qos: int, retain: bool,
+    def publish(self, info: SessionInfo, topic: str, payload: bytes, qos: int, retain: bool,
                 properties: dict,
                 on_durable: Callable[[Publication, bool], None] | None = None) -> None:
-        """Route an MQTT publication through the core (raises RouterError when refused);
-        ``on_durable(publication, ok)`` once what it made durable is stored (or failed to
-        be), as :meth:`Realm.publish` calls it."""
-        self._route(session.info, topic, payload, qos, retain, properties, on_durable)
-
-    def _route(self, info: SessionInfo, topic: str, payload: bytes, qos: int, retain: bool,
-               properties: dict,
-               on_durable: Callable[[Publication, bool], None] | None = None) -> None:
+        """Route an MQTT publication (a client's, or a will: ``info`` is its session's)
+        through the core (raises RouterError when refused); ``on_durable(publication, ok)``
+        once what it made durable is stored (or failed to be), as :meth:`Realm.publish`
+        calls it."""
         args, kwargs = from_bytes(payload, self.settings.payload_mapping)
         expiry = properties.get("message_expiry_interval") if properties else None
         options = _PUBLISH_OPTIONS[qos, retain, not payload]

@@ -194,7 +194,9 @@ class MqttSession:
             if combined is None:
                 return
             qos, retain, identifiers = combined
-        cache = publication.encodings()
+        cache = publication.wire_cache
+        if cache is None:
+            cache = publication.wire_cache = {}
         if not qos:
             connection = self.connection
             if connection is None:
@@ -388,13 +390,12 @@ class MqttSession:
             # the commonest case: nothing waits and the client's window has room, so it
             # goes at once, never queued (what pump would do, without the round trip; a
             # retained backlog waiting for room is resumed by whatever makes room)
-            packet_id = self._allocate_packet_id()
-            entry = outbound[seq] = Outbound(seq, packet_id, SENT, message, time.time(),
-                                             group, publication)
             in_flight = self._by_packet_id
             if in_flight is NOTHING_YET:
                 in_flight = self._by_packet_id = {}
-            in_flight[packet_id] = entry
+            packet_id = self._allocate_packet_id()
+            entry = in_flight[packet_id] = outbound[seq] = Outbound(
+                seq, packet_id, SENT, message, time.time(), group, publication)
             if not connection.send_publish(message, packet_id, False):
                 del in_flight[packet_id]  # too big for this client: as if delivered
                 del outbound[seq]
@@ -502,7 +503,9 @@ class MqttSession:
         self.pump()
 
     def _allocate_packet_id(self) -> int:
-        packet_id = free_packet_id(self._next_packet_id, self._by_packet_id)
+        packet_id = self._next_packet_id
+        if packet_id in self._by_packet_id:
+            packet_id = free_packet_id(packet_id, self._by_packet_id)
         self._next_packet_id = packet_id % 65535 + 1
         return packet_id
 
@@ -514,9 +517,14 @@ class MqttSession:
         if expected_qos == 2 and entry.state != RELEASED:
             return False
         del self._by_packet_id[packet_id]
-        self.frontend.delivery_acknowledged(self, entry)
+        frontend = self.frontend
+        if frontend.realm.activity is not None:
+            frontend.delivery_acknowledged(self, entry)
         self._forget(entry.seq)
-        self.pump()
+        if self._queued:
+            self.pump()
+        elif self.connection is not None:  # (what pump does with nothing queued)
+            frontend.realm.backlogs.resume(self)
         return True
 
     def acknowledged_with_error(self, packet_id: int) -> None:
