@@ -62,7 +62,11 @@ class MqttFrontend:
         self.deadlines = Deadlines(scheduler)
         """Its connections' keep-alives, on one timer."""
         self._unflushed: list[Outlet] = []
-        self._flush_call: DelayedCall | None = None
+        self._flush_due = False
+        self._at_turn_end: Callable[[Callable[[], None]], object] = getattr(
+            scheduler, "at_turn_end", None) or partial(scheduler.callLater, 0)
+        """The router's reactor's end of the turn (no timer object per turn), or a
+        ``callLater(0)`` on another clock."""
         self.sessions: dict[str, MqttSession] = {}
         self._pending_wills: dict[str, DelayedCall] = {}
         """Client id -> the timer of its will, waiting for the will delay to pass."""
@@ -432,11 +436,12 @@ class MqttFrontend:
     def flush_later(self, connection: Outlet) -> None:
         """Have ``connection`` write what it gathered at the end of this reactor turn."""
         self._unflushed.append(connection)
-        if self._flush_call is None:
-            self._flush_call = self.scheduler.callLater(0, self._flush)
+        if not self._flush_due:
+            self._flush_due = True
+            self._at_turn_end(self._flush)
 
     def _flush(self) -> None:
-        self._flush_call = None
+        self._flush_due = False
         connections, self._unflushed = self._unflushed, []
         for connection in connections:
             connection.flush()
