@@ -26,6 +26,7 @@ from router.core.meta import install_retention_admin
 from router.core.model import ELIGIBILITY_KEYS, Eligibility, Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
+from router.core.payload import from_bytes
 from router.core.realm import Realm
 from router.core.retention import RetainedStore, RetentionPolicy
 from router.core.topic import from_uri as L
@@ -917,3 +918,22 @@ def test_retained_admin_lists_and_purges_topics_that_are_no_uri():
         "/a"]
     with pytest.raises(RouterError):
         procedures["wamp.retained.purge"](publisher, [], {"levels": []})
+
+
+@pytest.mark.parametrize("data, expected", [
+    (b"[1, 2]", ([1, 2], None)),
+    (b' \n{"a": 1}', (None, {"a": 1})),
+    (b'"text"', (["text"], None)),
+    (b"-1.5", ([-1.5], None)),
+    (b"7", ([7], None)),
+    (b"true", ([True], None)),
+    (b"null", ([None], None)),
+    (b"Infinity", ([float("inf")], None)),
+    (b"A\xda\x00 binary", ([b"A\xda\x00 binary"], None)),
+    (b"\xef\xbb\xbf[1]", ([b"\xef\xbb\xbf[1]"], None)),  # a BOM: not JSON to Python either
+    (b"{not json", ([b"{not json"], None)),
+    (b"", (None, None)),
+])
+def test_json_payload_mapping_reads_json_and_leaves_other_bytes_binary(data, expected):
+    assert from_bytes(data, "json") == expected
+    assert from_bytes(data, "binary") == ((None, None) if not data else ([data], None))

@@ -315,10 +315,29 @@ def test_server_packets_round_trip_in_any_chunking(version, data):
 def test_a_publish_template_takes_any_packet_id(version, data):
     client, server = connected_pair(version)
     packet = data.draw(publishes(version).filter(lambda p: p.qos > 0))
-    head, tail = server.encode_publish_template(packet)
+    head, tail = server.encode_publish_template(packet.topic, packet.payload, packet.qos,
+                                                packet.retain, packet.dup, packet.properties)
     packet_id = data.draw(packet_ids)
     stream = head + packet_id.to_bytes(2, "big") + tail
     assert decode_in_chunks(client, stream, []) == [replace(packet, packet_id=packet_id)]
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_the_read_loop_gets_plain_publishes_and_bare_acks_without_packet_objects(version):
+    client, server = connected_pair(version)
+    with_properties = Publish("a", b"z", 0, properties={"content_type": "t"})
+    packets = [Publish("a/b", b"x" * 200, 1, True, packet_id=7), Publish("a", b"", 0),
+               Puback(7), Pubrec(8), Pubrel(9), Pubcomp(10),
+               Publish("a", b"y", 1, dup=True, packet_id=3), Puback(7, 0x10), with_properties]
+    server.receive_data(b"".join(map(client.encode, packets)))
+    items = []
+    while (item := server.next_item()) is not None:
+        items.append(item)
+    assert items == [("a/b", b"x" * 200, 1, True, 7), ("a", b"", 0, False, None),
+                     0x40 << 16 | 7, 0x50 << 16 | 8, 0x62 << 16 | 9, 0x70 << 16 | 10,
+                     Publish("a", b"y", 1, dup=True, packet_id=3),
+                     Puback(7, 0x10) if version == 5 else 0x40 << 16 | 7,  # 3.1.1: no code
+                     with_properties if version == 5 else ("a", b"z", 0, False, None)]
 
 
 def test_byte_by_byte_feeding_yields_each_packet_once_complete():

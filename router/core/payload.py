@@ -37,6 +37,12 @@ from router.core.model import Args, Kwargs, Publication
 
 MAPPINGS = ("json", "binary")
 
+_JSON_FIRST_BYTES = frozenset(b' \t\n\r[{"-0123456789tfnNI')
+"""The bytes a JSON text can start with (whitespace, a value; ``NaN`` and ``Infinity``,
+which Python's json reads): bytes starting otherwise are binary without trying to decode
+them (a failed decode raises and catches an exception, the dearest part of a binary
+MQTT publish's mapping). A byte order mark is not among them: ``json.loads`` refuses it."""
+
 _scan: Callable[[str, int], tuple[object, int]] = (
     json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
 _whitespace = re.compile(r"[ \t\n\r]*").match
@@ -48,8 +54,6 @@ def _json_value(text: str) -> object:
     """What ``json.loads(text)`` gives, or ``_NOT_JSON`` where it raises: the same scanner,
     without the JSONDecodeError (its message, line and column) a payload that is not JSON
     would cost, as sensor readings like ``21.5C`` are."""
-    if text.startswith("\ufeff"):
-        return _NOT_JSON  # json.loads refuses a byte order mark
     try:
         value, end = _scan(text, _after_whitespace(text, 0))
     except StopIteration:
@@ -67,7 +71,7 @@ def from_bytes(data: bytes, mapping: str) -> tuple[Args | None, Kwargs | None]:
     """(args, kwargs) for a byte payload."""
     if not data:
         return None, None
-    if mapping == "json":
+    if mapping == "json" and data[0] in _JSON_FIRST_BYTES:
         try:
             value = _json_value(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):  # (ValueError: a malformed value inside)

@@ -64,6 +64,16 @@ def _is_shared_subscription(topic_filter: str) -> bool:
 # --- the codec ------------------------------------------------------------------------------
 
 
+PublishParts = tuple[str, bytes, int, bool, "int | None"]
+"""(topic, payload, QoS, RETAIN, packet id) of a PUBLISH without properties and DUP, as
+:meth:`MqttCodec.next_item` gives it."""
+
+PUBACK, PUBREC, PUBREL, PUBCOMP = 0x40, 0x50, 0x62, 0x70
+"""First bytes of the acknowledgements (a bare one is these, 2, and the packet id)."""
+
+BARE_ACK = struct.Struct(">BBH").pack
+"""A bare acknowledgement's bytes: ``BARE_ACK(PUBACK, 2, packet_id)``."""
+
 _PLAIN_PUBLISH_FIRST_BYTES = (b"\x30", b"\x31")
 """PUBLISH, QoS 0, DUP 0, by RETAIN."""
 _SMALL_PUBLISH_HEAD = struct.Struct(">BBH").pack
@@ -129,19 +139,49 @@ class MqttCodec:
         Raises :class:`MqttProtocolError` for a packet the spec forbids, and
         again on every later call: a broken stream cannot be resynchronized.
         """
+        item = self.next_item()
+        if type(item) is int:
+            return BARE_ACKS[item >> 16](item & 0xFFFF)
+        if type(item) is tuple:
+            topic, payload, qos, retain, packet_id = item
+            return Publish(topic, payload, qos, retain, False, packet_id)
+        return item  # type: ignore[return-value]
+
+    def next_item(self) -> Packet | PublishParts | int | None:
+        """:meth:`next_packet` as a router's read loop takes it: the two commonest packets
+        come without a packet object. A bare acknowledgement (a packet id and nothing
+        else) is the int ``first byte << 16 | packet id`` (first bytes :data:`PUBACK`,
+        :data:`PUBREC`, :data:`PUBREL`, :data:`PUBCOMP`); a PUBLISH without properties
+        and without DUP is its :data:`PublishParts`. Same checks, same errors."""
         if self._error is not None:
             raise self._error
+        buffer, start = self._buffer, self._offset
+        if (len(buffer) - start >= 4 and self._fixed_header is None
+                and self.protocol_version is not None):
+            # the commonest packets, decoded here without the general path (which validates
+            # them the same way, and raises for what is wrong with them)
+            first_byte = buffer[start]
+            length = buffer[start + 1]
+            if length == 2:  # a bare PUBACK/PUBREC/PUBREL/PUBCOMP?
+                packet_id = buffer[start + 2] << 8 | buffer[start + 3]
+                if first_byte in BARE_ACKS and packet_id:
+                    self._offset = start + 4
+                    return first_byte << 16 | packet_id
+            elif first_byte & 0xF8 == 0x30 and first_byte & 0x06 != 0x06:
+                parts = self._plain_publish(first_byte, length)
+                if parts is not None:
+                    return parts
         try:
-            packet = self._next_packet()
+            item = self._next_packet()
         except MqttProtocolError as error:
             self._error = error
             raise
-        if packet is None and self._offset == len(self._buffer) and self._offset:
+        if item is None and self._offset == len(self._buffer) and self._offset:
             # all of it decoded: its bytes go now, not at the next read (an idle connection
             # keeps none of what it last read)
             self._buffer = b""
             self._offset = 0
-        return packet
+        return item
 
     def encode(self, packet: Packet) -> bytes:
         """The packet's bytes under this connection's protocol version.
@@ -187,29 +227,33 @@ class MqttCodec:
         return b"".join((_PLAIN_PUBLISH_FIRST_BYTES[retain], encode_variable_byte_integer(length),
                          size.to_bytes(2, "big"), name, properties, payload))
 
-    def encode_publish_template(self, packet: Publish) -> tuple[bytes, bytes]:
-        """A QoS 1/2 PUBLISH split around its packet identifier (whatever ``packet`` has):
-        the packet with id ``n`` is ``head + n.to_bytes(2, "big") + tail``, so one encoding
-        serves every receiver."""
-        data = self.encode(packet)
-        _, body_start = decode_variable_byte_integer(data, 1)
-        cut = body_start + 2 + len(packet.topic.encode("utf-8"))
-        return data[:cut], data[cut + 2:]
+    def encode_publish_template(self, topic: str, payload: bytes, qos: int, retain: bool,
+                                dup: bool, properties: Properties) -> tuple[bytes, bytes]:
+        """A QoS 1/2 PUBLISH split around its packet identifier: the packet with id ``n`` is
+        ``head + n.to_bytes(2, "big") + tail``, so one encoding serves every receiver.
+        Without properties (or in MQTT 3.1.1) joined straight from the parts."""
+        if properties and self._encoding_version == MQTT_5:
+            data = self.encode(Publish(topic, payload, qos, retain, dup, 1, properties))
+            _, body_start = decode_variable_byte_integer(data, 1)
+            cut = body_start + 2 + len(topic.encode("utf-8"))
+            return data[:cut], data[cut + 2:]
+        if qos not in (1, 2):
+            raise ValueError("a PUBLISH has a packet identifier exactly when its QoS is 1 or 2")
+        name = topic.encode("utf-8")
+        size = len(name)
+        tail = b"\0" + payload if self._encoding_version == MQTT_5 else payload
+        length = 4 + size + len(tail)
+        if size > 0xFFFF or length > MAX_VARIABLE_BYTE_INTEGER:
+            raise ValueError("packet exceeds the maximum MQTT packet size")
+        first_byte = 0x30 | dup << 3 | qos << 1 | retain
+        return (b"".join((bytes((first_byte,)), encode_variable_byte_integer(length),
+                          size.to_bytes(2, "big"), name)), tail)
 
     # --- framing --------------------------------------------------------------------------
 
     def _next_packet(self) -> Packet | None:
         buffer, start = self._buffer, self._offset
         if self._fixed_header is None:
-            if (len(buffer) - start >= 4 and buffer[start + 1] == 2
-                    and self.protocol_version is not None):
-                # the commonest packets, a bare PUBACK/PUBREC/PUBREL/PUBCOMP: decoded here
-                # without the general path (which validates them the same way)
-                ack_class = BARE_ACKS.get(buffer[start])
-                packet_id = buffer[start + 2] << 8 | buffer[start + 3]
-                if ack_class is not None and packet_id:
-                    self._offset = start + 4
-                    return ack_class(packet_id)
             self._fixed_header = self._read_fixed_header()
             if self._fixed_header is None:
                 return None
@@ -224,6 +268,45 @@ class MqttCodec:
         self._fixed_header = None
         return self._decode_body(PACKET_CLASSES[first_byte >> 4], first_byte & 0x0F,
                                  Reader(body))
+
+    def _plain_publish(self, first_byte: int, length: int) -> PublishParts | None:
+        """A whole PUBLISH without DUP and properties, with a remaining length of one or
+        two bytes, taken straight from the buffer; None for any other (the general path
+        decodes it, or raises for what is wrong with it)."""
+        buffer, start = self._buffer, self._offset
+        position = start + 2
+        if length & 0x80:
+            second = buffer[position]
+            if second & 0x80:
+                return None
+            length = length & 0x7F | second << 7
+            position += 1
+        end = position + length
+        if end > len(buffer) or length < 2 or (self.max_packet_size is not None
+                                               and end - start > self.max_packet_size):
+            return None
+        topic_end = position + 2 + (buffer[position] << 8 | buffer[position + 1])
+        qos = first_byte >> 1 & 0b11
+        body = topic_end + 2 if qos else topic_end
+        if self.protocol_version == MQTT_5:
+            if body >= end or buffer[body]:  # property length 0, or properties
+                return None
+            body += 1
+        elif body > end:
+            return None
+        packet_id = None
+        if qos:
+            packet_id = buffer[topic_end] << 8 | buffer[topic_end + 1]
+            if not packet_id:
+                return None
+        try:
+            topic = buffer[position + 2:topic_end].decode()
+        except UnicodeDecodeError:
+            return None
+        if not topic or "\x00" in topic or "+" in topic or "#" in topic:
+            return None
+        self._offset = end
+        return topic, bytes(buffer[body:end]), qos, first_byte & 1 == 1, packet_id
 
     def _read_fixed_header(self) -> tuple[int, int, int] | None:
         """(first byte, header length, body length) once complete; rejects bad headers early."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import struct
 import time
 from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, TypeVar
@@ -19,7 +20,7 @@ from router.core.errors import RouterError
 from router.core.incidents import TOO_LARGE
 from router.flow import disconnect_slow_consumer
 from router.held import HeldTransport
-from router.mqtt.codec import MqttCodec
+from router.mqtt.codec import BARE_ACK, PUBACK, PUBCOMP, PUBREC, PUBREL, MqttCodec
 from router.mqtt.outlet import FLUSH_AT
 from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp, Puback,
                                  Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
@@ -29,6 +30,7 @@ from router.mqtt.primitives import MqttProtocolError
 from router.mqtt.spread import spread
 
 if TYPE_CHECKING:
+    from router.core.model import Publication
     from router.flow import ConnectionFlow
     from router.limits import Gate
     from router.mqtt.frontend import Identity, MqttFrontend
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVER_RECEIVE_MAXIMUM = 100
+
+_PACKET_ID = struct.Struct(">H").pack
 
 T = TypeVar("T")
 
@@ -47,6 +51,10 @@ def _keep_alive_span(keep_alive: int) -> float:
     (MQTT-3.1.2-24), one float object for the connections with the same keep alive (one
     each was 24 bytes of every connection)."""
     return keep_alive * 1.5
+
+
+NO_PROPERTIES: dict = {}
+"""The properties of a PUBLISH that has none (shared, never written)."""
 
 
 class MqttConnection:
@@ -143,14 +151,25 @@ class MqttConnection:
         self._guarded(self._handle_buffered)
 
     def _handle_buffered(self) -> None:
-        packet = self.codec.next_packet()
-        if packet is not None:
+        next_item = self.codec.next_item
+        item = next_item()
+        if item is not None:
             self._touch()  # once per read: the keep-alive clock needs no finer grain
-        while packet is not None:
-            self._handle(packet)
+        while item is not None:
+            # the commonest packets come as parts (see MqttCodec.next_item), not objects
+            kind = type(item)
+            if kind is tuple and self.session is not None:
+                self._on_publish(*item, NO_PROPERTIES)
+            elif kind is int and self.session is not None:
+                if item >> 16 == PUBACK:
+                    self.session.acknowledged(item & 0xFFFF, 1)
+                else:
+                    self._on_ack(item >> 16, item & 0xFFFF)
+            else:
+                self._handle(item)
             if self._closed or self._connect_state == "waiting" or self._spreading:
                 break
-            packet = self.codec.next_packet()
+            item = next_item()
 
     def _guarded(self, work: Callable[[], None]) -> None:
         """Run packet handling: a protocol error closes the connection with its reason."""
@@ -279,40 +298,55 @@ class MqttConnection:
 
     # publish in -------------------------------------------------------------------------
 
-    def _on_publish(self, packet: Publish) -> None:
-        topic = self._resolve_alias(packet)
-        session = self.session
-        packet_id = packet.packet_id
-        if not self.flow.publisher:
-            self.flow.became_publisher()
-        if packet.qos and self.version == 5:
+    def _on_publish_packet(self, packet: Publish) -> None:
+        self._on_publish(packet.topic, packet.payload, packet.qos, packet.retain,
+                         packet.packet_id, packet.properties)
+
+    def _on_publish(self, topic: str, payload: bytes, qos: int, retain: bool,
+                    packet_id: int | None, properties: dict) -> None:
+        if properties:
+            topic = self._resolve_alias(topic, properties)
+        flow = self.flow
+        if not flow.publisher:
+            flow.became_publisher()
+        if not qos:
+            self._publish(topic, payload, 0, retain, properties, None)
+            return
+        if self.codec.protocol_version == 5:
             if self._inbound_open is None:
                 self._inbound_open = set()
-            self._inbound_open.add(packet_id)
+            self._inbound_open.add(packet_id)  # type: ignore[arg-type]
             if len(self._inbound_open) > SERVER_RECEIVE_MAXIMUM:
                 raise MqttProtocolError(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
                                         "more unacknowledged QoS > 0 publishes than allowed")
-        if packet.qos == 2 and not session.remember_inbound(packet_id):
+        session = self.session
+        if qos == 2 and not session.remember_inbound(packet_id):
             # a duplicate, routed already: acknowledge once its receipt is on disk too
             self.frontend.when_durable(
-                lambda ok: self._send(Pubrec(packet_id)) if ok else self.store_failed("PUBREC"))
+                lambda ok: self._emit(BARE_ACK(PUBREC, 2, packet_id)) if ok
+                else self.store_failed("PUBREC"))
             return
-        ack = Puback if packet.qos == 1 else Pubrec
-        reason = self._publish(topic, packet, (lambda ok: self._stored(ack, packet_id, ok))
-                               if packet.qos else None)
-        if reason != ReasonCode.SUCCESS and packet.qos:
-            if packet.qos == 2:
+        reason = self._publish(topic, payload, qos, retain, properties,
+                               lambda publication, ok: self._stored(qos, packet_id, ok))
+        if reason != ReasonCode.SUCCESS:
+            if qos == 2:
                 session.release_inbound(packet_id)
-            self._acknowledge(ack(packet_id, reason))
+            self._acknowledge((Puback if qos == 1 else Pubrec)(packet_id, reason))
 
-    def _stored(self, ack: type, packet_id: int, ok: bool) -> None:
+    def _stored(self, qos: int, packet_id: int, ok: bool) -> None:
         """PUBACK / PUBREC only once the publication is stored where its QoS requires.
 
         MQTT 3.1.1 has no negative acknowledgement: a failed commit closes the connection,
         and the client sends the message again when it reconnects."""
         if ok:
-            self._acknowledge(ack(packet_id, ReasonCode.SUCCESS))
+            if qos == 1:
+                if self._inbound_open:
+                    self._inbound_open.discard(packet_id)
+                self._emit(BARE_ACK(PUBACK, 2, packet_id))
+            else:  # (the slot of the receive maximum waits for PUBCOMP)
+                self._emit(BARE_ACK(PUBREC, 2, packet_id))
             return
+        ack = Puback if qos == 1 else Pubrec
         if ack is Pubrec:  # not received after all: a retransmission is routed again
             self.session.release_inbound(packet_id)
         if self.version == 5:
@@ -332,12 +366,12 @@ class MqttConnection:
             self._fail(ReasonCode.UNSPECIFIED_ERROR, f"the router could not store the state "
                        f"a {what} promises", False)
 
-    def _publish(self, topic: str, packet: Publish,
-                 on_durable: Callable[[bool], None] | None) -> int:
+    def _publish(self, topic: str, payload: bytes, qos: int, retain: bool, properties: dict,
+                 on_durable: "Callable[[Publication, bool], None] | None") -> int:
         """Route an inbound PUBLISH; returns the MQTT 5 reason code for its acknowledgement."""
         try:
-            self.frontend.publish(self.session, topic, packet.payload, packet.qos, packet.retain,
-                                  packet.properties, on_durable)
+            self.frontend.publish(self.session.info, topic, payload, qos, retain, properties,
+                                  on_durable)
         except RouterError as exc:
             self.frontend.count_refusal(self.session, f"publish to {topic}", exc)
             if exc.uri == errors.NOT_AUTHORIZED:
@@ -349,25 +383,37 @@ class MqttConnection:
             return ReasonCode.TOPIC_NAME_INVALID
         return ReasonCode.SUCCESS
 
-    def _resolve_alias(self, packet: Publish) -> str:
-        alias = packet.properties.get("topic_alias")
+    def _resolve_alias(self, topic: str, properties: dict) -> str:
+        alias = properties.get("topic_alias")
         if alias is None:
-            return packet.topic
+            return topic
         if alias > self.frontend.settings.topic_alias_maximum:
             raise MqttProtocolError(ReasonCode.TOPIC_ALIAS_INVALID,
                                     f"topic alias {alias} is over the maximum")
-        if packet.topic:
+        if topic:
             if self._topic_aliases is None:
                 self._topic_aliases = {}
-            self._topic_aliases[alias] = packet.topic
-            return packet.topic
+            self._topic_aliases[alias] = topic
+            return topic
         topic = self._topic_aliases.get(alias) if self._topic_aliases else None
         if topic is None:
             raise MqttProtocolError(ReasonCode.PROTOCOL_ERROR, f"unknown topic alias {alias}")
         return topic
 
-    def _on_pubrel(self, packet: Pubrel) -> None:
-        packet_id = packet.packet_id
+    def _on_ack(self, kind: int, packet_id: int) -> None:
+        """A bare acknowledgement (packet id only: success), by its first byte (a PUBACK's
+        is taken in the read loop)."""
+        if kind == PUBREC:
+            self._received(packet_id)
+        elif kind == PUBCOMP:
+            self.session.acknowledged(packet_id, 2)
+        else:
+            self._on_pubrel(packet_id)
+
+    def _on_pubrel_packet(self, packet: Pubrel) -> None:
+        self._on_pubrel(packet.packet_id)
+
+    def _on_pubrel(self, packet_id: int) -> None:
         found = self.session.release_inbound(packet_id)
         reason = ReasonCode.SUCCESS if found else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
 
@@ -377,7 +423,10 @@ class MqttConnection:
                 return
             if self._inbound_open:  # a QoS 2 flow's slot frees at PUBCOMP
                 self._inbound_open.discard(packet_id)
-            self._send(Pubcomp(packet_id, reason))
+            if found:
+                self._emit(BARE_ACK(PUBCOMP, 2, packet_id))
+            else:
+                self._send(Pubcomp(packet_id, reason))
 
         self.frontend.when_durable(complete)
 
@@ -390,10 +439,13 @@ class MqttConnection:
         if packet.reason_code >= 0x80:
             self.session.acknowledged_with_error(packet.packet_id)
             return
-        if self.session.received(packet.packet_id):
-            self.send_pubrel(packet.packet_id)
+        self._received(packet.packet_id)
+
+    def _received(self, packet_id: int) -> None:
+        if self.session.received(packet_id):
+            self._emit(BARE_ACK(PUBREL, 2, packet_id))
         else:
-            self.send_pubrel(packet.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)
+            self.send_pubrel(packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)
 
     def _on_pubcomp(self, packet: Pubcomp) -> None:
         self.session.acknowledged(packet.packet_id, 2)
@@ -473,6 +525,15 @@ class MqttConnection:
 
     def send_publish(self, message: StoredMessage, packet_id: int | None, dup: bool) -> bool:
         """False if the client's maximum packet size rules the message out (MQTT 5)."""
+        if packet_id is not None and message.expires_at is None and not self.outbound_alias_limit:
+            # the commonest: the message's template, shared by its receivers of the version
+            key = self._template(message, dup)
+            encodings = message.encodings
+            data = encodings[key] + _PACKET_ID(packet_id) + encodings[-1 - key]
+            if self._client_max_packet is not None:
+                return self.write_publish(data, message.topic)
+            self._emit(data)
+            return True
         if self.outbound_alias_limit:
             return self._send_aliased(message, packet_id, dup)
         return self.write_publish(self.encode_publish(message, packet_id, dup), message.topic)
@@ -485,22 +546,25 @@ class MqttConnection:
             return self.codec.encode_plain_publish(message.topic, message.payload,
                                                    message.retain)
         if packet_id is not None and message.expires_at is None:
-            # int keys and bytes values only: a dict of atoms is not tracked by the
-            # collector, so a queued message's cache is not one more object to scan
-            key = self.version * 2 + dup
+            key = self._template(message, dup)
             encodings = message.encodings
-            head = encodings.get(key)
-            if head is None:
-                head, tail = self.codec.encode_publish_template(
-                    Publish(message.topic, message.payload, message.qos, message.retain, dup,
-                            packet_id, message.properties))
-                encodings[key] = head
-                encodings[-1 - key] = tail
-            else:
-                tail = encodings[-1 - key]
-            return head + packet_id.to_bytes(2, "big") + tail
+            return encodings[key] + _PACKET_ID(packet_id) + encodings[-1 - key]
         return self.codec.encode(self._publish_packet(message, message.topic, packet_id, dup,
                                                       message.properties))
+
+    def _template(self, message: StoredMessage, dup: bool) -> int:
+        """The key of the message's QoS 1/2 PUBLISH template in this connection's version,
+        made on first use: the head is ``message.encodings[key]``, the tail ``[-1 - key]``,
+        the packet id goes between. (Int keys and bytes values only: a dict of atoms is not
+        tracked by the collector, so a queued message's cache is not one more object to
+        scan.)"""
+        key = (self.codec.protocol_version or 4) * 2 + dup
+        encodings = message.encodings
+        if key not in encodings:
+            encodings[key], encodings[-1 - key] = self.codec.encode_publish_template(
+                message.topic, message.payload, message.qos, message.retain, dup,
+                message.properties)
+        return key
 
     @staticmethod
     def _publish_packet(message: StoredMessage, topic: str, packet_id: int | None, dup: bool,
@@ -560,7 +624,10 @@ class MqttConnection:
         return True
 
     def send_pubrel(self, packet_id: int, reason: int = ReasonCode.SUCCESS) -> None:
-        self._send(Pubrel(packet_id, reason))
+        if reason == ReasonCode.SUCCESS:
+            self._emit(BARE_ACK(PUBREL, 2, packet_id))
+        else:
+            self._send(Pubrel(packet_id, reason))
 
     def _send(self, packet) -> None:
         if not self._closed:
@@ -702,8 +769,8 @@ def _taken(items: Iterable[T]) -> Generator[None, None, list[T]]:
 
 
 _HANDLERS = {
-    Publish: MqttConnection._on_publish,
-    Pubrel: MqttConnection._on_pubrel,
+    Publish: MqttConnection._on_publish_packet,
+    Pubrel: MqttConnection._on_pubrel_packet,
     Puback: MqttConnection._on_puback,
     Pubrec: MqttConnection._on_pubrec,
     Pubcomp: MqttConnection._on_pubcomp,

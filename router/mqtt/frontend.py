@@ -16,12 +16,12 @@ from router.core import errors
 from router.core.credentials import Principal
 from router.core.errors import RouterError
 from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
-from router.core.model import SessionInfo
+from router.core.model import Publication, SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.ownership import anonymous_authid, owner
 from router.core.payload import from_bytes
 from router.core.peer import Subscription
-from router.core.realm import Realm, durable_callback
+from router.core.realm import Realm
 from router.core.router import Router
 from router.core.scheduler import Deadlines, DelayedCall, Scheduler
 from router.core.shared import SharedGroup
@@ -62,7 +62,11 @@ class MqttFrontend:
         self.deadlines = Deadlines(scheduler)
         """Its connections' keep-alives, on one timer."""
         self._unflushed: list[Outlet] = []
-        self._flush_call: DelayedCall | None = None
+        self._flush_due = False
+        self._at_turn_end: Callable[[Callable[[], None]], object] = getattr(
+            scheduler, "at_turn_end", None) or partial(scheduler.callLater, 0)
+        """The router's reactor's end of the turn (no timer object per turn), or a
+        ``callLater(0)`` on another clock."""
         self.sessions: dict[str, MqttSession] = {}
         self._pending_wills: dict[str, DelayedCall] = {}
         self._expiry_timers: dict[MqttSession, DelayedCall] = {}
@@ -436,7 +440,7 @@ class MqttFrontend:
 
     def _send_will(self, client_id: str, info: SessionInfo, will: Will) -> None:
         try:
-            self._route(info, will.topic, will.payload, will.qos, will.retain, will.properties)
+            self.publish(info, will.topic, will.payload, will.qos, will.retain, will.properties)
         except RouterError as exc:
             log.info("MQTT will of %s on %s not published: %s", client_id, will.topic, exc)
 
@@ -445,28 +449,28 @@ class MqttFrontend:
     def flush_later(self, connection: Outlet) -> None:
         """Have ``connection`` write what it gathered at the end of this reactor turn."""
         self._unflushed.append(connection)
-        if self._flush_call is None:
-            self._flush_call = self.scheduler.callLater(0, self._flush)
+        if not self._flush_due:
+            self._flush_due = True
+            self._at_turn_end(self._flush)
 
     def _flush(self) -> None:
-        self._flush_call = None
+        self._flush_due = False
         connections, self._unflushed = self._unflushed, []
         for connection in connections:
             connection.flush()
 
-    def publish(self, session: MqttSession, topic: str, payload: bytes, qos: int, retain: bool,
-                properties: dict, on_durable: Callable[[bool], None] | None = None) -> None:
-        """Route an MQTT publication through the core (raises RouterError when refused);
-        ``on_durable(ok)`` once what it made durable is stored (or failed to be)."""
-        self._route(session.info, topic, payload, qos, retain, properties, on_durable)
-
-    def _route(self, info: SessionInfo, topic: str, payload: bytes, qos: int, retain: bool,
-               properties: dict, on_durable: Callable[[bool], None] | None = None) -> None:
+    def publish(self, info: SessionInfo, topic: str, payload: bytes, qos: int, retain: bool,
+                properties: dict,
+                on_durable: Callable[[Publication, bool], None] | None = None) -> None:
+        """Route an MQTT publication (a client's, or a will: ``info`` is its session's)
+        through the core (raises RouterError when refused); ``on_durable(publication, ok)``
+        once what it made durable is stored (or failed to be), as :meth:`Realm.publish`
+        calls it."""
         args, kwargs = from_bytes(payload, self.settings.payload_mapping)
-        expiry = properties.get("message_expiry_interval")
+        expiry = properties.get("message_expiry_interval") if properties else None
         options = _PUBLISH_OPTIONS[qos, retain, not payload]
         self.realm.publish(info, from_mqtt(topic), args, kwargs, options,
-                           durable_callback(on_durable), len(payload),
+                           on_durable, len(payload),
                            payload=payload, properties=properties or None,
                            expires_at=time.time() + expiry if expiry is not None else None,
                            mqtt_topic=topic)

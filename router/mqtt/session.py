@@ -244,9 +244,31 @@ class MqttSession:
             if combined is None:
                 return
             qos, retain, identifiers = combined
+        cache = publication.wire_cache
+        if cache is None:
+            cache = publication.wire_cache = {}
+        if not qos:
+            connection = self.connection
+            if connection is None:
+                return
+            if connection.flow.over:
+                self._count(SLOW_CONSUMER, 0, topic)
+                return
+            version = connection.version
+            if (identifiers is None and publication.expires_at is None
+                    and not connection.outbound_alias_limit
+                    and (version != 5 or not publication.properties)):
+                # the commonest delivery: one PUBLISH's bytes for every receiver of the
+                # version, joined straight from topic and payload (no StoredMessage)
+                key = ("mqtt", version, retain)
+                data = cache.get(key)
+                if data is None:
+                    data = cache[key] = connection.publish_encoder(topic, to_bytes(publication),
+                                                                   retain)
+                connection.write_publish(data, topic)
+                return
         # receivers with the same QoS, retain flag and identifiers share one message
         key = ("mqtt-message", qos, retain, identifiers)
-        cache = publication.encodings()
         message = cache.get(key)
         if message is None:
             message = cache[key] = _message(
@@ -258,12 +280,8 @@ class MqttSession:
             else:
                 self._enqueue(message)
             return
-        connection = self.connection
-        if connection is None:
-            return
-        if connection.flow.over:
-            self._count(SLOW_CONSUMER, message)
-        elif message.expires_at is not None or connection.outbound_alias_limit:
+        # (QoS 0 with subscription identifiers, message expiry or MQTT 5 properties)
+        if message.expires_at is not None or connection.outbound_alias_limit:
             connection.send_publish(message, None, False)  # bytes of its own
         else:
             key = ("mqtt", connection.version, retain, identifiers)
@@ -406,17 +424,34 @@ class MqttSession:
 
     def _enqueue(self, message: StoredMessage, group: SharedGroup | None = None,
                  publication: Publication | None = None) -> None:
-        if len(self.outbound) >= self.frontend.settings.max_queued:
-            self._count(QUEUE_FULL, message)
-            connection = self.connection
+        outbound = self.outbound
+        connection = self.connection
+        if len(outbound) >= self.frontend.settings.max_queued:
+            self._count(QUEUE_FULL, message.qos, message.topic)
             if connection is not None and connection.flow.paused:
                 connection.flow.overflow()
             return
         seq = self._last_seq = self._last_seq + 1
-        if self.outbound is NOTHING_YET:
-            self.outbound = {}
-        self.outbound[seq] = (message if group is None
-                              else Outbound(seq, None, QUEUED, message, 0.0, group, publication))
+        if outbound is NOTHING_YET:
+            outbound = self.outbound = {}
+        if (not self._queued and connection is not None and not self.persistent
+                and message.expires_at is None and not connection.flow.paused
+                and len(self._by_packet_id) < connection.send_quota):
+            # the commonest case: nothing waits and the client's window has room, so it
+            # goes at once, never queued (what pump would do, without the round trip; a
+            # retained backlog waiting for room is resumed by whatever makes room)
+            in_flight = self._by_packet_id
+            if in_flight is NOTHING_YET:
+                in_flight = self._by_packet_id = {}
+            packet_id = self._allocate_packet_id()
+            entry = in_flight[packet_id] = outbound[seq] = Outbound(
+                seq, packet_id, SENT, message, time.time(), group, publication)
+            if not connection.send_publish(message, packet_id, False):
+                del in_flight[packet_id]  # too big for this client: as if delivered
+                del outbound[seq]
+            return
+        outbound[seq] = (message if group is None
+                         else Outbound(seq, None, QUEUED, message, 0.0, group, publication))
         self._queue(seq)
         if self.persistent:
             self.frontend.store.enqueue(self.client_id, StoredOutbound(seq, None, QUEUED, message))
@@ -427,10 +462,10 @@ class MqttSession:
             self._queued = deque()
         self._queued.append(seq)
 
-    def _count(self, reason: str, message: StoredMessage) -> None:
+    def _count(self, reason: str, qos: int, topic: str) -> None:
         realm = self.frontend.realm
         realm.incidents.count(realm.name, "mqtt", reason,
-                              f"client {self.client_id}, QoS {message.qos} on {message.topic}")
+                              f"client {self.client_id}, QoS {qos} on {topic}")
 
     def pump(self) -> None:
         """Send queued messages while the client's receive window has room and the
@@ -439,6 +474,13 @@ class MqttSession:
         connection = self.connection
         if connection is None:
             return
+        if self._queued:
+            self._send_queued(connection)
+        if not self._queued:
+            self.frontend.realm.backlogs.resume(self)
+
+    def _send_queued(self, connection: Outlet) -> None:
+        """:meth:`pump`'s sending of the queue."""
         flow, quota, in_flight = connection.flow, connection.send_quota, self._by_packet_id
         now = time.time()  # one clock read per pump: it runs within one reactor turn
         while self._queued and len(in_flight) < quota and not flow.paused:
@@ -467,8 +509,6 @@ class MqttSession:
                         lambda ok, entry=entry: self._transmit_later(entry, ok))
                     continue
             self._transmit(entry)
-        if not self._queued:
-            self.frontend.realm.backlogs.resume(self)
 
     def _transmit(self, entry: Outbound) -> bool:
         """Write one in-flight PUBLISH; False if it had to be discarded (too big)."""
@@ -513,7 +553,9 @@ class MqttSession:
         self.pump()
 
     def _allocate_packet_id(self) -> int:
-        packet_id = free_packet_id(self._next_packet_id, self._by_packet_id)
+        packet_id = self._next_packet_id
+        if packet_id in self._by_packet_id:
+            packet_id = free_packet_id(packet_id, self._by_packet_id)
         self._next_packet_id = packet_id % 65535 + 1
         return packet_id
 
@@ -525,9 +567,14 @@ class MqttSession:
         if expected_qos == 2 and entry.state != RELEASED:
             return False
         del self._by_packet_id[packet_id]
-        self.frontend.delivery_acknowledged(self, entry)
-        self._drop(entry)
-        self.pump()
+        frontend = self.frontend
+        if frontend.realm.activity is not None:
+            frontend.delivery_acknowledged(self, entry)
+        self._forget(entry.seq)
+        if self._queued:
+            self.pump()
+        elif self.connection is not None:  # (what pump does with nothing queued)
+            frontend.realm.backlogs.resume(self)
         return True
 
     def acknowledged_with_error(self, packet_id: int) -> None:
