@@ -127,6 +127,12 @@ class MqttConnection:
         raise NotImplementedError
 
     @property
+    def info_peer(self) -> object:
+        """What the session's SessionInfo keeps as its peer while connected: the text (a
+        transport that keeps it anyway), or an object whose ``str()`` makes it."""
+        return self.peer
+
+    @property
     def version(self) -> int:
         return self.codec.protocol_version or 4
 

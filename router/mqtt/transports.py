@@ -66,6 +66,16 @@ class MqttTcpProtocol(MqttConnection, GatedProtocol, FlowingProtocol, _TcpEnd):
         peer = self.transport.getPeer()
         return f"{peer.host}:{peer.port}"
 
+    @property
+    def info_peer(self) -> "MqttTcpProtocol":
+        """The connection itself: its ``str`` is :attr:`peer`, made when asked (an idle
+        session's info keeps no copy of the text, 64 bytes; it becomes the text when the
+        connection is lost, :meth:`MqttFrontend.disconnected`)."""
+        return self
+
+    def __str__(self) -> str:
+        return self.peer
+
     def logPrefix(self) -> str:
         return self.__class__.__name__
 
