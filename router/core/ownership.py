@@ -44,8 +44,9 @@ class AnonymousInfo(SessionInfo):
 
     __slots__ = ()
 
-    @property  # type: ignore[override]
+    @property
     def authid(self) -> str:
+        """``anonymous-<session id in hex>``."""
         return anonymous_authid(self.session_id)
 
     @authid.setter
