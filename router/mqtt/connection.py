@@ -69,7 +69,7 @@ class MqttConnection(MqttCodec):
     __slots__ = ("frontend", "flow", "session", "send_quota", "_client_max_packet", "_topic_aliases",
                  "_outbound_aliases", "outbound_alias_limit", "_keep_alive", "due",
                  "deadline_slot", "_will", "_closed", "_inbound_open", "_connect_state",
-                 "_spreading", "gate", "_held", "transport", "_unsent", "_unsent_bytes")
+                 "gate", "_held", "transport", "_unsent", "_unsent_bytes")
 
     transport_name: str
     """``mqtt`` or ``mqtt.websocket`` (the transport's subclass says)."""
@@ -113,10 +113,11 @@ class MqttConnection(MqttCodec):
         PUBREC with an error). At most SERVER_RECEIVE_MAXIMUM + 1 (then 0x93)."""
         self._connect_state: str | None = None
         """"checking" while CONNECT is authenticated, "waiting" when the answer comes later
-        (packets after CONNECT stay in the codec until then), else None."""
-        self._spreading = False
-        """A packet's work goes on over several reactor turns (:mod:`router.mqtt.spread`):
-        the packets after it wait in the codec, and reads pause, until it is done."""
+        (packets after CONNECT stay in the codec until then); "spreading" while a packet's
+        work goes on over several reactor turns (:mod:`router.mqtt.spread`: the packets
+        after it wait in the codec, and reads pause, until it is done); else None. Outside
+        the calls that handle CONNECT, it is None or one of the two that hold packets
+        back ("waiting", "spreading")."""
         self.transport = transport
         """The Twisted transport (its TLS client certificate)."""
 
@@ -142,12 +143,13 @@ class MqttConnection(MqttCodec):
         if self._closed:
             return
         self.receive_data(data)
-        if self._connect_state == "waiting" or self._spreading:
-            if self._spreading:
+        state = self._connect_state
+        if state is not None:  # "waiting" or "spreading": the packets wait
+            if state == "spreading":
                 self._touch()  # the client is alive; its packets wait for ours to be done
             if self.buffered() > self.frontend.settings.max_packet_size:
-                self._fail(ReasonCode.QUOTA_EXCEEDED, "too much data before CONNACK"
-                           if self._connect_state else "too much data held back", False)
+                self._fail(ReasonCode.QUOTA_EXCEEDED, "too much data held back"
+                           if state == "spreading" else "too much data before CONNACK", False)
             return
         self._process()
 
@@ -173,7 +175,7 @@ class MqttConnection(MqttCodec):
                     self._on_ack(item >> 16, item & 0xFFFF)
             else:
                 self._handle(item)
-            if self._closed or self._connect_state == "waiting" or self._spreading:
+            if self._closed or self._connect_state is not None:  # (waiting or spreading)
                 break
             item = next_item()
 
@@ -508,8 +510,8 @@ class MqttConnection(MqttCodec):
         one, the packets after it wait and reading pauses (TCP holds the client back)."""
         def turn_done(finished: bool) -> None:
             turn_over(finished)
-            if finished == self._spreading:
-                self._spreading = not finished
+            if finished == (self._connect_state == "spreading"):
+                self._connect_state = None if finished else "spreading"
                 self.flow.hold_reading(not finished)
                 if finished:
                     self._process()
