@@ -189,7 +189,7 @@ class ConnectionFlow:
     """One connection's outbound bound and slow-consumer timer, and its read pausing."""
 
     __slots__ = ("transport", "owner", "paused", "over", "publisher", "holding", "_context",
-                 "_bytes", "_messages", "_timer", "_closed", "_write", "_turn", "_in_turn")
+                 "_bytes", "_messages", "_timer", "_closed", "_turn", "_in_turn")
 
     def __init__(self, transport: Any, context: FlowContext) -> None:
         self.transport = transport
@@ -208,7 +208,6 @@ class ConnectionFlow:
         self._messages = 0
         self._timer = None
         self._closed = False
-        self._write: Callable[[bytes], None] | None = None
         turn = context.turn
         self._turn = turn if turn is not None and sends_itself(transport) else None
         """Sends this connection's writes at the end of the turn (None: ``transport.write``)."""
@@ -273,18 +272,14 @@ class ConnectionFlow:
         """The listener's bound."""
         return self._context.limits
 
-    def counting(self, write: Callable[[bytes], None] | None = None) -> Callable[[bytes], None]:
-        """``write`` (by default the transport's own) that also counts what is written while
-        the transport is paused (a bound method of the flow: no closure per connection,
-        and for the default, no bound method of the transport kept either)."""
-        self._write = write
+    def counting(self) -> Callable[[bytes], None]:
+        """The transport's ``write`` that also counts what is written while the transport
+        is paused (a bound method of the flow: no closure per connection, and no bound
+        method of the transport kept either)."""
         return self._counted_write
 
     def _counted_write(self, data: bytes) -> None:
-        if self._write is None:
-            self.transport.write(data)
-        else:
-            self._write(data)
+        self.transport.write(data)
         if self.paused:
             self.wrote(len(data))
 

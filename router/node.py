@@ -414,7 +414,8 @@ class Node:
             return AmqpTcpFactory(self.amqp[listener.realm], new_flow,
                                   tls=listener.tls is not None)
         if listener.type == "mqtt":
-            return MqttTcpFactory(self.mqtt[listener.realm], new_flow)
+            return MqttTcpFactory(self.mqtt[listener.realm], new_flow,
+                                  tls=listener.tls is not None)
         if listener.type == "mqtt-websocket":
             return MqttWebSocketFactory(self.mqtt[listener.realm], listener.path,
                                         listener.max_message_size, new_flow)

@@ -113,6 +113,10 @@ def test_sessions_closed_by_their_clients_leave_no_cycles(router):
             mqtt.connect_ok(version, client_id="")
             mqtt.send(Subscribe(1, [("garbage/topic", SubscriptionOptions(1))]))
             assert isinstance(mqtt.recv(), Suback)
+            # (as WAMP's above: the retained event keeps its publisher's info, whose peer
+            # is the TCP connection itself until the connection is lost)
+            mqtt.send(Publish("garbage/kept", b"x", 1, True, False, 2))
+            assert isinstance(mqtt.recv(), Puback)
             mqtt.close()
 
         amqp = amqp_connect(router)

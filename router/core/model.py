@@ -46,8 +46,8 @@ class SessionInfo:
     """The MQTT client id (what ``%c`` in a permission rule stands for); None elsewhere."""
     peer: object = None
     """The client's address (``host:port``), for the transport details: the text, or what
-    makes it when asked (``str(peer)``: a WAMP RawSocket session does not keep its own
-    copy, about 70 bytes, while it is open); None: not known."""
+    makes it when asked (``str(peer)``: a WAMP RawSocket or MQTT TCP session does not keep
+    its own copy, about 70 bytes, while it is open); None: not known."""
 
     def transport_details(self) -> dict[str, Any]:
         """``transport``, or ``{"type": protocol, "peer": peer}`` made when asked: a dict

@@ -57,19 +57,19 @@ NO_PROPERTIES: dict = {}
 """The properties of a PUBLISH that has none (shared, never written)."""
 
 
-class MqttConnection:
-    """The protocol state of one connection.
+class MqttConnection(MqttCodec):
+    """The protocol state of one connection, and its codec (server side, filters decoded
+    lazily): one object, not two (a codec of its own was 104 bytes of every connection).
 
     Slotted, with its alias tables and inbound window made on first use; its keep-alive is
     a deadline on the frontend's one wheel (:class:`router.core.scheduler.Deadlines`), not
     a timer of its own. Writes go straight to the transport (the subclass's ``_write_raw``);
     a :class:`HeldTransport` is put between them only for a refused login's held answer."""
 
-    __slots__ = ("frontend", "flow", "codec",
-                 "session", "send_quota", "_client_max_packet", "_topic_aliases",
+    __slots__ = ("frontend", "flow", "session", "send_quota", "_client_max_packet", "_topic_aliases",
                  "_outbound_aliases", "outbound_alias_limit", "_keep_alive", "due",
                  "deadline_slot", "_will", "_closed", "_inbound_open", "_connect_state",
-                 "_spreading", "gate", "_held", "transport", "_unsent", "_unsent_bytes")
+                 "gate", "_held", "transport", "_unsent", "_unsent_bytes")
 
     transport_name: str
     """``mqtt`` or ``mqtt.websocket`` (the transport's subclass says)."""
@@ -87,8 +87,8 @@ class MqttConnection:
         self._held: HeldTransport | None = None
         """Between the connection and its transport while a refused login's answer is held
         back (:meth:`hold_answers`); else None."""
-        self.codec = MqttCodec(max_packet_size=frontend.settings.max_packet_size,
-                               lazy_filters=True)
+        MqttCodec.__init__(self, max_packet_size=frontend.settings.max_packet_size,
+                           lazy_filters=True)
         self.session: MqttSession | None = None
         self.send_quota = 65535
         self._client_max_packet = None
@@ -113,10 +113,11 @@ class MqttConnection:
         PUBREC with an error). At most SERVER_RECEIVE_MAXIMUM + 1 (then 0x93)."""
         self._connect_state: str | None = None
         """"checking" while CONNECT is authenticated, "waiting" when the answer comes later
-        (packets after CONNECT stay in the codec until then), else None."""
-        self._spreading = False
-        """A packet's work goes on over several reactor turns (:mod:`router.mqtt.spread`):
-        the packets after it wait in the codec, and reads pause, until it is done."""
+        (packets after CONNECT stay in the codec until then); "spreading" while a packet's
+        work goes on over several reactor turns (:mod:`router.mqtt.spread`: the packets
+        after it wait in the codec, and reads pause, until it is done); else None. Outside
+        the calls that handle CONNECT, it is None or one of the two that hold packets
+        back ("waiting", "spreading")."""
         self.transport = transport
         """The Twisted transport (its TLS client certificate)."""
 
@@ -127,21 +128,28 @@ class MqttConnection:
         raise NotImplementedError
 
     @property
+    def info_peer(self) -> object:
+        """What the session's SessionInfo keeps as its peer while connected: the text (a
+        transport that keeps it anyway), or an object whose ``str()`` makes it."""
+        return self.peer
+
+    @property
     def version(self) -> int:
-        return self.codec.protocol_version or 4
+        return self.protocol_version or 4
 
     # bytes in -------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
-        self.codec.receive_data(data)
-        if self._connect_state == "waiting" or self._spreading:
-            if self._spreading:
+        self.receive_data(data)
+        state = self._connect_state
+        if state is not None:  # "waiting" or "spreading": the packets wait
+            if state == "spreading":
                 self._touch()  # the client is alive; its packets wait for ours to be done
-            if self.codec.buffered() > self.frontend.settings.max_packet_size:
-                self._fail(ReasonCode.QUOTA_EXCEEDED, "too much data before CONNACK"
-                           if self._connect_state else "too much data held back", False)
+            if self.buffered() > self.frontend.settings.max_packet_size:
+                self._fail(ReasonCode.QUOTA_EXCEEDED, "too much data held back"
+                           if state == "spreading" else "too much data before CONNACK", False)
             return
         self._process()
 
@@ -151,7 +159,7 @@ class MqttConnection:
         self._guarded(self._handle_buffered)
 
     def _handle_buffered(self) -> None:
-        next_item = self.codec.next_item
+        next_item = self.next_item
         item = next_item()
         if item is not None:
             self._touch()  # once per read: the keep-alive clock needs no finer grain
@@ -167,7 +175,7 @@ class MqttConnection:
                     self._on_ack(item >> 16, item & 0xFFFF)
             else:
                 self._handle(item)
-            if self._closed or self._connect_state == "waiting" or self._spreading:
+            if self._closed or self._connect_state is not None:  # (waiting or spreading)
                 break
             item = next_item()
 
@@ -312,7 +320,7 @@ class MqttConnection:
         if not qos:
             self._publish(topic, payload, 0, retain, properties, None)
             return
-        if self.codec.protocol_version == 5:
+        if self.protocol_version == 5:
             if self._inbound_open is None:
                 self._inbound_open = set()
             self._inbound_open.add(packet_id)  # type: ignore[arg-type]
@@ -502,8 +510,8 @@ class MqttConnection:
         one, the packets after it wait and reading pauses (TCP holds the client back)."""
         def turn_done(finished: bool) -> None:
             turn_over(finished)
-            if finished == self._spreading:
-                self._spreading = not finished
+            if finished == (self._connect_state == "spreading"):
+                self._connect_state = None if finished else "spreading"
                 self.flow.hold_reading(not finished)
                 if finished:
                     self._process()
@@ -543,13 +551,13 @@ class MqttConnection:
         """A PUBLISH's bytes; without a packet id (QoS 0) they can be shared by receivers."""
         if packet_id is None and message.expires_at is None and (
                 not message.properties or self.version != 5):
-            return self.codec.encode_plain_publish(message.topic, message.payload,
+            return self.encode_plain_publish(message.topic, message.payload,
                                                    message.retain)
         if packet_id is not None and message.expires_at is None:
             key = self._template(message, dup)
             encodings = message.encodings
             return encodings[key] + _PACKET_ID(packet_id) + encodings[-1 - key]
-        return self.codec.encode(self._publish_packet(message, message.topic, packet_id, dup,
+        return self.encode(self._publish_packet(message, message.topic, packet_id, dup,
                                                       message.properties))
 
     def _template(self, message: StoredMessage, dup: bool) -> int:
@@ -558,10 +566,10 @@ class MqttConnection:
         the packet id goes between. (Int keys and bytes values only: a dict of atoms is not
         tracked by the collector, so a queued message's cache is not one more object to
         scan.)"""
-        key = (self.codec.protocol_version or 4) * 2 + dup
+        key = (self.protocol_version or 4) * 2 + dup
         encodings = message.encodings
         if key not in encodings:
-            encodings[key], encodings[-1 - key] = self.codec.encode_publish_template(
+            encodings[key], encodings[-1 - key] = self.encode_publish_template(
                 message.topic, message.payload, message.qos, message.retain, dup,
                 message.properties)
         return key
@@ -589,7 +597,7 @@ class MqttConnection:
             return self.write_publish(self.encode_publish(message, packet_id, dup), topic)
         properties = dict(message.properties)
         properties["topic_alias"] = alias or len(aliases) + 1
-        data = self.codec.encode(self._publish_packet(message, "" if alias else topic,
+        data = self.encode(self._publish_packet(message, "" if alias else topic,
                                                       packet_id, dup, properties))
         if not self.write_publish(data, topic):
             return False
@@ -601,7 +609,7 @@ class MqttConnection:
     def publish_encoder(self) -> Callable[[str, bytes, bool], bytes]:
         """Encodes a QoS 0 PUBLISH without properties (topic, payload, retain) in this
         connection's version: taken once per batch of a retained backlog."""
-        return self.codec.encode_plain_publish
+        return self.encode_plain_publish
 
     @property
     def max_packet(self) -> int | None:
@@ -631,7 +639,7 @@ class MqttConnection:
 
     def _send(self, packet) -> None:
         if not self._closed:
-            self._emit(self.codec.encode(packet))
+            self._emit(self.encode(packet))
 
     def _emit(self, data: bytes) -> None:
         """Write ``data`` with the rest of this turn's packets (at once past FLUSH_AT)."""

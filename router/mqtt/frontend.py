@@ -18,7 +18,7 @@ from router.core.errors import RouterError
 from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
 from router.core.model import Publication, SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
-from router.core.ownership import anonymous_authid, owner
+from router.core.ownership import AnonymousInfo, owner
 from router.core.payload import from_bytes
 from router.core.peer import Subscription
 from router.core.realm import Realm
@@ -215,8 +215,6 @@ class MqttFrontend:
         its previous connection or new."""
         authid, authrole, authmethod = identity
         session_id = self.router.new_session_id()
-        if authid is None:
-            authid = anonymous_authid(session_id)
         expiry = self._requested_expiry(connection, packet)
         self._cancel_will(client_id)  # a new connection for the client id (MQTT-3.1.2-8)
         existing = self.sessions.get(client_id)
@@ -229,9 +227,12 @@ class MqttFrontend:
             existing = None
         session_present = existing is not None
         if existing is None:
-            info = SessionInfo(session_id, self.realm.name, authid, authrole,
-                               authmethod, protocol=connection.transport_name,
-                               peer=connection.peer, client_id=client_id)
+            # an anonymous client's authid is made from its session id when asked, and
+            # the peer text by the connection (see Outlet.info_peer)
+            info = (SessionInfo if authid is not None else AnonymousInfo)(
+                session_id, self.realm.name, authid, authrole,  # type: ignore[arg-type]
+                authmethod, protocol=connection.transport_name,
+                peer=connection.info_peer, client_id=client_id)
             existing = self._open(client_id, info, expiry)
         else:
             self._set_persistence(existing, expiry)
@@ -365,6 +366,11 @@ class MqttFrontend:
 
     def disconnected(self, connection: Outlet, session: MqttSession,
                      will: Will | None) -> None:
+        info = session.info
+        if info.peer is connection:
+            # the text from now on: the info outlives the connection (a persistent session,
+            # a retained publication's publisher), the connection's objects must not
+            info.peer = str(connection)
         self.router.connections.discard(connection)
         if session.connection is not connection:
             # taken over by a newer connection for the client id: a will is published now,

@@ -34,6 +34,11 @@ class Outlet(Protocol):
     @property
     def version(self) -> int: ...
 
+    @property
+    def info_peer(self) -> object:
+        """What the session's SessionInfo keeps as its peer while connected: the text, or
+        an object whose ``str()`` is (see :attr:`SessionInfo.peer`)."""
+
     def send_publish(self, message: StoredMessage, packet_id: int | None, dup: bool) -> bool: ...
 
     def encode_publish(self, message: StoredMessage, packet_id: int | None = None,

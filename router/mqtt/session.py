@@ -22,6 +22,7 @@ from router.core.payload import to_bytes
 from router.core.peer import NOTHING_YET, Subscription
 from router.core.qos import delivered_qos
 from router.core.shared import SharedGroup
+from router.core.topic import to_mqtt
 from router.core.uri import EXACT
 from router.mqtt.outlet import FLUSH_AT, Outlet, SessionOwner
 from router.mqtt.packets import SubscriptionOptions
@@ -46,17 +47,27 @@ def _message(publication: Publication, topic: str, qos: int, retain: bool,
 
 class MqttSubscription:
     """One of a session's topic filters: its core subscription (or shared group) and the
-    options granted (slotted; the identifier kept as ``identifiers`` alone)."""
+    options granted (slotted; the identifier kept as ``identifiers`` alone, the filter
+    text only where the core subscription's levels do not give it back)."""
 
-    __slots__ = ("topic_filter", "core", "options", "identifiers")
+    __slots__ = ("_filter", "core", "options", "identifiers")
 
     def __init__(self, topic_filter: str, core: Subscription, options: SubscriptionOptions,
                  identifier: int | None = None) -> None:
-        self.topic_filter = topic_filter
+        self._filter: str | None = None if to_mqtt(core.topic) == topic_filter else topic_filter
+        """The filter's text if it is not its core subscription's levels joined (a
+        ``$share/...`` filter); else None: made when asked (subscribe and unsubscribe
+        only), not kept, about 60 bytes of every subscription."""
         self.core = core
         self.options = options
         self.identifiers: tuple[int] | None = None if identifier is None else (identifier,)
         """``(identifier,)``, or None: what every delivery sends."""
+
+    @property
+    def topic_filter(self) -> str:
+        """The topic filter the client subscribed."""
+        text = self._filter
+        return to_mqtt(self.core.topic) if text is None else text
 
     @property
     def identifier(self) -> int | None:

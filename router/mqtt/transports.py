@@ -37,18 +37,20 @@ class MqttTcpProtocol(MqttConnection, GatedProtocol, FlowingProtocol, _TcpEnd):
     (with two bound methods of the flow) were four objects and an instance dict, ~340
     bytes of every idle connection; this one is slotted and writes to its transport
     itself. (``MqttConnection`` comes first among the bases: its ``gate`` slot, not the
-    mixin's class default, is what ``gate`` names.)"""
+    mixin's class default, is what ``gate`` names.) What all connections of a listener
+    share is in the listener's own subclass (:meth:`MqttTcpFactory.protocol_class`)."""
 
-    __slots__ = ("factory", "counted_by")
+    __slots__ = ()
     transport_name = "mqtt"
+    factory: "MqttTcpFactory"
+    """The listener's factory (a class attribute of the listener's subclass)."""
+    counted_by: ConnectionLimits | None = None
+    """Where its reads are counted, when its transport does not count them (TLS, see
+    :meth:`ConnectionLimits.count_bytes`: a slot of a TLS listener's subclass)."""
 
-    def __init__(self, factory: "MqttTcpFactory") -> None:
-        self.factory = factory
+    def __init__(self) -> None:
         self.transport: Any = None
         self.gate = None
-        self.counted_by: ConnectionLimits | None = None
-        """Where its reads are counted, when its transport does not count them (TLS, see
-        :meth:`ConnectionLimits.count_bytes`)."""
 
     # Twisted's IProtocol ----------------------------------------------------------------
 
@@ -65,6 +67,16 @@ class MqttTcpProtocol(MqttConnection, GatedProtocol, FlowingProtocol, _TcpEnd):
     def peer(self) -> str:
         peer = self.transport.getPeer()
         return f"{peer.host}:{peer.port}"
+
+    @property
+    def info_peer(self) -> "MqttTcpProtocol":
+        """The connection itself: its ``str`` is :attr:`peer`, made when asked (an idle
+        session's info keeps no copy of the text, 64 bytes; it becomes the text when the
+        connection is lost, :meth:`MqttFrontend.disconnected`)."""
+        return self
+
+    def __str__(self) -> str:
+        return self.peer
 
     def logPrefix(self) -> str:
         return self.__class__.__name__
@@ -93,15 +105,23 @@ class MqttTcpProtocol(MqttConnection, GatedProtocol, FlowingProtocol, _TcpEnd):
 
 
 class MqttTcpFactory(Factory):
-    protocol = MqttTcpProtocol
+    """Makes :class:`MqttTcpProtocol` connections of one MQTT TCP (or TLS) listener."""
 
-    def __init__(self, frontend: MqttFrontend,
-                 new_flow: Callable[[object], ConnectionFlow]) -> None:
+    def __init__(self, frontend: MqttFrontend, new_flow: Callable[[object], ConnectionFlow],
+                 tls: bool = False) -> None:
+        self.protocol = self.protocol_class(tls)
         self.frontend = frontend
         self.new_flow = new_flow
 
+    def protocol_class(self, tls: bool) -> type[MqttTcpProtocol]:
+        """The listener's own :class:`MqttTcpProtocol`: the factory a class attribute (a
+        slot is 8 bytes of every connection), and under TLS a slot for ``counted_by``."""
+        return type(MqttTcpProtocol.__name__, (MqttTcpProtocol,), {
+            "__slots__": ("counted_by",) if tls else (), "factory": self,
+            "__module__": MqttTcpProtocol.__module__})
+
     def buildProtocol(self, addr: Any) -> MqttTcpProtocol:
-        return MqttTcpProtocol(self)
+        return self.protocol()
 
 
 class _WebSocketConnection(MqttConnection):

@@ -29,6 +29,7 @@ from router.core.errors import PassthruRefused, ProtocolViolation, RouterError, 
 from router.core.incidents import (EXPIRED, SLOW_CONSUMER, TOO_LARGE, UNACKNOWLEDGED,
                                   UNREPRESENTABLE)
 from router.core.model import Passthru, Publication, SessionInfo
+from router.core.ownership import AnonymousInfo
 from router.core.options import (NO_CALL_OPTIONS, parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
 from router.core.peer import NOTHING_YET, Invocation, Registration, Subscription
@@ -83,22 +84,6 @@ class WampListener:
             joined = self._in_realms[name] = replace(
                 self, settings=self.by_realm.get(name, self.settings), _in_realms={})
         return joined
-
-
-class AnonymousInfo(SessionInfo):
-    """The info of an anonymous session: its authid, which the router chooses, is
-    ``anonymous-`` and its session id in hex, made when asked (kept, the text would be 72
-    bytes of every idle anonymous session)."""
-
-    __slots__ = ()
-
-    @property  # type: ignore[override]
-    def authid(self) -> str:
-        return f"anonymous-{self.session_id:x}"
-
-    @authid.setter
-    def authid(self, authid: str | None) -> None:
-        """What :class:`SessionInfo` sets when made (None): the name is the session id's."""
 
 
 class WampSession:
