@@ -9,7 +9,7 @@ fold them into protocol families (:func:`family`), which keeps the hot path free
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import Counter
+from collections import Counter, defaultdict
 
 
 def family(protocol: str) -> str:
@@ -63,9 +63,11 @@ class RealmStats:
                  "calls", "call_errors", "call_timeouts", "call_cancels")
 
     def __init__(self) -> None:
-        self.received: list[Counter[str]] = [Counter(), Counter(), Counter()]
-        """Per QoS: protocol -> publications accepted from clients."""
-        self.delivered: list[Counter[str]] = [Counter(), Counter(), Counter()]
+        self.received: list[defaultdict[str, int]] = [defaultdict(int) for _ in range(3)]
+        """Per QoS: protocol -> publications accepted from clients. (A ``defaultdict``, not
+        a ``Counter``: its ``+= 1`` is ~50 ns, a Counter's ~150 (a Python subclass of
+        dict), and these count once per publish and per matching subscription.)"""
+        self.delivered: list[defaultdict[str, int]] = [defaultdict(int) for _ in range(3)]
         """Per publication QoS: protocol -> publications handed to a receiving session."""
         self.sessions_opened: Counter[str] = Counter()
         """protocol -> sessions that joined."""

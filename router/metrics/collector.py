@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily, Metric)
@@ -311,7 +311,7 @@ class RouterCollector(Collector):
         yield from (running, connected, queued, sent, received, connects)
 
 
-def _fold(counts: Counter[str]) -> Counter[str]:
+def _fold(counts: Mapping[str, int]) -> Counter[str]:
     """Counts keyed by a session's protocol name -> keyed by protocol family."""
     folded: Counter[str] = Counter()
     for protocol, n in counts.items():
@@ -319,7 +319,8 @@ def _fold(counts: Counter[str]) -> Counter[str]:
     return folded
 
 
-def _add_by_protocol(metric: Metric, realm: str, counts: Counter[str], *extra: str) -> None:
+def _add_by_protocol(metric: Metric, realm: str, counts: Mapping[str, int],
+                     *extra: str) -> None:
     """One sample per protocol (zeros included, so a rate() sees the series from the start)."""
     for protocol in PROTOCOLS:
         metric.add_metric([realm, protocol, *extra], counts.get(protocol, 0))

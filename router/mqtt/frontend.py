@@ -30,7 +30,7 @@ from router.mqtt.outlet import Outlet
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will, shared_options
 from router.mqtt.persistence import (MqttSessionStore, SessionClaims, StoredMessage,
                                      StoredSession, StoredWill)
-from router.mqtt.session import MqttSession, MqttSubscription, Outbound
+from router.mqtt.session import MESSAGE, SENT_AT, MqttSession, MqttSubscription, Outbound
 from router.settings import MqttSettings
 from router.tls import peer_common_name
 
@@ -532,10 +532,10 @@ class MqttFrontend:
         return ReasonCode.SUCCESS
 
     def delivery_acknowledged(self, session: MqttSession, entry: Outbound) -> None:
-        if self.realm.activity is not None and entry.sent_at:
-            self.realm.activity.acknowledged(session.info, from_mqtt(entry.message.topic),
-                                             entry.message.qos,
-                                             (time.time() - entry.sent_at) * 1000.0)
+        if self.realm.activity is not None and entry[SENT_AT]:
+            message = entry[MESSAGE]
+            self.realm.activity.acknowledged(session.info, from_mqtt(message.topic), message.qos,
+                                             (time.time() - entry[SENT_AT]) * 1000.0)
 
     # restart ------------------------------------------------------------------------------
 

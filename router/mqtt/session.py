@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable
 
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
@@ -79,17 +78,14 @@ class MqttSubscription:
         return [o.qos, o.no_local, o.retain_as_published, o.retain_handling, self.identifier]
 
 
-@dataclass(slots=True)
-class Outbound:
-    seq: int
-    packet_id: int | None
-    state: str
-    message: StoredMessage
-    sent_at: float = 0.0
-    group: SharedGroup | None = None
-    """The shared group it came through (in memory only), with the publication, so that
-    another member can take it over (:meth:`MqttSession.hand_over`)."""
-    publication: Publication | None = None
+Outbound = list
+"""A QoS >= 1 delivery in flight (or queued from a shared group): ``[seq, packet id,
+state, message, sent at, shared group, publication]``, read by the index constants below.
+A list, not a slotted object: one is made per QoS >= 1 delivery, and a list is ~5x
+cheaper to make. The shared group (in memory only) and its publication let another
+member take it over (:meth:`MqttSession.hand_over`); ``sent at`` (what the activity log
+times acknowledgements by) stays 0.0 for one sent at once while the realm has no log."""
+SEQ, PACKET_ID, STATE, MESSAGE, SENT_AT, GROUP, PUBLICATION = range(7)
 
 
 _NONE_QUEUED: tuple[int, ...] = ()
@@ -419,15 +415,15 @@ class MqttSession:
         broker = self.frontend.realm.broker
         moved = set()
         for entry in list(self.outbound.values()):
-            if (type(entry) is not Outbound or entry.group is None
-                    or (group is not None and entry.group is not group)):
+            if (type(entry) is not list or entry[GROUP] is None
+                    or (group is not None and entry[GROUP] is not group)):
                 continue
-            if entry.state != QUEUED and not (leaving and entry.message.qos == 1):
+            if entry[STATE] != QUEUED and not (leaving and entry[MESSAGE].qos == 1):
                 continue
-            if broker.hand_over(entry.group, entry.publication, self.info.session_id):
-                if self._by_packet_id.get(entry.packet_id) is entry:
-                    del self._by_packet_id[entry.packet_id]
-                moved.add(entry.seq)
+            if broker.hand_over(entry[GROUP], entry[PUBLICATION], self.info.session_id):
+                if self._by_packet_id.get(entry[PACKET_ID]) is entry:
+                    del self._by_packet_id[entry[PACKET_ID]]
+                moved.add(entry[SEQ])
                 self._drop(entry)
         if moved:
             self._queued = deque(seq for seq in self._queued if seq not in moved)
@@ -455,14 +451,15 @@ class MqttSession:
             if in_flight is NOTHING_YET:
                 in_flight = self._by_packet_id = {}
             packet_id = self._allocate_packet_id()
-            entry = in_flight[packet_id] = outbound[seq] = Outbound(
-                seq, packet_id, SENT, message, time.time(), group, publication)
+            in_flight[packet_id] = outbound[seq] = [
+                seq, packet_id, SENT, message,
+                0.0 if self.frontend.realm.activity is None else time.time(), group, publication]
             if not connection.send_publish(message, packet_id, False):
                 del in_flight[packet_id]  # too big for this client: as if delivered
                 del outbound[seq]
             return
         outbound[seq] = (message if group is None
-                         else Outbound(seq, None, QUEUED, message, 0.0, group, publication))
+                         else [seq, None, QUEUED, message, 0.0, group, publication])
         self._queue(seq)
         if self.persistent:
             self.frontend.store.enqueue(self.client_id, StoredOutbound(seq, None, QUEUED, message))
@@ -497,23 +494,23 @@ class MqttSession:
         while self._queued and len(in_flight) < quota and not flow.paused:
             seq = self._queued.popleft()
             entry = self.outbound[seq]
-            message = entry if type(entry) is StoredMessage else entry.message
+            message = entry if type(entry) is StoredMessage else entry[MESSAGE]
             if message.expires_at is not None and message.expires_at <= now:
                 self._forget(seq)
                 self._expired(message.topic)
                 continue
             if type(entry) is StoredMessage:
-                entry = self.outbound[seq] = Outbound(seq, None, QUEUED, message)
-            entry.packet_id = self._allocate_packet_id()
-            entry.state = SENT
-            entry.sent_at = now
+                entry = self.outbound[seq] = [seq, None, QUEUED, message, 0.0, None, None]
+            entry[PACKET_ID] = self._allocate_packet_id()
+            entry[STATE] = SENT
+            entry[SENT_AT] = now
             if in_flight is NOTHING_YET:
                 in_flight = self._by_packet_id = {}
-            in_flight[entry.packet_id] = entry
+            in_flight[entry[PACKET_ID]] = entry
             if self.persistent:
-                self.frontend.store.update_outbound(self.client_id, entry.seq, entry.packet_id,
-                                                    SENT)
-                if entry.message.qos == 2:
+                self.frontend.store.update_outbound(self.client_id, entry[SEQ],
+                                                    entry[PACKET_ID], SENT)
+                if entry[MESSAGE].qos == 2:
                     # the packet id must be on disk before the client sees it: after a crash
                     # the same id is resent and the client can recognise the duplicate
                     self.frontend.when_durable(
@@ -524,11 +521,11 @@ class MqttSession:
     def _transmit(self, entry: Outbound) -> bool:
         """Write one in-flight PUBLISH; False if it had to be discarded (too big)."""
         connection = self.connection
-        if connection is None or self._by_packet_id.get(entry.packet_id) is not entry:
+        if connection is None or self._by_packet_id.get(entry[PACKET_ID]) is not entry:
             return True
-        if connection.send_publish(entry.message, entry.packet_id, False):
+        if connection.send_publish(entry[MESSAGE], entry[PACKET_ID], False):
             return True
-        del self._by_packet_id[entry.packet_id]  # too big for this client: as if delivered
+        del self._by_packet_id[entry[PACKET_ID]]  # too big for this client: as if delivered
         self._drop(entry)
         return False
 
@@ -543,10 +540,10 @@ class MqttSession:
         """Its packet id never reached the disk: the QoS 2 PUBLISH must not go out with it.
         Back to the queue (in order) it goes, and the connection closes; the next one
         sends it under a packet id that is stored first."""
-        if self._by_packet_id.get(entry.packet_id) is entry:
-            del self._by_packet_id[entry.packet_id]
-        entry.packet_id, entry.state = None, QUEUED
-        self._queued = deque(sorted((*self._queued, entry.seq)))
+        if self._by_packet_id.get(entry[PACKET_ID]) is entry:
+            del self._by_packet_id[entry[PACKET_ID]]
+        entry[PACKET_ID], entry[STATE] = None, QUEUED
+        self._queued = deque(sorted((*self._queued, entry[SEQ])))
         if self.connection is not None:
             self.connection.store_failed("QoS 2 PUBLISH")
 
@@ -556,11 +553,11 @@ class MqttSession:
         if connection is None:
             return
         for entry in list(self._by_packet_id.values()):
-            if entry.state == SENT:
+            if entry[STATE] == SENT:
                 self.frontend.realm.stats.redelivered["mqtt"] += 1
-                connection.send_publish(entry.message, entry.packet_id, True)
+                connection.send_publish(entry[MESSAGE], entry[PACKET_ID], True)
             else:
-                connection.send_pubrel(entry.packet_id)
+                connection.send_pubrel(entry[PACKET_ID])
         self.pump()
 
     def _allocate_packet_id(self) -> int:
@@ -573,15 +570,15 @@ class MqttSession:
     def acknowledged(self, packet_id: int, expected_qos: int) -> bool:
         """PUBACK (QoS 1) or PUBCOMP (QoS 2): the delivery is complete."""
         entry = self._by_packet_id.get(packet_id)
-        if entry is None or entry.message.qos != expected_qos:
+        if entry is None or entry[MESSAGE].qos != expected_qos:
             return False
-        if expected_qos == 2 and entry.state != RELEASED:
+        if expected_qos == 2 and entry[STATE] != RELEASED:
             return False
         del self._by_packet_id[packet_id]
         frontend = self.frontend
         if frontend.realm.activity is not None:
             frontend.delivery_acknowledged(self, entry)
-        self._forget(entry.seq)
+        self._forget(entry[SEQ])
         if self._queued:
             self.pump()
         elif self.connection is not None:  # (what pump does with nothing queued)
@@ -599,12 +596,12 @@ class MqttSession:
     def received(self, packet_id: int) -> bool:
         """PUBREC: the client has the QoS 2 message; move to PUBREL."""
         entry = self._by_packet_id.get(packet_id)
-        if entry is None or entry.message.qos != 2:
+        if entry is None or entry[MESSAGE].qos != 2:
             return False
-        if entry.state != RELEASED:
-            entry.state = RELEASED
+        if entry[STATE] != RELEASED:
+            entry[STATE] = RELEASED
             if self.persistent:
-                self.frontend.store.update_outbound(self.client_id, entry.seq, packet_id,
+                self.frontend.store.update_outbound(self.client_id, entry[SEQ], packet_id,
                                                     RELEASED)
         return True
 
@@ -613,7 +610,7 @@ class MqttSession:
         realm.incidents.count(realm.name, "mqtt", EXPIRED, f"client {self.client_id}: {topic}")
 
     def _drop(self, entry: Outbound) -> None:
-        self._forget(entry.seq)
+        self._forget(entry[SEQ])
 
     def _forget(self, seq: int) -> None:
         self.outbound.pop(seq, None)
@@ -651,8 +648,8 @@ class MqttSession:
                 self.outbound[item.seq] = item.message
                 self._queue(item.seq)
             else:
-                entry = Outbound(item.seq, item.packet_id, item.state, item.message)
-                self.outbound[entry.seq] = entry
+                entry = [item.seq, item.packet_id, item.state, item.message, 0.0, None, None]
+                self.outbound[entry[SEQ]] = entry
                 self._by_packet_id[item.packet_id] = entry
         if self.outbound:
             self._last_seq = max(self.outbound)
