@@ -94,11 +94,11 @@ def is_open(entry: Entry) -> bool:
     return entry.name.startswith(".")
 
 
-def reads_json(files: Files, logs: str, realm: str | None = None,
-               since: date | None = None) -> bool:
-    """Whether a read with these filters parses any JSON part (False: compacted days only)."""
-    return any(not entry.name.endswith(COMPACTED_FILE_GLOB.lstrip("*"))
-               for entry in input_files(files, logs, realm, since))
+def json_parts(files: Files, logs: str, realm: str | None = None,
+               since: date | None = None) -> list[Entry]:
+    """The JSON parts a read with these filters parses (none: compacted days only)."""
+    return [entry for entry in input_files(files, logs, realm, since)
+            if not entry.name.endswith(COMPACTED_FILE_GLOB.lstrip("*"))]
 
 
 def read_json_events(spark: SparkSession, logs: str, compacted: list[tuple[str, str]],

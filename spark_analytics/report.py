@@ -6,7 +6,7 @@ import os
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -17,7 +17,7 @@ from spark_analytics import aggregates
 from spark_analytics.charts import draw_charts
 from spark_analytics.page import render_page
 from spark_analytics.progress import Progress
-from spark_analytics.reader import compacted_days, read_json_events, reads_json
+from spark_analytics.reader import compacted_days, json_parts, read_json_events
 from spark_analytics.rollups import Rollup, all_rollups, merged, read_stored_rollup
 from spark_analytics.storage import Files, HadoopFiles, join, to_url, upload_folder
 from spark_analytics.tables import write_table
@@ -112,18 +112,63 @@ def describe_scope(realm: str | None, since: date | None) -> str:
 
 
 @contextmanager
-def one_shuffle_partition(spark: SparkSession) -> Iterator[None]:
+def session_setting(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """The session's ``key`` set to ``value`` inside the block, restored after it."""
+    before = spark.conf.get(key)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
+
+
+def one_shuffle_partition(spark: SparkSession) -> AbstractContextManager[None]:
     """Plan the queries started inside on one shuffle partition. The tables are small
     aggregates written as one file each: the input's partition count only adds a sampling
     job to each table's sort and a scheduled task per empty partition (the partial
     aggregation before the shuffle still runs on every input partition)."""
-    key = "spark.sql.shuffle.partitions"
-    partitions = spark.conf.get(key)
-    spark.conf.set(key, "1")
-    try:
+    return session_setting(spark, "spark.sql.shuffle.partitions", "1")
+
+
+@contextmanager
+def planned_for_many_small_queries(spark: SparkSession) -> Iterator[None]:
+    """Plan the queries started inside without adaptive execution and without whole-stage
+    code generation. A report is dozens of distinct queries (15 rollups, 19 tables, each
+    written twice and collected) run once each in a new JVM: compiling each plan's generated
+    Java (Janino, then the JIT) cost more than it saved, and adaptive execution, with nothing
+    to coalesce on one shuffle partition, only cut each query into more jobs to plan. Measured
+    in fresh processes, 2 cores (bench/eventlog_report.py's logs): 3M records on JSON 101.1 s
+    wall / 109.1 s CPU with whole-stage codegen, 67.6 s / 106.2 s without (load 1.4-5.1);
+    10M after ``compact`` 81.6 s / 65.3 s with it, 53.2 s / 61.7 s without (load 3-9.6)."""
+    with (session_setting(spark, "spark.sql.adaptive.enabled", "false"),
+          session_setting(spark, "spark.sql.codegen.wholeStage", "false")):
         yield
-    finally:
-        spark.conf.set(key, partitions)
+
+
+UNCOMPRESSED_CACHE_BYTES_PER_JSON_BYTE = 0.65
+"""The records' uncompressed cache per byte of JSON parts read (3M records: 459 MiB of 712)."""
+UNCOMPRESSED_CACHE_SHARE = 0.75
+"""The share of the driver's storage memory the records may fill uncompressed."""
+
+
+def records_cache(spark: SparkSession, json_bytes: int) -> AbstractContextManager[None]:
+    """How the records are cached: without Spark's columnar compression when they fit the
+    driver's memory so (a local master; else compressed, as Spark does by default).
+
+    Choosing a column's encoding puts every value of every 10,000-row batch in a hash map of
+    boxed values (up to 32,767 distinct, and a publication's id is nearly always new): a
+    JFR profile of a report over 3M records put a third of building the cache there.
+    Uncompressed, the records take about twice the memory; past the driver's storage they
+    would spill to disk and be read back by every rollup."""
+    compress = "true"
+    if spark.sparkContext.master.startswith("local"):
+        # a local master's one block manager: (memory for caching, of which free)
+        storage = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().valuesIterator(
+            ).next()._1()
+        uncompressed = json_bytes * UNCOMPRESSED_CACHE_BYTES_PER_JSON_BYTE
+        if uncompressed <= storage * UNCOMPRESSED_CACHE_SHARE:
+            compress = "false"
+    return session_setting(spark, "spark.sql.inMemoryColumnarStorage.compressed", compress)
 
 
 def build_table(spec: TableSpec, inputs: Inputs, out: str) -> tuple[list[dict], int]:
@@ -172,10 +217,12 @@ def read_rollups(spark: SparkSession, files: Files, logs: str, realm: str | None
     built."""
     compacted = compacted_days(files, logs, realm, since)
     records = None
-    if reads_json(files, logs, realm, since) or not compacted:
-        records = read_json_events(spark, logs, compacted, realm, since, snapshot).select(
-            *aggregates.USED_COLUMNS).cache()
-        records.count()
+    parts = json_parts(files, logs, realm, since)
+    if parts or not compacted:
+        with records_cache(spark, sum(entry.size for entry in parts)):
+            records = read_json_events(spark, logs, compacted, realm, since,
+                                       snapshot).select(*aggregates.USED_COLUMNS).cache()
+            records.count()
 
     def plan(rollup: Rollup) -> DataFrame:
         parts = [read_stored_rollup(spark, logs, rollup, compacted)] if compacted else []
@@ -208,7 +255,8 @@ def build_report(spark: SparkSession, logs: str | os.PathLike, out: str | os.Pat
     progress = progress or Progress(REPORT_STAGES)
     snapshot = join(out, OPEN_PARTS)
     try:
-        return _build_report(spark, files, logs, out, realm, since, progress, snapshot)
+        with planned_for_many_small_queries(spark):
+            return _build_report(spark, files, logs, out, realm, since, progress, snapshot)
     finally:
         files.delete(snapshot)
 
