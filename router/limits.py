@@ -15,7 +15,7 @@ its gate go: the shared :data:`ADMITTED` stands in for it until the connection c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from twisted.internet import defer
 from twisted.internet.interfaces import ISSLTransport
@@ -278,6 +278,29 @@ class GatedProtocol:
             self.factory.limits.release_host(peer_host(self.transport))  # type: ignore[attr-defined]
         elif type(gate) is Gate:
             gate.release()
+
+
+_Slotted = TypeVar("_Slotted", bound="SlottedGatedProtocol")
+
+
+class SlottedGatedProtocol(GatedProtocol):
+    """A :class:`GatedProtocol` whose connections keep no instance dict: what all the
+    connections of a listener share is in the listener's own subclass
+    (:meth:`for_listener`), not in 8-byte slots of each connection."""
+
+    __slots__ = ()
+    factory: Any
+    """The listener's factory (a class attribute of the listener's subclass)."""
+    counted_by: ConnectionLimits | None = None
+    """Where its reads are counted, when its transport does not count them (TLS, see
+    :meth:`ConnectionLimits.count_bytes`: a slot of a TLS listener's subclass)."""
+
+    @classmethod
+    def for_listener(cls: type[_Slotted], factory: Any, tls: bool) -> type[_Slotted]:
+        """The listener's own subclass: ``factory`` a class attribute, and under TLS a slot
+        for ``counted_by``."""
+        return type(cls.__name__, (cls,), {"__slots__": ("counted_by",) if tls else (),
+                                           "factory": factory, "__module__": cls.__module__})
 
 
 class ReleasesClosedFuture:

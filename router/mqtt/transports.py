@@ -10,7 +10,7 @@ from twisted.internet.protocol import Factory, connectionDone
 from zope.interface import implementer
 
 from router.flow import ConnectionFlow, FlowingProtocol
-from router.limits import ConnectionLimits, GatedProtocol, ReleasesClosedFuture
+from router.limits import GatedProtocol, ReleasesClosedFuture, SlottedGatedProtocol
 from router.mqtt.connection import MqttConnection
 from router.mqtt.frontend import MqttFrontend
 from router.websocket import WebSocketServerFactory, WebSocketServerProtocol
@@ -30,7 +30,7 @@ class _TcpEnd:
 
 
 @implementer(IProtocol, ILoggingContext)
-class MqttTcpProtocol(MqttConnection, GatedProtocol, FlowingProtocol, _TcpEnd):
+class MqttTcpProtocol(MqttConnection, SlottedGatedProtocol, FlowingProtocol, _TcpEnd):
     """MQTT over TCP (or TLS): the Twisted protocol is the connection itself.
 
     A Twisted ``Protocol`` with an ``MqttConnection`` and a ``HeldTransport`` beside it
@@ -38,15 +38,11 @@ class MqttTcpProtocol(MqttConnection, GatedProtocol, FlowingProtocol, _TcpEnd):
     bytes of every idle connection; this one is slotted and writes to its transport
     itself. (``MqttConnection`` comes first among the bases: its ``gate`` slot, not the
     mixin's class default, is what ``gate`` names.) What all connections of a listener
-    share is in the listener's own subclass (:meth:`MqttTcpFactory.protocol_class`)."""
+    share is in the listener's own subclass (``SlottedGatedProtocol.for_listener``)."""
 
     __slots__ = ()
     transport_name = "mqtt"
     factory: "MqttTcpFactory"
-    """The listener's factory (a class attribute of the listener's subclass)."""
-    counted_by: ConnectionLimits | None = None
-    """Where its reads are counted, when its transport does not count them (TLS, see
-    :meth:`ConnectionLimits.count_bytes`: a slot of a TLS listener's subclass)."""
 
     def __init__(self) -> None:
         self.transport: Any = None
@@ -109,16 +105,9 @@ class MqttTcpFactory(Factory):
 
     def __init__(self, frontend: MqttFrontend, new_flow: Callable[[object], ConnectionFlow],
                  tls: bool = False) -> None:
-        self.protocol = self.protocol_class(tls)
+        self.protocol = MqttTcpProtocol.for_listener(self, tls)
         self.frontend = frontend
         self.new_flow = new_flow
-
-    def protocol_class(self, tls: bool) -> type[MqttTcpProtocol]:
-        """The listener's own :class:`MqttTcpProtocol`: the factory a class attribute (a
-        slot is 8 bytes of every connection), and under TLS a slot for ``counted_by``."""
-        return type(MqttTcpProtocol.__name__, (MqttTcpProtocol,), {
-            "__slots__": ("counted_by",) if tls else (), "factory": self,
-            "__module__": MqttTcpProtocol.__module__})
 
     def buildProtocol(self, addr: Any) -> MqttTcpProtocol:
         return self.protocol()

@@ -23,7 +23,7 @@ from twisted.internet.protocol import Factory, connectionDone
 from zope.interface import implementer
 
 from router.flow import ConnectionFlow, FlowingProtocol
-from router.limits import ConnectionLimits, GatedProtocol, ReleasesClosedFuture
+from router.limits import GatedProtocol, ReleasesClosedFuture, SlottedGatedProtocol
 from router.wamp.codec import RAWSOCKET_LENGTH, WireMessage, encode, websocket_frame
 from router.wamp.session import WampSession
 from router.websocket import WampWebSocketServerFactory, WampWebSocketServerProtocol, peer2str
@@ -142,7 +142,7 @@ class _RawSocketEnd:
 
 
 @implementer(IProtocol, ILoggingContext)
-class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, _RawSocketEnd):
+class RouterRawSocketProtocol(SlottedGatedProtocol, FlowingProtocol, _RawSocketEnd):
     """WAMP over RawSocket, router side: the handshake (with the spec's error replies) and
     the framing are its own, on Twisted's protocol interface.
 
@@ -151,15 +151,11 @@ class RouterRawSocketProtocol(GatedProtocol, FlowingProtocol, _RawSocketEnd):
     copy of the serializer, transport details and a closing Deferred: about 450 bytes of
     every idle session. This one is slotted and keeps what the session uses; what all
     connections of a listener share is in the listener's own subclass
-    (:meth:`RouterRawSocketFactory.protocol_class`), not in each connection."""
+    (:meth:`~router.limits.SlottedGatedProtocol.for_listener`), not in each connection."""
 
     __slots__ = ("transport", "gate", "flow", "object_serializer", "_session", "_handshake",
                  "_buffer", "_max_len_send")
     factory: "RouterRawSocketFactory"
-    """The listener's factory (a class attribute of the listener's subclass)."""
-    counted_by: ConnectionLimits | None = None
-    """Where its reads are counted, when its transport does not count them (TLS, see
-    :meth:`ConnectionLimits.count_bytes`: a slot of a TLS listener's subclass)."""
 
     def __init__(self) -> None:
         self.transport: Any = None
@@ -316,7 +312,7 @@ class RouterRawSocketFactory(Factory):
     def __init__(self, session_factory: Callable[[], WampSession], serializers: list[Serializer],
                  max_message_size: int, new_flow: Callable[[object], ConnectionFlow],
                  tls: bool = False) -> None:
-        self.protocol = self.protocol_class(tls)
+        self.protocol = RouterRawSocketProtocol.for_listener(self, tls)
         self.session_factory = session_factory
         self.object_serializers: dict[int, IObjectSerializer] = {
             serializer.RAWSOCKET_SERIALIZER_ID: serializer.object_serializer
@@ -328,13 +324,6 @@ class RouterRawSocketFactory(Factory):
         self.max_length = 2 ** (9 + self.length_exponent)
         """The longest frame a peer may send."""
         self.new_flow = new_flow
-
-    def protocol_class(self, tls: bool) -> type[RouterRawSocketProtocol]:
-        """The listener's own :class:`RouterRawSocketProtocol`: the factory a class attribute
-        (a slot is 8 bytes of every connection), and under TLS a slot for ``counted_by``."""
-        return type(RouterRawSocketProtocol.__name__, (RouterRawSocketProtocol,), {
-            "__slots__": ("counted_by",) if tls else (), "factory": self,
-            "__module__": RouterRawSocketProtocol.__module__})
 
     def buildProtocol(self, addr: Any) -> RouterRawSocketProtocol:
         return self.protocol()
