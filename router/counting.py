@@ -58,30 +58,18 @@ class CountingServer(tcp.Server):
     # Twisted makes two strings per connection for its log prefix and repr (~160 bytes):
     # made when asked instead (what Twisted sets is dropped), and kept once the connection
     # is lost, when Twisted lets go of the protocol they name
-    @property
-    def logstr(self) -> str:
+    def _names(self) -> tuple[str, str]:
+        """(log prefix, repr): from the protocol, or as they were when it was lost."""
         try:
             protocol = self.protocol
         except AttributeError:
-            return self.closed_names[0]
-        return f"{self._getLogPrefix(protocol)},{self.sessionno},{self.hostname}"
-
-    @logstr.setter
-    def logstr(self, text: str) -> None:
-        pass
-
-    @property
-    def repstr(self) -> str:
-        try:
-            protocol = self.protocol
-        except AttributeError:
-            return self.closed_names[1]
-        return (f"<{protocol.__class__.__name__} #{self.sessionno} on "
+            return self.closed_names
+        return (f"{self._getLogPrefix(protocol)},{self.sessionno},{self.hostname}",
+                f"<{protocol.__class__.__name__} #{self.sessionno} on "
                 f"{self.server._realPortNumber}>")
 
-    @repstr.setter
-    def repstr(self, text: str) -> None:
-        pass
+    logstr = property(lambda self: self._names()[0], lambda self, text: None)
+    repstr = property(lambda self: self._names()[1], lambda self, text: None)
 
     # Twisted keeps the socket's ``fileno`` method per connection (a bound method, 72
     # bytes): dropped once made (the class's method answers the same, about 20 ns more a
@@ -99,7 +87,7 @@ class CountingServer(tcp.Server):
         # closed at once: 12 s and 9.4 s of CPU, 470 us a close, bench/session_memory.py)
         sock = getattr(self, "socket", None)
         self.fileno = sock.fileno if sock is not None else _no_fileno
-        self.closed_names = (self.logstr, self.repstr)
+        self.closed_names = self._names()
         super().connectionLost(reason)
 
     # The two calls of every read and every send: Twisted's, in one frame each (theirs
