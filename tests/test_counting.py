@@ -38,7 +38,11 @@ def test_a_lost_connection_keeps_its_log_prefix_and_repr():
         assert (repr(transport), transport.logstr) == (open_repr, open_prefix)
     finally:
         client.close()
-        port.stopListening()
+        # the reactor does not run here: the port and the accepted socket are closed now,
+        # not at a later turn that never comes
         for reader in reactor.getReaders():
             if isinstance(reader, CountingServer):
                 reactor.removeReader(reader)
+                reader.socket.close()
+        reactor.removeReader(port)
+        port.socket.close()
