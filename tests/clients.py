@@ -7,6 +7,7 @@ import contextlib
 import struct
 from typing import Any
 
+import msgpack
 import txaio
 
 txaio.use_asyncio()
@@ -29,6 +30,15 @@ COMBINATIONS = [(t, s) for t in TRANSPORTS for s in SERIALIZERS]
 
 TIMEOUT = 10.0
 
+
+def rawsocket_frame(payload: bytes) -> bytes:
+    """One WAMP RawSocket frame (a regular message): the 4-octet length, then ``payload``."""
+    return struct.pack("!I", len(payload)) + payload
+
+
+def msgpack_frame(message: list) -> bytes:
+    """A WAMP message as a RawSocket frame in MessagePack (for clients on plain sockets)."""
+    return rawsocket_frame(msgpack.packb(message))
 
 def run(coro, timeout: float = 60.0) -> Any:
     """Run one async scenario with an overall deadline."""
@@ -265,7 +275,7 @@ async def raw_connect(router, transport: str = "rawsocket", serializer: str = "j
             lambda: _RawSocketProtocol(client, RAWSOCKET_IDS[serializer]), host, port)
         await asyncio.wait_for(protocol.handshake, TIMEOUT)
         client._send_payloads = lambda payloads: protocol.transport.write(
-            b"".join([struct.pack("!I", len(data)) + data for data in payloads]))
+            b"".join([rawsocket_frame(data) for data in payloads]))
         client._close = protocol.transport.close
     elif lean:
         _, protocol = await loop.create_connection(

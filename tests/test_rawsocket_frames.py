@@ -11,6 +11,7 @@ import struct
 import msgpack
 import pytest
 
+from tests.clients import msgpack_frame
 from tests.harness import RouterProcess, realm_file
 
 MAX_MESSAGE_SIZE = 2**24
@@ -29,11 +30,6 @@ def router(tmp_path_factory):
                             extra_config={"eventlog": {"enabled": False}}).start()
     yield process
     process.stop()
-
-
-def _frame(message: list) -> bytes:
-    payload = msgpack.packb(message)
-    return struct.pack("!I", len(payload)) + payload
 
 
 class Peer:
@@ -70,10 +66,10 @@ class Peer:
             return True
 
     def join_and_subscribe(self, topic: str) -> None:
-        self.sock.sendall(_frame([HELLO, "realm1", {"roles": {"publisher": {},
+        self.sock.sendall(msgpack_frame([HELLO, "realm1", {"roles": {"publisher": {},
                                                                "subscriber": {}}}]))
         assert self.recv()[0] == WELCOME
-        self.sock.sendall(_frame([SUBSCRIBE, 1, {}, topic]))
+        self.sock.sendall(msgpack_frame([SUBSCRIBE, 1, {}, topic]))
         assert self.recv()[0] == SUBSCRIBED
 
     def close(self) -> None:
@@ -88,9 +84,9 @@ def test_a_16_mib_frame_arrives_whole(router):
     try:
         peer.join_and_subscribe("frames.big")
         big = "z" * (MAX_MESSAGE_SIZE - 100)
-        data = (_frame([PUBLISH, 2, {"acknowledge": True, "exclude_me": False}, "frames.big",
+        data = (msgpack_frame([PUBLISH, 2, {"acknowledge": True, "exclude_me": False}, "frames.big",
                         [big]])
-                + _frame([PUBLISH, 3, {"acknowledge": True, "exclude_me": False}, "frames.big",
+                + msgpack_frame([PUBLISH, 3, {"acknowledge": True, "exclude_me": False}, "frames.big",
                           ["small"]]))
         for start in range(0, len(data), 65536):
             peer.sock.sendall(data[start:start + 65536])
@@ -108,7 +104,7 @@ def test_a_frame_cut_inside_its_length_prefix_arrives(router):
     peer = Peer(router)
     try:
         peer.join_and_subscribe("frames.cut")
-        data = _frame([PUBLISH, 2, {"acknowledge": True, "exclude_me": False}, "frames.cut",
+        data = msgpack_frame([PUBLISH, 2, {"acknowledge": True, "exclude_me": False}, "frames.cut",
                        ["cut"]])
         for piece in (data[:2], data[2:3], data[3:9], data[9:]):
             peer.sock.sendall(piece)

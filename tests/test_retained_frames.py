@@ -49,9 +49,9 @@ def retain_mixed(publisher, root: str) -> dict[str, tuple[bytes, int]]:
     return {topic: (payload, qos) for topic, (payload, qos, _) in kinds.items()}
 
 
-def until_sentinel(client, root: str) -> dict:
-    """The retained messages a subscription to ``root/#`` brought, by topic, up to a live
-    sentinel published after them."""
+def until_sentinel(client) -> dict:
+    """The messages the client's subscription brought, by topic, up to the live sentinel
+    published after them."""
     return {m.topic: m for m in client.collect_until(SENTINEL)}
 
 
@@ -66,7 +66,7 @@ def test_receivers_of_each_version_and_qos_get_their_own_frames(clients):
     publisher.publish(f"{root}/zz", SENTINEL, 1)
     got = {}
     for client, granted in ((old, 0), (new, 1)):
-        got[granted] = until_sentinel(client, root)
+        got[granted] = until_sentinel(client)
         assert set(got[granted]) == set(published), client.version
         for topic, (payload, qos) in published.items():
             message = got[granted][topic]
@@ -94,10 +94,10 @@ def test_subscription_identifier_and_topic_alias_on_retained(clients):
     identified.subscribe((f"{root}/#", 0), properties=with_id)
     aliased.subscribe((f"{root}/#", 0))
     publisher.publish(f"{root}/zz", SENTINEL, 1)
-    got = until_sentinel(identified, root)
+    got = until_sentinel(identified)
     assert set(got) == set(published)
     assert all(m.properties.SubscriptionIdentifier == [7] for m in got.values())
-    got = until_sentinel(aliased, root)  # paho resolves the aliases to the topic names
+    got = until_sentinel(aliased)  # paho resolves the aliases to the topic names
     assert {t: m.payload for t, m in got.items()} == {t: p for t, (p, _) in published.items()}
 
 
@@ -111,5 +111,5 @@ def test_an_expired_retained_message_is_not_sent(clients):
     subscriber = clients(V311)
     subscriber.subscribe((f"{root}/#", 0))
     publisher.publish(f"{root}/zz", SENTINEL, 1)
-    assert {t: m.payload for t, m in until_sentinel(subscriber, root).items()} == {
+    assert {t: m.payload for t, m in until_sentinel(subscriber).items()} == {
         f"{root}/kept": b"y"}

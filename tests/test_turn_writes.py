@@ -15,7 +15,7 @@ import struct
 import msgpack
 import pytest
 
-from tests.clients import run
+from tests.clients import msgpack_frame, run
 from tests.harness import RouterProcess, realm_file
 from tests.metrics_scrape import delta, scrape
 from tests.retention_helpers import EVENT, PUBLISHED, joined, subscribe
@@ -98,11 +98,6 @@ def test_one_write_larger_than_the_socket_buffers_is_sent_whole(router, transpor
     run(scenario(), timeout=60)
 
 
-def _frame(message: list) -> bytes:
-    payload = msgpack.packb(message)
-    return struct.pack("!I", len(payload)) + payload
-
-
 def test_the_sent_bytes_counter_counts_what_the_client_received(router):
     """One RawSocket client publishes to itself: the listener's ``router_sent_bytes_total``
     moved by exactly the bytes the client read (handshake, WELCOME, SUBSCRIBED, events)."""
@@ -127,11 +122,11 @@ def test_the_sent_bytes_counter_counts_what_the_client_received(router):
         while len(received) < 4:
             received.extend(sock.recv(4 - len(received)))
         offset = [4]
-        sock.sendall(_frame([1, "realm1", {"roles": {"publisher": {}, "subscriber": {}}}]))
+        sock.sendall(msgpack_frame([1, "realm1", {"roles": {"publisher": {}, "subscriber": {}}}]))
         assert read_message()[0] == 2  # WELCOME
-        sock.sendall(_frame([32, 1, {}, "turn.count"]))
+        sock.sendall(msgpack_frame([32, 1, {}, "turn.count"]))
         assert read_message()[0] == 33  # SUBSCRIBED
-        sock.sendall(b"".join(_frame([16, 2 + n, {"exclude_me": False}, "turn.count", [n]])
+        sock.sendall(b"".join(msgpack_frame([16, 2 + n, {"exclude_me": False}, "turn.count", [n]])
                               for n in range(200)))
         assert [read_message()[4][0] for _ in range(200)] == list(range(200))
         after = scrape(router)
