@@ -264,11 +264,13 @@ def test_a_router_with_tls_listeners_loads_tls(router):
 def test_a_router_that_asks_for_no_tls_runs_without_it_and_serves_every_listener(tmp_path):
     """pyOpenSSL is left out when nothing asks for TLS (router/tls.py); every other kind of
     listener, and a plain-http webhook, must still work without it."""
+    from autobahn.wamp.types import PublishOptions
+
     from tests.amqp_clients import connect as amqp_connect
     from tests.clients import connect, next_item
-    from tests.harness import free_port
     from tests.http_clients import request
     from tests.metrics_scrape import fetch
+    from tests.test_webhooks import Target
 
     listeners = [
         {"type": "websocket", "host": "127.0.0.1", "port": 0, "path": "/ws"},
@@ -280,7 +282,8 @@ def test_a_router_that_asks_for_no_tls_runs_without_it_and_serves_every_listener
         {"type": "http", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
         {"type": "metrics", "host": "127.0.0.1", "port": 0},
     ]
-    hook = {"name": "plain", "url": f"http://127.0.0.1:{free_port()}/hook", "topic": "hook"}
+    target = Target()
+    hook = {"name": "plain", "url": target.url, "topic": "hook"}
     process = RouterProcess(tmp_path, [realm_file("realm1", webhooks=[hook])], listeners).start()
     try:
         assert any(NO_TLS_LINE in line for line in process.log_lines)
@@ -290,8 +293,7 @@ def test_a_router_that_asks_for_no_tls_runs_without_it_and_serves_every_listener
             pub = await connect(process, transport, "json")
             events = await sub.events("com.example.notls")
             await pub.publish("com.example.notls", transport,
-                              options=__import__("autobahn").wamp.types.PublishOptions(
-                                  acknowledge=True))
+                              options=PublishOptions(acknowledge=True))
             assert (await next_item(events))[0] == [transport]
             await pub.close()
             await sub.close()
@@ -312,5 +314,9 @@ def test_a_router_that_asks_for_no_tls_runs_without_it_and_serves_every_listener
             in (200, 202, 204)
         status, body = fetch(process)
         assert status == 200 and "router_" in body
+        assert request(process, "POST", "/publish", {"topic": "hook", "args": ["plain"]}).status \
+            in (200, 202, 204)
+        assert target.wait_accepted(1)[0].event["args"] == ["plain"]
     finally:
         process.stop()
+        target.stop()
