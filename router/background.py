@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from typing import Any, Callable
 
 _STOP = object()
+log = logging.getLogger(__name__)
 
 
 class BatchWorker:
@@ -49,7 +51,11 @@ class BatchWorker:
                 except queue.Empty:
                     break
             if batch:
-                self._handle(batch)
+                try:
+                    self._handle(batch)
+                except Exception:  # a bug in one batch must not stop every later one
+                    log.exception("%s: a batch of %d item(s) failed",
+                                  self._thread.name, len(batch))
             # let go of the handled items before waiting for more: each holds its callbacks,
             # and through them whoever waits for the write (an acknowledged publisher's
             # session, until the next batch came)

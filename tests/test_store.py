@@ -47,6 +47,22 @@ def test_a_failed_commit_answers_every_waiting_callback_with_false(tmp_path):
     store.close()
 
 
+def test_a_write_sqlite_cannot_take_fails_its_batch_and_the_writer_goes_on(tmp_path):
+    """A value SQLite refuses to bind (a lone surrogate: UnicodeEncodeError, not an
+    sqlite3.Error) answers its batch's callbacks with False, as a failed commit does; the
+    writer thread lives on and the next batch is stored and acknowledged."""
+    answers: queue.Queue = queue.Queue()
+    store = SqliteStore(tmp_path / "store.sqlite3", lambda function, *args: function(*args))
+    store.create_schema("CREATE TABLE IF NOT EXISTS item (value TEXT)")
+    store.execute("INSERT INTO item VALUES (?)", ("\ud800",))
+    store.when_durable(answers.put)
+    assert answers.get(timeout=5) is False
+    store.execute("INSERT INTO item VALUES (?)", ("kept",))
+    store.when_durable(answers.put)
+    assert answers.get(timeout=5) is True
+    store.close()
+
+
 def retained_entry(topic: tuple[str, ...], payload: bytes) -> RetainedEvent:
     publication = Publication(7, topic, [payload], None, SessionInfo(1, "realm1", "a", "r"),
                               retain=True, qos=1, payload=payload)

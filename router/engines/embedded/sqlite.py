@@ -256,10 +256,10 @@ class SqliteStore:
                statements: list["_Statement"]) -> str | None:
         """Commit one batch; the error message if it failed (nothing of it is stored)."""
         connection = self._connection
-        stored = [(w.realm, topic_key(w.topic), w.blob) for w in writes.values()
-                  if w.blob is not None]
-        upserts = _upserts(stored)
         try:
+            stored = [(w.realm, topic_key(w.topic), w.blob) for w in writes.values()
+                      if w.blob is not None]
+            upserts = _upserts(stored)
             if len(upserts) == 1 and not statements and len(stored) == len(writes):
                 # one statement is its own transaction, committed (synchronous=FULL) before
                 # it returns: the commonest batch, retained writes only, in one step
@@ -280,6 +280,11 @@ class SqliteStore:
             log.debug("writing a batch (%d retained topic(s), %d statement(s)) failed",
                       len(writes), len(statements), exc_info=True)
             return f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # (a value SQLite cannot take) failed like a commit,
+            # not a writer thread gone with every later acknowledgement waiting on it
+            log.exception("a batch (%d retained topic(s), %d statement(s)) could not be "
+                          "written", len(writes), len(statements))
+            return f"{type(exc).__name__}: {exc}"
         return None
 
     def _committed(self, writes: dict[tuple[str, Topic], "_RetainedWrite"]
@@ -292,7 +297,7 @@ class SqliteStore:
                     "SELECT entries FROM retained WHERE realm = ? AND topic = ?",
                     (write.realm, topic_key(write.topic))).fetchone()
                 lost.append((write, unpack_topic(row[0]) if row is not None else []))
-        except sqlite3.Error:
+        except Exception:  # (sqlite3.Error, or the topic that failed the write)
             log.exception("reading back retained topics after a failed write")
         return lost
 
