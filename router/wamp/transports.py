@@ -200,6 +200,8 @@ class RouterRawSocketProtocol(SlottedGatedProtocol, FlowingProtocol, _RawSocketE
             data = self._handshake_received(data)
             if not data:
                 return
+        if self._session is None:
+            return  # refused at the handshake, closing: TLS still hands over later records
         limit = self.factory.max_length
         buffer = self._buffer
         if buffer:
