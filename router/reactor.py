@@ -99,14 +99,15 @@ class RouterReactor(epollreactor.EPollReactor):
 
     def mainLoop(self) -> None:
         """Twisted's loop: due timers and threads' calls, then a poll for at most the time
-        to the next timer; ``runUntilCurrent`` only when something is due, and one context
-        (errors are logged and the loop goes on, as Twisted's) for all the turns."""
+        to the next timer; ``runUntilCurrent`` only when something is due (a timer, a
+        thread's call, or a ``stop()`` asked during the turn, which only it carries out), and
+        one context (errors are logged and the loop goes on, as Twisted's) for all turns."""
         while self._started:
             try:
                 while self._started:
                     pending = self._pendingTimedCalls
                     wait = pending[0].time - self.seconds() if pending else None
-                    if self.threadCallQueue or self._newTimedCalls or (
+                    if self.threadCallQueue or self._newTimedCalls or self._justStopped or (
                             wait is not None and wait <= 0):
                         self.runUntilCurrent()
                         timeout = self.timeout()
