@@ -29,8 +29,8 @@ from typing import Iterator
 
 from router.core.topic import valid_topic_filter, valid_topic_name
 from router.mqtt.packets import (Auth, Connack, Connect, Disconnect, Packet, Properties,
-                                 Publish, ReasonCode, Suback, Subscribe, SubscriptionOptions,
-                                 Unsuback, Unsubscribe, Will)
+                                 Puback, Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
+                                 Subscribe, SubscriptionOptions, Unsuback, Unsubscribe, Will)
 from router.mqtt.primitives import (MAX_VARIABLE_BYTE_INTEGER, MQTT_3_1_1, MQTT_5,
                                     MqttProtocolError, Reader, decode_variable_byte_integer,
                                     encode_binary, encode_string, encode_uint16,
@@ -68,7 +68,8 @@ PublishParts = tuple[str, bytes, int, bool, "int | None"]
 """(topic, payload, QoS, RETAIN, packet id) of a PUBLISH without properties and DUP, as
 :meth:`MqttCodec.next_item` gives it."""
 
-PUBACK, PUBREC, PUBREL, PUBCOMP = 0x40, 0x50, 0x62, 0x70
+PUBACK, PUBREC, PUBREL, PUBCOMP = (BARE_ACK_FIRST_BYTES[ack][0]
+                                   for ack in (Puback, Pubrec, Pubrel, Pubcomp))
 """First bytes of the acknowledgements (a bare one is these, 2, and the packet id)."""
 
 BARE_ACK = struct.Struct(">BBH").pack
