@@ -74,14 +74,22 @@ def _run(args: argparse.Namespace) -> int:
 
     from router.node import Node
 
+    failed: list[Exception] = []
+
+    def cannot_start(exc: Exception) -> None:
+        logging.getLogger("router").error("cannot start: %s", exc)
+        failed.append(exc)
+        if reactor.running:  # the engine connected once the reactor ran
+            reactor.stop()
+
     try:
         node = Node(config, reactor)
-        node.start()
-    except Exception as exc:  # a port in use (ListenerFailed), Redis unreachable: say so, stop
-        logging.getLogger("router").error("cannot start: %s", exc)
-        return 1
-    reactor.run()
-    return 0
+        node.start(cannot_start)  # a port in use is told to cannot_start
+    except Exception as exc:  # Redis unreachable, a data dir that cannot be written
+        cannot_start(exc)
+    if not failed:
+        reactor.run()
+    return 1 if failed else 0
 
 
 def _check_config(args: argparse.Namespace) -> int:

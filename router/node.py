@@ -10,7 +10,7 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from twisted.internet import defer, task, threads
 from twisted.internet.error import CannotListenError
@@ -169,7 +169,6 @@ class Node:
         self.engine = make_engine(config, self.store, reactor)
         self.engine.pause_intake_with(self.intake.set_paused)
         self.router = build_router(config, reactor, self.engine, self.eventlog)
-        self.engine.start(self.router.realms, self.router.incidents)
         self.store.incidents = self.router.incidents
         self.store.on_retained_lost = self._retained_lost
         self.eventlog.incidents = self.router.incidents
@@ -220,7 +219,10 @@ class Node:
         # per format and the bytes are reused for every receiver on any transport.
         self._serializers = dict(zip(SERIALIZERS, make_serializers(SERIALIZERS)))
 
-    def start(self) -> None:
+    def start(self, cannot_start: Callable[[Exception], None]) -> None:
+        """Start the node's loops and webhooks, then the engine; once the engine is connected
+        to the other nodes (at once on a single node), open the listeners and say ``ready:``.
+        ``cannot_start`` gets what keeps a listener from opening."""
         self._expiry.start(1.0, now=False)
         self.eventlog.start(self.reactor)
         self._log_flush.start(self.config.eventlog.flush_interval, now=False)
@@ -230,20 +232,22 @@ class Node:
             self._sys_loop.start(self.config.sys_interval, now=True)
         for hook in self.webhooks:  # subscribed before any client can publish
             hook.start()
-        for index, listener in enumerate(self.config.listeners):
-            try:
-                self.ports.append((listener, self._listen(listener)))
-            except CannotListenError as exc:
-                reason = exc.socketError.strerror if isinstance(exc.socketError, OSError) \
-                    else exc.socketError
-                raise ListenerFailed(f"{describe(self.config, index)}: cannot listen: "
-                                     f"{reason}") from exc
+        self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
+        self._watch_reload()
+        self.engine.start(self.router.realms, self.router.incidents,
+                          lambda: self._let_clients_in(cannot_start))
+
+    def _let_clients_in(self, cannot_start: Callable[[Exception], None]) -> None:
+        """The listeners, the admin socket and the bridges, then the ``ready:`` line."""
+        try:
+            self._listen_all()
+        except ListenerFailed as exc:
+            cannot_start(exc)
+            return
         self._listen_admin()
         for bridge in self.bridges:
             self.engine.run_bridge(bridge.config.realm, bridge.config.name, bridge.start,
                                    bridge.stop)
-        self.reactor.addSystemEventTrigger("before", "shutdown", self.shutdown)
-        self._watch_reload()
         # what start-up built (modules, configuration, restored state) lives as long as the
         # process: out of the collector's scans, a full collection under load looks only at
         # what clients created since, so its pause does not grow with the code base
@@ -260,6 +264,17 @@ class Node:
         young, middle, _ = gc.get_threshold()
         gc.set_threshold(young, middle, FULL_COLLECTION_AFTER)
         log.info("ready: %s", " ".join(self.urls()))
+
+    def _listen_all(self) -> None:
+        """Every configured client listener; the first that cannot listen stops the rest."""
+        for index, listener in enumerate(self.config.listeners):
+            try:
+                self.ports.append((listener, self._listen(listener)))
+            except CannotListenError as exc:
+                reason = exc.socketError.strerror if isinstance(exc.socketError, OSError) \
+                    else exc.socketError
+                raise ListenerFailed(f"{describe(self.config, index)}: cannot listen: "
+                                     f"{reason}") from exc
 
     def _tables(self) -> Iterator[dict | set]:
         """What grows with the connections and keeps its size once they close: the

@@ -119,6 +119,17 @@ class RouterProcess:
         self.config_path.write_text(json.dumps(config, indent=2))
 
     def start(self, timeout: float = 20.0) -> "RouterProcess":
+        """Launch the router and wait for its ``ready:`` line."""
+        self.launch()
+        try:
+            self.take_urls(self.wait_for_log(r"ready: ", timeout))
+        except AssertionError:
+            end(self.proc)  # not ready in time: not left running either
+            raise
+        return self
+
+    def launch(self) -> "RouterProcess":
+        """Start the process without waiting for it (then :meth:`take_urls`)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "router", "run", "--config", str(self.config_path),
@@ -126,11 +137,10 @@ class RouterProcess:
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self._lines = queue.Queue()
         threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
-        try:
-            line = self.wait_for_log(r"ready: ", timeout)
-        except AssertionError:
-            end(self.proc)  # not ready in time: not left running either
-            raise
+        return self
+
+    def take_urls(self, line: str) -> None:
+        """The listeners' URLs, from the router's ``ready:`` line."""
         self.urls = {}
         self.schemes = {}
         for url in line.split("ready: ", 1)[1].split():
@@ -139,7 +149,6 @@ class RouterProcess:
             kind = "http" if scheme.startswith("http") and url.endswith("/") else SCHEMES[scheme]
             self.urls[kind] = url
             self.schemes[kind] = scheme
-        return self
 
     def _pump(self, proc: subprocess.Popen, lines: "queue.Queue[str | None]") -> None:
         for line in proc.stderr:  # type: ignore[union-attr]
@@ -161,6 +170,15 @@ class RouterProcess:
                                      + "\n".join(self.log_lines[-40:]))
             if regex.search(line):
                 return line
+
+    def logged(self, pattern: str, timeout: float = 10.0) -> str:
+        """A log line matching ``pattern``, written already (even before ``ready:``) or
+        within ``timeout``."""
+        regex = re.compile(pattern)
+        for line in list(self.log_lines):
+            if regex.search(line):
+                return line
+        return self.wait_for_log(pattern, timeout)
 
     def address(self, transport: str) -> tuple[str, int, str]:
         """(host, port, path) of a listener."""
@@ -219,6 +237,71 @@ class RedisServer:
 
     def stop(self) -> None:
         end(self.proc)
+
+
+class SubscribeHold:
+    """A TCP relay to a redis-server that holds back every SUBSCRIBE until :meth:`release`:
+    a node behind it gets its Redis connections, but its subscriber link stays unfinished
+    (as on a Redis slow to answer one of them)."""
+
+    def __init__(self, redis_port: int) -> None:
+        self.redis_port = redis_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.released = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._subscribers: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.redis_port))
+            self._sockets += (client, upstream)
+            threading.Thread(target=self._pump, args=(client, upstream, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False),
+                             daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, holding: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if holding and b"SUBSCRIBE" in data:
+                    self._subscribers.append(source)
+                    self.released.wait()
+                sink.sendall(data)
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:  # the other side or close() ended it
+            pass
+
+    def release(self) -> None:
+        """Let the held SUBSCRIBEs (and every later one) through."""
+        self.released.set()
+
+    def hold(self) -> None:
+        """Hold the SUBSCRIBEs that come from now on."""
+        self.released.clear()
+
+    def cut_subscribers(self) -> None:
+        """Close the client side of every connection that subscribed (the node's subscriber
+        link is lost; it connects again)."""
+        for sock in self._subscribers:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._subscribers.clear()
+
+    def close(self) -> None:
+        self.release()
+        self.listener.close()
+        for sock in self._sockets:
+            sock.close()
 
 
 @contextlib.contextmanager

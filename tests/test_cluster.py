@@ -31,7 +31,8 @@ from tests.amqp_clients import Receive, amqp_listeners
 from tests.amqp_clients import connect as amqp_connect
 from tests.amqp_clients import received as amqp_received
 from tests.clients import connect, next_item, raw_connect, run
-from tests.harness import OPEN_ROLE, RedisServer, RouterProcess, realm_file, redis_cluster
+from tests.harness import (OPEN_ROLE, RedisServer, RouterProcess, SubscribeHold, realm_file,
+                           redis_cluster)
 from tests.mqtt_clients import MqttClient, probe_until_received
 from tests.test_backpressure import rss_mb
 
@@ -83,13 +84,16 @@ REALM = realm_file(
 keep their last three events."""
 
 
-def start_node(base, redis: RedisServer, name: str, **cluster) -> RouterProcess:
-    """A node on ``redis``; ``cluster``: keys of the config's ``cluster`` block."""
+def start_node(base, redis: RedisServer | SubscribeHold, name: str, launch_only: bool = False,
+               **cluster) -> RouterProcess:
+    """A node on ``redis`` (or a relay to it), ready unless ``launch_only``; ``cluster``: keys
+    of the config's ``cluster`` block."""
     listeners = amqp_listeners() + [{"type": "rawsocket", "host": "127.0.0.1", "port": 0}]
-    return RouterProcess(base / name, [REALM], listeners=listeners,
+    node = RouterProcess(base / name, [REALM], listeners=listeners,
                          extra_config={"engine": {"type": "redis", "url": redis.url,
                                                   "node": name},
-                                       "cluster": cluster}).start()
+                                       "cluster": cluster})
+    return node.launch() if launch_only else node.start()
 
 
 @pytest.fixture(scope="module")
@@ -335,6 +339,39 @@ def test_interest_announced_while_a_node_was_not_listening_reaches_it(tmp_path):
 
         run(scenario())
         admin.close()
+
+
+def test_a_node_lets_clients_in_only_once_its_redis_channels_are_subscribed(cluster, tmp_path):
+    """A node whose Redis subscription is slow to come up (held by a relay) says neither
+    ``ready:`` nor opens its listeners until it is in place: a subscriber let in before
+    would announce its interest, other nodes would send it their events on a channel
+    nobody listens to yet, and a QoS 0 event would be lost without a trace."""
+    redis, nodes = cluster
+    relay = SubscribeHold(redis.port)
+    late = start_node(tmp_path, relay, "late", launch_only=True)
+    name = topic()
+    try:
+        line = late.wait_for_log(r"ready: |still connecting to Redis", timeout=60)
+        if "ready: " not in line:  # held, as it should be, until the relay lets it through
+            relay.release()
+            line = late.wait_for_log(r"ready: ", timeout=60)
+        late.take_urls(line)
+
+        async def scenario():
+            publisher = await connect(nodes["a"])
+            subscriber = await connect(late)
+            events = await subscriber.events(name)
+            await reaches(publisher, name, events)
+            await publisher.publish(name, "after the probes",
+                                    options=PublishOptions(acknowledge=True))
+            assert (await next_event(events))[0] == ["after the probes"]
+            for session in (publisher, subscriber):
+                await session.close()
+
+        run(scenario())
+    finally:
+        relay.close()
+        late.stop()
 
 
 def test_every_nodes_event_log_is_read_by_the_report_as_one(cluster, tmp_path):

@@ -314,7 +314,7 @@ def test_a_normal_disconnect_leaves_no_will_and_a_restarted_node_is_not_reaped(c
     run(testament())
     restarted.kill9()
     restarted = start_node(tmp_path, redis, "a4", **slow)
-    restarted.wait_for_log(r"node a4 left 1 testament\(s\)")
+    restarted.logged(r"node a4 left 1 testament\(s\)")  # before its listeners open
     assert b'"again"' in receive(watcher, {b'"again"'})
     store = BlockingRedis("127.0.0.1", redis.port, 0)
     try:

@@ -219,9 +219,12 @@ class Engine(Protocol[SessionStore_co, LinkStore_co, Realm_contra]):
         engine never does: its SQLite writer is the node's, which pauses the intake
         itself); asked once, before :meth:`start`."""
 
-    def start(self, realms: Mapping[str, Realm_contra], incidents: Incidents) -> None:
+    def start(self, realms: Mapping[str, Realm_contra], incidents: Incidents,
+              ready: Callable[[], None]) -> None:
         """The realms are built: start receiving for them (incidents counted in
-        ``incidents``)."""
+        ``incidents``), and call ``ready()`` once this node sends to and receives from the
+        others (at once for a single node): the node lets clients in only then, so nothing
+        they publish or subscribe to is missed by a link still being set up."""
 
     def close(self) -> None:
         """Stop talking to whatever the engine shares state with (at shutdown)."""

@@ -78,8 +78,10 @@ class EmbeddedEngine:
     def pause_intake_with(self, paused: Paused) -> None:
         """Never asked: the node pauses its intake for its SQLite writer itself."""
 
-    def start(self, realms: "Mapping[str, Realm]", incidents: Incidents) -> None:
-        """Nothing arrives from elsewhere."""
+    def start(self, realms: "Mapping[str, Realm]", incidents: Incidents,
+              ready: Callable[[], None]) -> None:
+        """Nothing arrives from elsewhere: ready at once."""
+        ready()
 
     def close(self) -> None:
         """The SQLite store belongs to the node, which closes it after its last write."""

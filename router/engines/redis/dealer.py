@@ -30,6 +30,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 
 import msgpack
+from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from router.core import errors
@@ -187,16 +188,16 @@ class RedisDealer:
         for forwarded in [f for f in self._calls.values() if f.node == node]:
             self._fail(forwarded, f"the callee's node {node} died")
 
-    def reload(self) -> None:
+    def reload(self) -> defer.Deferred[bool]:
         """The channel is subscribed (again): read the whole hash, then apply the changes
-        announced meanwhile that are newer."""
+        announced meanwhile that are newer. Fires with whether the hash was read."""
         if self._held is None:
             self._held = []
-        self.engine.request(command("MULTI") + command("HGETALL", self.keys[0])
-                            + command("GET", self.keys[1]) + command("EXEC"),
-                            3).addCallbacks(self._loaded, self._load_failed)
+        return self.engine.request(command("MULTI") + command("HGETALL", self.keys[0])
+                                   + command("GET", self.keys[1]) + command("EXEC"),
+                                   3).addCallbacks(self._loaded, self._load_failed)
 
-    def _loaded(self, replies: list[Reply]) -> None:
+    def _loaded(self, replies: list[Reply]) -> bool:
         found, seq = replies
         if int(seq or 0) >= self.applied:  # else a later read was applied already
             snapshot = dict(zip(found[::2], found[1::2]))
@@ -210,11 +211,13 @@ class RedisDealer:
             self._apply(*change)
         for settled in [s for s in self._claims if s <= self.applied]:
             self._claims.pop(settled)(None)
+        return True
 
-    def _load_failed(self, failure: Failure) -> None:
+    def _load_failed(self, failure: Failure) -> bool:
         self._held = None  # the next subscription (after a reconnect) reads again
         self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
                                     f"registrations not read ({failure.getErrorMessage()})")
+        return False
 
     def changed(self, seq: int, field: str, value: str | None) -> None:
         """A node changed a procedure (announced in Redis's order)."""

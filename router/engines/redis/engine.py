@@ -76,6 +76,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+READY_WARNING_AFTER = 5.0
+"""Seconds after which a node still setting up its Redis links says so in its log."""
+
 
 class RedisEngine:
     """The engine of a node among several on one Redis (see the module docstring)."""
@@ -108,6 +111,8 @@ class RedisEngine:
         self.commands: RespProtocol | None = None
         self._subscribed = False
         """The subscriber connection has the registrations channel."""
+        self._ready: Callable[[], None] | None = None
+        """What :meth:`start` was given to call once connected, until called."""
         self._connectors: list[Any] = []
         self._sweeper = task.LoopingCall(self.sweep)
         self._sweeper.clock = reactor
@@ -164,9 +169,14 @@ class RedisEngine:
         self.on_pressure = lambda pressed: paused(pressed, "Redis")
         self.on_adopting = lambda adopting: paused(adopting, "dead-node adoption")
 
-    def start(self, realms: "Mapping[str, Realm]", incidents: Incidents) -> None:
-        """Receive from the other nodes for ``realms`` and send to them."""
+    def start(self, realms: "Mapping[str, Realm]", incidents: Incidents,
+              ready: Callable[[], None]) -> None:
+        """Receive from the other nodes for ``realms`` and send to them; ``ready()`` once both
+        connections are up, the channels subscribed and the registrations and interest read
+        (see :meth:`_read_registrations`)."""
         self.incidents = incidents
+        self._ready = ready
+        self.reactor.callLater(READY_WARNING_AFTER, self._still_connecting)
         for name, shared in self.realms.items():
             realm = shared.realm = shared.dealer.realm = realms[name]
             shared.members.install(realm.dealer.procedures)
@@ -197,9 +207,24 @@ class RedisEngine:
         """Read every realm's registrations and interest once both connections are up
         (whichever came last): from then on no announced change is missed."""
         if self.commands is not None and self._subscribed:
-            for shared in self.realms.values():
-                shared.dealer.reload()
-                shared.reload_interest()
+            reads = [read for shared in self.realms.values()
+                     for read in (shared.dealer.reload(), shared.reload_interest())]
+            if self._ready is not None:
+                defer.gatherResults(reads).addCallback(self._first_reads)
+
+    def _first_reads(self, read: list[bool]) -> None:
+        """Ready once every realm's first reads succeeded (a failed one is read again when
+        the connections come back)."""
+        if all(read) and self._ready is not None:
+            ready, self._ready = self._ready, None
+            ready()
+
+    def _still_connecting(self) -> None:
+        if self._ready is not None:
+            host, port, _ = self.address
+            log.warning("still connecting to Redis at %s:%d (the channels subscribed, the "
+                        "registrations and interest read): clients are let in only then",
+                        host, port)
 
     def _subscriber_up(self, connection: RespProtocol) -> None:
         connection.on_push = self._push

@@ -228,19 +228,19 @@ class RedisRealm:
         self._announce_after = (engine.reactor.seconds()
                                 + 10 * (time.monotonic() - started))
 
-    def reload_interest(self) -> None:
+    def reload_interest(self) -> defer.Deferred[bool]:
         """The interest channel is subscribed (again): read every node's patterns from the
         hash, since what a node announced between the start-up's read and the subscription
         (or while the subscription was down) never arrives; without it this node would
         not send that node its publications (a bridge started meanwhile on another node
-        would not get them, acknowledged all the same)."""
+        would not get them, acknowledged all the same). Fires with whether it was read."""
         if self._heard is None:
             self._heard = set()
         self._interest_reads += 1
-        self.engine.request(command("HGETALL", self.keys["interest"])).addBoth(
+        return self.engine.request(command("HGETALL", self.keys["interest"])).addBoth(
             self._interest_read)
 
-    def _interest_read(self, found: Any) -> None:
+    def _interest_read(self, found: Any) -> bool:
         heard = self._heard or set()
         self._interest_reads -= 1
         if not self._interest_reads:
@@ -248,11 +248,12 @@ class RedisRealm:
         if isinstance(found, Failure):  # the next subscription (after a reconnect) reads again
             self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
                                         f"interest not read ({found.getErrorMessage()})")
-            return
+            return False
         for field, packed in zip(found[::2], found[1::2]):
             node = field.decode()
             if node != self.engine.node and node not in heard:  # else announced as new
                 self.remote.replace(node, unpack_patterns(packed))
+        return True
 
     def announced(self, node: str, packed: bytes) -> None:
         """Another node's interest, from the channel."""
@@ -619,9 +620,9 @@ class RedisRealm:
         """Start-up: the interest of the other nodes and every retained event, from Redis."""
         engine = self.engine
         found = redis.call("HGETALL", self.keys["interest"])
-        for node, packed in zip(found[::2], found[1::2]):
-            if node.decode() != engine.node:
-                self.remote.replace(node.decode(), unpack_patterns(packed))
+        for field, packed in zip(found[::2], found[1::2]):
+            if (node := field.decode()) != engine.node:
+                self.remote.replace(node, unpack_patterns(packed))
         redis.call("HDEL", self.keys["interest"], engine.node)  # a previous run's patterns
         found = redis.call("HGETALL", self.keys["retained-token"])
         self.tokens.update(zip(found[::2], found[1::2]))
