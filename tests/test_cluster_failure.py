@@ -26,7 +26,7 @@ from router.engines.redis.resp import BlockingRedis
 from tests import amqp_clients
 from tests.amqp_clients import Receive, Send, message, send
 from tests.clients import connect, next_item, run
-from tests.harness import RedisServer, RouterProcess, redis_cluster
+from tests.harness import RedisServer, RouterProcess, SubscribeHold, redis_cluster
 from tests.mqtt_clients import V5, V311, MqttClient, mqtt_realm, unique
 from tests.test_cluster_amqp import collect, durable, until_probe
 from tests.test_cluster_sessions import (PROBE, count_until_probe, killed_with_a_queue,
@@ -46,7 +46,7 @@ TAKEOVER_TIMEOUT = 30
 N = 200
 
 
-def start_node(base, redis: RedisServer, name: str, **cluster) -> RouterProcess:
+def start_node(base, redis: RedisServer | SubscribeHold, name: str, **cluster) -> RouterProcess:
     listeners = [{"type": "mqtt", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
                  {"type": "amqp", "host": "127.0.0.1", "port": 0, "realm": "realm1"},
                  {"type": "rawsocket", "host": "127.0.0.1", "port": 0}]
@@ -192,6 +192,39 @@ def test_offline_session_of_a_killed_node_queues_and_resumes_on_another_node(clu
     assert all(received[f"q2-{i}".encode()] == 1 for i in range(N))
     for client in (resumed, publisher):
         client.close()
+
+
+def test_a_node_that_missed_a_reaping_forgets_the_dead_nodes_interest(cluster, tmp_path):
+    """Node a10 is cut from its Redis subscription while a11, which had a subscriber, is killed
+    and reaped: a10 misses the announcement. When a10 listens again it reads every node's
+    interest from Redis, where the reaping removed a11's: a10 must forget a11's too. Otherwise it
+    forwards each QoS 1 publication matching them to a node nobody runs, and every such
+    acknowledgement fails, for good."""
+    redis, nodes = cluster
+    relay = SubscribeHold(redis.port)
+    relay.release()
+    # a10 looks for dead nodes rarely, so that b or c reaps a11 (a reaper learns it at once)
+    missing = start_node(tmp_path, relay, "a10", heartbeat_interval=10, node_timeout=30)
+    dying = start_node(tmp_path, redis, "a11")
+    topic = unique("gone")
+    subscriber = connected(dying)
+    assert subscriber.subscribe((topic, 1)) == [1]
+    publisher = connected(missing)
+    count_until_probe(publisher, subscriber, topic, Counter())  # a10 knows a11's interest
+    try:
+        relay.hold()
+        relay.cut_subscribers()  # a10 subscribes again, held until the reaping is over
+        dying.kill9()
+        reaped_log(nodes, "a11", NODE_TIMEOUT + HEARTBEAT + MARGIN)
+        relay.release()
+        deadline = time.monotonic() + 30
+        while publisher.publish(topic, b"to nobody", qos=1) != 0:  # refused while a10 forwards
+            assert time.monotonic() < deadline, "a10 still forwards to the reaped node a11"
+    finally:
+        relay.close()
+        subscriber.close()
+        publisher.close()
+        missing.stop()
 
 
 def test_durable_amqp_link_of_a_killed_node_queues_and_resumes_on_another_node(cluster,

@@ -110,6 +110,10 @@ class RemoteInterest:
         if inherited:
             self.replace(heir, self._patterns.get(heir, set()) | inherited)
 
+    def holders(self) -> set[str]:
+        """The nodes that hold any pattern."""
+        return set(self._patterns)
+
     def nodes(self, topic: Topic) -> set[str]:
         """The nodes with a pattern matching ``topic``."""
         found: set[str] = set()
@@ -253,6 +257,12 @@ class RedisRealm:
             node = field.decode()
             if node != self.engine.node and node not in heard:  # else announced as new
                 self.remote.replace(node, unpack_patterns(packed))
+        listed = {field.decode() for field in found[::2]}
+        for node in self.remote.holders() - listed - heard:
+            # reaped (its patterns taken out of the hash) while this node did not listen:
+            # its reaper announced its own since, and a forward to it would wait for a
+            # confirmation that never comes
+            self.remote.replace(node, set())
         return True
 
     def announced(self, node: str, packed: bytes) -> None:
