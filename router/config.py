@@ -579,7 +579,7 @@ def _retention(reader: _Reader, check: str) -> RetentionPolicy:
 def _mqtt(reader: _Reader) -> MqttSettings:
     reader.reject_unknown({"payload_mapping", "qos_policy", "max_qos", "max_packet_size",
                            "max_queued", "max_session_expiry", "max_keepalive",
-                           "topic_alias_maximum", "max_subscriptions"})
+                           "topic_alias_maximum", "max_subscriptions", "max_inbound_qos2"})
     defaults = MqttSettings()
     mapping = reader.get("payload_mapping", str, defaults.payload_mapping)
     if mapping not in MAPPINGS:
@@ -597,7 +597,8 @@ def _mqtt(reader: _Reader) -> MqttSettings:
                         _expiry_cap(reader, "max_session_expiry", defaults.max_session_expiry),
                         _two_byte(reader, "max_keepalive", defaults.max_keepalive),
                         _two_byte(reader, "topic_alias_maximum", defaults.topic_alias_maximum),
-                        _positive(reader, "max_subscriptions", int, defaults.max_subscriptions))
+                        _positive(reader, "max_subscriptions", int, defaults.max_subscriptions),
+                        _positive(reader, "max_inbound_qos2", int, defaults.max_inbound_qos2))
 
 
 def _two_byte(reader: _Reader, key: str, default: int) -> int:

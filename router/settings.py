@@ -48,6 +48,9 @@ class MqttSettings:
     the client's own maximum)."""
     max_subscriptions: int = 10_000
     """Subscriptions one session may hold; a filter past it gets SUBACK 0x97 (0x80)."""
+    max_inbound_qos2: int = 1_000
+    """QoS 2 messages of one session received (PUBREC sent) and awaiting PUBREL; one more
+    closes the connection."""
 
 
 @dataclass(frozen=True)

@@ -371,6 +371,39 @@ def test_inbound_qos2_is_delivered_exactly_once(clients, raw, version):
     subscriber.expect(topic, SENTINEL)
 
 
+def test_qos2_messages_awaiting_pubrel_are_bounded(router, clients, raw):
+    """An MQTT 3.1.1 client (no receive maximum to keep it in check) sends 20,000 QoS 2
+    publishes and never a PUBREL: the router holds 1,000 (``mqtt.max_inbound_qos2``), closes
+    the connection at the next and counts it; a client that releases its messages is never
+    held to it."""
+    topic = f"flow/{unique('q2')}"
+    watcher = clients(V5)
+    watcher.subscribe((topic, 2))
+    flood = raw()
+    flood.connect_ok(V311, unique("q2"))
+    flood.send_bytes(b"".join(flood.codec.encode(Publish(topic, b"held", qos=2,
+                                                         packet_id=packet_id))
+                              for packet_id in range(1, 20_001)))
+    acknowledged = []
+    with pytest.raises(ConnectionError):
+        while True:
+            acknowledged.append(flood.recv(timeout=30))
+    assert acknowledged == [Pubrec(packet_id) for packet_id in range(1, 1_001)]
+    router.logged(r"more than 1000 QoS 2 messages awaiting PUBREL", timeout=30)
+    for _ in range(1_000):  # each delivered once (PUBREC: routed), the 1,001st was not
+        assert watcher.next_message(timeout=30).payload == b"held"
+
+    polite = raw()
+    polite.connect_ok(V311, unique("q2"))
+    for packet_id in range(1, 1_501):  # released one by one: never more than one held
+        polite.send(Publish(topic, b"released", qos=2, packet_id=packet_id))
+        assert polite.recv() == Pubrec(packet_id)
+        polite.send(Pubrel(packet_id))
+        assert polite.recv() == Pubcomp(packet_id)
+    for _ in range(1_500):
+        assert watcher.next_message(timeout=30).payload == b"released"
+
+
 def test_mqtt5_receive_maximum_limits_messages_in_flight(clients, raw):
     topic = f"flow/{unique('rm')}"
     receiver = raw()

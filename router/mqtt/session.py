@@ -15,7 +15,8 @@ import time
 from collections import deque
 from typing import Callable
 
-from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
+from router.core.incidents import (EXPIRED, OVER_LIMIT, QUEUE_FULL, SLOW_CONSUMER,
+                                   UNREPRESENTABLE)
 from router.core.model import Publication, SessionInfo
 from router.core.payload import to_bytes
 from router.core.peer import NOTHING_YET, Subscription
@@ -24,9 +25,9 @@ from router.core.shared import SharedGroup
 from router.core.topic import to_mqtt
 from router.core.uri import EXACT
 from router.mqtt.outlet import FLUSH_AT, Outlet, SessionOwner
-from router.mqtt.packets import SubscriptionOptions
+from router.mqtt.packets import ReasonCode, SubscriptionOptions
 from router.mqtt.persistence import QUEUED, RELEASED, SENT, StoredMessage, StoredOutbound
-from router.mqtt.primitives import free_packet_id
+from router.mqtt.primitives import MqttProtocolError, free_packet_id
 
 log = logging.getLogger(__name__)
 
@@ -620,9 +621,19 @@ class MqttSession:
     # inbound QoS 2 ----------------------------------------------------------------
 
     def remember_inbound(self, packet_id: int) -> bool:
-        """Record a QoS 2 packet id; False if it is a duplicate (already delivered)."""
+        """Record a QoS 2 packet id; False if it is a duplicate (already delivered). One
+        more than ``mqtt.max_inbound_qos2`` awaiting PUBREL is counted and closes the
+        connection (MQTT 3.1.1 has no way to refuse it; MQTT 5 has 0x93)."""
         if packet_id in self.inbound_qos2:
             return False
+        maximum = self.frontend.settings.max_inbound_qos2
+        if len(self.inbound_qos2) >= maximum:
+            realm = self.frontend.realm
+            realm.incidents.count(realm.name, "mqtt", OVER_LIMIT,
+                                  f"client {self.client_id}: more than {maximum} QoS 2 "
+                                  "messages awaiting PUBREL: connection closed")
+            raise MqttProtocolError(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+                                    f"more than {maximum} QoS 2 messages awaiting PUBREL")
         if type(self.inbound_qos2) is frozenset:
             self.inbound_qos2 = set()
         self.inbound_qos2.add(packet_id)
