@@ -374,6 +374,55 @@ def test_a_node_lets_clients_in_only_once_its_redis_channels_are_subscribed(clus
         late.stop()
 
 
+def test_retained_changes_made_while_a_node_was_not_listening_reach_it(cluster, tmp_path):
+    """One topic is set again and another cleared on node a while node "deaf" is cut from
+    its Redis subscription (a relay holds its SUBSCRIBE): their announcements never reach
+    it. Once it listens again it compares every topic's state in Redis with its copy and
+    reads the changed ones, so it does not answer subscribers from the stale copy for good."""
+    redis, nodes = cluster
+    relay = SubscribeHold(redis.port)
+    relay.release()
+    deaf = start_node(tmp_path, relay, "deaf")
+    changed, cleared = topic("ret"), topic("ret")
+    retain = PublishOptions(retain=True, acknowledge=True)
+
+    async def first_retained(node, name: str) -> list | None:
+        """The retained event a subscriber to ``name`` gets at once (None: none, shown by a
+        later event on the topic)."""
+        reader, prober = await connect(node), await connect(node)
+        events = await reader.events(name, get_retained=True)
+        await prober.publish(name, PROBE, options=PublishOptions(acknowledge=True))
+        args = (await next_item(events))[0]
+        for session in (reader, prober):
+            await session.close()
+        return None if args == [PROBE] else args
+
+    async def until_retained(node, name: str, expected: list | None) -> None:
+        deadline = time.monotonic() + 30
+        while (found := await first_retained(node, name)) != expected:
+            assert time.monotonic() < deadline, f"{name} on {node}: {found}, not {expected}"
+
+    async def scenario():
+        setter = await connect(nodes["a"])
+        for name in (changed, cleared):
+            await setter.publish(name, "before", options=retain)
+            await until_retained(deaf, name, ["before"])  # from the channel
+        relay.hold()
+        relay.cut_subscribers()
+        await setter.publish(changed, "after", options=retain)
+        await setter.publish(cleared, options=retain)  # no args: clears
+        relay.release()
+        await until_retained(deaf, changed, ["after"])
+        await until_retained(deaf, cleared, None)
+        await setter.close()
+
+    try:
+        run(scenario())
+    finally:
+        relay.close()
+        deaf.stop()
+
+
 def test_every_nodes_event_log_is_read_by_the_report_as_one(cluster, tmp_path):
     """Two nodes log the same realm and day into their own ``node=`` folders; their trees
     copied into one (as a collector does) are read by the report's reader without change."""

@@ -172,8 +172,8 @@ class RedisEngine:
     def start(self, realms: "Mapping[str, Realm]", incidents: Incidents,
               ready: Callable[[], None]) -> None:
         """Receive from the other nodes for ``realms`` and send to them; ``ready()`` once both
-        connections are up, the channels subscribed and the registrations and interest read
-        (see :meth:`_read_registrations`)."""
+        connections are up, the channels subscribed and the registrations, interest and
+        retained events read (see :meth:`_read_registrations`)."""
         self.incidents = incidents
         self._ready = ready
         self.reactor.callLater(READY_WARNING_AFTER, self._still_connecting)
@@ -204,11 +204,13 @@ class RedisEngine:
         self.commands = None
 
     def _read_registrations(self) -> None:
-        """Read every realm's registrations and interest once both connections are up
-        (whichever came last): from then on no announced change is missed."""
+        """Read every realm's registrations, interest and retained events once both
+        connections are up (whichever came last): from then on no announced change is
+        missed."""
         if self.commands is not None and self._subscribed:
             reads = [read for shared in self.realms.values()
-                     for read in (shared.dealer.reload(), shared.reload_interest())]
+                     for read in (shared.dealer.reload(), shared.reload_interest(),
+                                  shared.reload_retained())]
             if self._ready is not None:
                 defer.gatherResults(reads).addCallback(self._first_reads)
 
@@ -223,8 +225,8 @@ class RedisEngine:
         if self._ready is not None:
             host, port, _ = self.address
             log.warning("still connecting to Redis at %s:%d (the channels subscribed, the "
-                        "registrations and interest read): clients are let in only then",
-                        host, port)
+                        "registrations, interest and retained events read): clients are let "
+                        "in only then", host, port)
 
     def _subscriber_up(self, connection: RespProtocol) -> None:
         connection.on_push = self._push
@@ -322,7 +324,7 @@ class RedisEngine:
             realm, node, key, blob, token = msgpack.unpackb(data, raw=True)
             shared = self.realms.get(realm.decode())
             if shared is not None:
-                shared.apply_retained(key, blob, token, node)
+                shared.retained_announced(key, blob, token, node)
         elif channel == NODE_DOWN_CHANNEL:
             realm, node, left, reaper = msgpack.unpackb(data, raw=False)
             shared = self.realms.get(realm)

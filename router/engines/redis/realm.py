@@ -155,6 +155,10 @@ class RedisRealm:
         """Nodes whose interest came on the channel while a read of the hash is under way
         (see :meth:`reload_interest`); None when no read is."""
         self._interest_reads = 0
+        self._retained_heard: set[bytes] | None = None
+        """Topics whose change came on the channel while :meth:`reload_retained` reads;
+        None when no read is."""
+        self._retained_reads = 0
         self.retention = RetainedStore(policy, encode_retained)
         self.retention.listeners.append(self._retained_changed)
         self.keys = {kind: f"wr:{kind}:{name}".encode()
@@ -600,6 +604,60 @@ class RedisRealm:
             callback(not any(failed >= first for failed in self._failures))
             return
         self._waiters.append((self._issued, first, callback))
+
+    def reload_retained(self) -> defer.Deferred[bool]:
+        """The retained channel is subscribed (again): what other nodes set or cleared while
+        it was not (and what the start-up's read came too early for) was never announced to
+        this node, which would answer subscribers from a stale copy for good. So every
+        topic's token in Redis is compared with this copy's, and the topics that differ are
+        read again. Fires with whether it was read."""
+        if self._retained_heard is None:
+            self._retained_heard = set()
+        self._retained_reads += 1
+        read = self.engine.request(command("HGETALL", self.keys["retained-token"]))
+        return read.addCallback(self._retained_tokens_read).addErrback(self._retained_not_read)
+
+    def _retained_tokens_read(self, found: list[bytes]) -> defer.Deferred[bool]:
+        stored = dict(zip(found[::2], found[1::2]))
+        settled = self._settled_retained()
+        for key in [key for key in self.tokens if key not in stored and key not in settled]:
+            self.apply_retained(key, b"", b"", b"")  # cleared (or swept) meanwhile
+        changed = [key for key, token in stored.items()
+                   if self.tokens.get(key) != token and key not in settled]
+        if not changed:
+            return defer.succeed(self._retained_read_done(True))
+        read = self.engine.request(command("HMGET", self.keys["retained"], *changed))
+        return read.addCallback(self._retained_topics_read, changed, stored)
+
+    def _retained_topics_read(self, blobs: list[bytes | None], keys: list[bytes],
+                              tokens: dict[bytes, bytes]) -> bool:
+        settled = self._settled_retained()
+        for key, blob in zip(keys, blobs):
+            if key not in settled:  # else the channel told a later state already
+                self.apply_retained(key, blob or b"", tokens[key], b"")
+        return self._retained_read_done(True)
+
+    def _settled_retained(self) -> set[bytes]:
+        """Topics a read must leave alone: changed on the channel since it began, or written
+        by this node with the announcement still to come back."""
+        return (self._retained_heard or set()) | self._latest_own.keys()
+
+    def _retained_not_read(self, failure: Failure) -> bool:
+        self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
+                                    f"retained events not read ({failure.getErrorMessage()})")
+        return self._retained_read_done(False)  # read again at the next subscription
+
+    def _retained_read_done(self, read: bool) -> bool:
+        self._retained_reads -= 1
+        if not self._retained_reads:
+            self._retained_heard = None
+        return read
+
+    def retained_announced(self, key: bytes, blob: bytes, token: bytes, node: bytes) -> None:
+        """A topic's change, from the channel."""
+        if self._retained_heard is not None:
+            self._retained_heard.add(key)
+        self.apply_retained(key, blob, token, node)
 
     def apply_retained(self, key: bytes, blob: bytes, token: bytes, node: bytes) -> None:
         """A node (maybe this one) changed a topic in Redis: this copy follows, unless it is
