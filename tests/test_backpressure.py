@@ -239,6 +239,9 @@ def test_wamp_acknowledged_delivery_is_bounded_by_max_unacked(router):
         assert [event[2] for event in events] == publications[:20]
         router.wait_for_log(rf"realm1, wamp: unacknowledged: session {subscriber.session_id}")
         subscriber.send([337, publications[0]])  # one answered: room for one more
+        # and handled before the next publish (a later message on the same connection is
+        # answered after it; the publisher's connection is another, unordered with it)
+        await subscribe(subscriber, "bp.acked.barrier")
         later = await publish(publisher, "bp.acked", ["n"], _qos=1)
         assert (await subscriber.recv())[2] == later
 
