@@ -93,7 +93,8 @@ memory must go back to what is stored."""
 
 
 def _connect(path: Path, max_bytes: int | None) -> sqlite3.Connection:
-    connection = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    connection = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
+                                 cached_statements=256)  # the appends' sizes, and the rest
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=FULL")
     if max_bytes is not None:
@@ -379,23 +380,36 @@ class SqliteStore:
         return lost
 
 
-_APPENDS = {rows: "INSERT INTO retained_log (realm, topic, entries) VALUES "
-                  + ",".join(["(?,?,?)"] * rows)
-            for rows in (1, 2, 4, 8, 16, 32, 64, 128, 256)}
-"""Appends of 1, 2, 4 ... 256 retained rows to the log in one statement."""
+EXACT_APPENDS = 64
+"""Batches of up to this many retained rows are logged by one statement of their own size."""
+
+_APPENDS: dict[int, str] = {}
+"""The append statement of each size used so far (at most EXACT_APPENDS + 2 of them)."""
+
+
+def _append_statement(rows: int) -> str:
+    """``INSERT`` of ``rows`` rows into the log (made once per size)."""
+    statement = _APPENDS.get(rows)
+    if statement is None:
+        statement = _APPENDS[rows] = ("INSERT INTO retained_log (realm, topic, entries) VALUES "
+                                      + ",".join(["(?,?,?)"] * rows))
+    return statement
 
 
 def _appends(rows: list[tuple[str, str, bytes | None]]) -> list[tuple[str, list[object]]]:
-    """(statement, parameters) logging ``rows`` (none twice): a batch of n rows takes the
-    power-of-two sizes that add up to n (37 = 32 + 4 + 1), so nine prepared statements
-    (the connection's statement cache) serve every batch, and SQLite takes each chunk in
-    one step (one release of the GIL by the writer) instead of one per row."""
+    """(statement, parameters) logging ``rows`` (none twice). A batch of up to
+    :data:`EXACT_APPENDS` rows (the commonest) is one statement of its own size, committed
+    on its own (one step of SQLite: one release of the GIL by the writer, no BEGIN and
+    COMMIT); a larger one takes 256- or 128-row chunks, or 64, until at most 64 are left.
+    So at most 66 prepared statements serve every batch (about 1 MB at most in the
+    connection's statement cache; all 256 sizes would be about 15 MB)."""
     appends: list[tuple[str, list[object]]] = []
     start = 0
     while start < len(rows):
-        size = min(256, 1 << ((len(rows) - start).bit_length() - 1))
+        left = len(rows) - start
+        size = left if left <= EXACT_APPENDS else min(256, 1 << (left.bit_length() - 1))
         values: list[object] = [value for row in rows[start:start + size] for value in row]
-        appends.append((_APPENDS[size], values))
+        appends.append((_append_statement(size), values))
         start += size
     return appends
 
