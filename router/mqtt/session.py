@@ -464,7 +464,9 @@ class MqttSession:
         self._queue(seq)
         if self.persistent:
             frontend.store.enqueue(self.client_id, StoredOutbound(seq, None, QUEUED, message))
-        self.pump()
+        if (connection is not None and not connection.flow.paused
+                and len(self._by_packet_id) < connection.send_quota):
+            self.pump()  # (else it waits, as pump would leave it, for what makes room)
 
     def _queue(self, seq: int) -> None:
         if type(self._queued) is tuple:
