@@ -18,6 +18,8 @@ the router's: :class:`TurnWriter` sends what each connection got during a reacto
 end of that turn, in one ``send`` per connection, instead of asking the reactor to watch the
 socket for writability (``epoll_ctl`` twice and a loop iteration per connection and turn).
 What the kernel does not take stays in Twisted's buffer and the reactor sends it as before.
+A connection that gathers its turn's packets itself (MQTT) hands them over at the turn's end
+with :meth:`ConnectionFlow.send`: one ``send`` then and there, the same fallbacks.
 
 Inbound: :class:`IntakeGate` stops reading from every connection that publishes while
 the store's writer is behind (see :class:`router.engines.embedded.sqlite.SqliteStore`), so a
