@@ -18,6 +18,8 @@ the router's: :class:`TurnWriter` sends what each connection got during a reacto
 end of that turn, in one ``send`` per connection, instead of asking the reactor to watch the
 socket for writability (``epoll_ctl`` twice and a loop iteration per connection and turn).
 What the kernel does not take stays in Twisted's buffer and the reactor sends it as before.
+A connection that gathers its turn's packets itself (MQTT) hands them over at the turn's end
+with :meth:`ConnectionFlow.send`: one ``send`` then and there, the same fallbacks.
 
 Inbound: :class:`IntakeGate` stops reading from every connection that publishes while
 the store's writer is behind (see :class:`router.engines.embedded.sqlite.SqliteStore`), so a
@@ -156,6 +158,19 @@ def sends_itself(transport: Any) -> bool:
     return isinstance(transport, tcp.Connection) and not transport.TLS
 
 
+def _send_idle(transport: Any, data: bytes) -> None:
+    """Send ``data`` on a plain TCP transport whose buffer is empty; what the kernel does not
+    take (or all of it, for ``doWrite`` to see a loss) goes into Twisted's buffer, which
+    pauses the producer past its size, and the reactor's write watch sends it."""
+    sent = transport.writeSomeData(data)
+    if sent == len(data):
+        return
+    transport.dataBuffer = data
+    transport.offset = sent if type(sent) is int else 0
+    transport._maybePauseProducer()
+    transport.startWriting()
+
+
 class _NoOwner:
     """Stands in until the protocol side exists, and after the connection is gone."""
 
@@ -260,12 +275,21 @@ class ConnectionFlow:
         data = buffered[0] if len(buffered) == 1 else b"".join(buffered)
         transport._tempDataBuffer = []
         transport._tempDataLen = 0
-        sent = transport.writeSomeData(data)
-        if sent == len(data):
+        _send_idle(transport, data)
+
+    def send(self, data: bytes) -> None:
+        """Send ``data`` now: for a connection that gathers its turn's packets itself and
+        writes them at the turn's end (MQTT), one ``send`` without the write watch, when
+        the router sends on this transport and it holds nothing older; else (and for what
+        the kernel does not take) Twisted's buffer, producer pausing and ``doWrite``, as
+        ``transport.write``. Not counted against the bound: the caller counts."""
+        transport = self.transport
+        if (self._turn is None or self._in_turn or transport.dataBuffer
+                or transport._tempDataLen or transport.producerPaused
+                or not transport.connected or transport.disconnecting or transport._aborting):
+            transport.write(data)
             return
-        transport.dataBuffer = data  # the rest, or all of it for doWrite to see the loss
-        transport.offset = sent if type(sent) is int else 0
-        transport.startWriting()
+        _send_idle(transport, data)
 
     @property
     def limits(self) -> FlowLimits:

@@ -424,6 +424,34 @@ def test_mqtt5_receive_maximum_limits_messages_in_flight(clients, raw):
     receiver.send(Puback(first.packet_id))
 
 
+@version_param
+def test_a_run_of_pubacks_in_one_read_frees_the_window_once_each(clients, raw, version):
+    """PUBACKs read together are handled as one batch: each completes its own delivery
+    (a repeated or unknown packet id none), then the queued messages fill the window."""
+    topic = f"flow/{unique('run')}"
+    receiver = raw()
+    if version == V5:
+        receiver.connect_ok(V5, unique("run"), properties={"receive_maximum": 2})
+    else:  # 3.1.1: the router's own window of 100, filled first
+        receiver.connect_ok(V311, unique("run"))
+    receiver.send(Subscribe(1, [(topic, SubscriptionOptions(1))]))
+    assert receiver.recv() == Suback(1, [1])
+    window = 2 if version == V5 else 100
+    publisher = clients(V311)
+    for number in range(window + 4):
+        publisher.publish(topic, b"m%d" % number, 1)
+    received = [receiver.recv() for _ in range(window)]
+    assert [m.payload for m in received] == [b"m%d" % n for n in range(window)]
+    first, second = received[0].packet_id, received[1].packet_id
+    # one write: PUBACK first, first again, an unknown id, second
+    receiver.send_bytes(b"".join(receiver.codec.encode(Puback(packet_id))
+                                 for packet_id in (first, first, 60000, second)))
+    following = [receiver.recv(), receiver.recv()]
+    assert [m.payload for m in following] == [b"m%d" % n for n in (window, window + 1)]
+    receiver.send(Publish(topic, SENTINEL, 0))  # nothing more comes before the sentinel
+    assert receiver.recv().payload == SENTINEL
+
+
 def test_mqtt5_message_over_client_maximum_packet_size_is_discarded(clients, raw):
     topic = f"flow/{unique('mps')}"
     receiver = raw()

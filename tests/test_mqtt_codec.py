@@ -340,6 +340,38 @@ def test_the_read_loop_gets_plain_publishes_and_bare_acks_without_packet_objects
                      with_properties if version == 5 else ("a", b"z", 0, False, None)]
 
 
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_run_of_bare_acks_of_one_kind_is_taken_as_one_batch(version):
+    client, server = connected_pair(version)
+    packets = [Puback(1), Puback(2), Puback(3), Pubrec(4), Puback(5), Puback(6), Puback(7, 0x10),
+               Pubcomp(8)]
+    stream = b"".join(map(client.encode, packets))
+    server.receive_data(stream + client.encode(Pubcomp(9))[:3])  # PUBCOMP 9 incomplete
+    assert server.next_item() == 0x40 << 16 | 1
+    assert server.more_bare_acks(0x40, 1) == [1, 2, 3]  # a PUBREC ends the run
+    assert server.next_item() == 0x50 << 16 | 4
+    assert server.more_bare_acks(0x50, 4) == [4]
+    assert server.next_item() == 0x40 << 16 | 5
+    # MQTT 5: a reason code makes PUBACK 7 a packet of its own; 3.1.1 has none to send
+    assert server.more_bare_acks(0x40, 5) == ([5, 6] if version == 5 else [5, 6, 7])
+    if version == 5:
+        assert server.next_item() == Puback(7, 0x10)
+    assert server.next_item() == 0x70 << 16 | 8
+    assert server.more_bare_acks(0x70, 8) == [8]  # not the incomplete one after it
+    assert server.next_item() is None
+    server.receive_data(client.encode(Pubcomp(9))[3:])
+    assert server.next_item() == Pubcomp(9)  # (one that spans reads: the general path)
+
+
+def test_a_packet_id_0_ends_a_run_of_bare_acks_and_is_refused():
+    client, server = connected_pair(4)
+    server.receive_data(client.encode(Puback(1)) + b"\x40\x02\x00\x00")
+    assert server.next_item() == 0x40 << 16 | 1
+    assert server.more_bare_acks(0x40, 1) == [1]
+    with pytest.raises(MqttProtocolError):
+        server.next_item()
+
+
 def test_byte_by_byte_feeding_yields_each_packet_once_complete():
     client, server = connected_pair(5)
     packets = [Publish("a/b", b"x" * 300, 1, packet_id=7), Pingreq(), Disconnect()]

@@ -184,6 +184,23 @@ class MqttCodec:
             self._offset = 0
         return item
 
+    def more_bare_acks(self, first_byte: int, packet_id: int) -> list[int]:
+        """``packet_id``, of the bare acknowledgement :meth:`next_item` just gave, and the
+        packet ids of the bare acknowledgements with the same ``first_byte`` right after it
+        in the buffer, taken: a client's run of PUBACKs (or PUBRECs, PUBCOMPs) is handled
+        as one batch. A packet id 0 ends the run (:meth:`next_item` raises for it)."""
+        packet_ids = [packet_id]
+        buffer, start = self._buffer, self._offset
+        last = len(buffer) - 4
+        while start <= last and buffer[start] == first_byte and buffer[start + 1] == 2:
+            packet_id = buffer[start + 2] << 8 | buffer[start + 3]
+            if not packet_id:
+                break
+            packet_ids.append(packet_id)
+            start += 4
+        self._offset = start
+        return packet_ids
+
     def encode(self, packet: Packet) -> bytes:
         """The packet's bytes under this connection's protocol version.
 

@@ -169,10 +169,9 @@ class MqttConnection(MqttCodec):
             if kind is tuple and self.session is not None:
                 self._on_publish(*item, NO_PROPERTIES)
             elif kind is int and self.session is not None:
-                if item >> 16 == PUBACK:
-                    self.session.acknowledged(item & 0xFFFF, 1)
-                else:
-                    self._on_ack(item >> 16, item & 0xFFFF)
+                # a bare acknowledgement, with the ones of its kind right behind it
+                kind = item >> 16
+                self._on_acks(kind, self.more_bare_acks(kind, item & 0xFFFF))
             else:
                 self._handle(item)
             if self._closed or self._connect_state is not None:  # (waiting or spreading)
@@ -408,40 +407,46 @@ class MqttConnection(MqttCodec):
             raise MqttProtocolError(ReasonCode.PROTOCOL_ERROR, f"unknown topic alias {alias}")
         return topic
 
-    def _on_ack(self, kind: int, packet_id: int) -> None:
-        """A bare acknowledgement (packet id only: success), by its first byte (a PUBACK's
-        is taken in the read loop)."""
-        if kind == PUBREC:
-            self._received(packet_id)
+    def _on_acks(self, kind: int, packet_ids: list[int]) -> None:
+        """Bare acknowledgements of one kind (packet ids only: success), in the order the
+        client sent them, by their first byte."""
+        if kind == PUBACK:
+            self.session.acknowledged(packet_ids, 1)
+        elif kind == PUBREC:
+            for packet_id in packet_ids:
+                self._received(packet_id)
         elif kind == PUBCOMP:
-            self.session.acknowledged(packet_id, 2)
+            self.session.acknowledged(packet_ids, 2)
         else:
-            self._on_pubrel(packet_id)
+            self._on_pubrels(packet_ids)
 
     def _on_pubrel_packet(self, packet: Pubrel) -> None:
-        self._on_pubrel(packet.packet_id)
+        self._on_pubrels([packet.packet_id])
 
-    def _on_pubrel(self, packet_id: int) -> None:
-        found = self.session.release_inbound(packet_id)
-        reason = ReasonCode.SUCCESS if found else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+    def _on_pubrels(self, packet_ids: list[int]) -> None:
+        """PUBRELs, in order: each PUBCOMP once the release of its packet id is stored (one
+        wait for the run)."""
+        release = self.session.release_inbound
+        found = [release(packet_id) for packet_id in packet_ids]
 
         def complete(ok: bool) -> None:
             if not ok:
                 self.store_failed("PUBCOMP")
                 return
-            if self._inbound_open:  # a QoS 2 flow's slot frees at PUBCOMP
-                self._inbound_open.discard(packet_id)
-            if found:
-                self._emit(BARE_ACK(PUBCOMP, 2, packet_id))
-            else:
-                self._send(Pubcomp(packet_id, reason))
+            for packet_id, known in zip(packet_ids, found):
+                if self._inbound_open:  # a QoS 2 flow's slot frees at PUBCOMP
+                    self._inbound_open.discard(packet_id)
+                if known:
+                    self._emit(BARE_ACK(PUBCOMP, 2, packet_id))
+                else:
+                    self._send(Pubcomp(packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
 
         self.frontend.when_durable(complete)
 
     # acknowledgements of our publishes --------------------------------------------------
 
     def _on_puback(self, packet: Puback) -> None:
-        self.session.acknowledged(packet.packet_id, 1)
+        self.session.acknowledged([packet.packet_id], 1)
 
     def _on_pubrec(self, packet: Pubrec) -> None:
         if packet.reason_code >= 0x80:
@@ -456,7 +461,7 @@ class MqttConnection(MqttCodec):
             self.send_pubrel(packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)
 
     def _on_pubcomp(self, packet: Pubcomp) -> None:
-        self.session.acknowledged(packet.packet_id, 2)
+        self.session.acknowledged([packet.packet_id], 2)
 
     # subscribe ----------------------------------------------------------------------------
 
@@ -535,9 +540,12 @@ class MqttConnection(MqttCodec):
         """False if the client's maximum packet size rules the message out (MQTT 5)."""
         if packet_id is not None and message.expires_at is None and not self.outbound_alias_limit:
             # the commonest: the message's template, shared by its receivers of the version
-            key = self._template(message, dup)
             encodings = message.encodings
-            data = encodings[key] + _PACKET_ID(packet_id) + encodings[-1 - key]
+            key = (self.protocol_version or 4) * 2 + dup  # (:meth:`_template`'s key)
+            head = encodings.get(key)
+            if head is None:
+                head = encodings[self._template(message, dup)]
+            data = head + _PACKET_ID(packet_id) + encodings[-1 - key]
             if self._client_max_packet is not None:
                 return self.write_publish(data, message.topic)
             self._emit(data)
@@ -652,8 +660,8 @@ class MqttConnection(MqttCodec):
             self.frontend.flush_later(self)
             return
         unsent.append(data)
-        self._unsent_bytes += len(data)
-        if self._unsent_bytes >= FLUSH_AT:
+        gathered = self._unsent_bytes = self._unsent_bytes + len(data)
+        if gathered >= FLUSH_AT:
             self.flush()
 
     def flush(self) -> None:

@@ -434,7 +434,8 @@ class MqttSession:
                  publication: Publication | None = None) -> None:
         outbound = self.outbound
         connection = self.connection
-        if len(outbound) >= self.frontend.settings.max_queued:
+        frontend = self.frontend
+        if len(outbound) >= frontend.settings.max_queued:
             self._count(QUEUE_FULL, message.qos, message.topic)
             if connection is not None and connection.flow.paused:
                 connection.flow.overflow()
@@ -442,19 +443,19 @@ class MqttSession:
         seq = self._last_seq = self._last_seq + 1
         if outbound is NOTHING_YET:
             outbound = self.outbound = {}
+        in_flight = self._by_packet_id
         if (not self._queued and connection is not None and not self.persistent
                 and message.expires_at is None and not connection.flow.paused
-                and len(self._by_packet_id) < connection.send_quota):
+                and len(in_flight) < connection.send_quota):
             # the commonest case: nothing waits and the client's window has room, so it
             # goes at once, never queued (what pump would do, without the round trip; a
             # retained backlog waiting for room is resumed by whatever makes room)
-            in_flight = self._by_packet_id
             if in_flight is NOTHING_YET:
                 in_flight = self._by_packet_id = {}
             packet_id = self._allocate_packet_id()
             in_flight[packet_id] = outbound[seq] = [
                 seq, packet_id, SENT, message,
-                0.0 if self.frontend.realm.activity is None else time.time(), group, publication]
+                0.0 if frontend.realm.activity is None else time.time(), group, publication]
             if not connection.send_publish(message, packet_id, False):
                 del in_flight[packet_id]  # too big for this client: as if delivered
                 del outbound[seq]
@@ -463,8 +464,10 @@ class MqttSession:
                          else [seq, None, QUEUED, message, 0.0, group, publication])
         self._queue(seq)
         if self.persistent:
-            self.frontend.store.enqueue(self.client_id, StoredOutbound(seq, None, QUEUED, message))
-        self.pump()
+            frontend.store.enqueue(self.client_id, StoredOutbound(seq, None, QUEUED, message))
+        if (connection is not None and not connection.flow.paused
+                and len(self._by_packet_id) < connection.send_quota):
+            self.pump()  # (else it waits, as pump would leave it, for what makes room)
 
     def _queue(self, seq: int) -> None:
         if type(self._queued) is tuple:
@@ -568,23 +571,26 @@ class MqttSession:
         self._next_packet_id = packet_id % 65535 + 1
         return packet_id
 
-    def acknowledged(self, packet_id: int, expected_qos: int) -> bool:
-        """PUBACK (QoS 1) or PUBCOMP (QoS 2): the delivery is complete."""
-        entry = self._by_packet_id.get(packet_id)
-        if entry is None or entry[MESSAGE].qos != expected_qos:
-            return False
-        if expected_qos == 2 and entry[STATE] != RELEASED:
-            return False
-        del self._by_packet_id[packet_id]
+    def acknowledged(self, packet_ids: list[int], expected_qos: int) -> None:
+        """PUBACKs (QoS 1) or PUBCOMPs (QoS 2), in the order the client sent them (a run
+        read together): those deliveries are complete (one whose flow is not at that
+        step is ignored); then what waited for room in the window goes, once per run."""
+        in_flight = self._by_packet_id
         frontend = self.frontend
-        if frontend.realm.activity is not None:
-            frontend.delivery_acknowledged(self, entry)
-        self._forget(entry[SEQ])
+        activity = frontend.realm.activity
+        for packet_id in packet_ids:
+            entry = in_flight.get(packet_id)
+            if (entry is None or entry[MESSAGE].qos != expected_qos
+                    or (expected_qos == 2 and entry[STATE] != RELEASED)):
+                continue
+            del in_flight[packet_id]
+            if activity is not None:
+                frontend.delivery_acknowledged(self, entry)
+            self._forget(entry[SEQ])
         if self._queued:
             self.pump()
         elif self.connection is not None:  # (what pump does with nothing queued)
             frontend.realm.backlogs.resume(self)
-        return True
 
     def acknowledged_with_error(self, packet_id: int) -> None:
         """PUBREC with a failure reason (MQTT 5): the client refused it; the flow ends."""

@@ -94,7 +94,7 @@ class MqttTcpProtocol(MqttConnection, SlottedGatedProtocol, FlowingProtocol, _Tc
     # what the connection writes with ----------------------------------------------------
 
     def _write_raw(self, data: bytes) -> None:
-        self.transport.write(data)
+        self.flow.send(data)  # (at the turn's end: one send, no write watch)
 
     def _close_out(self) -> None:
         self.flow.lose_connection()
