@@ -9,6 +9,7 @@ Errors come back as :class:`RouterError` for the frontend to translate.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from time import time
 from typing import Any, Callable
 
@@ -238,7 +239,7 @@ class Realm:
             self._recorded.record(publication)
         if on_durable is not None:
             if (changed or publication.qos) and self.persistence is not None:
-                self.persistence.when_durable(lambda ok: on_durable(publication, ok))
+                self.persistence.when_durable(partial(on_durable, publication))
             else:
                 on_durable(publication, True)
         return publication

@@ -339,14 +339,15 @@ class MqttConnection(MqttCodec):
                 else self.store_failed("PUBREC"))
             return
         reason = self._publish(topic, payload, qos, retain, properties,
-                               lambda publication, ok: self._stored(qos, packet_id, ok))
+                               partial(self._stored, qos, packet_id))
         if reason != ReasonCode.SUCCESS:
             if qos == 2:
                 session.release_inbound(packet_id)
             self._acknowledge((Puback if qos == 1 else Pubrec)(packet_id, reason))
 
-    def _stored(self, qos: int, packet_id: int, ok: bool) -> None:
-        """PUBACK / PUBREC only once the publication is stored where its QoS requires.
+    def _stored(self, qos: int, packet_id: int, publication: "Publication", ok: bool) -> None:
+        """PUBACK / PUBREC only once the publication is stored where its QoS requires (the
+        realm's ``on_durable``, a partial: no closure and no frame of its own per publish).
 
         MQTT 3.1.1 has no negative acknowledgement: a failed commit closes the connection,
         and the client sends the message again when it reconnects."""
