@@ -42,6 +42,9 @@ SERVER_RECEIVE_MAXIMUM = 100
 
 _PACKET_ID = struct.Struct(">H").pack
 
+_SUCCESS = ReasonCode.SUCCESS
+"""(An enum member read from its class costs ~150 ns on Python 3.11; once per PUBLISH.)"""
+
 T = TypeVar("T")
 
 
@@ -340,7 +343,7 @@ class MqttConnection(MqttCodec):
             return
         reason = self._publish(topic, payload, qos, retain, properties,
                                partial(self._stored, qos, packet_id))
-        if reason != ReasonCode.SUCCESS:
+        if reason != _SUCCESS:
             if qos == 2:
                 session.release_inbound(packet_id)
             self._acknowledge((Puback if qos == 1 else Pubrec)(packet_id, reason))
@@ -394,7 +397,7 @@ class MqttConnection(MqttCodec):
             if exc.uri == errors.LIMIT_EXCEEDED:  # a retained event over the retained quota
                 return ReasonCode.QUOTA_EXCEEDED
             return ReasonCode.TOPIC_NAME_INVALID
-        return ReasonCode.SUCCESS
+        return _SUCCESS
 
     def _resolve_alias(self, topic: str, properties: dict) -> str:
         alias = properties.get("topic_alias")
