@@ -334,7 +334,10 @@ class MqttCodec:
             if topic is None:
                 return None
         self._offset = end
-        return topic, bytes(buffer[body:end]), qos, first_byte & 1 == 1, packet_id
+        payload = buffer[body:end]
+        if type(payload) is not bytes:  # (not bytes(): ~200 ns even when it is bytes)
+            payload = bytes(payload)
+        return topic, payload, qos, first_byte & 1 == 1, packet_id
 
     def _read_fixed_header(self) -> tuple[int, int, int] | None:
         """(first byte, header length, body length) once complete; rejects bad headers early."""
