@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from router.core.topic import filter_matches, from_mqtt, valid_topic_filter, valid_topic_name
+from router.mqtt import codec as codec_module
 from router.mqtt.codec import MqttCodec
 from router.mqtt.primitives import MqttProtocolError
 from router.mqtt.packets import (Auth, Connack, Connect, Disconnect, Packet, Pingreq, Pingresp,
@@ -368,6 +369,24 @@ def test_a_packet_id_0_ends_a_run_of_bare_acks_and_is_refused():
     server.receive_data(client.encode(Puback(1)) + b"\x40\x02\x00\x00")
     assert server.next_item() == 0x40 << 16 | 1
     assert server.more_bare_acks(0x40, 1) == [1]
+    with pytest.raises(MqttProtocolError):
+        server.next_item()
+
+
+def test_the_read_loop_decodes_a_topic_name_once_and_keeps_a_bounded_few():
+    """A topic name the fast path took before comes back as the same string (not decoded
+    and checked again); the names kept are bounded; a name the fast path refuses is still
+    refused by the general path, whatever was kept before."""
+    client, server = connected_pair(4)
+    stream = b"".join(client.encode(Publish("a/b", bytes([n]), 0)) for n in range(2))
+    server.receive_data(stream)
+    first, second = server.next_item(), server.next_item()
+    assert first == ("a/b", b"\0", 0, False, None) and first[0] is second[0]
+    for n in range(codec_module.TOPIC_NAMES_KEPT + 10):
+        server.receive_data(client.encode(Publish(f"t/{n}", b"", 0)))
+        assert server.next_item()[0] == f"t/{n}"
+    assert 0 < len(codec_module._TOPIC_NAMES) <= codec_module.TOPIC_NAMES_KEPT
+    server.receive_data(b"\x30\x05\x00\x03a/+")  # a wildcard in a topic name
     with pytest.raises(MqttProtocolError):
         server.next_item()
 

@@ -41,6 +41,25 @@ def test_prefix_shapes_follow_the_prefixes_that_come_and_go():
     assert _ids(index, ("com", "a2x")) == {4}
 
 
+def test_an_exact_only_index_matches_without_a_walk_until_a_pattern_comes():
+    """While every entry is on an exact topic, matching is one lookup (a tuple); each kind
+    of pattern, added and removed, switches the walk on and off again."""
+    index = SubscriptionIndex()
+    exact = Subscription(1, ("a", "b"), "exact")
+    index.add(exact)
+    assert tuple(index.matching(("a", "b"))) == (exact,)
+    assert tuple(index.matching(("a", "c"))) == ()
+    for n, (topic, match) in enumerate([(("a",), "prefix"), (("a", ""), "wildcard"),
+                                        (("a", "+"), "mqtt")], start=2):
+        pattern = Subscription(n, topic, match)
+        index.add(pattern)
+        assert _ids(index, ("a", "b")) == {1, n}
+        assert _ids(index, ("a", "c")) == {n}
+        index.remove(pattern)
+        assert tuple(index.matching(("a", "b"))) == (exact,)
+        assert tuple(index.matching(("a", "c"))) == ()
+
+
 def test_broker_caps_what_a_session_holds_not_what_it_asks_again():
     broker = Broker(SharedGroups())
     peer, other = FakePeer(1), FakePeer(2)

@@ -205,6 +205,9 @@ class Authorizer:
         self._personal = {name for name, role in roles.items() if role.personal}
         self._bound: dict[tuple[str, str | None, str | None], Role] = {}
         self._cache: dict[tuple[object, str, Topic, str], bool] = {}
+        self.disclosing = any(role.discloser for role in roles.values())
+        """Has any role a disclosing rule? Without one, a publish asks :meth:`discloses`
+        nothing."""
 
     def allows(self, info: SessionInfo, action: str, topic: Topic, match: str = EXACT) -> bool:
         """The authorization check of every request, cached per (role or identity, action, topic,

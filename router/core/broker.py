@@ -157,6 +157,8 @@ class Broker:
         publisher_id = (publication.publisher.session_id
                         if publication.exclude_me and publication.publisher is not None else None)
         eligibility = publication.eligibility
+        # (most publications screen no receiver out: then one test of a local per receiver)
+        screened = publisher_id is not None or eligibility is not None
         stats = self.stats
         counts = stats.delivered[publication.qos]
         for subscription in self.index.matching(publication.topic):
@@ -168,8 +170,8 @@ class Broker:
                 counts[protocol] += n
             held = subscription.held
             for session_id, peer in subscription.pairs():
-                if session_id == publisher_id or (eligibility is not None
-                                                  and not eligibility.admits(peer.info)):
+                if screened and (session_id == publisher_id or (
+                        eligibility is not None and not eligibility.admits(peer.info))):
                     counts[peer.info.protocol] -= 1
                     continue
                 if held is not None and session_id in held:

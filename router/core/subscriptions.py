@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import Counter
-from typing import Any, Generic, Iterator, Protocol, TypeVar
+from typing import Any, Generic, Iterable, Iterator, Protocol, TypeVar
 
 from router.core.topic import Topic
 from router.core.trie import TopicTrie
@@ -64,6 +64,8 @@ class SubscriptionIndex(Generic[Entry]):
         self.wildcard: TopicTrie[Entry] = TopicTrie()
         self.filters: TopicTrie[Entry] = TopicTrie()
         self.by_id: dict[int, Entry] = {}
+        self._patterns = 0
+        """Entries on prefixes, wildcards and MQTT filters."""
 
     def _trie(self, match: str) -> TopicTrie[Entry]:
         return self.filters if match == MQTT else self.wildcard
@@ -91,8 +93,10 @@ class SubscriptionIndex(Generic[Entry]):
             self._shape_counts[shape] += 1
             if self._shape_counts[shape] == 1:
                 insort(self._prefix_shapes, shape)
+            self._count_patterns()
         else:
             self._trie(subscription.match).set(subscription.topic, subscription)
+            self._count_patterns()
 
     def remove(self, subscription: Entry) -> None:
         """Drop an entry whose last subscriber left."""
@@ -106,11 +110,24 @@ class SubscriptionIndex(Generic[Entry]):
             if not self._shape_counts[shape]:
                 del self._shape_counts[shape]
                 self._prefix_shapes.remove(shape)
+            self._count_patterns()
         else:
             self._trie(subscription.match).pop(subscription.topic)
+            self._count_patterns()
 
-    def matching(self, topic: Topic) -> Iterator[Entry]:
-        """Every subscription whose (pattern, match) matches ``topic``."""
+    def _count_patterns(self) -> None:
+        self._patterns = len(self.prefix) + len(self.wildcard) + len(self.filters)
+
+    def matching(self, topic: Topic) -> Iterable[Entry]:
+        """Every subscription whose (pattern, match) matches ``topic``: while every entry is
+        on an exact topic (the commonest index), a tuple, without a generator's making and
+        stepping per publication."""
+        if not self._patterns:
+            subscription = self.exact.get(topic)
+            return () if subscription is None else (subscription,)
+        return self._matching(topic)
+
+    def _matching(self, topic: Topic) -> Iterator[Entry]:
         subscription = self.exact.get(topic)
         if subscription is not None:
             yield subscription

@@ -31,6 +31,10 @@ SERVER_OWNED = "$SYS"
 """First level of the topics only the router publishes on (MQTT's convention); the
 figures there are this node's own, so no engine stores or shares them."""
 
+RESERVED = "wamp"
+"""First level of the router's own namespace (meta API, retained admin): see
+:func:`is_reserved`."""
+
 ONE, REST = "+", "#"
 """The MQTT wildcards of an ``mqtt`` pattern's levels."""
 
@@ -93,7 +97,7 @@ def display(topic: Topic) -> str:
 
 def is_reserved(topic: Topic) -> bool:
     """The ``wamp`` first level belongs to the router (meta API, retained admin)."""
-    return topic[0] == "wamp"
+    return topic[0] == RESERVED
 
 
 def prefix_matches(prefix: Topic, topic: Topic) -> bool:

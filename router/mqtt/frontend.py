@@ -25,7 +25,8 @@ from router.core.realm import Realm
 from router.core.router import Router
 from router.core.scheduler import Deadlines, DelayedCall, Scheduler
 from router.core.shared import SharedGroup
-from router.core.topic import InvalidSharedFilter, from_mqtt, mqtt_pattern, split_shared
+from router.core.topic import (InvalidSharedFilter, Topic, from_mqtt, mqtt_pattern,
+                               split_shared)
 from router.mqtt.outlet import Outlet
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will, shared_options
 from router.mqtt.persistence import (MqttSessionStore, SessionClaims, StoredMessage,
@@ -44,6 +45,8 @@ _PUBLISH_OPTIONS = {
     for qos in (0, 1, 2) for retain in (False, True) for empty in (False, True)}
 """The core's options for an MQTT PUBLISH by (QoS, RETAIN, empty payload): built once,
 not per publish. An empty retained payload clears the topic's retained message."""
+
+LEVELS_KEPT = 4096
 
 Identity = tuple[str | None, str, str]
 """(authid, or None for anonymous; authrole; authmethod) of an authenticated CONNECT."""
@@ -68,6 +71,10 @@ class MqttFrontend:
         """The router's reactor's end of the turn (no timer object per turn), or a
         ``callLater(0)`` on another clock."""
         self.sessions: dict[str, MqttSession] = {}
+        self._levels: dict[str, Topic] = {}
+        """The levels of the topic names published to (at most :data:`LEVELS_KEPT`, then
+        emptied): split once, and the same level strings (their hashes kept) for the core's
+        lookups."""
         self._pending_wills: dict[str, DelayedCall] = {}
         self._expiry_timers: dict[MqttSession, DelayedCall] = {}
         """The timers of offline sessions that expire (each holds its session, and its
@@ -475,11 +482,14 @@ class MqttFrontend:
         args, kwargs = from_bytes(payload, self.settings.payload_mapping)
         expiry = properties.get("message_expiry_interval") if properties else None
         options = _PUBLISH_OPTIONS[qos, retain, not payload]
-        self.realm.publish(info, from_mqtt(topic), args, kwargs, options,
-                           on_durable, len(payload),
-                           payload=payload, properties=properties or None,
-                           expires_at=time.time() + expiry if expiry is not None else None,
-                           mqtt_topic=topic)
+        levels = self._levels.get(topic)
+        if levels is None:
+            if len(self._levels) >= LEVELS_KEPT:
+                self._levels.clear()
+            levels = self._levels[topic] = from_mqtt(topic)
+        self.realm.publish(info, levels, args, kwargs, options, on_durable, len(payload),
+                           payload, properties or None,  # (by position: the faster call)
+                           time.time() + expiry if expiry is not None else None, None, topic)
 
     def subscribe(self, session: MqttSession, topic_filter: str, options: SubscriptionOptions,
                   identifier: int | None) -> tuple[int, Callable[[], None] | None]:
