@@ -95,7 +95,9 @@ class Broker:
             held.add(subscription)
         else:
             self._by_session[session_id] = {held, subscription}
-        if not already and not subscription.is_meta:
+        if not already and not subscription.is_meta and self.meta_subscriptions:
+            # (a meta event nobody can receive is not made: on_create's details hold a
+            # time and its text, made for every new subscription otherwise)
             if created:
                 self._meta("wamp.subscription.on_create", [session_id, subscription.details()])
             self._meta("wamp.subscription.on_subscribe", [session_id, subscription.id])
