@@ -116,8 +116,8 @@ class TurnWriter:
 
     Once per turn for the whole router, right after the reactor has handled the turn's
     events (the router's reactor's ``at_turn_end``; another reactor's ``callLater(0)``), one
-    ``send`` per connection written to. Only plain TCP transports (Twisted's
-    ``tcp.Connection`` without TLS) take this way; the others write with
+    ``send`` per connection written to. Only the plain TCP listeners' transports
+    (:class:`router.counting.CountingServer`) take this way; the others write with
     ``transport.write``."""
 
     __slots__ = ("_at_turn_end", "_flows", "_due")
@@ -145,15 +145,18 @@ class TurnWriter:
                 log.exception("sending the turn's writes to %s failed", flow.transport)
 
 
-def sends_itself(transport: Any) -> bool:
-    """Can the router send on this transport itself (:meth:`ConnectionFlow.write`)? A
-    plain TCP connection (Twisted's buffer attributes are what :class:`TurnWriter` uses);
-    not a TLS wrapper, which answers for those attributes by forwarding to the socket's."""
-    # imported here: Twisted's ``tcp`` imports its TLS support, which configuration loading
-    # (it imports this module) must not; by the first connection the reactor has it loaded
-    from twisted.internet import tcp
+NO_WRITES: tuple[bytes, ...] = ()
+"""The write buffer (Twisted's ``_tempDataBuffer``) of a plain TCP transport with nothing
+buffered: shared, never appended to (:class:`router.counting.CountingServer` makes a list
+on the first write; an empty list of each idle connection was 56 bytes)."""
 
-    return isinstance(transport, tcp.Connection) and not transport.TLS
+
+def sends_itself(transport: Any) -> bool:
+    """Can the router send on this transport itself (:meth:`ConnectionFlow.write`)? A plain
+    TCP listener's :class:`router.counting.CountingServer` (Twisted's buffer attributes are
+    what :class:`TurnWriter` uses, its empty buffer :data:`NO_WRITES`); not a TLS wrapper,
+    which answers for those attributes by forwarding to the socket's."""
+    return getattr(transport, "counts_bytes", False) is True
 
 
 class _NoOwner:
@@ -230,7 +233,7 @@ class ConnectionFlow:
         elif (self._turn is not None and not transport.dataBuffer
               and not transport._tempDataLen and transport.connected
               and not transport.disconnecting and not transport._aborting):
-            transport._tempDataBuffer.append(data)
+            transport._tempDataBuffer = [data]  # (it was empty: NO_WRITES)
             transport._tempDataLen = len(data)
             self._in_turn = True
             self._turn.add(self)
@@ -258,7 +261,7 @@ class ConnectionFlow:
                 transport.startWriting()
             return
         data = buffered[0] if len(buffered) == 1 else b"".join(buffered)
-        transport._tempDataBuffer = []
+        transport._tempDataBuffer = NO_WRITES
         transport._tempDataLen = 0
         sent = transport.writeSomeData(data)
         if sent == len(data):
