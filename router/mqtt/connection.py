@@ -68,8 +68,8 @@ class MqttConnection(MqttCodec):
 
     __slots__ = ("frontend", "flow", "session", "send_quota", "_client_max_packet", "_topic_aliases",
                  "_outbound_aliases", "outbound_alias_limit", "_keep_alive", "due",
-                 "deadline_slot", "_will", "_closed", "_inbound_open", "_connect_state",
-                 "gate", "_held", "transport", "_unsent", "_unsent_bytes")
+                 "deadline_next", "deadline_prev", "_will", "_closed", "_inbound_open",
+                 "_connect_state", "gate", "_held", "transport", "_unsent", "_unsent_bytes")
 
     transport_name: str
     """``mqtt`` or ``mqtt.websocket`` (the transport's subclass says)."""
@@ -100,7 +100,7 @@ class MqttConnection(MqttCodec):
         self._keep_alive: float | None = None
         self.due = 0.0
         """When the keep-alive runs out (the last read plus 1.5 times the keep alive)."""
-        self.deadline_slot = 0
+        self.deadline_next = self.deadline_prev = None
         self._will = None
         self._closed = False
         self._unsent: list[bytes] | None = None
