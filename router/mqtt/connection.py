@@ -20,7 +20,7 @@ from router.core.errors import RouterError
 from router.core.incidents import TOO_LARGE
 from router.flow import disconnect_slow_consumer
 from router.held import HeldTransport
-from router.mqtt.codec import BARE_ACK, PUBACK, PUBCOMP, PUBREC, PUBREL, MqttCodec
+from router.mqtt.codec import BARE_ACK, PUBACK, PUBCOMP, PUBREC, PUBREL, ServerCodec
 from router.mqtt.outlet import FLUSH_AT
 from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp, Puback,
                                  Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
@@ -57,7 +57,7 @@ NO_PROPERTIES: dict = {}
 """The properties of a PUBLISH that has none (shared, never written)."""
 
 
-class MqttConnection(MqttCodec):
+class MqttConnection(ServerCodec):
     """The protocol state of one connection, and its codec (server side, filters decoded
     lazily): one object, not two (a codec of its own was 104 bytes of every connection).
 
@@ -87,8 +87,7 @@ class MqttConnection(MqttCodec):
         self._held: HeldTransport | None = None
         """Between the connection and its transport while a refused login's answer is held
         back (:meth:`hold_answers`); else None."""
-        MqttCodec.__init__(self, max_packet_size=frontend.settings.max_packet_size,
-                           lazy_filters=True)
+        ServerCodec.__init__(self, max_packet_size=frontend.settings.max_packet_size)
         self.session: MqttSession | None = None
         self.send_quota = 65535
         self._client_max_packet = None
@@ -164,7 +163,7 @@ class MqttConnection(MqttCodec):
         if item is not None:
             self._touch()  # once per read: the keep-alive clock needs no finer grain
         while item is not None:
-            # the commonest packets come as parts (see MqttCodec.next_item), not objects
+            # the commonest packets come as parts (see ServerCodec.next_item), not objects
             kind = type(item)
             if kind is tuple and self.session is not None:
                 self._on_publish(*item, NO_PROPERTIES)
