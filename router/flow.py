@@ -183,8 +183,9 @@ class FlowContext:
     closed: Callable[[], None] = lambda: None
     """Told when a connection is gone (its buffers and queues can be given back)."""
     turn: TurnWriter | None = None
-    """Sends the listener's plain-TCP writes at the end of each reactor turn (None: each
-    connection writes through ``transport.write``)."""
+    """Sends the listener's writes at the end of each reactor turn, for a plain TCP
+    listener (its transports :func:`sends_itself`); None: each connection writes through
+    ``transport.write`` (a TLS listener)."""
 
 
 @implementer(IPushProducer)
@@ -192,7 +193,7 @@ class ConnectionFlow:
     """One connection's outbound bound and slow-consumer timer, and its read pausing."""
 
     __slots__ = ("transport", "owner", "paused", "over", "publisher", "holding", "_context",
-                 "_bytes", "_messages", "_timer", "_closed", "_turn", "_in_turn")
+                 "_bytes", "_messages", "_timer", "_closed", "_in_turn")
 
     def __init__(self, transport: Any, context: FlowContext) -> None:
         self.transport = transport
@@ -211,9 +212,8 @@ class ConnectionFlow:
         self._messages = 0
         self._timer = None
         self._closed = False
-        turn = context.turn
-        self._turn = turn if turn is not None and sends_itself(transport) else None
-        """Sends this connection's writes at the end of the turn (None: ``transport.write``)."""
+        if context.turn is not None and not sends_itself(transport):
+            raise TypeError(f"{transport!r} cannot take the turn writer's sends")
         self._in_turn = False
         """Bytes of this turn wait in the transport's buffer for the turn writer."""
         transport.registerProducer(self, True)
@@ -230,13 +230,13 @@ class ConnectionFlow:
             transport._tempDataLen += len(data)
             if transport._tempDataLen > transport.bufferSize:
                 transport._maybePauseProducer()
-        elif (self._turn is not None and not transport.dataBuffer
+        elif (self._context.turn is not None and not transport.dataBuffer
               and not transport._tempDataLen and transport.connected
               and not transport.disconnecting and not transport._aborting):
             transport._tempDataBuffer = [data]  # (it was empty: NO_WRITES)
             transport._tempDataLen = len(data)
             self._in_turn = True
-            self._turn.add(self)
+            self._context.turn.add(self)
             if transport._tempDataLen > transport.bufferSize:
                 transport._maybePauseProducer()
         else:
