@@ -67,7 +67,7 @@ class MqttConnection(ServerCodec):
     a :class:`HeldTransport` is put between them only for a refused login's held answer."""
 
     __slots__ = ("frontend", "flow", "session", "send_quota", "_client_max_packet", "_topic_aliases",
-                 "_outbound_aliases", "outbound_alias_limit", "_keep_alive", "due",
+                 "_outbound_aliases", "outbound_alias_limit", "_keep_alive", "last_read",
                  "deadline_next", "deadline_prev", "_will", "_closed", "_inbound_open",
                  "_connect_state", "gate", "_held", "transport", "_unsent", "_unsent_bytes")
 
@@ -97,8 +97,9 @@ class MqttConnection(ServerCodec):
         """Topic aliases this connection may send (MQTT 5); then its PUBLISH bytes are its
         own, not shared with other receivers."""
         self._keep_alive: float | None = None
-        self.due = 0.0
-        """When the keep-alive runs out (the last read plus 1.5 times the keep alive)."""
+        self.last_read = 0.0
+        """When the last packet came: the reactor turn's time (:attr:`MqttFrontend.clock`),
+        a float shared with the turn's other reads, not one of its own."""
         self.deadline_next = self.deadline_prev = None
         self._will = None
         self._closed = False
@@ -691,8 +692,13 @@ class MqttConnection(ServerCodec):
     # life cycle -----------------------------------------------------------------------------
 
     def _touch(self) -> None:
-        if self._keep_alive is not None:
-            self.due = self.frontend.scheduler.seconds() + self._keep_alive
+        self.last_read = self.frontend.clock.turn_began
+
+    @property
+    def due(self) -> float:
+        """When the keep-alive runs out: the last read plus 1.5 times the keep alive (the
+        wheel asks when the connection is filed and when its slot comes)."""
+        return self.last_read + (self._keep_alive or 0.0)
 
     def deadline_passed(self) -> None:
         """The keep-alive ran out (told by the frontend's wheel)."""

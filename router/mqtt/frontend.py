@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from functools import partial
-from typing import Callable
+from typing import Callable, Protocol
 
 from router.core import errors
 from router.core.credentials import Principal
@@ -49,6 +49,26 @@ Identity = tuple[str | None, str, str]
 """(authid, or None for anonymous; authrole; authmethod) of an authenticated CONNECT."""
 
 
+class TurnClock(Protocol):
+    """Gives the time of the reads being handled (the router's reactor: of its turn)."""
+
+    turn_began: float
+
+
+class _EachRead:
+    """A :class:`TurnClock` on a clock without turns: its ``seconds()`` when asked."""
+
+    __slots__ = ("_scheduler",)
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    @property
+    def turn_began(self) -> float:
+        """Now."""
+        return self._scheduler.seconds()
+
+
 class MqttFrontend:
     """MQTT sessions of one realm."""
 
@@ -61,6 +81,10 @@ class MqttFrontend:
         self.scheduler = scheduler
         self.deadlines = Deadlines(scheduler)
         """Its connections' keep-alives, on one timer."""
+        self.clock: TurnClock = (scheduler if hasattr(scheduler, "turn_began")
+                                 else _EachRead(scheduler))
+        """The time of the reactor turn's reads (``turn_began``): the router's reactor's,
+        one float a turn; another clock's ``seconds()`` per read."""
         self._unflushed: list[Outlet] = []
         self._flush_due = False
         self._at_turn_end: Callable[[Callable[[], None]], object] = getattr(
