@@ -252,11 +252,13 @@ class MqttFrontend:
         session_present = existing is not None
         if existing is None:
             # an anonymous client's authid is made from its session id when asked, and
-            # the peer text by the connection (see Outlet.info_peer)
+            # the peer text by the connection (see Outlet.info_peer); it joined at the
+            # time of the turn's reads, a float the sessions of one turn share
             info = (SessionInfo if authid is not None else AnonymousInfo)(
                 session_id, self.realm.name, authid, authrole,  # type: ignore[arg-type]
                 authmethod, protocol=connection.transport_name,
-                peer=connection.info_peer, client_id=client_id)
+                joined_at=self.clock.turn_began, peer=connection.info_peer,
+                client_id=client_id)
             existing = self._open(client_id, info, expiry)
         else:
             self._set_persistence(existing, expiry)
