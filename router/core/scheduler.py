@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Protocol
 
 
@@ -20,6 +21,15 @@ class Scheduler(Protocol):
 
     def seconds(self) -> float:
         """The event loop's clock (what ``callLater`` delays are counted on)."""
+
+
+def turn_clock(scheduler: Scheduler) -> Callable[[], float]:
+    """The wall-clock time of the reactor turn being handled: the router's reactor's
+    ``turn_began`` (when the turn's poll returned: one float a turn, shared by what the
+    turn creates, not a float of each), else ``time.time``."""
+    if hasattr(scheduler, "turn_began"):
+        return lambda: scheduler.turn_began
+    return time.time
 
 
 class Watched(Protocol):
@@ -93,14 +103,14 @@ class Deadlines:
         current = int(now // self._resolution)
         for slot in sorted(slot for slot in self._slots if slot <= current):
             ring = self._slots.pop(slot)
-            owners = []
-            owner = ring.deadline_next
-            while owner is not ring:  # taken out first: a told owner may forget another
-                assert owner is not None and type(owner) is not _Ring
-                owners.append(owner)
-                after = owner.deadline_next
-                owner.deadline_next = owner.deadline_prev = None
-                owner = after
+            owners: list[Watched] = []
+            linked: Watched | _Ring | None = ring.deadline_next
+            while linked is not ring:  # taken out first: a told owner may forget another
+                assert linked is not None and not isinstance(linked, _Ring)
+                owners.append(linked)
+                after = linked.deadline_next
+                linked.deadline_next = linked.deadline_prev = None
+                linked = after
             for owner in owners:
                 if owner.due > now:
                     self.watch(owner)
