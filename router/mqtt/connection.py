@@ -66,17 +66,19 @@ class MqttConnection(ServerCodec):
     a timer of its own. Writes go straight to the transport (the subclass's ``_write_raw``);
     a :class:`HeldTransport` is put between them only for a refused login's held answer."""
 
-    __slots__ = ("frontend", "flow", "session", "send_quota", "_client_max_packet", "_topic_aliases",
-                 "_outbound_aliases", "outbound_alias_limit", "_keep_alive", "last_read",
+    __slots__ = ("flow", "session", "send_quota", "_client_max_packet", "_aliases",
+                 "outbound_alias_limit", "_keep_alive", "last_read",
                  "deadline_next", "deadline_prev", "_will", "_closed", "_inbound_open",
                  "_connect_state", "gate", "_held", "transport", "_unsent", "_unsent_bytes")
 
     transport_name: str
     """``mqtt`` or ``mqtt.websocket`` (the transport's subclass says)."""
+    frontend: "MqttFrontend"
+    """The realm's MQTT frontend: the transport's subclass has it before this is made (a
+    class attribute of a TCP listener's own subclass, not a slot of each connection)."""
 
-    def __init__(self, frontend: "MqttFrontend", flow: "ConnectionFlow", transport: object,
-                 gate: "Gate | None") -> None:
-        self.frontend = frontend
+    def __init__(self, flow: "ConnectionFlow", transport: object, gate: "Gate | None") -> None:
+        frontend = self.frontend
         self.flow = flow
         """Outbound bound (QoS 0 dropped while ``flow.over``, the QoS >= 1 queue waits
         while ``flow.paused``) and intake pausing."""
@@ -91,8 +93,8 @@ class MqttConnection(ServerCodec):
         self.session: MqttSession | None = None
         self.send_quota = 65535
         self._client_max_packet = None
-        self._topic_aliases: dict[int, str] | None = None
-        self._outbound_aliases: dict[str, int] | None = None
+        self._aliases: tuple[dict[int, str], dict[str, int]] | None = None
+        """(the client's topic aliases, ours to the client) once either is used (MQTT 5)."""
         self.outbound_alias_limit = 0
         """Topic aliases this connection may send (MQTT 5); then its PUBLISH bytes are its
         own, not shared with other receivers."""
@@ -267,7 +269,7 @@ class MqttConnection(ServerCodec):
             self.outbound_alias_limit = min(packet.properties.get("topic_alias_maximum", 0),
                                              settings.topic_alias_maximum)
             if self.outbound_alias_limit:
-                self._outbound_aliases = {}
+                self._aliases = ({}, {})
             properties = {"receive_maximum": SERVER_RECEIVE_MAXIMUM,
                           "topic_alias_maximum": settings.topic_alias_maximum,
                           "shared_subscription_available": 1,
@@ -398,12 +400,13 @@ class MqttConnection(ServerCodec):
         if alias > self.frontend.settings.topic_alias_maximum:
             raise MqttProtocolError(ReasonCode.TOPIC_ALIAS_INVALID,
                                     f"topic alias {alias} is over the maximum")
+        aliases = self._aliases
         if topic:
-            if self._topic_aliases is None:
-                self._topic_aliases = {}
-            self._topic_aliases[alias] = topic
+            if aliases is None:
+                aliases = self._aliases = ({}, {})
+            aliases[0][alias] = topic
             return topic
-        topic = self._topic_aliases.get(alias) if self._topic_aliases else None
+        topic = aliases[0].get(alias) if aliases is not None else None
         if topic is None:
             raise MqttProtocolError(ReasonCode.PROTOCOL_ERROR, f"unknown topic alias {alias}")
         return topic
@@ -591,7 +594,7 @@ class MqttConnection(ServerCodec):
         alias alone. Aliases go to topics first come, first served; once the client's
         maximum is used up, further topics are sent by name."""
         topic = message.topic
-        aliases = self._outbound_aliases
+        aliases = self._aliases[1]  # type: ignore[index]  # (made with the alias limit)
         alias = aliases.get(topic)
         if alias is None and len(aliases) >= self.outbound_alias_limit:
             return self.write_publish(self.encode_publish(message, packet_id, dup), topic)
