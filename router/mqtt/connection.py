@@ -66,19 +66,17 @@ class MqttConnection(ServerCodec):
     a timer of its own. Writes go straight to the transport (the subclass's ``_write_raw``);
     a :class:`HeldTransport` is put between them only for a refused login's held answer."""
 
-    __slots__ = ("flow", "session", "send_quota", "_client_max_packet", "_aliases",
+    __slots__ = ("frontend", "flow", "session", "send_quota", "_client_max_packet", "_aliases",
                  "outbound_alias_limit", "_keep_alive", "last_read",
                  "deadline_next", "deadline_prev", "_will", "_closed", "_inbound_open",
                  "_connect_state", "gate", "_held", "transport", "_unsent", "_unsent_bytes")
 
     transport_name: str
     """``mqtt`` or ``mqtt.websocket`` (the transport's subclass says)."""
-    frontend: "MqttFrontend"
-    """The realm's MQTT frontend: the transport's subclass has it before this is made (a
-    class attribute of a TCP listener's own subclass, not a slot of each connection)."""
 
-    def __init__(self, flow: "ConnectionFlow", transport: object, gate: "Gate | None") -> None:
-        frontend = self.frontend
+    def __init__(self, frontend: "MqttFrontend", flow: "ConnectionFlow", transport: object,
+                 gate: "Gate | None") -> None:
+        self.frontend = frontend
         self.flow = flow
         """Outbound bound (QoS 0 dropped while ``flow.over``, the QoS >= 1 queue waits
         while ``flow.paused``) and intake pausing."""

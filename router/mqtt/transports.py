@@ -56,7 +56,8 @@ class MqttTcpProtocol(MqttConnection, SlottedGatedProtocol, FlowingProtocol, _Tc
 
     def connectionMade(self) -> None:
         super().connectionMade()  # admitted by the gate, the flow made
-        MqttConnection.__init__(self, self.flow, self.transport, self.gate)
+        MqttConnection.__init__(self, self.factory.frontend, self.flow, self.transport,
+                                self.gate)
 
     @property
     def peer(self) -> str:
@@ -105,7 +106,6 @@ class MqttTcpFactory(Factory):
     def __init__(self, frontend: MqttFrontend, new_flow: Callable[[object], ConnectionFlow],
                  tls: bool = False) -> None:
         self.protocol = MqttTcpProtocol.for_listener(self, tls)
-        self.protocol.frontend = frontend  # (the listener's connections share it)
         self.frontend = frontend
         self.new_flow = new_flow
 
@@ -117,14 +117,14 @@ class _WebSocketConnection(MqttConnection):
     """The connection of an :class:`MqttWebSocketProtocol`: its packets go in binary
     WebSocket messages."""
 
-    __slots__ = ("protocol", "frontend")
+    __slots__ = ("protocol",)
     transport_name = "mqtt.websocket"
 
     def __init__(self, protocol: "MqttWebSocketProtocol") -> None:
         self.protocol = protocol
         """(A reference cycle with the protocol's ``connection``, broken at ``onClose``.)"""
-        self.frontend = protocol.factory.frontend
-        super().__init__(protocol.flow, protocol.transport, protocol.gate)
+        super().__init__(protocol.factory.frontend, protocol.flow, protocol.transport,
+                         protocol.gate)
 
     @property
     def peer(self) -> str:
