@@ -331,16 +331,17 @@ class ServerCodec:
         version = self.protocol_version
         if packet_class is None or (packet_class is Auth and version == MQTT_3_1_1):
             raise malformed(f"reserved packet type {type_number}")
-        if self._client_side:
+        client_side = self._client_side  # (a class attribute: read once)
+        if client_side:
             if version is None:
                 raise protocol_error("the server spoke before CONNECT was sent")
         elif version is None and packet_class is not Connect:
             raise protocol_error("the first packet must be CONNECT")
         elif version is not None and packet_class is Connect:
             raise protocol_error("CONNECT sent twice")
-        if not may_send(packet_class, not self._client_side, version):
+        if not may_send(packet_class, not client_side, version):
             raise protocol_error(f"{packet_name(packet_class)} may not be sent by the "
-                                  f"{'server' if self._client_side else 'client'}")
+                                  f"{'server' if client_side else 'client'}")
         if packet_class is Publish:
             qos = flags >> 1 & 0b11
             if qos == 3:

@@ -362,7 +362,7 @@ class MqttFrontend:
         return float(cap if seconds is None or seconds > cap else seconds)
 
     def _open(self, client_id: str, info: SessionInfo, expiry: float) -> MqttSession:
-        session = MqttSession(self, info, expiry != 0, expiry)
+        session = MqttSession(self, info, expiry)
         self.sessions[client_id] = session
         self.router.track(session)
         self.realm.attach(session)
@@ -371,7 +371,6 @@ class MqttFrontend:
     def _set_persistence(self, session: MqttSession, expiry: float) -> None:
         was_persistent = session.persistent
         session.expiry = expiry
-        session.persistent = expiry != 0
         if was_persistent and not session.persistent:
             self.store.delete_session(session.client_id)
         elif session.persistent and not was_persistent:
