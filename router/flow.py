@@ -159,6 +159,10 @@ def sends_itself(transport: Any) -> bool:
     return getattr(transport, "counts_bytes", False) is True
 
 
+_CLOSED = object()
+"""A closed flow's ``_timer``."""
+
+
 class _NoOwner:
     """Stands in until the protocol side exists, and after the connection is gone."""
 
@@ -193,7 +197,7 @@ class ConnectionFlow:
     """One connection's outbound bound and slow-consumer timer, and its read pausing."""
 
     __slots__ = ("transport", "owner", "paused", "over", "publisher", "holding", "_context",
-                 "_bytes", "_messages", "_timer", "_closed", "_in_turn")
+                 "_paused_writes", "_timer", "_in_turn")
 
     def __init__(self, transport: Any, context: FlowContext) -> None:
         self.transport = transport
@@ -208,10 +212,12 @@ class ConnectionFlow:
         """Reads paused by the connection itself (a packet whose work takes several reactor
         turns): the intake gate does not resume them."""
         self._context = context
-        self._bytes = 0
-        self._messages = 0
-        self._timer = None
-        self._closed = False
+        self._paused_writes: list[int] | None = None
+        """[bytes, messages] written while paused (made at the first: one slot, not two
+        ints of every connection)."""
+        self._timer: Any = None
+        """The slow-consumer clock while it runs; :data:`_CLOSED` once the connection is
+        gone (one slot, not a flag of its own besides)."""
         if context.turn is not None and not sends_itself(transport):
             raise TypeError(f"{transport!r} cannot take the turn writer's sends")
         self._in_turn = False
@@ -288,11 +294,14 @@ class ConnectionFlow:
 
     def wrote(self, size: int) -> None:
         """Account one message of ``size`` bytes written while paused."""
-        self._bytes += size
-        self._messages += 1
+        counts = self._paused_writes
+        if counts is None:
+            counts = self._paused_writes = [0, 0]
+        counts[0] += size
+        counts[1] += 1
         limits = self._context.limits
-        if (not self.over and (self._bytes > limits.max_buffered_bytes
-                               or self._messages > limits.max_buffered_messages)):
+        if (not self.over and (counts[0] > limits.max_buffered_bytes
+                               or counts[1] > limits.max_buffered_messages)):
             self.overflow()
 
     def overflow(self) -> None:
@@ -304,14 +313,14 @@ class ConnectionFlow:
         """Something waits for this paused transport (a retained backlog, which writes
         only while the transport accepts and so never crosses the bound): start the
         slow-consumer clock all the same; the next ``resumeProducing`` stops it."""
-        if self._timer is None and not self._closed:
+        if self._timer is None:  # (not running, and not closed)
             self._timer = self._context.clock.callLater(self.limits.slow_consumer_timeout,
                                                 self._too_slow)
 
     def became_publisher(self) -> None:
         """The connection published: its reads pause while the store is behind."""
         self.publisher = True
-        if not self._closed:
+        if self._timer is not _CLOSED:
             self._context.intake.add(self)
 
     # IPushProducer (called by the transport) ------------------------------------------
@@ -322,7 +331,7 @@ class ConnectionFlow:
     def resumeProducing(self) -> None:
         self.paused = False
         self.over = False
-        self._bytes = self._messages = 0
+        self._paused_writes = None
         self._cancel_timer()
         self.owner.resume_output()
 
@@ -359,24 +368,25 @@ class ConnectionFlow:
 
     def close(self) -> None:
         """The connection is gone: forget the owner, the timer and the gate (no references)."""
-        if self._closed:
+        if self._timer is _CLOSED:
             return
-        self._closed = True
         self._cancel_timer()
+        self._timer = _CLOSED
         self._context.intake.discard(self)
         self.owner = _NO_OWNER
         self._context.closed()
 
     def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            if self._timer.active():
-                self._timer.cancel()
+        timer = self._timer
+        if timer is not None and timer is not _CLOSED:
+            if timer.active():
+                timer.cancel()
             self._timer = None
 
     def _too_slow(self) -> None:
-        self._timer = None
-        if self._closed:
+        if self._timer is _CLOSED:
             return
+        self._timer = None
         log.info("connection %s stayed over its outbound bound for %gs: disconnecting",
                  self.transport.getPeer(), self.limits.slow_consumer_timeout)
         self.owner.slow_consumer()
