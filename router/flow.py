@@ -118,8 +118,8 @@ class TurnWriter:
 
     Once per turn for the whole router, right after the reactor has handled the turn's
     events (the router's reactor's ``at_turn_end``; another reactor's ``callLater(0)``), one
-    ``send`` per connection written to. Only plain TCP transports (Twisted's
-    ``tcp.Connection`` without TLS) take this way; the others write with
+    ``send`` per connection written to. Only the plain TCP listeners' transports
+    (:class:`router.counting.CountingServer`) take this way; the others write with
     ``transport.write``."""
 
     __slots__ = ("_at_turn_end", "_flows", "_due")
@@ -147,15 +147,22 @@ class TurnWriter:
                 log.exception("sending the turn's writes to %s failed", flow.transport)
 
 
-def sends_itself(transport: Any) -> bool:
-    """Can the router send on this transport itself (:meth:`ConnectionFlow.write`)? A
-    plain TCP connection (Twisted's buffer attributes are what :class:`TurnWriter` uses);
-    not a TLS wrapper, which answers for those attributes by forwarding to the socket's."""
-    # imported here: Twisted's ``tcp`` imports its TLS support, which configuration loading
-    # (it imports this module) must not; by the first connection the reactor has it loaded
-    from twisted.internet import tcp
+NO_WRITES: tuple[bytes, ...] = ()
+"""The write buffer (Twisted's ``_tempDataBuffer``) of a plain TCP transport with nothing
+buffered: shared, never appended to (:class:`router.counting.CountingServer` makes a list
+on the first write; an empty list of each idle connection was 56 bytes)."""
 
-    return isinstance(transport, tcp.Connection) and not transport.TLS
+
+def sends_itself(transport: Any) -> bool:
+    """Can the router send on this transport itself (:meth:`ConnectionFlow.write`)? A plain
+    TCP listener's :class:`router.counting.CountingServer` (Twisted's buffer attributes are
+    what :class:`TurnWriter` uses, its empty buffer :data:`NO_WRITES`); not a TLS wrapper,
+    which answers for those attributes by forwarding to the socket's."""
+    return getattr(transport, "counts_bytes", False) is True
+
+
+_CLOSED = object()
+"""A closed flow's ``_timer``."""
 
 
 def _send_idle(transport: Any, data: bytes) -> None:
@@ -195,8 +202,9 @@ class FlowContext:
     closed: Callable[[], None] = lambda: None
     """Told when a connection is gone (its buffers and queues can be given back)."""
     turn: TurnWriter | None = None
-    """Sends the listener's plain-TCP writes at the end of each reactor turn (None: each
-    connection writes through ``transport.write``)."""
+    """Sends the listener's writes at the end of each reactor turn, for a plain TCP
+    listener (its transports :func:`sends_itself`); None: each connection writes through
+    ``transport.write`` (a TLS listener)."""
 
 
 @implementer(IPushProducer)
@@ -204,7 +212,7 @@ class ConnectionFlow:
     """One connection's outbound bound and slow-consumer timer, and its read pausing."""
 
     __slots__ = ("transport", "owner", "paused", "over", "publisher", "holding", "_context",
-                 "_bytes", "_messages", "_timer", "_closed", "_turn", "_in_turn")
+                 "_paused_writes", "_timer", "_in_turn")
 
     def __init__(self, transport: Any, context: FlowContext) -> None:
         self.transport = transport
@@ -219,13 +227,14 @@ class ConnectionFlow:
         """Reads paused by the connection itself (a packet whose work takes several reactor
         turns): the intake gate does not resume them."""
         self._context = context
-        self._bytes = 0
-        self._messages = 0
-        self._timer = None
-        self._closed = False
-        turn = context.turn
-        self._turn = turn if turn is not None and sends_itself(transport) else None
-        """Sends this connection's writes at the end of the turn (None: ``transport.write``)."""
+        self._paused_writes: list[int] | None = None
+        """[bytes, messages] written while paused (made at the first: one slot, not two
+        ints of every connection)."""
+        self._timer: Any = None
+        """The slow-consumer clock while it runs; :data:`_CLOSED` once the connection is
+        gone (one slot, not a flag of its own besides)."""
+        if context.turn is not None and not sends_itself(transport):
+            raise TypeError(f"{transport!r} cannot take the turn writer's sends")
         self._in_turn = False
         """Bytes of this turn wait in the transport's buffer for the turn writer."""
         transport.registerProducer(self, True)
@@ -242,13 +251,13 @@ class ConnectionFlow:
             transport._tempDataLen += len(data)
             if transport._tempDataLen > transport.bufferSize:
                 transport._maybePauseProducer()
-        elif (self._turn is not None and not transport.dataBuffer
+        elif (self._context.turn is not None and not transport.dataBuffer
               and not transport._tempDataLen and transport.connected
               and not transport.disconnecting and not transport._aborting):
-            transport._tempDataBuffer.append(data)
+            transport._tempDataBuffer = [data]  # (it was empty: NO_WRITES)
             transport._tempDataLen = len(data)
             self._in_turn = True
-            self._turn.add(self)
+            self._context.turn.add(self)
             if transport._tempDataLen > transport.bufferSize:
                 transport._maybePauseProducer()
         else:
@@ -273,7 +282,7 @@ class ConnectionFlow:
                 transport.startWriting()
             return
         data = buffered[0] if len(buffered) == 1 else b"".join(buffered)
-        transport._tempDataBuffer = []
+        transport._tempDataBuffer = NO_WRITES
         transport._tempDataLen = 0
         _send_idle(transport, data)
 
@@ -309,11 +318,14 @@ class ConnectionFlow:
 
     def wrote(self, size: int) -> None:
         """Account one message of ``size`` bytes written while paused."""
-        self._bytes += size
-        self._messages += 1
+        counts = self._paused_writes
+        if counts is None:
+            counts = self._paused_writes = [0, 0]
+        counts[0] += size
+        counts[1] += 1
         limits = self._context.limits
-        if (not self.over and (self._bytes > limits.max_buffered_bytes
-                               or self._messages > limits.max_buffered_messages)):
+        if (not self.over and (counts[0] > limits.max_buffered_bytes
+                               or counts[1] > limits.max_buffered_messages)):
             self.overflow()
 
     def overflow(self) -> None:
@@ -325,14 +337,14 @@ class ConnectionFlow:
         """Something waits for this paused transport (a retained backlog, which writes
         only while the transport accepts and so never crosses the bound): start the
         slow-consumer clock all the same; the next ``resumeProducing`` stops it."""
-        if self._timer is None and not self._closed:
+        if self._timer is None:  # (not running, and not closed)
             self._timer = self._context.clock.callLater(self.limits.slow_consumer_timeout,
                                                 self._too_slow)
 
     def became_publisher(self) -> None:
         """The connection published: its reads pause while the store is behind."""
         self.publisher = True
-        if not self._closed:
+        if self._timer is not _CLOSED:
             self._context.intake.add(self)
 
     # IPushProducer (called by the transport) ------------------------------------------
@@ -343,7 +355,7 @@ class ConnectionFlow:
     def resumeProducing(self) -> None:
         self.paused = False
         self.over = False
-        self._bytes = self._messages = 0
+        self._paused_writes = None
         self._cancel_timer()
         self.owner.resume_output()
 
@@ -380,24 +392,25 @@ class ConnectionFlow:
 
     def close(self) -> None:
         """The connection is gone: forget the owner, the timer and the gate (no references)."""
-        if self._closed:
+        if self._timer is _CLOSED:
             return
-        self._closed = True
         self._cancel_timer()
+        self._timer = _CLOSED
         self._context.intake.discard(self)
         self.owner = _NO_OWNER
         self._context.closed()
 
     def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            if self._timer.active():
-                self._timer.cancel()
+        timer = self._timer
+        if timer is not None and timer is not _CLOSED:
+            if timer.active():
+                timer.cancel()
             self._timer = None
 
     def _too_slow(self) -> None:
-        self._timer = None
-        if self._closed:
+        if self._timer is _CLOSED:
             return
+        self._timer = None
         log.info("connection %s stayed over its outbound bound for %gs: disconnecting",
                  self.transport.getPeer(), self.limits.slow_consumer_timeout)
         self.owner.slow_consumer()

@@ -423,7 +423,7 @@ class Node:
     def _protocol_factory(self, listener: ListenerConfig):
         new_flow = partial(ConnectionFlow, context=FlowContext(
             listener.flow, self.reactor, self.intake, self.reclaimer.released,
-            self.turn_writer))
+            self.turn_writer if listener.tls is None else None))
         if listener.type == "amqp":
             from router.amqp.transports import AmqpTcpFactory
             return AmqpTcpFactory(self.amqp[listener.realm], new_flow,

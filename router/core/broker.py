@@ -37,14 +37,16 @@ class Broker:
     def __init__(self, shared: "SharedGroups", meta_publish: MetaPublisher | None = None,
                  delivery_failed: DeliveryFailure | None = None,
                  interest: "Interest | None" = None,
-                 stats: RealmStats | None = None) -> None:
+                 stats: RealmStats | None = None, now: Callable[[], float] = time) -> None:
         """``interest``: told when a subscription or shared group on a client pattern is
-        created or deleted (the engine tells other nodes what to send here)."""
+        created or deleted (the engine tells other nodes what to send here); ``now``: the
+        time a new subscription is created at (the realm's :func:`turn_clock`)."""
         self.index: SubscriptionIndex[Subscription] = SubscriptionIndex()
         self.stats = stats if stats is not None else RealmStats()
         self.shared = shared
         """Shared groups (see :mod:`router.core.shared`): one member per publication."""
         self._ids = router_scope_ids()
+        self._now = now
         self._by_session: dict[int, Subscription | set[Subscription]] = {}
         """A session's subscriptions: the one it holds, or a set once it holds more (a
         set is 216 bytes, most sessions hold one)."""
@@ -76,7 +78,7 @@ class Broker:
         created = subscription is None
         if subscription is None:
             if group is None:
-                subscription = Subscription(next(self._ids), topic, match)
+                subscription = Subscription(next(self._ids), topic, match, self._now())
                 self.index.add(subscription)
             else:
                 subscription = self.shared.create(next(self._ids), topic, match, group)

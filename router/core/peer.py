@@ -138,14 +138,16 @@ class Subscription:
     __slots__ = ("id", "topic", "match", "created", "subscribers", "is_meta", "protocols",
                  "held")
 
-    def __init__(self, subscription_id: int, topic: Topic, match: str) -> None:
+    def __init__(self, subscription_id: int, topic: Topic, match: str,
+                 created: float | None = None) -> None:
         self.id = subscription_id
         self.topic = tuple(map(sys.intern, topic))
         """Its levels interned: the levels many subscriptions share (``sensors``,
         ``devices``, ...) are held once, not once per subscription."""
         self.match = match
-        self.created = time.time()
-        """When (a float: the ISO text :meth:`details` shows is made when asked)."""
+        self.created = time.time() if created is None else created
+        """When (a float: the ISO text :meth:`details` shows is made when asked; the
+        broker's is the reactor turn's, shared by the turn's new subscriptions)."""
         self.subscribers: dict[int, Peer] | tuple[int, Peer] | None = None
         """Its sessions: none, the first as a (session id, peer) pair (56 bytes; a
         one-entry dict is 224 of every subscription with one subscriber), a dict from the

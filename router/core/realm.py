@@ -30,7 +30,7 @@ from router.core.model import Args, Details, Kwargs, Passthru, Publication, Sess
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
 from router.core.peer import Peer, Registration, Subscription
 from router.core.retention import QUOTA, Owner, RetainedStore, RetainRefused
-from router.core.scheduler import Scheduler
+from router.core.scheduler import Scheduler, turn_clock
 from router.core.shared import SharedGroup, SharedGroups
 from router.core.stats import RealmStats, family
 from router.core.topic import (RESERVED, SERVER_OWNED, Topic, display, from_uri, is_reserved,
@@ -83,7 +83,7 @@ class Realm:
         """Traffic counters for metrics and ``$SYS`` (plain increments, read at scrape)."""
         self.broker = Broker(SharedGroups(), meta_publish=self.publish_meta,
                              delivery_failed=self._delivery_failed, interest=engine.interest,
-                             stats=self.stats)
+                             stats=self.stats, now=turn_clock(scheduler))
         self.dealer = Dealer(scheduler, self.stats)
         self.backlogs = Backlogs(self.broker, scheduler, self._held_full)
         """Retained events owed to new subscriptions, paced by their subscribers."""

@@ -105,32 +105,30 @@ def _plain_topic_name(name: bytes) -> str | None:
     return topic
 
 
-class MqttCodec:
-    """Framing, validation and serialization for one MQTT connection.
-
-    Server side by default: decodes what clients send and encodes what servers
-    send. ``client_side=True`` swaps the directions (for tests and clients);
-    the version is then taken from the CONNECT it encodes. ``max_packet_size``
-    bounds an incoming packet's total size, checked as soon as its fixed header
-    is complete so an oversized body is never waited for. ``lazy_filters``: the filters
-    of a SUBSCRIBE or UNSUBSCRIBE are an iterator, each decoded and checked as it is
-    taken, so that the handler of a packet with 20,000 of them can spread that work over
-    reactor turns (see :mod:`router.mqtt.spread`); else they are decoded at once, a list.
+class ServerCodec:
+    """Framing, validation and serialization for one MQTT connection, server side (what a
+    server's connection is, :class:`router.mqtt.connection.MqttConnection`): decodes what
+    clients send and encodes what servers send. ``max_packet_size`` bounds an incoming
+    packet's total size, checked as soon as its fixed header is complete so an oversized
+    body is never waited for. The filters of a SUBSCRIBE or UNSUBSCRIBE are an iterator,
+    each decoded and checked as it is taken, so that the handler of a packet with 20,000 of
+    them can spread that work over reactor turns (see :mod:`router.mqtt.spread`).
 
     Slotted, and between packets it holds no buffer of its own (a server keeps one codec
-    per connection: an instance dict and an empty bytearray were ~100 bytes of each).
+    per connection: an instance dict and an empty bytearray were ~100 bytes of each); the
+    side and the filters' decoding are its class's (:class:`MqttCodec` chooses them per
+    codec), not two slots of every connection.
     """
 
-    __slots__ = ("max_packet_size", "_lazy_filters", "protocol_version", "_client_side",
-                 "_encoding_version", "_buffer", "_offset", "_fixed_header", "_error")
+    __slots__ = ("max_packet_size", "protocol_version", "_encoding_version", "_buffer",
+                 "_offset", "_fixed_header", "_error")
+    _client_side = False
+    _lazy_filters = True
 
-    def __init__(self, *, client_side: bool = False, max_packet_size: int | None = None,
-                 lazy_filters: bool = False) -> None:
+    def __init__(self, *, max_packet_size: int | None = None) -> None:
         self.max_packet_size = max_packet_size
-        self._lazy_filters = lazy_filters
         self.protocol_version: int | None = None
         """4 (MQTT 3.1.1) or 5 once CONNECT has been accepted (decoded or, client side, sent)."""
-        self._client_side = client_side
         self._encoding_version: int | None = None
         self._buffer: bytes | bytearray = b""
         """What was received and not decoded yet (from ``_offset`` on): the shared empty
@@ -380,16 +378,17 @@ class MqttCodec:
         version = self.protocol_version
         if packet_class is None or (packet_class is Auth and version == MQTT_3_1_1):
             raise malformed(f"reserved packet type {type_number}")
-        if self._client_side:
+        client_side = self._client_side  # (a class attribute: read once)
+        if client_side:
             if version is None:
                 raise protocol_error("the server spoke before CONNECT was sent")
         elif version is None and packet_class is not Connect:
             raise protocol_error("the first packet must be CONNECT")
         elif version is not None and packet_class is Connect:
             raise protocol_error("CONNECT sent twice")
-        if not may_send(packet_class, not self._client_side, version):
+        if not may_send(packet_class, not client_side, version):
             raise protocol_error(f"{packet_name(packet_class)} may not be sent by the "
-                                  f"{'server' if self._client_side else 'client'}")
+                                  f"{'server' if client_side else 'client'}")
         if packet_class is Publish:
             qos = flags >> 1 & 0b11
             if qos == 3:
@@ -714,3 +713,18 @@ class MqttCodec:
             check_reason_code(reason_code, Unsuback)
         return (body + encode_properties(packet.properties, Unsuback)
                 + bytes(packet.reason_codes))
+
+
+class MqttCodec(ServerCodec):
+    """The codec of either side: server side by default; ``client_side=True`` swaps the
+    directions (for tests and clients), the version then taken from the CONNECT it encodes.
+    ``lazy_filters``: the filters of a SUBSCRIBE or UNSUBSCRIBE are an iterator (as a
+    :class:`ServerCodec`'s); else they are decoded at once, a list."""
+
+    __slots__ = ("_client_side", "_lazy_filters")
+
+    def __init__(self, *, client_side: bool = False, max_packet_size: int | None = None,
+                 lazy_filters: bool = False) -> None:
+        super().__init__(max_packet_size=max_packet_size)
+        self._client_side = client_side
+        self._lazy_filters = lazy_filters

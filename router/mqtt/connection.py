@@ -20,7 +20,7 @@ from router.core.errors import RouterError
 from router.core.incidents import TOO_LARGE
 from router.flow import disconnect_slow_consumer
 from router.held import HeldTransport
-from router.mqtt.codec import BARE_ACK, PUBACK, PUBCOMP, PUBREC, PUBREL, MqttCodec
+from router.mqtt.codec import BARE_ACK, PUBACK, PUBCOMP, PUBREC, PUBREL, ServerCodec
 from router.mqtt.outlet import FLUSH_AT
 from router.mqtt.packets import (Connack, Connect, Disconnect, Pingreq, Pingresp, Puback,
                                  Pubcomp, Publish, Pubrec, Pubrel, ReasonCode, Suback,
@@ -60,7 +60,7 @@ NO_PROPERTIES: dict = {}
 """The properties of a PUBLISH that has none (shared, never written)."""
 
 
-class MqttConnection(MqttCodec):
+class MqttConnection(ServerCodec):
     """The protocol state of one connection, and its codec (server side, filters decoded
     lazily): one object, not two (a codec of its own was 104 bytes of every connection).
 
@@ -69,10 +69,10 @@ class MqttConnection(MqttCodec):
     a timer of its own. Writes go straight to the transport (the subclass's ``_write_raw``);
     a :class:`HeldTransport` is put between them only for a refused login's held answer."""
 
-    __slots__ = ("frontend", "flow", "session", "send_quota", "_client_max_packet", "_topic_aliases",
-                 "_outbound_aliases", "outbound_alias_limit", "_keep_alive", "due",
-                 "deadline_slot", "_will", "_closed", "_inbound_open", "_connect_state",
-                 "gate", "_held", "transport", "_unsent", "_unsent_bytes")
+    __slots__ = ("frontend", "flow", "session", "send_quota", "_client_max_packet", "_aliases",
+                 "outbound_alias_limit", "_keep_alive", "last_read",
+                 "deadline_next", "deadline_prev", "_will", "_closed", "_inbound_open",
+                 "_connect_state", "gate", "_held", "transport", "_unsent", "_unsent_bytes")
 
     transport_name: str
     """``mqtt`` or ``mqtt.websocket`` (the transport's subclass says)."""
@@ -90,20 +90,20 @@ class MqttConnection(MqttCodec):
         self._held: HeldTransport | None = None
         """Between the connection and its transport while a refused login's answer is held
         back (:meth:`hold_answers`); else None."""
-        MqttCodec.__init__(self, max_packet_size=frontend.settings.max_packet_size,
-                           lazy_filters=True)
+        ServerCodec.__init__(self, max_packet_size=frontend.settings.max_packet_size)
         self.session: MqttSession | None = None
         self.send_quota = 65535
         self._client_max_packet = None
-        self._topic_aliases: dict[int, str] | None = None
-        self._outbound_aliases: dict[str, int] | None = None
+        self._aliases: tuple[dict[int, str], dict[str, int]] | None = None
+        """(the client's topic aliases, ours to the client) once either is used (MQTT 5)."""
         self.outbound_alias_limit = 0
         """Topic aliases this connection may send (MQTT 5); then its PUBLISH bytes are its
         own, not shared with other receivers."""
         self._keep_alive: float | None = None
-        self.due = 0.0
-        """When the keep-alive runs out (the last read plus 1.5 times the keep alive)."""
-        self.deadline_slot = 0
+        self.last_read = 0.0
+        """When the last packet came: the reactor turn's time (:attr:`MqttFrontend.clock`),
+        a float shared with the turn's other reads, not one of its own."""
+        self.deadline_next = self.deadline_prev = None
         self._will = None
         self._closed = False
         self._unsent: list[bytes] | None = None
@@ -167,7 +167,7 @@ class MqttConnection(MqttCodec):
         if item is not None:
             self._touch()  # once per read: the keep-alive clock needs no finer grain
         while item is not None:
-            # the commonest packets come as parts (see MqttCodec.next_item), not objects
+            # the commonest packets come as parts (see ServerCodec.next_item), not objects
             kind = type(item)
             if kind is tuple and self.session is not None:
                 topic, payload, qos, retain, packet_id = item
@@ -273,7 +273,7 @@ class MqttConnection(MqttCodec):
             self.outbound_alias_limit = min(packet.properties.get("topic_alias_maximum", 0),
                                              settings.topic_alias_maximum)
             if self.outbound_alias_limit:
-                self._outbound_aliases = {}
+                self._aliases = ({}, {})
             properties = {"receive_maximum": SERVER_RECEIVE_MAXIMUM,
                           "topic_alias_maximum": settings.topic_alias_maximum,
                           "shared_subscription_available": 1,
@@ -405,12 +405,13 @@ class MqttConnection(MqttCodec):
         if alias > self.frontend.settings.topic_alias_maximum:
             raise MqttProtocolError(ReasonCode.TOPIC_ALIAS_INVALID,
                                     f"topic alias {alias} is over the maximum")
+        aliases = self._aliases
         if topic:
-            if self._topic_aliases is None:
-                self._topic_aliases = {}
-            self._topic_aliases[alias] = topic
+            if aliases is None:
+                aliases = self._aliases = ({}, {})
+            aliases[0][alias] = topic
             return topic
-        topic = self._topic_aliases.get(alias) if self._topic_aliases else None
+        topic = aliases[0].get(alias) if aliases is not None else None
         if topic is None:
             raise MqttProtocolError(ReasonCode.PROTOCOL_ERROR, f"unknown topic alias {alias}")
         return topic
@@ -607,7 +608,7 @@ class MqttConnection(MqttCodec):
         alias alone. Aliases go to topics first come, first served; once the client's
         maximum is used up, further topics are sent by name."""
         topic = message.topic
-        aliases = self._outbound_aliases
+        aliases = self._aliases[1]  # type: ignore[index]  # (made with the alias limit)
         alias = aliases.get(topic)
         if alias is None and len(aliases) >= self.outbound_alias_limit:
             return self.write_publish(self.encode_publish(message, packet_id, dup), topic)
@@ -708,8 +709,13 @@ class MqttConnection(MqttCodec):
     # life cycle -----------------------------------------------------------------------------
 
     def _touch(self) -> None:
-        if self._keep_alive is not None:
-            self.due = self.frontend.scheduler.seconds() + self._keep_alive
+        self.last_read = self.frontend.clock.turn_began
+
+    @property
+    def due(self) -> float:
+        """When the keep-alive runs out: the last read plus 1.5 times the keep alive (the
+        wheel asks when the connection is filed and when its slot comes)."""
+        return self.last_read + (self._keep_alive or 0.0)
 
     def deadline_passed(self) -> None:
         """The keep-alive ran out (told by the frontend's wheel)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from functools import partial
-from typing import Callable
+from typing import Callable, Protocol
 
 from router.core import errors
 from router.core.credentials import Principal
@@ -52,6 +52,26 @@ Identity = tuple[str | None, str, str]
 """(authid, or None for anonymous; authrole; authmethod) of an authenticated CONNECT."""
 
 
+class TurnClock(Protocol):
+    """Gives the time of the reads being handled (the router's reactor: of its turn)."""
+
+    turn_began: float
+
+
+class _EachRead:
+    """A :class:`TurnClock` on a clock without turns: its ``seconds()`` when asked."""
+
+    __slots__ = ("_scheduler",)
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    @property
+    def turn_began(self) -> float:
+        """Now."""
+        return self._scheduler.seconds()
+
+
 class MqttFrontend:
     """MQTT sessions of one realm."""
 
@@ -64,6 +84,10 @@ class MqttFrontend:
         self.scheduler = scheduler
         self.deadlines = Deadlines(scheduler)
         """Its connections' keep-alives, on one timer."""
+        self.clock: TurnClock = (scheduler if hasattr(scheduler, "turn_began")
+                                 else _EachRead(scheduler))
+        """The time of the reactor turn's reads (``turn_began``): the router's reactor's,
+        one float a turn; another clock's ``seconds()`` per read."""
         self._unflushed: list[Outlet] = []
         self._flush_due = False
         self._at_turn_end: Callable[[Callable[[], None]], object] = getattr(
@@ -235,11 +259,13 @@ class MqttFrontend:
         session_present = existing is not None
         if existing is None:
             # an anonymous client's authid is made from its session id when asked, and
-            # the peer text by the connection (see Outlet.info_peer)
+            # the peer text by the connection (see Outlet.info_peer); it joined at the
+            # time of the turn's reads, a float the sessions of one turn share
             info = (SessionInfo if authid is not None else AnonymousInfo)(
                 session_id, self.realm.name, authid, authrole,  # type: ignore[arg-type]
                 authmethod, protocol=connection.transport_name,
-                peer=connection.info_peer, client_id=client_id)
+                joined_at=self.clock.turn_began, peer=connection.info_peer,
+                client_id=client_id)
             existing = self._open(client_id, info, expiry)
         else:
             self._set_persistence(existing, expiry)
@@ -343,7 +369,7 @@ class MqttFrontend:
         return float(cap if seconds is None or seconds > cap else seconds)
 
     def _open(self, client_id: str, info: SessionInfo, expiry: float) -> MqttSession:
-        session = MqttSession(self, info, expiry != 0, expiry)
+        session = MqttSession(self, info, expiry)
         self.sessions[client_id] = session
         self.router.track(session)
         self.realm.attach(session)
@@ -352,7 +378,6 @@ class MqttFrontend:
     def _set_persistence(self, session: MqttSession, expiry: float) -> None:
         was_persistent = session.persistent
         session.expiry = expiry
-        session.persistent = expiry != 0
         if was_persistent and not session.persistent:
             self.store.delete_session(session.client_id)
         elif session.persistent and not was_persistent:

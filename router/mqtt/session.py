@@ -103,17 +103,17 @@ class MqttSession:
     its subscription, no dict. Its client id is its SessionInfo's; an offline session's
     expiry timer is kept by the frontend."""
 
-    __slots__ = ("frontend", "info", "persistent", "expiry", "connection",
-                 "_subscriptions", "_by_core_id", "_patterns", "_may_overlap",
+    __slots__ = ("frontend", "info", "persistent", "connection",
+                 "_subscriptions", "_by_core_id", "_may_overlap",
                  "_last_publication", "outbound", "_queued", "_by_packet_id", "inbound_qos2",
                  "_last_seq", "_next_packet_id")
 
-    def __init__(self, frontend: SessionOwner, info: SessionInfo, persistent: bool,
-                 expiry: float) -> None:
+    def __init__(self, frontend: SessionOwner, info: SessionInfo, expiry: float) -> None:
         self.frontend = frontend
         self.info = info
-        self.persistent = persistent
-        self.expiry = expiry
+        self.persistent = expiry
+        """Its expiry in seconds: true (not 0) for a session that outlives its connection
+        (kept, with the store's copy); one slot for both (:attr:`expiry` reads it)."""
         self.connection: Outlet | None = None
         self._subscriptions: MqttSubscription | dict[str, MqttSubscription] | None = None
         """Its only subscription, or from the second on a dict by topic filter (two
@@ -121,11 +121,10 @@ class MqttSession:
         self._by_core_id: dict[int, MqttSubscription] = NOTHING_YET  # type: ignore[assignment]
         """By core subscription id, from the second subscription on (:data:`NOTHING_YET`
         while there are fewer)."""
-        self._patterns = 0
-        """How many of its subscriptions have a wildcard: kept as they come and go, so a
+        self._may_overlap = 0
+        """Two of its filters can match one topic: how many of its subscriptions have a
+        wildcard while it holds two or more (0 with fewer). Kept as they come and go, so a
         change costs the same however many the session holds."""
-        self._may_overlap = False
-        """Two of its filters can match one topic (one has a wildcard)."""
         self._last_publication: int | None = None
         self.outbound: dict[int, Outbound | StoredMessage] = NOTHING_YET  # type: ignore[assignment]
         """By seq, in queue order (the shared empty :data:`NOTHING_YET` until the first). A
@@ -139,6 +138,15 @@ class MqttSession:
         self.inbound_qos2: set[int] | frozenset[int] = _NO_PACKET_IDS
         self._last_seq = 0
         self._next_packet_id = 1
+
+    @property
+    def expiry(self) -> float:
+        """Seconds the session outlives its connection (0: it ends with it)."""
+        return self.persistent
+
+    @expiry.setter
+    def expiry(self, expiry: float) -> None:
+        self.persistent = expiry
 
     @property
     def client_id(self) -> str:
@@ -179,11 +187,11 @@ class MqttSession:
             if type(held) is MqttSubscription:
                 self._subscriptions = {held.topic_filter: held}
                 self._by_core_id = {held.core.id: held}
+                self._may_overlap = int(held.core.match != EXACT)
             self._subscriptions[subscription.topic_filter] = subscription  # type: ignore[index]
             self._by_core_id[subscription.core.id] = subscription
-        if subscription.core.match != EXACT:
-            self._patterns += 1
-        self._subscriptions_changed()
+            if subscription.core.match != EXACT:
+                self._may_overlap += 1
         if self.persistent and persist:
             self.frontend.store.save_subscription(self.client_id, subscription.topic_filter,
                                                   subscription.packed())
@@ -192,7 +200,6 @@ class MqttSession:
         subscription = self.subscription(topic_filter)
         if subscription is not None:
             self._unindex(subscription)
-            self._subscriptions_changed()
             if self.persistent:
                 self.frontend.store.delete_subscription(self.client_id, topic_filter)
         return subscription
@@ -209,11 +216,9 @@ class MqttSession:
             if len(held) == 1:  # type: ignore[arg-type]
                 (self._subscriptions,) = held.values()  # type: ignore[union-attr]
                 self._by_core_id = NOTHING_YET  # type: ignore[assignment]
-        if subscription.core.match != EXACT:
-            self._patterns -= 1
-
-    def _subscriptions_changed(self) -> None:
-        self._may_overlap = len(self._by_core_id) > 1 and self._patterns > 0
+                self._may_overlap = 0
+            elif subscription.core.match != EXACT:
+                self._may_overlap -= 1
 
     # delivery (core Peer) ---------------------------------------------------------
 

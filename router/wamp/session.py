@@ -200,7 +200,7 @@ class WampSession:
             session_id = self._router.new_session_id()
         self.info = (SessionInfo if authid is not None else AnonymousInfo)(
             session_id, realm.name, authid, authrole, authmethod,  # type: ignore[arg-type]
-            authprovider="static", protocol=self._listener.protocol_name,
+            protocol=self._listener.protocol_name,
             peer=self.transport.info_peer)
         authid = self.info.authid
         self._listener = self._listener.in_realm(realm.name)
