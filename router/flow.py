@@ -293,7 +293,7 @@ class ConnectionFlow:
         the kernel does not take) Twisted's buffer, producer pausing and ``doWrite``, as
         ``transport.write``. Not counted against the bound: the caller counts."""
         transport = self.transport
-        if (self._turn is None or self._in_turn or transport.dataBuffer
+        if (self._context.turn is None or self._in_turn or transport.dataBuffer
                 or transport._tempDataLen or transport.producerPaused
                 or not transport.connected or transport.disconnecting or transport._aborting):
             transport.write(data)
