@@ -247,7 +247,11 @@ class ConnectionFlow:
         already sending (its buffer not empty) or closing writes the Twisted way."""
         transport = self.transport
         if self._in_turn:
-            transport._tempDataBuffer.append(data)
+            buffered = transport._tempDataBuffer
+            if buffered is NO_WRITES:  # the reactor's doWrite took the turn's first writes
+                transport._tempDataBuffer = [data]
+            else:
+                buffered.append(data)
             transport._tempDataLen += len(data)
             if transport._tempDataLen > transport.bufferSize:
                 transport._maybePauseProducer()
