@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, TypeAlias
 
 from router.core.topic import Topic, display, mqtt_name, wamp_uri
 
@@ -36,9 +36,9 @@ class SessionInfo:
     authid: str
     authrole: str
     authmethod: str = "anonymous"
-    authprovider: ClassVar[str] = "static"
-    """Who vouched for the identity: the router's own configuration, for every session (a
-    class constant, not a slot of each)."""
+    authprovider: str = "static"
+    """Who vouched for the identity: the router's configuration (``static``); a webhook's
+    session says ``router``. A field, so the positional fields after it keep their places."""
     protocol: str = "wamp"
     transport: dict[str, Any] | None = None
     """The transport details, when a frontend has more to say than ``peer`` (else see
