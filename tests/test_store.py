@@ -1,20 +1,16 @@
 """The SQLite store's completion path (every durability callback runs on its own), its
-retained rows written in batches of any size, logged and folded, and the retained entry's
-record."""
+retained rows written in batches of any size, and the retained entry's record."""
 
 from __future__ import annotations
 
 import logging
 import queue
-import shutil
-import sqlite3
 
 import msgpack
 import pytest
 
 from router.core.model import Eligibility, Publication, SessionInfo
 from router.core.retention import Owner, RetainedEvent
-from router.engines.embedded import sqlite as sqlite_store
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.records import decode_retained, encode_retained
 
@@ -75,9 +71,9 @@ def retained_entry(topic: tuple[str, ...], payload: bytes) -> RetainedEvent:
 
 @pytest.mark.parametrize("topics", [1, 37, 300])
 def test_a_batch_of_retained_writes_of_any_size_is_stored_whole(tmp_path, topics):
-    """One turn's retained writes go to the writer as one batch, logged by one multi-row
-    statement of its size (37) or by chunks (300 = 256 + 44): every topic is there, with
-    the newest of its entries, and a cleared topic is gone."""
+    """One turn's retained writes go to the writer as one batch, stored by multi-row
+    statements of power-of-two sizes (37 = 32 + 4 + 1; past 256 rows, several): every topic
+    is there, with the newest of its entries, and a cleared topic is gone."""
     answers: queue.Queue = queue.Queue()
     turn_end: list = []
     store = SqliteStore(tmp_path / "store.sqlite3", lambda function, *args: function(*args),
@@ -101,57 +97,6 @@ def test_a_batch_of_retained_writes_of_any_size_is_stored_whole(tmp_path, topics
         store.close()
     assert stored == {("t", "x"): [b"x"],
                       **{("t", str(n)): [b"new"] for n in range(1, topics)}}
-
-
-def test_the_retained_log_is_folded_while_running_and_read_back_after_a_crash(tmp_path,
-                                                                            monkeypatch):
-    """Retained writes are appended to the log; once it holds FOLD_ROWS rows the writer
-    folds it into the table, newest row winning (a clear removes the topic). A copy of the
-    files taken while rows are still logged (as a kill -9 leaves them) reads back the same
-    topics, and closing folds the rest."""
-    monkeypatch.setattr(sqlite_store, "FOLD_ROWS", 8)
-    answers: queue.Queue = queue.Queue()
-    turn_end: list = []
-    path = tmp_path / "store.sqlite3"
-    store = SqliteStore(path, lambda function, *args: function(*args),
-                        at_turn_end=turn_end.append)
-
-    def turn(*writes: tuple[str, bytes | None]) -> None:
-        for name, payload in writes:
-            store.save_retained("realm1", ("t", name), [] if payload is None else
-                                [retained_entry(("t", name), payload)])
-        store.when_durable(answers.put)
-        turn_end.pop()()
-        assert answers.get(timeout=10) is True
-
-    def stored(at) -> dict:
-        return {topic[1]: decode_retained(blobs[0], "realm1").publication.payload
-                for topic, blobs in at.load_retained("realm1")}
-
-    def rows(table: str) -> int:
-        with sqlite3.connect(path) as reader:
-            return reader.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-
-    try:
-        turn(*((str(n), b"old") for n in range(6)))
-        turn(("0", b"new"), ("1", None), ("6", b"new"))  # 9 rows logged: folded after
-        turn(("2", None), ("3", b"newer"), ("1", b"back"))  # (so before this batch) logged
-        assert (rows("retained"), rows("retained_log")) == (6, 3)
-        expected = {"0": b"new", "1": b"back", "3": b"newer", "4": b"old", "5": b"old",
-                    "6": b"new"}
-        assert stored(store) == expected
-        crashed = tmp_path / "crashed"
-        crashed.mkdir()
-        for file in tmp_path.glob("store.sqlite3*"):
-            shutil.copy(file, crashed / file.name)
-        reopened = SqliteStore(crashed / "store.sqlite3", lambda function, *args: None)
-        try:
-            assert stored(reopened) == expected
-        finally:
-            reopened.close()
-    finally:
-        store.close()
-    assert (rows("retained"), rows("retained_log")) == (6, 0)
 
 
 def test_the_retained_record_keeps_every_field_and_reads_the_named_form_stored_before():

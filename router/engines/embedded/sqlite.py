@@ -8,16 +8,6 @@ per write. The writer drains everything handed over, writes it in one transactio
 batch of retained writes alone by one statement that is its own transaction), commits
 with ``synchronous=FULL`` and then reports durability back on the reactor thread, once
 per batch.
-
-A batch's retained writes are appended to ``retained_log`` (``entries`` NULL: the topic
-was cleared), not upserted into ``retained``: an append fills the log's last pages, where
-upserting topics spread over the table dirtied a page per topic, each written whole to
-the WAL and synced at every commit. Once
-:data:`FOLD_ROWS` rows are logged, the writer folds them into ``retained`` in one
-transaction (each page written once however many of its topics changed), after
-reporting the batch that crossed it; the store folds what is left when it is opened
-(after a crash) and closed. ``retained`` plus the log, newest row last, is the stored
-state.
 With ``max_queued_writes`` writes waiting, ``on_pressure(True)`` asks the node to
 stop reading from publishers; ``on_pressure(False)`` follows once half have been
 written. Nothing is ever dropped: the intake pausing is what bounds the queue.
@@ -57,32 +47,7 @@ CREATE TABLE IF NOT EXISTS retained (
     entries BLOB NOT NULL,
     PRIMARY KEY (realm, topic)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS retained_log (
-    seq INTEGER PRIMARY KEY,
-    realm TEXT NOT NULL,
-    topic TEXT NOT NULL,
-    entries BLOB
-);
 """
-
-FOLD_ROWS = 4096
-"""Rows of ``retained_log`` at which the writer folds it into ``retained``: the fold
-rewrites the table's pages those topics are on once (4,096 new topics: about 15 ms of CPU
-on a 2-core VM, which the next batch waits for), and the log never holds more rows than
-this plus one batch."""
-
-_FOLD = (
-    # the newest value of every topic whose newest row is not a clear, in log order
-    "INSERT INTO retained (realm, topic, entries) SELECT realm, topic, entries"
-    " FROM retained_log WHERE entries IS NOT NULL ORDER BY seq"
-    " ON CONFLICT (realm, topic) DO UPDATE SET entries = excluded.entries",
-    # then the topics whose newest row is a clear
-    "DELETE FROM retained WHERE (realm, topic) IN (SELECT realm, topic FROM retained_log"
-    " GROUP BY realm, topic"
-    " HAVING max(seq) = max(CASE WHEN entries IS NULL THEN seq END))",
-    "DELETE FROM retained_log",
-)
-"""Fold ``retained_log`` into ``retained`` (in one transaction)."""
 
 SCHEMA_VERSION = 1
 """``PRAGMA user_version`` of a database whose retained rows are keyed by level arrays."""
@@ -93,8 +58,7 @@ memory must go back to what is stored."""
 
 
 def _connect(path: Path, max_bytes: int | None) -> sqlite3.Connection:
-    connection = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
-                                 cached_statements=256)  # the appends' sizes, and the rest
+    connection = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=FULL")
     if max_bytes is not None:
@@ -102,19 +66,7 @@ def _connect(path: Path, max_bytes: int | None) -> sqlite3.Connection:
         connection.execute(f"PRAGMA max_page_count={max(1, max_bytes // page_size)}")
     connection.executescript(SCHEMA)
     _migrate(connection)
-    _fold(connection)
     return connection
-
-
-def _fold(connection: sqlite3.Connection) -> int:
-    """Fold ``retained_log`` into ``retained`` in one transaction; the rows folded."""
-    rows: int = connection.execute("SELECT count(*) FROM retained_log").fetchone()[0]
-    if rows:
-        with connection:
-            connection.execute("BEGIN")
-            for statement in _FOLD:
-                connection.execute(statement)
-    return rows
 
 
 def _migrate(connection: sqlite3.Connection) -> None:
@@ -168,37 +120,26 @@ class SqliteStore:
         """Stop (True) / restart (False) intake; the node sets it to its intake gate."""
         self._max_queued_writes = max_queued_writes
         self._pressed = False
-        self._logged = 0
-        """Rows appended to ``retained_log`` since it was last folded (writer thread)."""
         self._worker = BatchWorker("sqlite-writer", self._write_batch)
 
     # reactor side -------------------------------------------------------------
 
     def load_retained(self, realm: str) -> list[tuple[Topic, list[bytes]]]:
         """Every stored topic of ``realm`` (call before the writer has work: at start-up)."""
-        rows = dict(self._connection.execute(
-            "SELECT topic, entries FROM retained WHERE realm = ?", (realm,)))
-        for key, entries in self._connection.execute(  # empty unless written since opened
-                "SELECT topic, entries FROM retained_log WHERE realm = ? ORDER BY seq", (realm,)):
-            if entries is None:
-                rows.pop(key, None)
-            else:
-                rows[key] = entries
-        return [(tuple(json.loads(key)), unpack_topic(entries)) for key, entries in rows.items()]
+        rows = self._connection.execute(
+            "SELECT topic, entries FROM retained WHERE realm = ?", (realm,)).fetchall()
+        return [(tuple(json.loads(key)), unpack_topic(entries)) for key, entries in rows]
 
     def save_retained(self, realm: str, topic: Topic, entries: list[RetainedEvent]) -> None:
         """Queue a topic's retained entries for the writer (entries naming sessions are left out:
         the ids mean nothing after a restart); repeated writes of a topic in one batch
         coalesce."""
-        if len(entries) == 1 and entries[0].publication.eligibility is None:
-            blob: bytes | None = pack_topic(entries)  # the commonest: one event for everyone
-        else:
-            durable = [entry for entry in entries if not _names_sessions(entry)]
-            blob = pack_topic(durable) if durable else None
+        durable = [entry for entry in entries if not _names_sessions(entry)]
         self._queue_write()
-        number = self._write_numbers = self._write_numbers + 1
-        self._retained_writes[(realm, topic)] = number
-        self._hand(_RetainedWrite(realm, topic, blob, number))
+        self._write_numbers += 1
+        self._retained_writes[(realm, topic)] = self._write_numbers
+        self._hand(_RetainedWrite(realm, topic, pack_topic(durable) if durable else None,
+                                  self._write_numbers))
 
     def _queue_write(self) -> None:
         """Count one more write for the writer thread; at ``max_queued_writes`` outstanding,
@@ -249,13 +190,9 @@ class SqliteStore:
         return self._connection.execute(statement, params).fetchall()
 
     def close(self) -> None:
-        """Commit everything handed over, fold the retained log and stop the writer (blocks;
-        call from a thread or at exit, after :meth:`hand_off` on the reactor thread)."""
+        """Commit everything handed over and stop the writer (blocks; call from a thread or
+        at exit, after :meth:`hand_off` on the reactor thread)."""
         self._worker.close()
-        try:
-            _fold(self._connection)
-        except sqlite3.Error:  # kept in the log: the next start folds it
-            log.exception("folding the retained log at close")
         self._connection.close()
 
     # writer thread --------------------------------------------------------------
@@ -283,20 +220,6 @@ class SqliteStore:
         lost = self._committed(writes) if error is not None else []
         self._call_in_loop(self._batch_done, items - len(callbacks), callbacks, error,
                            list(writes.values()), lost)
-        if self._logged >= FOLD_ROWS:
-            self._fold()
-
-    def _fold(self) -> None:
-        """Fold the retained log into the table (after the batch that filled it was reported:
-        no acknowledgement waits for the fold; the next batch does)."""
-        self._logged = 0
-        try:
-            started = time.monotonic()
-            rows = _fold(self._connection)
-            log.debug("folded %d retained log row(s) in %.1f ms", rows,
-                      (time.monotonic() - started) * 1000)
-        except sqlite3.Error:  # the log stays the stored state; the next fold tries again
-            log.exception("folding the retained log")
 
     def _batch_done(self, writes: int, callbacks: list[Callable[[bool], None]], error: str | None,
                     retained: list["_RetainedWrite"],
@@ -334,18 +257,25 @@ class SqliteStore:
         """Commit one batch; the error message if it failed (nothing of it is stored)."""
         connection = self._connection
         try:
-            appends = _appends([(w.realm, topic_key(w.topic), w.blob) for w in writes.values()])
-            if len(appends) == 1 and not statements:
+            stored = [(w.realm, topic_key(w.topic), w.blob) for w in writes.values()
+                      if w.blob is not None]
+            upserts = _upserts(stored)
+            if len(upserts) == 1 and not statements and len(stored) == len(writes):
                 # one statement is its own transaction, committed (synchronous=FULL) before
                 # it returns: the commonest batch, retained writes only, in one step
-                connection.execute(*appends[0])
-            else:
-                with connection:
-                    connection.execute("BEGIN")
-                    for statement in statements:
-                        connection.execute(statement.sql, statement.params)
-                    for append in appends:
-                        connection.execute(*append)
+                connection.execute(*upserts[0])
+                return None
+            with connection:
+                connection.execute("BEGIN")
+                for statement in statements:
+                    connection.execute(statement.sql, statement.params)
+                for upsert in upserts:
+                    connection.execute(*upsert)
+                if len(stored) < len(writes):
+                    connection.executemany(
+                        "DELETE FROM retained WHERE realm = ? AND topic = ?",
+                        [(w.realm, topic_key(w.topic)) for w in writes.values()
+                         if w.blob is None])
         except sqlite3.Error as exc:
             log.debug("writing a batch (%d retained topic(s), %d statement(s)) failed",
                       len(writes), len(statements), exc_info=True)
@@ -355,63 +285,43 @@ class SqliteStore:
             log.exception("a batch (%d retained topic(s), %d statement(s)) could not be "
                           "written", len(writes), len(statements))
             return f"{type(exc).__name__}: {exc}"
-        self._logged += len(writes)
         return None
 
     def _committed(self, writes: dict[tuple[str, Topic], "_RetainedWrite"]
                    ) -> list[tuple["_RetainedWrite", list[bytes]]]:
-        """What the database holds for the topics of a failed batch (writer thread): the
-        newest logged row of each, else its row in the table."""
+        """What the database holds for the topics of a failed batch (writer thread)."""
         lost = []
         try:
             for write in writes.values():
-                key = (write.realm, topic_key(write.topic))
                 row = self._connection.execute(
-                    "SELECT entries FROM retained_log WHERE realm = ? AND topic = ?"
-                    " ORDER BY seq DESC LIMIT 1", key).fetchone()
-                if row is None:
-                    row = self._connection.execute(
-                        "SELECT entries FROM retained WHERE realm = ? AND topic = ?",
-                        key).fetchone()
-                lost.append((write, unpack_topic(row[0])
-                             if row is not None and row[0] is not None else []))
+                    "SELECT entries FROM retained WHERE realm = ? AND topic = ?",
+                    (write.realm, topic_key(write.topic))).fetchone()
+                lost.append((write, unpack_topic(row[0]) if row is not None else []))
         except Exception:  # (sqlite3.Error, or the topic that failed the write)
             log.exception("reading back retained topics after a failed write")
         return lost
 
 
-EXACT_APPENDS = 64
-"""Batches of up to this many retained rows are logged by one statement of their own size."""
-
-_APPENDS: dict[int, str] = {}
-"""The append statement of each size used so far (at most EXACT_APPENDS + 2 of them)."""
-
-
-def _append_statement(rows: int) -> str:
-    """``INSERT`` of ``rows`` rows into the log (made once per size)."""
-    statement = _APPENDS.get(rows)
-    if statement is None:
-        statement = _APPENDS[rows] = ("INSERT INTO retained_log (realm, topic, entries) VALUES "
-                                      + ",".join(["(?,?,?)"] * rows))
-    return statement
+_UPSERTS = {rows: "INSERT INTO retained (realm, topic, entries) VALUES "
+                  + ",".join(["(?,?,?)"] * rows)
+                  + " ON CONFLICT (realm, topic) DO UPDATE SET entries = excluded.entries"
+            for rows in (1, 2, 4, 8, 16, 32, 64, 128, 256)}
+"""Upserts of 1, 2, 4 ... 256 retained rows in one statement."""
 
 
-def _appends(rows: list[tuple[str, str, bytes | None]]) -> list[tuple[str, list[object]]]:
-    """(statement, parameters) logging ``rows`` (none twice). A batch of up to
-    :data:`EXACT_APPENDS` rows (the commonest) is one statement of its own size, committed
-    on its own (one step of SQLite: one release of the GIL by the writer, no BEGIN and
-    COMMIT); a larger one takes 256- or 128-row chunks, or 64, until at most 64 are left.
-    So at most 66 prepared statements serve every batch (about 1 MB at most in the
-    connection's statement cache; all 256 sizes would be about 15 MB)."""
-    appends: list[tuple[str, list[object]]] = []
+def _upserts(rows: list[tuple[str, str, bytes]]) -> list[tuple[str, list[object]]]:
+    """(statement, parameters) storing ``rows`` (none twice): a batch of n rows takes the
+    power-of-two sizes that add up to n (37 = 32 + 4 + 1), so nine prepared statements
+    (the connection's statement cache) serve every batch, and SQLite takes each chunk in
+    one step (one release of the GIL by the writer) instead of one per row."""
+    upserts: list[tuple[str, list[object]]] = []
     start = 0
     while start < len(rows):
-        left = len(rows) - start
-        size = left if left <= EXACT_APPENDS else min(256, 1 << (left.bit_length() - 1))
+        size = min(256, 1 << ((len(rows) - start).bit_length() - 1))
         values: list[object] = [value for row in rows[start:start + size] for value in row]
-        appends.append((_append_statement(size), values))
+        upserts.append((_UPSERTS[size], values))
         start += size
-    return appends
+    return upserts
 
 
 BATCH_BOUNDS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
