@@ -84,9 +84,12 @@ _TOPIC_NAMES: dict[bytes, str] = {}
 """Topic names a fast-path PUBLISH carried, by their bytes, once decoded and checked: a
 publisher names the same few topics again and again, so most PUBLISHes decode and check
 none, and their topic is one string object (its hash kept), whose levels the frontend
-finds by it. Emptied when it reaches :data:`TOPIC_NAMES_KEPT`."""
+finds by it. Emptied when it reaches :data:`TOPIC_NAMES_KEPT`; only names of up to
+:data:`TOPIC_NAME_KEPT_BYTES` are kept (a client naming 4,096 long topics must not make the
+router hold them: at 16 KB each, 130 MB)."""
 
 TOPIC_NAMES_KEPT = 4096
+TOPIC_NAME_KEPT_BYTES = 256
 
 
 def _plain_topic_name(name: bytes) -> str | None:
@@ -99,9 +102,10 @@ def _plain_topic_name(name: bytes) -> str | None:
         return None
     if not topic or "\x00" in topic or "+" in topic or "#" in topic:
         return None
-    if len(_TOPIC_NAMES) >= TOPIC_NAMES_KEPT:
-        _TOPIC_NAMES.clear()
-    _TOPIC_NAMES[name] = topic
+    if len(name) <= TOPIC_NAME_KEPT_BYTES:
+        if len(_TOPIC_NAMES) >= TOPIC_NAMES_KEPT:
+            _TOPIC_NAMES.clear()
+        _TOPIC_NAMES[name] = topic
     return topic
 
 

@@ -27,6 +27,7 @@ from router.core.scheduler import Deadlines, DelayedCall, Scheduler
 from router.core.shared import SharedGroup
 from router.core.topic import (InvalidSharedFilter, Topic, from_mqtt, mqtt_pattern,
                                split_shared)
+from router.mqtt.codec import TOPIC_NAME_KEPT_BYTES
 from router.mqtt.outlet import Outlet
 from router.mqtt.packets import Connect, ReasonCode, SubscriptionOptions, Will, shared_options
 from router.mqtt.persistence import (MqttSessionStore, SessionClaims, StoredMessage,
@@ -97,8 +98,8 @@ class MqttFrontend:
         self.sessions: dict[str, MqttSession] = {}
         self._levels: dict[str, Topic] = {}
         """The levels of the topic names published to (at most :data:`LEVELS_KEPT`, then
-        emptied): split once, and the same level strings (their hashes kept) for the core's
-        lookups."""
+        emptied; names of up to :data:`router.mqtt.codec.TOPIC_NAME_KEPT_BYTES` only): split
+        once, and the same level strings (their hashes kept) for the core's lookups."""
         self._pending_wills: dict[str, DelayedCall] = {}
         self._expiry_timers: dict[MqttSession, DelayedCall] = {}
         """The timers of offline sessions that expire (each holds its session, and its
@@ -509,9 +510,11 @@ class MqttFrontend:
         options = _PUBLISH_OPTIONS[qos, retain, not payload]
         levels = self._levels.get(topic)
         if levels is None:
-            if len(self._levels) >= LEVELS_KEPT:
-                self._levels.clear()
-            levels = self._levels[topic] = from_mqtt(topic)
+            levels = from_mqtt(topic)
+            if len(topic) <= TOPIC_NAME_KEPT_BYTES:  # (long ones are not kept: see there)
+                if len(self._levels) >= LEVELS_KEPT:
+                    self._levels.clear()
+                self._levels[topic] = levels
         self.realm.publish(info, levels, args, kwargs, options, on_durable, len(payload),
                            payload, properties or None,  # (by position: the faster call)
                            time.time() + expiry if expiry is not None else None, None, topic)
