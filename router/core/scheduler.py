@@ -102,7 +102,9 @@ class Deadlines:
         now = self._scheduler.seconds()
         current = int(now // self._resolution)
         for slot in sorted(slot for slot in self._slots if slot <= current):
-            ring = self._slots.pop(slot)
+            ring = self._slots.pop(slot, None)
+            if ring is None:  # its owners were forgotten by an owner told before them
+                continue
             owners: list[Watched] = []
             linked: Watched | _Ring | None = ring.deadline_next
             while linked is not ring:  # taken out first: a told owner may forget another
