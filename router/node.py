@@ -238,16 +238,18 @@ class Node:
                           lambda: self._let_clients_in(cannot_start))
 
     def _let_clients_in(self, cannot_start: Callable[[Exception], None]) -> None:
-        """The listeners, the admin socket and the bridges, then the ``ready:`` line."""
+        """The listeners, the admin socket and the bridges, then the ``ready:`` line; what
+        keeps them from starting (a port in use) goes to ``cannot_start``, also when the
+        engine calls this later, from the reactor."""
         try:
             self._listen_all()
-        except ListenerFailed as exc:
+            self._listen_admin()
+            for bridge in self.bridges:
+                self.engine.run_bridge(bridge.config.realm, bridge.config.name, bridge.start,
+                                       bridge.stop)
+        except Exception as exc:  # ListenerFailed, or anything else: not started
             cannot_start(exc)
             return
-        self._listen_admin()
-        for bridge in self.bridges:
-            self.engine.run_bridge(bridge.config.realm, bridge.config.name, bridge.start,
-                                   bridge.stop)
         # what start-up built (modules, configuration, restored state) lives as long as the
         # process: out of the collector's scans, a full collection under load looks only at
         # what clients created since, so its pause does not grow with the code base

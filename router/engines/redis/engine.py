@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import msgpack
 from twisted.internet import defer, task
+from twisted.python.failure import Failure
 
 from router.core.engine import ClusterLimits, Paused, RealmEngine
 from router.core.history import HistoryRule
@@ -212,14 +213,25 @@ class RedisEngine:
                      for read in (shared.dealer.reload(), shared.reload_interest(),
                                   shared.reload_retained())]
             if self._ready is not None:
-                defer.gatherResults(reads).addCallback(self._first_reads)
+                defer.gatherResults(reads).addCallbacks(self._first_reads,
+                                                        self._first_reads_failed)
 
     def _first_reads(self, read: list[bool]) -> None:
-        """Ready once every realm's first reads succeeded (a failed one is read again when
-        the connections come back)."""
-        if all(read) and self._ready is not None:
+        """Ready once every realm's first reads succeeded; a failed one (Redis still
+        loading its data, say) is read again a second later, or when the connections come
+        back."""
+        if self._ready is None:
+            return
+        if all(read):
             ready, self._ready = self._ready, None
             ready()
+        else:
+            self.reactor.callLater(1.0, self._read_registrations)
+
+    def _first_reads_failed(self, failure: Failure) -> None:
+        log.error("reading the cluster's state failed: %s; trying again in 1 s",
+                  failure.getTraceback())
+        self.reactor.callLater(1.0, self._read_registrations)
 
     def _still_connecting(self) -> None:
         if self._ready is not None:

@@ -614,11 +614,19 @@ class RedisRealm:
         if self._retained_heard is None:
             self._retained_heard = set()
         self._retained_reads += 1
+        own_before = dict(self._latest_own)
         read = self.engine.request(command("HGETALL", self.keys["retained-token"]))
-        return read.addCallback(self._retained_tokens_read).addErrback(self._retained_not_read)
+        return read.addCallback(self._retained_tokens_read, own_before).addErrback(
+            self._retained_not_read)
 
-    def _retained_tokens_read(self, found: list[bytes]) -> defer.Deferred[bool]:
+    def _retained_tokens_read(self, found: list[bytes],
+                              own_before: dict[bytes, bytes]) -> defer.Deferred[bool]:
         stored = dict(zip(found[::2], found[1::2]))
+        for key, token in own_before.items():
+            # written before the read (Redis answers in order: the read saw it), its
+            # announcement lost with the subscription maybe: what Redis holds is the truth
+            if self._latest_own.get(key) == token:
+                del self._latest_own[key]
         settled = self._settled_retained()
         for key in [key for key in self.tokens if key not in stored and key not in settled]:
             self.apply_retained(key, b"", b"", b"")  # cleared (or swept) meanwhile
@@ -639,7 +647,7 @@ class RedisRealm:
 
     def _settled_retained(self) -> set[bytes]:
         """Topics a read must leave alone: changed on the channel since it began, or written
-        by this node with the announcement still to come back."""
+        by this node since it began (the announcement still to come back)."""
         return (self._retained_heard or set()) | self._latest_own.keys()
 
     def _retained_not_read(self, failure: Failure) -> bool:
