@@ -247,7 +247,11 @@ class Node:
             for bridge in self.bridges:
                 self.engine.run_bridge(bridge.config.realm, bridge.config.name, bridge.start,
                                        bridge.stop)
-        except Exception as exc:  # ListenerFailed, or anything else: not started
+        except ListenerFailed as exc:  # a port in use: the message says it all
+            cannot_start(exc)
+            return
+        except Exception as exc:  # a bug: its traceback too
+            log.exception("opening the listeners failed")
             cannot_start(exc)
             return
         # what start-up built (modules, configuration, restored state) lives as long as the
