@@ -114,6 +114,8 @@ class RedisEngine:
         """The subscriber connection has the registrations channel."""
         self._ready: Callable[[], None] | None = None
         """What :meth:`start` was given to call once connected, until called."""
+        self._retry: Any = None
+        """The pending retry of failed first reads (a DelayedCall), if any."""
         self._connectors: list[Any] = []
         self._sweeper = task.LoopingCall(self.sweep)
         self._sweeper.clock = reactor
@@ -213,8 +215,8 @@ class RedisEngine:
                      for read in (shared.dealer.reload(), shared.reload_interest(),
                                   shared.reload_retained())]
             if self._ready is not None:
-                defer.gatherResults(reads).addCallbacks(self._first_reads,
-                                                        self._first_reads_failed)
+                defer.gatherResults(reads, consumeErrors=True).addCallbacks(
+                    self._first_reads, self._first_reads_failed)
 
     def _first_reads(self, read: list[bool]) -> None:
         """Ready once every realm's first reads succeeded; a failed one (Redis still
@@ -226,12 +228,17 @@ class RedisEngine:
             ready, self._ready = self._ready, None
             ready()
         else:
-            self.reactor.callLater(1.0, self._read_registrations)
+            self._read_again()
 
     def _first_reads_failed(self, failure: Failure) -> None:
         log.error("reading the cluster's state failed: %s; trying again in 1 s",
                   failure.getTraceback())
-        self.reactor.callLater(1.0, self._read_registrations)
+        self._read_again()
+
+    def _read_again(self) -> None:
+        """One retry a second later (a reconnect meanwhile reads too, and adds none)."""
+        if self._retry is None or not self._retry.active():
+            self._retry = self.reactor.callLater(1.0, self._read_registrations)
 
     def _still_connecting(self) -> None:
         if self._ready is not None:
