@@ -74,6 +74,10 @@ class _NodesAt(PatternEntry):
         self.nodes: set[str] = set()
 
 
+RETAINED_READ_CHUNK = 500
+"""Topics read again per request after a resubscription (see :meth:`RedisRealm.reload_retained`)."""
+
+
 class RemoteInterest:
     """Which other nodes want which topics of one realm: the broker's index, with node
     names where the broker has sessions."""
@@ -634,16 +638,26 @@ class RedisRealm:
                    if self.tokens.get(key) != token and key not in settled]
         if not changed:
             return defer.succeed(self._retained_read_done(True))
-        read = self.engine.request(command("HMGET", self.keys["retained"], *changed))
-        return read.addCallback(self._retained_topics_read, changed, stored)
+        return self._read_topics(changed, stored)
+
+    def _read_topics(self, keys: list[bytes], tokens: dict[bytes, bytes]) -> defer.Deferred[bool]:
+        """Read ``keys`` again, :data:`RETAINED_READ_CHUNK` at a time: each reply is applied
+        in a turn of its own, so many topics changed during a long outage do not hold the
+        reactor in one."""
+        chunk, rest = keys[:RETAINED_READ_CHUNK], keys[RETAINED_READ_CHUNK:]
+        read = self.engine.request(command("HMGET", self.keys["retained"], *chunk))
+        return read.addCallback(self._retained_topics_read, chunk, rest, tokens)
 
     def _retained_topics_read(self, blobs: list[bytes | None], keys: list[bytes],
-                              tokens: dict[bytes, bytes]) -> bool:
+                              rest: list[bytes],
+                              tokens: dict[bytes, bytes]) -> defer.Deferred[bool]:
         settled = self._settled_retained()
         for key, blob in zip(keys, blobs):
             if key not in settled:  # else the channel told a later state already
                 self.apply_retained(key, blob or b"", tokens[key], b"")
-        return self._retained_read_done(True)
+        if rest:
+            return self._read_topics(rest, tokens)
+        return defer.succeed(self._retained_read_done(True))
 
     def _settled_retained(self) -> set[bytes]:
         """Topics a read must leave alone: changed on the channel since it began, or written
