@@ -212,14 +212,18 @@ class SqliteStore:
                 else:
                     callbacks.append(item)
         error = None
+        took = None
         if writes or statements:
             started = time.monotonic()
-            error = self._write(writes, statements)
-            self.commit_seconds.observe(time.monotonic() - started)
-            self.batch_writes.observe(len(writes) + len(statements))
+            error = self._write(writes, statements)  # (catches everything: a failed batch)
+            took = time.monotonic() - started
         lost = self._committed(writes) if error is not None else []
+        # the outcome first: nothing after this line can keep the callbacks from running
         self._call_in_loop(self._batch_done, items - len(callbacks), callbacks, error,
                            list(writes.values()), lost)
+        if took is not None:
+            self.commit_seconds.observe(took)
+            self.batch_writes.observe(len(writes) + len(statements))
 
     def _batch_done(self, writes: int, callbacks: list[Callable[[bool], None]], error: str | None,
                     retained: list["_RetainedWrite"],
