@@ -43,17 +43,19 @@ def publish_retained(host: str, port: int, count: int, publishers: int, inflight
         client.max_queued_messages_set(0)
         client.connect(host, port, keepalive=60)
         client.loop_start()
-        infos = [client.publish(f"bench/rq1/p{index}/sensor{n}", b"21.5C", qos=1, retain=True)
-                 for n in range(index, count, publishers)]
-        for info in infos:
-            info.wait_for_publish(timeout)
-            # paho returns from the wait at the timeout: a publish never acknowledged
-            # would otherwise count as done in the publishes/s and CPU per message
-            if not info.is_published():
-                raise RuntimeError(f"publisher {index}: a retained publish was not "
-                                   f"acknowledged within {timeout:g} s")
-        client.disconnect()
-        client.loop_stop()
+        try:
+            infos = [client.publish(f"bench/rq1/p{index}/sensor{n}", b"21.5C", qos=1,
+                                    retain=True) for n in range(index, count, publishers)]
+            for info in infos:
+                info.wait_for_publish(timeout)
+                # paho returns from the wait at the timeout: a publish never acknowledged
+                # would otherwise count as done in the publishes/s and CPU per message
+                if not info.is_published():
+                    raise RuntimeError(f"publisher {index}: a retained publish was not "
+                                       f"acknowledged within {timeout:g} s")
+        finally:
+            client.disconnect()
+            client.loop_stop()
 
     with ThreadPoolExecutor(publishers) as pool:
         list(pool.map(one, range(publishers)))  # re-raises a publisher's error
