@@ -172,7 +172,8 @@ class Realm:
 
     def check_publish(self, info: SessionInfo, topic: Topic) -> None:
         """May ``info`` publish on ``topic``? The router's own namespaces (``wamp``, and
-        ``$SYS`` as on MQTT brokers) are closed to every client."""
+        ``$SYS`` as on MQTT brokers) are closed to every client. (:meth:`publish` runs the
+        same three checks inline and calls this only to refuse: change both together.)"""
         if is_reserved(topic):
             raise self.refuse(info, "publish", topic, EXACT, "the 'wamp.' namespace is reserved")
         if topic[0] == SERVER_OWNED:
