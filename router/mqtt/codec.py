@@ -100,7 +100,7 @@ def _plain_topic_name(name: bytes) -> str | None:
         topic = name.decode()
     except UnicodeDecodeError:
         return None
-    if not topic or "\x00" in topic or "+" in topic or "#" in topic:
+    if not valid_topic_name(topic):
         return None
     if len(name) <= TOPIC_NAME_KEPT_BYTES:
         if len(_TOPIC_NAMES) >= TOPIC_NAMES_KEPT:

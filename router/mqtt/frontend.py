@@ -511,7 +511,7 @@ class MqttFrontend:
         levels = self._levels.get(topic)
         if levels is None:
             levels = from_mqtt(topic)
-            if len(topic) <= TOPIC_NAME_KEPT_BYTES:  # (long ones are not kept: see there)
+            if len(topic.encode()) <= TOPIC_NAME_KEPT_BYTES:  # (long ones not kept: see there)
                 if len(self._levels) >= LEVELS_KEPT:
                     self._levels.clear()
                 self._levels[topic] = levels
