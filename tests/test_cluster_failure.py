@@ -227,6 +227,76 @@ def test_a_node_that_missed_a_reaping_forgets_the_dead_nodes_interest(cluster, t
         missing.stop()
 
 
+def test_a_node_that_missed_a_reaping_fails_what_waited_for_the_dead_node(cluster, tmp_path):
+    """Node a12 is killed and reaped while a10's Redis subscription is down: a10 misses the
+    announcement, with a call it forwarded to a12's callee unanswered and a QoS 1 publication
+    it forwarded to a12 unconfirmed (a12's confirmation came while a10 did not listen). Once
+    a10 listens again and reads that a12 was reaped, both fail at once, as when it hears a
+    reaping: not after ``cluster.call_timeout`` (300 s) and ``cluster.confirm_timeout``
+    (set to 120 s here)."""
+    redis, nodes = cluster
+    relay = SubscribeHold(redis.port)
+    relay.release()
+    # a10 looks for dead nodes rarely, so that b or c reaps a12 (a reaper learns it at once)
+    missing = start_node(tmp_path, relay, "a10", heartbeat_interval=10, node_timeout=30,
+                         confirm_timeout=120)
+    dying = start_node(tmp_path, redis, "a12")
+    topic = unique("unconfirmed")
+    subscriber = connected(dying)
+    assert subscriber.subscribe((topic, 1)) == [1]
+    publisher = connected(missing)
+    count_until_probe(publisher, subscriber, topic, Counter())  # a10 knows a12's interest
+    procedure = unique("hang").replace("/", ".")
+
+    async def scenario():
+        invoked = asyncio.Event()
+
+        async def hang(wait: bool) -> str:
+            if wait:
+                invoked.set()
+                await asyncio.get_running_loop().create_future()  # answered by nobody
+            return "here"
+
+        callee = await connect(dying, "rawsocket")
+        await callee.register(hang, procedure)
+        caller = await connect(missing, "rawsocket")
+        deadline = time.monotonic() + 10
+        while True:  # until a10 knows the registration
+            try:
+                assert await caller.call(procedure, False) == "here"
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the registration never reached a10"
+        call = asyncio.ensure_future(caller.call(procedure, True))
+        await asyncio.wait_for(invoked.wait(), 10)
+        relay.hold()
+        relay.cut_subscribers()  # a10 subscribes again, held until the reaping is over
+        bound = NODE_TIMEOUT + HEARTBEAT + MARGIN
+        published = asyncio.ensure_future(asyncio.to_thread(
+            publisher.publish, topic, b"unconfirmed", 1, timeout=bound + 40))
+        assert (await asyncio.to_thread(subscriber.next_message)).payload == b"unconfirmed"
+        dying.kill9()
+        await asyncio.to_thread(reaped_log, nodes, "a12", bound)
+        assert not published.done() and not call.done()
+        relay.release()
+        done, _ = await asyncio.wait({call, published}, timeout=30,
+                                     return_when=asyncio.ALL_COMPLETED)
+        assert call in done, "a10's call forwarded to the dead a12 still waits"
+        assert published in done, "a10's publication forwarded to the dead a12 still waits"
+        assert published.result() == 0x80  # not known to be stored: a12 died
+        assert call.exception().error == "wamp.error.canceled"
+        assert "a12 died" in call.exception().args[0]
+        await caller.close()
+
+    try:
+        run(scenario(), timeout=120)
+    finally:
+        relay.close()
+        subscriber.close()
+        publisher.close()
+        missing.stop()
+
+
 def test_durable_amqp_link_of_a_killed_node_queues_and_resumes_on_another_node(cluster,
                                                                               tmp_path):
     """A durable receiver detaches on a6 with one message queued; a6 is killed: its reaper
