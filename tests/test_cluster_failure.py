@@ -22,6 +22,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from proton import Terminus
 
 from router.amqp.persistence import link_id
+from router.engines.redis.failure import NODE_DOWN_CHANNEL, REAP
+from router.engines.redis.realm import unpack_patterns
 from router.engines.redis.resp import BlockingRedis
 from tests import amqp_clients
 from tests.amqp_clients import Receive, Send, message, send
@@ -295,6 +297,32 @@ def test_a_node_that_missed_a_reaping_fails_what_waited_for_the_dead_node(cluste
         subscriber.close()
         publisher.close()
         missing.stop()
+
+
+def test_the_reaping_gives_the_reaper_the_dead_nodes_interest_in_redis(tmp_path):
+    """The reaping script itself, on a real redis-server: the dead node's patterns move into
+    the reaper's entry of the interest hash. A node reading the hash before the reaper
+    announces its own (after the adoption; one that missed the reaping's announcement, or
+    starts) then sends the reaper what the adopted sessions want; had the script only
+    removed the dead node's entry, such a node would send them nothing meanwhile, and
+    acknowledge it."""
+    redis = RedisServer(tmp_path)
+    store = BlockingRedis("127.0.0.1", redis.port, 0)
+    try:
+        interest = "wr:interest:realm1"
+        dead = {(("a", "b"), "exact"), (("c", ""), "wildcard"), (("é",), "prefix")}
+        reaper = {(("a", "b"), "exact"), (("z",), "prefix")}
+        store.call("HSET", interest, "x", msgpack.packb(sorted(dead), use_bin_type=True),
+                   "r", msgpack.packb(sorted(reaper), use_bin_type=True))
+        keys = ("wr:node-alive:x", "wr:testaments:realm1:x", "wr:mqtt-will:realm1:x",
+                "wr:sessions:realm1", "wr:subscriptions:realm1", interest)
+        assert store.call("EVAL", REAP, len(keys), *keys, "x", "r", "realm1",
+                          NODE_DOWN_CHANNEL) == [[], [], []]
+        assert store.call("HKEYS", interest) == [b"r"]
+        assert unpack_patterns(store.call("HGET", interest, "r")) == dead | reaper
+    finally:
+        store.close()
+        redis.stop()
 
 
 def test_durable_amqp_link_of_a_killed_node_queues_and_resumes_on_another_node(cluster,

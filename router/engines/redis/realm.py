@@ -108,7 +108,7 @@ class RemoteInterest:
 
     def inherit(self, dead: str, heir: str) -> None:
         """Node ``dead`` is gone and ``heir`` adopted what it had: ``heir`` gets its
-        patterns too, until ``heir`` announces its own."""
+        patterns too, until ``heir`` announces its own (as the reaping did in the hash)."""
         inherited = self._patterns.get(dead, set())
         self.replace(dead, set())
         if inherited:
@@ -396,9 +396,9 @@ class RedisRealm:
         dead node's patterns, its sessions ``left`` (meta events for this node's
         subscribers), its calls' answers, releases of client state and confirmations will
         not come (what waits for them fails now). From a read of the hash that found it
-        reaped unheard (:meth:`_interest_read`): ``reaper`` None (unknown: it announces its
-        own patterns once it adopted what the dead node had) and ``left`` empty (the
-        reaping deleted the list, and no node keeps a copy of another's sessions)."""
+        reaped unheard (:meth:`_interest_read`): ``reaper`` None (unknown; the hash just read
+        gave it the dead node's patterns, see :data:`REAP`) and ``left`` empty (the reaping
+        deleted the list, and no node keeps a copy of another's sessions)."""
         if self._heard is not None:  # a read of the hash under way may still list it
             self._heard.add(node)
         if reaper is None or reaper == self.engine.node:
