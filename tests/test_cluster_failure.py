@@ -196,6 +196,24 @@ def test_offline_session_of_a_killed_node_queues_and_resumes_on_another_node(clu
         client.close()
 
 
+def cut_off_later(base, redis: RedisServer, dying_name: str, **cluster):
+    """Node a10 behind a :class:`SubscribeHold` relay (released) and node ``dying_name``,
+    whose MQTT subscriber's topic a10 knows: ``(relay, a10, the other node, topic,
+    subscriber, a publisher on a10)``."""
+    relay = SubscribeHold(redis.port)
+    relay.release()
+    # a10 looks for dead nodes rarely, so that b or c reaps the other (a reaper learns it
+    # at once)
+    missing = start_node(base, relay, "a10", heartbeat_interval=10, node_timeout=30, **cluster)
+    dying = start_node(base, redis, dying_name)
+    topic = unique("gone")
+    subscriber = connected(dying)
+    assert subscriber.subscribe((topic, 1)) == [1]
+    publisher = connected(missing)
+    count_until_probe(publisher, subscriber, topic, Counter())  # a10 knows its interest
+    return relay, missing, dying, topic, subscriber, publisher
+
+
 def test_a_node_that_missed_a_reaping_forgets_the_dead_nodes_interest(cluster, tmp_path):
     """Node a10 is cut from its Redis subscription while a11, which had a subscriber, is killed
     and reaped: a10 misses the announcement. When a10 listens again it reads every node's
@@ -203,16 +221,7 @@ def test_a_node_that_missed_a_reaping_forgets_the_dead_nodes_interest(cluster, t
     forwards each QoS 1 publication matching them to a node nobody runs, and every such
     acknowledgement fails, for good."""
     redis, nodes = cluster
-    relay = SubscribeHold(redis.port)
-    relay.release()
-    # a10 looks for dead nodes rarely, so that b or c reaps a11 (a reaper learns it at once)
-    missing = start_node(tmp_path, relay, "a10", heartbeat_interval=10, node_timeout=30)
-    dying = start_node(tmp_path, redis, "a11")
-    topic = unique("gone")
-    subscriber = connected(dying)
-    assert subscriber.subscribe((topic, 1)) == [1]
-    publisher = connected(missing)
-    count_until_probe(publisher, subscriber, topic, Counter())  # a10 knows a11's interest
+    relay, missing, dying, topic, subscriber, publisher = cut_off_later(tmp_path, redis, "a11")
     try:
         relay.hold()
         relay.cut_subscribers()  # a10 subscribes again, held until the reaping is over
@@ -237,17 +246,8 @@ def test_a_node_that_missed_a_reaping_fails_what_waited_for_the_dead_node(cluste
     reaping: not after ``cluster.call_timeout`` (300 s) and ``cluster.confirm_timeout``
     (set to 120 s here)."""
     redis, nodes = cluster
-    relay = SubscribeHold(redis.port)
-    relay.release()
-    # a10 looks for dead nodes rarely, so that b or c reaps a12 (a reaper learns it at once)
-    missing = start_node(tmp_path, relay, "a10", heartbeat_interval=10, node_timeout=30,
-                         confirm_timeout=120)
-    dying = start_node(tmp_path, redis, "a12")
-    topic = unique("unconfirmed")
-    subscriber = connected(dying)
-    assert subscriber.subscribe((topic, 1)) == [1]
-    publisher = connected(missing)
-    count_until_probe(publisher, subscriber, topic, Counter())  # a10 knows a12's interest
+    relay, missing, dying, topic, subscriber, publisher = cut_off_later(
+        tmp_path, redis, "a12", confirm_timeout=120)
     procedure = unique("hang").replace("/", ".")
 
     async def scenario():
