@@ -22,6 +22,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from proton import Terminus
 
 from router.amqp.persistence import link_id
+from router.engines.redis.failure import NODE_DOWN_CHANNEL, REAP
+from router.engines.redis.realm import unpack_patterns
 from router.engines.redis.resp import BlockingRedis
 from tests import amqp_clients
 from tests.amqp_clients import Receive, Send, message, send
@@ -194,6 +196,24 @@ def test_offline_session_of_a_killed_node_queues_and_resumes_on_another_node(clu
         client.close()
 
 
+def cut_off_later(base, redis: RedisServer, dying_name: str, **cluster):
+    """Node a10 behind a :class:`SubscribeHold` relay (released) and node ``dying_name``,
+    whose MQTT subscriber's topic a10 knows: ``(relay, a10, the other node, topic,
+    subscriber, a publisher on a10)``."""
+    relay = SubscribeHold(redis.port)
+    relay.release()
+    # a10 looks for dead nodes rarely, so that b or c reaps the other (a reaper learns it
+    # at once)
+    missing = start_node(base, relay, "a10", heartbeat_interval=10, node_timeout=30, **cluster)
+    dying = start_node(base, redis, dying_name)
+    topic = unique("gone")
+    subscriber = connected(dying)
+    assert subscriber.subscribe((topic, 1)) == [1]
+    publisher = connected(missing)
+    count_until_probe(publisher, subscriber, topic, Counter())  # a10 knows its interest
+    return relay, missing, dying, topic, subscriber, publisher
+
+
 def test_a_node_that_missed_a_reaping_forgets_the_dead_nodes_interest(cluster, tmp_path):
     """Node a10 is cut from its Redis subscription while a11, which had a subscriber, is killed
     and reaped: a10 misses the announcement. When a10 listens again it reads every node's
@@ -201,16 +221,7 @@ def test_a_node_that_missed_a_reaping_forgets_the_dead_nodes_interest(cluster, t
     forwards each QoS 1 publication matching them to a node nobody runs, and every such
     acknowledgement fails, for good."""
     redis, nodes = cluster
-    relay = SubscribeHold(redis.port)
-    relay.release()
-    # a10 looks for dead nodes rarely, so that b or c reaps a11 (a reaper learns it at once)
-    missing = start_node(tmp_path, relay, "a10", heartbeat_interval=10, node_timeout=30)
-    dying = start_node(tmp_path, redis, "a11")
-    topic = unique("gone")
-    subscriber = connected(dying)
-    assert subscriber.subscribe((topic, 1)) == [1]
-    publisher = connected(missing)
-    count_until_probe(publisher, subscriber, topic, Counter())  # a10 knows a11's interest
+    relay, missing, dying, topic, subscriber, publisher = cut_off_later(tmp_path, redis, "a11")
     try:
         relay.hold()
         relay.cut_subscribers()  # a10 subscribes again, held until the reaping is over
@@ -225,6 +236,93 @@ def test_a_node_that_missed_a_reaping_forgets_the_dead_nodes_interest(cluster, t
         subscriber.close()
         publisher.close()
         missing.stop()
+
+
+def test_a_node_that_missed_a_reaping_fails_what_waited_for_the_dead_node(cluster, tmp_path):
+    """Node a12 is killed and reaped while a10's Redis subscription is down: a10 misses the
+    announcement, with a call it forwarded to a12's callee unanswered and a QoS 1 publication
+    it forwarded to a12 unconfirmed (a12's confirmation came while a10 did not listen). Once
+    a10 listens again and reads that a12 was reaped, both fail at once, as when it hears a
+    reaping: not after ``cluster.call_timeout`` (300 s) and ``cluster.confirm_timeout``
+    (set to 120 s here)."""
+    redis, nodes = cluster
+    relay, missing, dying, topic, subscriber, publisher = cut_off_later(
+        tmp_path, redis, "a12", confirm_timeout=120)
+    procedure = unique("hang").replace("/", ".")
+
+    async def scenario():
+        invoked = asyncio.Event()
+
+        async def hang(wait: bool) -> str:
+            if wait:
+                invoked.set()
+                await asyncio.get_running_loop().create_future()  # answered by nobody
+            return "here"
+
+        callee = await connect(dying, "rawsocket")
+        await callee.register(hang, procedure)
+        caller = await connect(missing, "rawsocket")
+        deadline = time.monotonic() + 10
+        while True:  # until a10 knows the registration
+            try:
+                assert await caller.call(procedure, False) == "here"
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the registration never reached a10"
+        call = asyncio.ensure_future(caller.call(procedure, True))
+        await asyncio.wait_for(invoked.wait(), 10)
+        relay.hold()
+        relay.cut_subscribers()  # a10 subscribes again, held until the reaping is over
+        bound = NODE_TIMEOUT + HEARTBEAT + MARGIN
+        published = asyncio.ensure_future(asyncio.to_thread(
+            publisher.publish, topic, b"unconfirmed", 1, timeout=bound + 40))
+        assert (await asyncio.to_thread(subscriber.next_message)).payload == b"unconfirmed"
+        dying.kill9()
+        await asyncio.to_thread(reaped_log, nodes, "a12", bound)
+        assert not published.done() and not call.done()
+        relay.release()
+        done, _ = await asyncio.wait({call, published}, timeout=30,
+                                     return_when=asyncio.ALL_COMPLETED)
+        assert call in done, "a10's call forwarded to the dead a12 still waits"
+        assert published in done, "a10's publication forwarded to the dead a12 still waits"
+        assert published.result() == 0x80  # not known to be stored: a12 died
+        assert call.exception().error == "wamp.error.canceled"
+        assert "a12 died" in call.exception().args[0]
+        await caller.close()
+
+    try:
+        run(scenario(), timeout=120)
+    finally:
+        relay.close()
+        subscriber.close()
+        publisher.close()
+        missing.stop()
+
+
+def test_the_reaping_gives_the_reaper_the_dead_nodes_interest_in_redis(tmp_path):
+    """The reaping script itself, on a real redis-server: the dead node's patterns move into
+    the reaper's entry of the interest hash. A node reading the hash before the reaper
+    announces its own (after the adoption; one that missed the reaping's announcement, or
+    starts) then sends the reaper what the adopted sessions want; had the script only
+    removed the dead node's entry, such a node would send them nothing meanwhile, and
+    acknowledge it."""
+    redis = RedisServer(tmp_path)
+    store = BlockingRedis("127.0.0.1", redis.port, 0)
+    try:
+        interest = "wr:interest:realm1"
+        dead = {(("a", "b"), "exact"), (("c", ""), "wildcard"), (("é",), "prefix")}
+        reaper = {(("a", "b"), "exact"), (("z",), "prefix")}
+        store.call("HSET", interest, "x", msgpack.packb(sorted(dead), use_bin_type=True),
+                   "r", msgpack.packb(sorted(reaper), use_bin_type=True))
+        keys = ("wr:node-alive:x", "wr:testaments:realm1:x", "wr:mqtt-will:realm1:x",
+                "wr:sessions:realm1", "wr:subscriptions:realm1", interest)
+        assert store.call("EVAL", REAP, len(keys), *keys, "x", "r", "realm1",
+                          NODE_DOWN_CHANNEL) == [[], [], []]
+        assert store.call("HKEYS", interest) == [b"r"]
+        assert unpack_patterns(store.call("HGET", interest, "r")) == dead | reaper
+    finally:
+        store.close()
+        redis.stop()
 
 
 def test_durable_amqp_link_of_a_killed_node_queues_and_resumes_on_another_node(cluster,

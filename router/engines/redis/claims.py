@@ -159,6 +159,10 @@ class RedisClaims(Generic[Stored]):
         del self._waiting_for[owned]
         self._ready(owned, load, answer)
 
+    def waited_nodes(self) -> set[str]:
+        """The nodes whose release of an id a claim of this node waits for."""
+        return set(self._waiting_for.values())
+
     def node_down(self, node: str) -> None:
         """Node ``node`` was found dead: claims waiting for it to let go resume at once
         from what it had written to Redis."""

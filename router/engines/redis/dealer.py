@@ -183,6 +183,10 @@ class RedisDealer:
         """The command that removes every registration of node ``node`` if it is dead."""
         return ("EVAL", RELEASE, 4, *self.keys, alive_key, self.name, node, "")
 
+    def waited_nodes(self) -> set[str]:
+        """The nodes of the calls forwarded from here and not answered yet."""
+        return {forwarded.node for forwarded in self._calls.values()}
+
     def node_down(self, node: str) -> None:
         """Node ``node`` died: the calls forwarded to it will not be answered."""
         for forwarded in [f for f in self._calls.values() if f.node == node]:

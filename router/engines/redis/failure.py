@@ -22,7 +22,10 @@ Keys and channels, beside those of :mod:`router.engines.redis.engine`:
   matched the dead node's patterns to the reaper instead, until the reaper announces its
   own (which then cover the sessions and links it adopted). The reaper holds what other
   nodes send it from before its reaping script until the adopted state is loaded and
-  subscribed, so nothing published meanwhile misses an adopted session.
+  subscribed, so nothing published meanwhile misses an adopted session. A node whose
+  subscription was down then does the same, but publishes no ``on_leave`` (that list is
+  gone), when it reads the interest hash on subscribing again and finds a node it waits for
+  there no more, with no alive key (:meth:`RedisRealm.reload_interest`).
 
 A node whose alive key is gone is dead: detected within ``node_timeout`` +
 ``heartbeat_interval`` of its last refresh. Its reaper runs :data:`REAP` for each realm
@@ -113,7 +116,10 @@ REAP = script("reap")
 subscriptions and interest hashes, then its owner hashes (MQTT clients, AMQP durable links:
 :mod:`router.engines.redis.claims`); ARGV the dead node, this node, the realm, the node-down
 channel (every node then forgets the dead node's interest, see
-:meth:`RedisRealm.node_down`). Nothing (nil) if the node is alive again, else {testaments,
+:meth:`RedisRealm.node_down`). The dead node's patterns move into this node's field of the
+interest hash (until this node announces its own, which then cover what it adopted), so a
+node that reads the hash meanwhile sends it what the adopted clients want, as the nodes that
+heard the announcement do. Nothing (nil) if the node is alive again, else {testaments,
 wills, {the ids this node now owns, per owner hash}}."""
 
 ADOPTED = {"mqtt": "MQTT session(s)", "amqp": "AMQP durable link(s)"}

@@ -26,8 +26,8 @@ from router.engines.records import (decode_retained, encode_retained, live_entri
                                     pack_publication, pack_topic, topic_key, unpack_topic)
 from router.engines.redis.claims import RedisClaims
 from router.engines.redis.dealer import RedisDealer
-from router.engines.redis.failure import (NODE_DOWN_CHANNEL, REAP, RedisTestaments, take_left,
-                                          testaments_key)
+from router.engines.redis.failure import (ALIVE_PREFIX, NODE_DOWN_CHANNEL, REAP,
+                                          RedisTestaments, take_left, testaments_key)
 from router.engines.redis.links import RedisAmqpStore
 from router.engines.redis.lua import script
 from router.engines.redis.membership import RedisMembership
@@ -108,7 +108,7 @@ class RemoteInterest:
 
     def inherit(self, dead: str, heir: str) -> None:
         """Node ``dead`` is gone and ``heir`` adopted what it had: ``heir`` gets its
-        patterns too, until ``heir`` announces its own."""
+        patterns too, until ``heir`` announces its own (as the reaping did in the hash)."""
         inherited = self._patterns.get(dead, set())
         self.replace(dead, set())
         if inherited:
@@ -249,28 +249,46 @@ class RedisRealm:
         if self._heard is None:
             self._heard = set()
         self._interest_reads += 1
-        return self.engine.request(command("HGETALL", self.keys["interest"])).addBoth(
-            self._interest_read)
+        waited = sorted(self._waited_nodes())
+        alive = [ALIVE_PREFIX + node.encode() for node in waited]
+        # one transaction: the reaping script takes a node's patterns out of the hash only
+        # while its alive key is gone, in one step too
+        return self.engine.request(
+            command("MULTI") + command("HGETALL", self.keys["interest"])
+            + (command("MGET", *alive) if alive else b"") + command("EXEC"),
+            2 + bool(alive)).addBoth(self._interest_read, waited)
 
-    def _interest_read(self, found: Any) -> bool:
+    def _waited_nodes(self) -> set[str]:
+        """The other nodes something here waits for or sends to: those whose death this node
+        must act on (see :meth:`_interest_read`)."""
+        return (self.remote.holders() | self.dealer.waited_nodes()
+                | {node for claims in self.claims.values() for node in claims.waited_nodes()}
+                | {node for node, waiting in self._unconfirmed.items() if waiting})
+
+    def _interest_read(self, replies: Any, waited: list[str]) -> bool:
         heard = self._heard or set()
         self._interest_reads -= 1
         if not self._interest_reads:
             self._heard = None
-        if isinstance(found, Failure):  # the next subscription (after a reconnect) reads again
+        if isinstance(replies, Failure):  # the next subscription (after a reconnect) reads again
             self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
-                                        f"interest not read ({found.getErrorMessage()})")
+                                        f"interest not read ({replies.getErrorMessage()})")
             return False
+        found, *alive = replies
         for field, packed in zip(found[::2], found[1::2]):
             node = field.decode()
             if node != self.engine.node and node not in heard:  # else announced as new
                 self.remote.replace(node, unpack_patterns(packed))
         listed = {field.decode() for field in found[::2]}
-        for node in self.remote.holders() - listed - heard:
-            # reaped (its patterns taken out of the hash) while this node did not listen:
-            # its reaper announced its own since, and a forward to it would wait for a
-            # confirmation that never comes
-            self.remote.replace(node, set())
+        for node, boot in zip(waited, alive[0] if alive else []):
+            if node in listed or node in heard:
+                continue
+            if boot is None:  # its patterns and alive key are gone: it was reaped
+                log.warning("realm %s: node %s was reaped while this node did not listen: "
+                            "what waits for it fails now", self.name, node)
+                self.node_down(node, [], None)
+            else:  # starting again (its previous run's patterns are gone): it announces
+                self.remote.replace(node, set())
         return True
 
     def announced(self, node: str, packed: bytes) -> None:
@@ -373,14 +391,17 @@ class RedisRealm:
                 self.members.subscriptions_key, self.keys["interest"], *owners,
                 node, self.engine.node, self.name, NODE_DOWN_CHANNEL)
 
-    def node_down(self, node: str, left: list[Reply], reaper: str) -> None:
+    def node_down(self, node: str, left: list[Reply], reaper: str | None) -> None:
         """Node ``node`` died and ``reaper`` reaped it: ``reaper`` gets what matches the
-        dead node's patterns, its sessions left (meta events for this node's subscribers),
-        its calls' answers, releases of client state and confirmations will not come (what
-        waits for them fails now)."""
+        dead node's patterns, its sessions ``left`` (meta events for this node's
+        subscribers), its calls' answers, releases of client state and confirmations will
+        not come (what waits for them fails now). From a read of the hash that found it
+        reaped unheard (:meth:`_interest_read`): ``reaper`` None (unknown; the hash just read
+        gave it the dead node's patterns, see :data:`REAP`) and ``left`` empty (the reaping
+        deleted the list, and no node keeps a copy of another's sessions)."""
         if self._heard is not None:  # a read of the hash under way may still list it
             self._heard.add(node)
-        if reaper == self.engine.node:
+        if reaper is None or reaper == self.engine.node:
             self.remote.replace(node, set())
         else:
             self.remote.inherit(node, reaper)

@@ -16,7 +16,21 @@ for _, key in ipairs({KEYS[4], KEYS[5]}) do
     end
   end
 end
-redis.call('HDEL', KEYS[6], ARGV[1])
+local inherited = redis.call('HGET', KEYS[6], ARGV[1])
+if inherited then
+  local merged, seen = {}, {}
+  for _, packed in ipairs({redis.call('HGET', KEYS[6], ARGV[2]) or '\144', inherited}) do
+    for _, pattern in ipairs(cmsgpack.unpack(packed)) do
+      local key = cmsgpack.pack(pattern)
+      if not seen[key] then
+        seen[key] = true
+        merged[#merged + 1] = pattern
+      end
+    end
+  end
+  redis.call('HSET', KEYS[6], ARGV[2], cmsgpack.pack(merged))
+  redis.call('HDEL', KEYS[6], ARGV[1])
+end
 local adopted = {}
 for k = 7, #KEYS do
   local ids = {}
