@@ -328,9 +328,9 @@ class RetainedStore:
             else:
                 del owners[owner]
         if after:
-            owners = by_count.get(after)
-            if owners is not None:
-                owners[owner] = None
+            joined = by_count.get(after)
+            if joined is not None:
+                joined[owner] = None
             else:
                 by_count[after] = alone if alone is not None else {owner: None}
         if after > self._most:
