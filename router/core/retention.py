@@ -86,8 +86,13 @@ def owner_of(publisher: SessionInfo | None) -> Owner | None:
     if publisher is None:
         return None
     if publisher.authmethod == "anonymous":
-        return Owner("anonymous", publisher.authrole)
-    return Owner("authid", publisher.authid)
+        return _tuple(Owner, ("anonymous", publisher.authrole))
+    return _tuple(Owner, ("authid", publisher.authid))
+
+
+_tuple = tuple.__new__
+"""Makes a NamedTuple from its fields' tuple, as its generated ``__new__`` does, without that
+Python-level call: once per retained publish."""
 
 
 QUOTA = "quota"
