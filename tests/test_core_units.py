@@ -9,6 +9,7 @@ than the rule matches.
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -932,8 +933,26 @@ def test_retained_admin_lists_and_purges_topics_that_are_no_uri():
     (b"A\xda\x00 binary", ([b"A\xda\x00 binary"], None)),
     (b"\xef\xbb\xbf[1]", ([b"\xef\xbb\xbf[1]"], None)),  # a BOM: not JSON to Python either
     (b"{not json", ([b"{not json"], None)),
+    (b"21.5C", ([b"21.5C"], None)),  # a value, then more: not JSON
+    (b"[1] \t\r\n", ([1], None)),
+    (b"1 x", ([b"1 x"], None)),
+    (b" ", ([b" "], None)),
     (b"", (None, None)),
 ])
 def test_json_payload_mapping_reads_json_and_leaves_other_bytes_binary(data, expected):
     assert from_bytes(data, "json") == expected
     assert from_bytes(data, "binary") == ((None, None) if not data else ([data], None))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=" \t\n\r[]{}\",:-+.0123456789eEtrufalsnIx\u00e9", max_size=12))
+def test_json_payload_mapping_reads_what_json_loads_reads(text):
+    data = text.encode()
+    try:
+        value = json.loads(data)
+    except ValueError:
+        expected: tuple = ([data], None) if data else (None, None)
+    else:
+        expected = ((value, None) if isinstance(value, list) else
+                    (None, value) if isinstance(value, dict) else ([value], None))
+    assert from_bytes(data, "json") == expected

@@ -107,6 +107,32 @@ def test_at_the_realm_bound_the_largest_holder_loses_its_oldest_the_publisher_on
     assert kept(store) == {"t.a1", "t.b1", "t.b2"}
 
 
+def test_at_the_realm_byte_bound_the_owner_holding_the_most_bytes_loses_its_oldest():
+    carol = SessionInfo(3, "realm1", "carol", "user", "ticket")
+    store, evicted = store_with()
+    retain(store, ALICE, "t.probe", "y" * 400)
+    big = store.bytes  # an entry's encoding, with a 400-byte payload and a 1-byte one
+    retain(store, ALICE, "t.probe", "y")
+    small = store.bytes
+    store.clear(("t", "probe"))
+    assert small < big // 2
+    retain(store, ALICE, "t.a0", "y" * 400)
+    retain(store, ALICE, "t.a1", "y" * 400)
+    retain(store, BOB, "t.b0", "y" * 400)
+    retain(store, BOB, "t.b1", "y" * 400)
+    retain(store, BOB, "t.b2", "y" * 400)  # bob holds the most bytes
+    retain(store, BOB, "t.b1", "y")
+    retain(store, BOB, "t.b2", "y")  # ... no more: alice does
+    retain(store, carol, "t.c0", "y" * 400)
+    store.policy = RetentionPolicy(max_bytes=store.bytes + small // 2)
+    retain(store, carol, "t.c1", "y")  # over the bound
+    assert evicted == [("t.a0", "alice", REALM_LIMIT)]
+    retain(store, BOB, "t.b2", "y" * 400)  # bob holds the most again
+    retain(store, carol, "t.c2", "y")
+    assert evicted[1:] == [("t.b0", "bob", REALM_LIMIT)]
+    assert kept(store) == {"t.a1", "t.b1", "t.b2", "t.c0", "t.c1", "t.c2"}
+
+
 def test_the_routers_own_topics_count_against_no_bound():
     store, evicted = store_with(max_topics=2, max_topics_per_principal=2)
     for n in range(5):

@@ -69,11 +69,11 @@ def retained_entry(topic: tuple[str, ...], payload: bytes) -> RetainedEvent:
     return RetainedEvent(publication, None, 0, encode_retained(publication, None, None))
 
 
-@pytest.mark.parametrize("topics", [1, 37, 300])
+@pytest.mark.parametrize("topics", [1, 37, 64, 65, 300])
 def test_a_batch_of_retained_writes_of_any_size_is_stored_whole(tmp_path, topics):
     """One turn's retained writes go to the writer as one batch, stored by multi-row
-    statements of power-of-two sizes (37 = 32 + 4 + 1; past 256 rows, several): every topic
-    is there, with the newest of its entries, and a cleared topic is gone."""
+    statements of up to 64 rows (37: one; 300 = 4 x 64 + 44): every topic is there, with
+    the newest of its entries, and a cleared topic is gone."""
     answers: queue.Queue = queue.Queue()
     turn_end: list = []
     store = SqliteStore(tmp_path / "store.sqlite3", lambda function, *args: function(*args),

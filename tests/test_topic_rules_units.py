@@ -132,6 +132,30 @@ def test_personal_rules_are_bound_per_identity():
         assert not authorizer.allows(info(sneaky, "fleet"), "publish", ("devices", "x", "y"))
 
 
+@pytest.mark.parametrize("rules", [
+    [PermissionRule(("",), PREFIX, frozenset({"publish", "call"}))],
+    [PermissionRule(("#",), MQTT, frozenset({"publish"})),
+     PermissionRule(("$s", "#"), MQTT, frozenset({"publish"}))],
+    [PermissionRule(("",), PREFIX, frozenset({"subscribe"})),
+     PermissionRule(("wamp", ""), PREFIX, frozenset({"publish", "call"}))],
+    [PermissionRule(("devices", "%u", "#"), MQTT, frozenset({"publish"})),
+     PermissionRule(("#",), MQTT, frozenset({"call"}))],
+])
+def test_a_rule_granting_everything_answers_as_the_rules_do(rules):
+    """A role whose prefix ``""`` / filter ``#`` rule grants an action answers without
+    walking its rules: the same answer, twice (a second ask is no cache's), for every topic
+    and action, the ``wamp`` and ``$`` topics included."""
+    role = Role("role", rules)
+    authorizer = Authorizer({"role": role})
+    session = info("alice", "role", "car1")
+    bound = role.bind("alice", "car1")
+    for topic in UNIVERSE + [("wamp", "x"), ("$SYS", "a"), ("devices", "alice", "a")]:
+        for action in ("publish", "call", "subscribe"):
+            expected = bound.allows(action, topic)
+            assert authorizer.allows(session, action, topic) is expected, (topic, action)
+            assert authorizer.allows(session, action, topic) is expected, (topic, action)
+
+
 def test_a_refusal_explains_the_rule_set_and_the_nearest_rule():
     rules = [PermissionRule(("home", ""), PREFIX, frozenset({"subscribe"})),
              PermissionRule(from_mqtt("garden/#"), MQTT, frozenset({"publish"}))]

@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from router.core.model import SessionInfo
-from router.core.topic import (ONE, REST, Topic, is_reserved, pattern_text, prefix_matches,
-                               wildcard_matches)
+from router.core.topic import (ONE, RESERVED, REST, Topic, is_reserved, pattern_text,
+                               prefix_matches, wildcard_matches)
 from router.core.uri import EXACT, MQTT, PREFIX, WILDCARD
 
 ACTIONS = ("publish", "subscribe", "call", "register")
@@ -71,6 +71,13 @@ class PermissionRule:
         return len(topic) == len(self.pattern) and all(
             rule == "" or (rule == level and level != any_one)
             for rule, level in zip(self.pattern, topic))
+
+    @property
+    def everywhere(self) -> bool:
+        """Does the rule cover every topic, but those of ``wamp`` and those whose first level
+        starts with ``$`` (a prefix rule ``""``, a filter rule ``#``)?"""
+        return ((self.match == PREFIX and self.pattern == ("",))
+                or (self.match == MQTT and self.pattern == (REST,)))
 
     @property
     def personal(self) -> bool:
@@ -156,6 +163,10 @@ class Role:
         self.rules = rules
         self.personal = any(rule.personal for rule in rules)
         self.discloser = any(rule.disclose for rule in rules)
+        self.everywhere = frozenset(action for rule in rules if rule.everywhere
+                                    for action in rule.actions)
+        """Actions a rule grants on every topic outside ``wamp`` and the ``$`` topics (a
+        prefix ``""`` or a filter ``#``): decided without walking the rules."""
 
     def bind(self, authid: str | None, client_id: str | None) -> "Role":
         """This role for one session: its ``%u``/``%c`` rules with the session's values."""
@@ -203,6 +214,8 @@ class Authorizer:
     def __init__(self, roles: dict[str, Role]) -> None:
         self._roles = roles
         self._personal = {name for name, role in roles.items() if role.personal}
+        self._everywhere = {name: role.everywhere for name, role in roles.items()
+                            if role.everywhere}
         self._bound: dict[tuple[str, str | None, str | None], Role] = {}
         self._cache: dict[tuple[object, str, Topic, str], bool] = {}
         self.disclosing = any(role.discloser for role in roles.values())
@@ -212,7 +225,15 @@ class Authorizer:
     def allows(self, info: SessionInfo, action: str, topic: Topic, match: str = EXACT) -> bool:
         """The authorization check of every request, cached per (role or identity, action, topic,
         match): asked on each publish and call, so the rules are walked once per distinct
-        request."""
+        request. An action a rule of the role grants everywhere is allowed on a topic that
+        is neither ``wamp`` nor ``$``: not cached, so topics of their own (a sensor each)
+        neither walk the rules nor fill the cache."""
+        if match == EXACT:
+            everywhere = self._everywhere.get(info.authrole)
+            if everywhere and action in everywhere:
+                first = topic[0]
+                if first != RESERVED and not first.startswith("$"):
+                    return True
         subject: object = info.authrole
         if self._personal and subject in self._personal:
             subject = _identity(info)

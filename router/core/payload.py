@@ -45,7 +45,8 @@ MQTT publish's mapping). A byte order mark is not among them: ``json.loads`` ref
 
 _scan: Callable[[str, int], tuple[object, int]] = (
     json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
-_whitespace = re.compile(r"[ \t\n\r]*").match
+_WHITESPACE = " \t\n\r"
+_whitespace = re.compile(f"[{_WHITESPACE}]*").match
 """What ``json`` skips around a value (its own ``WHITESPACE``)."""
 _NOT_JSON = object()
 
@@ -62,7 +63,10 @@ def _json_value(text: str) -> object:
 
 
 def _after_whitespace(text: str, at: int) -> int:
-    """Where the whitespace from ``at`` ends."""
+    """Where the whitespace from ``at`` ends (no regular expression run where there is none,
+    the commonest case: a payload's value starts and ends it)."""
+    if at == len(text) or text[at] not in _WHITESPACE:
+        return at
     skipped = _whitespace(text, at)
     return skipped.end() if skipped is not None else at
 

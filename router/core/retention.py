@@ -86,8 +86,13 @@ def owner_of(publisher: SessionInfo | None) -> Owner | None:
     if publisher is None:
         return None
     if publisher.authmethod == "anonymous":
-        return Owner("anonymous", publisher.authrole)
-    return Owner("authid", publisher.authid)
+        return _tuple(Owner, ("anonymous", publisher.authrole))
+    return _tuple(Owner, ("authid", publisher.authid))
+
+
+_tuple = tuple.__new__
+"""Makes a NamedTuple from its fields' tuple, as its generated ``__new__`` does, without that
+Python-level call: once per retained publish."""
 
 
 QUOTA = "quota"
@@ -171,6 +176,9 @@ class RetainedStore:
         self._heaviest: list[tuple[int, int, Owner]] = []
         """Max-heap of (-bytes, tie-breaker, owner); items whose bytes are no longer the
         owner's are stale and skipped, and the heap is rebuilt when they outnumber the owners."""
+        self._reweighed: set[Owner] = set()
+        """Owners whose bytes changed since ``_heaviest`` was last looked at: their items are
+        pushed then, not on every retain (the heap serves only evictions at ``max_bytes``)."""
         self._expiry: list[tuple[float, int, Topic, RetainedEvent]] = []
         """Heap of (expires_at, tie-breaker, topic, entry); items of entries no longer
         in ``_timed`` are stale and skipped."""
@@ -217,7 +225,8 @@ class RetainedStore:
         entries = self._topics.get(topic) or []
         self._set(topic, self.supersede(entries, event), "set", publication, entries)
         if owner is not None:
-            self._owners[owner].topics.move_to_end(topic)
+            if entries and entries[-1].owner == owner:  # a topic it held: now its newest
+                self._owners[owner].topics.move_to_end(topic)
             self._enforce_limits(topic, owner, publication)
         return event
 
@@ -306,27 +315,29 @@ class RetainedStore:
             del holding.topics[topic]
             if not holding.topics:
                 del self._owners[owner]
+                self._reweighed.discard(owner)
         if topics:
             self._owned_topics += topics
             self._recount(owner, held, held + topics)
         if size and holding.topics:
-            heap = self._heaviest
-            heapq.heappush(heap, (-holding.bytes, next(self._pushes), owner))
-            if len(heap) > 2 * len(self._owners) + 16:
-                self._heaviest = [(-h.bytes, next(self._pushes), h.owner)
-                                  for h in self._owners.values()]
-                heapq.heapify(self._heaviest)
+            self._reweighed.add(owner)
 
     def _recount(self, owner: Owner, before: int, after: int) -> None:
         """``owner`` went from holding ``before`` topics to ``after`` (one more or less)."""
         by_count = self._by_count
+        alone = None
         if before:
             owners = by_count[before]
-            del owners[owner]
-            if not owners:
-                del by_count[before]
+            if len(owners) == 1:  # (the commonest: one flooding owner) its dict moves with it
+                alone = by_count.pop(before)
+            else:
+                del owners[owner]
         if after:
-            by_count.setdefault(after, {})[owner] = None
+            joined = by_count.get(after)
+            if joined is not None:
+                joined[owner] = None
+            else:
+                by_count[after] = alone if alone is not None else {owner: None}
         if after > self._most:
             self._most = after
         elif before == self._most and before not in by_count:
@@ -381,7 +392,7 @@ class RetainedStore:
     def _most_bytes(self, publisher: Owner) -> "_Holding | None":
         """The owner holding the most bytes, passing over ``publisher`` if all it holds is
         the topic it just set."""
-        heap = self._heaviest
+        heap = self._reweigh()
         passed = None
         found = None
         while heap:
@@ -410,6 +421,21 @@ class RetainedStore:
         if self.evicted is not None:
             self.evicted(oldest, holding.owner, reason, cause)
         return True
+
+    def _reweigh(self) -> list[tuple[int, int, Owner]]:
+        """``_heaviest`` with an item for the bytes each owner holds now (rebuilt when its
+        stale items outnumber the owners)."""
+        heap = self._heaviest
+        for owner in self._reweighed:
+            holding = self._owners.get(owner)
+            if holding is not None:
+                heapq.heappush(heap, (-holding.bytes, next(self._pushes), owner))
+        self._reweighed.clear()
+        if len(heap) > 2 * len(self._owners) + 16:
+            heap = self._heaviest = [(-h.bytes, next(self._pushes), h.owner)
+                                     for h in self._owners.values()]
+            heapq.heapify(heap)
+        return heap
 
     def expire(self) -> int:
         """Drop entries whose TTL or message expiry has passed; returns how many."""

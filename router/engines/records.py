@@ -4,8 +4,8 @@ payloads survive), and the key a topic is stored under (a SQLite row, a Redis ha
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from json.encoder import encode_basestring
+from typing import Any, Callable
 
 import msgpack
 
@@ -162,12 +162,15 @@ def unpack_publication(data: bytes, exclude_me: bool = False) -> tuple[str, Publ
 
 def topic_key(topic: Topic) -> str:
     """A topic's key in storage (the ``retained`` table, the Redis retained hash and history
-    keys): the JSON array of its levels, so no level separator can be confused."""
-    return _key_text(topic)
+    keys): the JSON array of its levels, so no level separator can be confused. What
+    ``json.dumps(topic, ensure_ascii=False, separators=(",", ":"))`` gives, joined from the
+    levels' JSON strings: a third of the encoder's cost (which builds its scanner per call),
+    paid per retained row by the SQLite writer."""
+    return "[" + ",".join(map(_json_string, topic)) + "]"
 
 
-_key_text = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""``json.dumps`` with these options, without making an encoder per call."""
+_json_string: Callable[[str], str] = encode_basestring
+"""A level as a JSON string, non-ASCII kept (the C function ``json`` itself uses)."""
 
 
 def live_entries(blobs: list[bytes], realm: str, now: float) -> list[RetainedEvent]:
