@@ -176,9 +176,11 @@ class RetainedStore:
         self._heaviest: list[tuple[int, int, Owner]] = []
         """Max-heap of (-bytes, tie-breaker, owner); items whose bytes are no longer the
         owner's are stale and skipped, and the heap is rebuilt when they outnumber the owners."""
-        self._reweighed: set[Owner] = set()
-        """Owners whose bytes changed since ``_heaviest`` was last looked at: their items are
-        pushed then, not on every retain (the heap serves only evictions at ``max_bytes``)."""
+        self._reweighed: dict[Owner, None] = {}
+        """Owners whose bytes changed since ``_heaviest`` was last looked at, in the order of
+        their last change: their items are pushed then, in that order (ties among owners of
+        equal bytes go as when each change pushed its own), not on every retain (the heap
+        serves only evictions at ``max_bytes``)."""
         self._expiry: list[tuple[float, int, Topic, RetainedEvent]] = []
         """Heap of (expires_at, tie-breaker, topic, entry); items of entries no longer
         in ``_timed`` are stale and skipped."""
@@ -315,12 +317,14 @@ class RetainedStore:
             del holding.topics[topic]
             if not holding.topics:
                 del self._owners[owner]
-                self._reweighed.discard(owner)
+                self._reweighed.pop(owner, None)
         if topics:
             self._owned_topics += topics
             self._recount(owner, held, held + topics)
         if size and holding.topics:
-            self._reweighed.add(owner)
+            reweighed = self._reweighed
+            reweighed.pop(owner, None)
+            reweighed[owner] = None
 
     def _recount(self, owner: Owner, before: int, after: int) -> None:
         """``owner`` went from holding ``before`` topics to ``after`` (one more or less)."""
