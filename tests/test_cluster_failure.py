@@ -299,6 +299,65 @@ def test_a_node_that_missed_a_reaping_fails_what_waited_for_the_dead_node(cluste
         missing.stop()
 
 
+def test_a_node_redis_lost_unreaped_is_not_taken_for_dead(cluster, tmp_path):
+    """Redis loses a running node's keys (a restart without persistence, a flush) while a10's
+    subscription is down: when a10 catches up, that node is gone from the interest hash and
+    has no alive key, like a reaped one, but no reaping marked it. a10 must not cancel the
+    call it forwarded there: the callee still runs and answers it."""
+    redis, nodes = cluster
+    relay = SubscribeHold(redis.port)
+    relay.release()
+    missing = start_node(tmp_path, relay, "a10", heartbeat_interval=10, node_timeout=30)
+    # no heartbeat of its own while the test runs: its alive key stays lost
+    living = start_node(tmp_path, redis, "a13", heartbeat_interval=100, node_timeout=300)
+    store = BlockingRedis("127.0.0.1", redis.port, 0)
+    procedure = unique("slow").replace("/", ".")
+
+    async def scenario():
+        invoked, answer = asyncio.Event(), asyncio.Event()
+
+        async def slow(wait: bool) -> str:
+            if wait:
+                invoked.set()
+                await answer.wait()
+            return "here"
+
+        callee = await connect(living, "rawsocket")
+        await callee.register(slow, procedure)
+        caller = await connect(missing, "rawsocket")
+        deadline = time.monotonic() + 10
+        while True:  # until a10 knows the registration
+            try:
+                assert await caller.call(procedure, False) == "here"
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the registration never reached a10"
+        call = asyncio.ensure_future(caller.call(procedure, True))
+        await asyncio.wait_for(invoked.wait(), 10)
+        relay.hold()
+        relay.cut_subscribers()
+        # what Redis losing a13 leaves (out of the nodes set first: nobody reaps it)
+        store.call("SREM", "wr:nodes", "a13")
+        store.call("DEL", "wr:node-alive:a13")
+        store.call("HDEL", "wr:interest:realm1", "a13")
+        relay.release()
+        await asyncio.to_thread(missing.logged, "node a13 is missing from Redis but was not "
+                                "reaped", 30)
+        assert not call.done(), "a10 gave up a call to a node that runs"
+        answer.set()
+        assert await asyncio.wait_for(call, 30) == "here"
+        await caller.close()
+        await callee.close()
+
+    try:
+        run(scenario(), timeout=120)
+    finally:
+        store.close()
+        relay.close()
+        missing.stop()
+        living.stop()
+
+
 def test_the_reaping_gives_the_reaper_the_dead_nodes_interest_in_redis(tmp_path):
     """The reaping script itself, on a real redis-server: the dead node's patterns move into
     the reaper's entry of the interest hash. A node reading the hash before the reaper
@@ -317,9 +376,11 @@ def test_the_reaping_gives_the_reaper_the_dead_nodes_interest_in_redis(tmp_path)
         keys = ("wr:node-alive:x", "wr:testaments:realm1:x", "wr:mqtt-will:realm1:x",
                 "wr:sessions:realm1", "wr:subscriptions:realm1", interest)
         assert store.call("EVAL", REAP, len(keys), *keys, "x", "r", "realm1",
-                          NODE_DOWN_CHANNEL) == [[], [], []]
+                          NODE_DOWN_CHANNEL, "wr:node-reaped:x", 60_000) == [[], [], []]
         assert store.call("HKEYS", interest) == [b"r"]
         assert unpack_patterns(store.call("HGET", interest, "r")) == dead | reaper
+        # the mark a node that missed the announcement reads to tell a reaping from a loss
+        assert store.call("GET", "wr:node-reaped:x") == b"r"
     finally:
         store.close()
         redis.stop()

@@ -99,6 +99,11 @@ class WatchedEngine(EngineContext, Protocol):
 NODES_KEY = b"wr:nodes"
 ALIVE_PREFIX = b"wr:node-alive:"
 REAPER_PREFIX = b"wr:node-reaper:"
+REAPED_PREFIX = b"wr:node-reaped:"
+REAPED_MARK_LIFETIME = 24 * 3600.0
+"""Seconds the reaping script's mark ``wr:node-reaped:<node>`` (its value: the reaper) lasts:
+how long a node whose Redis subscription was down may take to come back and still act on a
+reaping it did not hear (:meth:`router.engines.redis.realm.RedisRealm.reload_interest`)."""
 NODE_DOWN_CHANNEL = b"wr:node-down"
 STARTING = 30.0
 """Seconds the alive key set at start-up lasts, however short ``node_timeout`` is: a node
@@ -116,7 +121,8 @@ REAP = script("reap")
 subscriptions and interest hashes, then its owner hashes (MQTT clients, AMQP durable links:
 :mod:`router.engines.redis.claims`); ARGV the dead node, this node, the realm, the node-down
 channel (every node then forgets the dead node's interest, see
-:meth:`RedisRealm.node_down`). The dead node's patterns move into this node's field of the
+:meth:`RedisRealm.node_down`), the dead node's reaped mark and its lifetime (ms, see
+:data:`REAPED_MARK_LIFETIME`). The dead node's patterns move into this node's field of the
 interest hash (until this node announces its own, which then cover what it adopted), so a
 node that reads the hash meanwhile sends it what the adopted clients want, as the nodes that
 heard the announcement do. Nothing (nil) if the node is alive again, else {testaments,

@@ -27,6 +27,7 @@ from router.engines.records import (decode_retained, encode_retained, live_entri
 from router.engines.redis.claims import RedisClaims
 from router.engines.redis.dealer import RedisDealer
 from router.engines.redis.failure import (ALIVE_PREFIX, NODE_DOWN_CHANNEL, REAP,
+                                          REAPED_MARK_LIFETIME, REAPED_PREFIX,
                                           RedisTestaments, take_left, testaments_key)
 from router.engines.redis.links import RedisAmqpStore
 from router.engines.redis.lua import script
@@ -250,13 +251,14 @@ class RedisRealm:
             self._heard = set()
         self._interest_reads += 1
         waited = sorted(self._waited_nodes())
-        alive = [ALIVE_PREFIX + node.encode() for node in waited]
-        # one transaction: the reaping script takes a node's patterns out of the hash only
-        # while its alive key is gone, in one step too
+        keys = ([ALIVE_PREFIX + node.encode() for node in waited]
+                + [REAPED_PREFIX + node.encode() for node in waited])
+        # one transaction: the reaping script takes a node's patterns out of the hash and
+        # marks it reaped only while its alive key is gone, in one step too
         return self.engine.request(
             command("MULTI") + command("HGETALL", self.keys["interest"])
-            + (command("MGET", *alive) if alive else b"") + command("EXEC"),
-            2 + bool(alive)).addBoth(self._interest_read, waited)
+            + (command("MGET", *keys) if keys else b"") + command("EXEC"),
+            2 + bool(keys)).addBoth(self._interest_read, waited)
 
     def _waited_nodes(self) -> set[str]:
         """The other nodes something here waits for or sends to: those whose death this node
@@ -274,20 +276,27 @@ class RedisRealm:
             self.engine.incidents.count(self.name, "engine", ENGINE_UNAVAILABLE,
                                         f"interest not read ({replies.getErrorMessage()})")
             return False
-        found, *alive = replies
+        found, *marks = replies
         for field, packed in zip(found[::2], found[1::2]):
             node = field.decode()
             if node != self.engine.node and node not in heard:  # else announced as new
                 self.remote.replace(node, unpack_patterns(packed))
         listed = {field.decode() for field in found[::2]}
-        for node, boot in zip(waited, alive[0] if alive else []):
+        values = marks[0] if marks else []  # the alive keys, then the reaped marks
+        for node, boot, reaper in zip(waited, values, values[len(waited):]):
             if node in listed or node in heard:
                 continue
-            if boot is None:  # its patterns and alive key are gone: it was reaped
-                log.warning("realm %s: node %s was reaped while this node did not listen: "
-                            "what waits for it fails now", self.name, node)
+            if boot is not None:  # starting again (its previous run's patterns are gone)
+                self.remote.replace(node, set())
+            elif reaper is not None:  # reaped: the mark the reaping script left
+                log.warning("realm %s: node %s was reaped by %s while this node did not "
+                            "listen: what waits for it fails now", self.name, node,
+                            reaper.decode())
                 self.node_down(node, [], None)
-            else:  # starting again (its previous run's patterns are gone): it announces
+            else:  # gone from Redis unreaped (a restart without persistence, a flush)
+                log.warning("realm %s: node %s is missing from Redis but was not reaped "
+                            "(Redis restarted or flushed?): only its interest is dropped, "
+                            "what waits for it waits for its timeout", self.name, node)
                 self.remote.replace(node, set())
         return True
 
@@ -389,7 +398,8 @@ class RedisRealm:
         return ("EVAL", REAP, 6 + len(owners), alive_key, testaments_key(self.name, node),
                 self.sessions.wills_key(node), self.members.sessions_key,
                 self.members.subscriptions_key, self.keys["interest"], *owners,
-                node, self.engine.node, self.name, NODE_DOWN_CHANNEL)
+                node, self.engine.node, self.name, NODE_DOWN_CHANNEL,
+                REAPED_PREFIX + node.encode(), int(REAPED_MARK_LIFETIME * 1000))
 
     def node_down(self, node: str, left: list[Reply], reaper: str | None) -> None:
         """Node ``node`` died and ``reaper`` reaped it: ``reaper`` gets what matches the

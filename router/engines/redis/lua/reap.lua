@@ -16,17 +16,12 @@ for _, key in ipairs({KEYS[4], KEYS[5]}) do
     end
   end
 end
+redis.call('SET', ARGV[5], ARGV[2], 'PX', ARGV[6])
 local inherited = redis.call('HGET', KEYS[6], ARGV[1])
 if inherited then
-  local merged, seen = {}, {}
-  for _, packed in ipairs({redis.call('HGET', KEYS[6], ARGV[2]) or '\144', inherited}) do
-    for _, pattern in ipairs(cmsgpack.unpack(packed)) do
-      local key = cmsgpack.pack(pattern)
-      if not seen[key] then
-        seen[key] = true
-        merged[#merged + 1] = pattern
-      end
-    end
+  local merged = cmsgpack.unpack(redis.call('HGET', KEYS[6], ARGV[2]) or '\144')
+  for _, pattern in ipairs(cmsgpack.unpack(inherited)) do
+    merged[#merged + 1] = pattern
   end
   redis.call('HSET', KEYS[6], ARGV[2], cmsgpack.pack(merged))
   redis.call('HDEL', KEYS[6], ARGV[1])
