@@ -406,8 +406,8 @@ class RedisRealm:
         dead node's patterns, its sessions ``left`` (meta events for this node's
         subscribers), its calls' answers, releases of client state and confirmations will
         not come (what waits for them fails now). From a read of the hash that found it
-        reaped unheard (:meth:`_interest_read`): ``reaper`` None (unknown; the hash just read
-        gave it the dead node's patterns, see :data:`REAP`) and ``left`` empty (the reaping
+        reaped unheard (:meth:`_interest_read`): ``reaper`` None (the hash just read gave
+        the reaper the dead node's patterns already, see :data:`REAP`) and ``left`` empty (the reaping
         deleted the list, and no node keeps a copy of another's sessions)."""
         if self._heard is not None:  # a read of the hash under way may still list it
             self._heard.add(node)
