@@ -149,7 +149,9 @@ def pattern_text(pattern: Topic, match: str) -> str:
 
 def valid_topic_name(topic_name: str) -> bool:
     """An MQTT topic a message is published to: non-empty, no wildcards, no U+0000."""
-    return bool(topic_name) and not any(char in topic_name for char in "+#\x00")
+    # three ``in`` tests: a generator over the characters cost ~0.6 us more a new topic
+    return (bool(topic_name) and "+" not in topic_name and "#" not in topic_name
+            and "\x00" not in topic_name)
 
 
 def valid_topic_filter(topic_filter: str) -> bool:
