@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from functools import partial
 from typing import Callable
 
 from router.core.incidents import (EXPIRED, OVER_LIMIT, QUEUE_FULL, SLOW_CONSUMER,
@@ -532,8 +533,8 @@ class MqttSession:
             if self.persistent:
                 self.frontend.store.update_outbound(self.client_id, entry[SEQ], packet_id, SENT)
                 if entry[MESSAGE].qos == 2:
-                    self.frontend.when_durable(
-                        lambda ok, entry=entry: self._transmit_later(entry, ok))
+                    # (a partial: a lambda here would make ``self`` a cell of every call)
+                    self.frontend.when_durable(partial(self._transmit_later, entry))
                     return True
         if connection.send_publish(entry[MESSAGE], packet_id, False):
             return True
