@@ -516,8 +516,8 @@ class MqttSession:
         delivered). A persistent session stores the packet id first, and a QoS 2 PUBLISH
         waits until it is on disk (after a crash the same id is resent, so the client can
         recognise the duplicate): :meth:`_transmit_later` hands it back here, and an entry
-        that has its packet id already is only written. The one path of every first send
-        of a QoS >= 1 delivery, with nothing called but the write (the hot path)."""
+        that has its packet id already is only written. Every first send of a QoS >= 1
+        delivery takes it: it is the hot path, and calls nothing but the write."""
         in_flight = self._by_packet_id
         packet_id = entry[PACKET_ID]
         if packet_id is None:
