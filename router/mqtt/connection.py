@@ -345,7 +345,7 @@ class MqttConnection(ServerCodec):
         if reason != _SUCCESS:
             if qos == 2:
                 session.release_inbound(packet_id)
-            self._acknowledge((Puback if qos == 1 else Pubrec)(packet_id, reason))
+            self._acknowledge(qos, packet_id, reason)
 
     def _stored(self, qos: int, packet_id: int, publication: "Publication", ok: bool) -> None:
         """PUBACK / PUBREC only once the publication is stored where its QoS requires (the
@@ -354,26 +354,25 @@ class MqttConnection(ServerCodec):
         MQTT 3.1.1 has no negative acknowledgement: a failed commit closes the connection,
         and the client sends the message again when it reconnects."""
         if ok:
-            if qos == 1:
-                if self._inbound_open:
-                    self._inbound_open.discard(packet_id)
-                self._emit(BARE_ACK(PUBACK, 2, packet_id))
-            else:  # (the slot of the receive maximum waits for PUBCOMP)
-                self._emit(BARE_ACK(PUBREC, 2, packet_id))
+            self._acknowledge(qos, packet_id, _SUCCESS)
             return
-        ack = Puback if qos == 1 else Pubrec
-        if ack is Pubrec:  # not received after all: a retransmission is routed again
+        if qos == 2:  # not received after all: a retransmission is routed again
             self.session.release_inbound(packet_id)
         if self.version == 5:
-            self._acknowledge(ack(packet_id, ReasonCode.UNSPECIFIED_ERROR))
+            self._acknowledge(qos, packet_id, ReasonCode.UNSPECIFIED_ERROR)
         else:
-            self.store_failed(ack.__name__.upper())
+            self.store_failed("PUBACK" if qos == 1 else "PUBREC")
 
-    def _acknowledge(self, ack: "Puback | Pubrec") -> None:
-        if self._inbound_open and (type(ack) is Puback or ack.reason_code >= 0x80):
-            self._inbound_open.discard(ack.packet_id)  # (else the slot waits for PUBCOMP)
-        if not self._closed:
-            self._send(ack)
+    def _acknowledge(self, qos: int, packet_id: int, reason: int) -> None:
+        """PUBACK (QoS 1) or PUBREC (QoS 2) of an inbound publish. A PUBACK, or a PUBREC
+        with a failure, frees its slot of the Receive Maximum (a successful PUBREC's slot
+        waits for PUBCOMP)."""
+        if self._inbound_open and (qos == 1 or reason >= 0x80):
+            self._inbound_open.discard(packet_id)
+        if reason == _SUCCESS:
+            self._emit(BARE_ACK(PUBACK if qos == 1 else PUBREC, 2, packet_id))
+        else:
+            self._send((Puback if qos == 1 else Pubrec)(packet_id, reason))
 
     def store_failed(self, what: str) -> None:
         """The store could not write what ``what`` would promise: close, promise nothing."""
@@ -546,14 +545,23 @@ class MqttConnection(ServerCodec):
     # bytes out ----------------------------------------------------------------------------
 
     def send_publish(self, message: StoredMessage, packet_id: int | None, dup: bool) -> bool:
-        """False if the client's maximum packet size rules the message out (MQTT 5)."""
+        """False if the client's maximum packet size rules the message out (MQTT 5).
+
+        A QoS 1/2 message without expiry goes from its template in this connection's
+        version, made on first use and shared by its receivers of the version: the head is
+        ``message.encodings[key]``, the tail ``[-1 - key]``, the packet id goes between.
+        (Int keys and bytes values only: a dict of atoms is not tracked by the collector,
+        so a queued message's cache is not one more object to scan.)"""
         if packet_id is not None and message.expires_at is None and not self.outbound_alias_limit:
-            # the commonest: the message's template, shared by its receivers of the version
+            # the commonest
             encodings = message.encodings
-            key = (self.protocol_version or 4) * 2 + dup  # (:meth:`_template`'s key)
+            key = (self.protocol_version or 4) * 2 + dup
             head = encodings.get(key)
             if head is None:
-                head = encodings[self._template(message, dup)]
+                head, tail = self.encode_publish_template(
+                    message.topic, message.payload, message.qos, message.retain, dup,
+                    message.properties)
+                encodings[key], encodings[-1 - key] = head, tail
             data = head + _PACKET_ID(packet_id) + encodings[-1 - key]
             if self._client_max_packet is not None:
                 return self.write_publish(data, message.topic)
@@ -565,31 +573,14 @@ class MqttConnection(ServerCodec):
 
     def encode_publish(self, message: StoredMessage, packet_id: int | None = None,
                        dup: bool = False) -> bytes:
-        """A PUBLISH's bytes; without a packet id (QoS 0) they can be shared by receivers."""
+        """A PUBLISH's bytes; without a packet id (QoS 0) they can be shared by receivers
+        (with one, :meth:`send_publish` shares its template)."""
         if packet_id is None and message.expires_at is None and (
                 not message.properties or self.version != 5):
             return self.encode_plain_publish(message.topic, message.payload,
                                                    message.retain)
-        if packet_id is not None and message.expires_at is None:
-            key = self._template(message, dup)
-            encodings = message.encodings
-            return encodings[key] + _PACKET_ID(packet_id) + encodings[-1 - key]
         return self.encode(self._publish_packet(message, message.topic, packet_id, dup,
                                                       message.properties))
-
-    def _template(self, message: StoredMessage, dup: bool) -> int:
-        """The key of the message's QoS 1/2 PUBLISH template in this connection's version,
-        made on first use: the head is ``message.encodings[key]``, the tail ``[-1 - key]``,
-        the packet id goes between. (Int keys and bytes values only: a dict of atoms is not
-        tracked by the collector, so a queued message's cache is not one more object to
-        scan.)"""
-        key = (self.protocol_version or 4) * 2 + dup
-        encodings = message.encodings
-        if key not in encodings:
-            encodings[key], encodings[-1 - key] = self.encode_publish_template(
-                message.topic, message.payload, message.qos, message.retain, dup,
-                message.properties)
-        return key
 
     @staticmethod
     def _publish_packet(message: StoredMessage, topic: str, packet_id: int | None, dup: bool,

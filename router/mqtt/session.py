@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from functools import partial
 from typing import Callable
 
 from router.core.incidents import (EXPIRED, OVER_LIMIT, QUEUE_FULL, SLOW_CONSUMER,
@@ -448,22 +449,16 @@ class MqttSession:
         seq = self._last_seq = self._last_seq + 1
         if outbound is NOTHING_YET:
             outbound = self.outbound = {}
-        in_flight = self._by_packet_id
         if (not self._queued and connection is not None and not self.persistent
                 and message.expires_at is None and not connection.flow.paused
-                and len(in_flight) < connection.send_quota):
+                and len(self._by_packet_id) < connection.send_quota):
             # the commonest case: nothing waits and the client's window has room, so it
             # goes at once, never queued (what pump would do, without the round trip; a
             # retained backlog waiting for room is resumed by whatever makes room)
-            if in_flight is NOTHING_YET:
-                in_flight = self._by_packet_id = {}
-            packet_id = self._allocate_packet_id()
-            in_flight[packet_id] = outbound[seq] = [
-                seq, packet_id, SENT, message,
+            entry = outbound[seq] = [
+                seq, None, QUEUED, message,
                 0.0 if frontend.realm.activity is None else time.time(), group, publication]
-            if not connection.send_publish(message, packet_id, False):
-                del in_flight[packet_id]  # too big for this client: as if delivered
-                del outbound[seq]
+            self._send(entry, connection)
             return
         outbound[seq] = (message if group is None
                          else [seq, None, QUEUED, message, 0.0, group, publication])
@@ -499,6 +494,8 @@ class MqttSession:
     def _send_queued(self, connection: Outlet) -> None:
         """:meth:`pump`'s sending of the queue."""
         flow, quota, in_flight = connection.flow, connection.send_quota, self._by_packet_id
+        if in_flight is NOTHING_YET:  # (made here: the loop's bound reads what _send fills)
+            in_flight = self._by_packet_id = {}
         now = time.time()  # one clock read per pump: it runs within one reactor turn
         while self._queued and len(in_flight) < quota and not flow.paused:
             seq = self._queued.popleft()
@@ -510,39 +507,50 @@ class MqttSession:
                 continue
             if type(entry) is StoredMessage:
                 entry = self.outbound[seq] = [seq, None, QUEUED, message, 0.0, None, None]
-            entry[PACKET_ID] = self._allocate_packet_id()
-            entry[STATE] = SENT
             entry[SENT_AT] = now
+            self._send(entry, connection)
+
+    def _send(self, entry: Outbound, connection: Outlet) -> bool:
+        """Put a delivery in flight under a free packet id and write its PUBLISH; False if
+        the client's maximum packet size rules it out (then it is forgotten, as if
+        delivered). A persistent session stores the packet id first, and a QoS 2 PUBLISH
+        waits until it is on disk (after a crash the same id is resent, so the client can
+        recognise the duplicate): :meth:`_transmit_later` hands it back here, and an entry
+        that has its packet id already is only written. Every first send of a QoS >= 1
+        delivery takes it: it is the hot path, and calls nothing but the write."""
+        in_flight = self._by_packet_id
+        packet_id = entry[PACKET_ID]
+        if packet_id is None:
             if in_flight is NOTHING_YET:
                 in_flight = self._by_packet_id = {}
-            in_flight[entry[PACKET_ID]] = entry
+            packet_id = self._next_packet_id
+            if packet_id in in_flight:
+                packet_id = free_packet_id(packet_id, in_flight)
+            self._next_packet_id = packet_id % 65535 + 1
+            entry[PACKET_ID] = packet_id
+            entry[STATE] = SENT
+            in_flight[packet_id] = entry
             if self.persistent:
-                self.frontend.store.update_outbound(self.client_id, entry[SEQ],
-                                                    entry[PACKET_ID], SENT)
+                self.frontend.store.update_outbound(self.client_id, entry[SEQ], packet_id, SENT)
                 if entry[MESSAGE].qos == 2:
-                    # the packet id must be on disk before the client sees it: after a crash
-                    # the same id is resent and the client can recognise the duplicate
-                    self.frontend.when_durable(
-                        lambda ok, entry=entry: self._transmit_later(entry, ok))
-                    continue
-            self._transmit(entry)
-
-    def _transmit(self, entry: Outbound) -> bool:
-        """Write one in-flight PUBLISH; False if it had to be discarded (too big)."""
-        connection = self.connection
-        if connection is None or self._by_packet_id.get(entry[PACKET_ID]) is not entry:
+                    # (a partial: a lambda here would make ``self`` a cell of every call)
+                    self.frontend.when_durable(partial(self._transmit_later, entry))
+                    return True
+        if connection.send_publish(entry[MESSAGE], packet_id, False):
             return True
-        if connection.send_publish(entry[MESSAGE], entry[PACKET_ID], False):
-            return True
-        del self._by_packet_id[entry[PACKET_ID]]  # too big for this client: as if delivered
+        del in_flight[packet_id]  # too big for this client: as if delivered
         self._drop(entry)
         return False
 
     def _transmit_later(self, entry: Outbound, stored: bool) -> None:
+        """A QoS 2 PUBLISH whose packet id is on disk (or not: ``stored`` false) goes out,
+        if its connection and flow are still there."""
         if not stored:
             self._unsend(entry)
             return
-        if not self._transmit(entry):
+        connection = self.connection
+        if (connection is not None and self._by_packet_id.get(entry[PACKET_ID]) is entry
+                and not self._send(entry, connection)):
             self.pump()
 
     def _unsend(self, entry: Outbound) -> None:
@@ -569,13 +577,6 @@ class MqttSession:
                 connection.send_pubrel(entry[PACKET_ID])
         self.pump()
 
-    def _allocate_packet_id(self) -> int:
-        packet_id = self._next_packet_id
-        if packet_id in self._by_packet_id:
-            packet_id = free_packet_id(packet_id, self._by_packet_id)
-        self._next_packet_id = packet_id % 65535 + 1
-        return packet_id
-
     def acknowledged(self, packet_ids: list[int], expected_qos: int) -> None:
         """PUBACKs (QoS 1) or PUBCOMPs (QoS 2), in the order the client sent them (a run
         read together): those deliveries are complete (one whose flow is not at that
@@ -592,10 +593,7 @@ class MqttSession:
             if activity is not None:
                 frontend.delivery_acknowledged(self, entry)
             self._forget(entry[SEQ])
-        if self._queued:
-            self.pump()
-        elif self.connection is not None:  # (what pump does with nothing queued)
-            frontend.realm.backlogs.resume(self)
+        self.pump()
 
     def acknowledged_with_error(self, packet_id: int) -> None:
         """PUBREC with a failure reason (MQTT 5): the client refused it; the flow ends."""
