@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from spark_analytics.compact import compact_logs, describe_compacted, plan
 from spark_analytics.reader import input_files, is_open
 from spark_analytics.report import NoEvents, build_report, describe_scope
-from spark_analytics.session import Sizing, start_session
+from spark_analytics.session import Sizing, start_session, stop_session
 from spark_analytics.storage import Entry, HadoopFiles, LocalFiles, local_path, shown, to_url
 from spark_analytics.stream import DEFAULT_WATERMARK_MINUTES, STATE_PARTITIONS, run_stream
 
@@ -102,28 +102,31 @@ def no_files(args: argparse.Namespace, files: list[Entry], still_open: int = 0) 
 
 
 def sized_session(args: argparse.Namespace, fixed: Sizing | None = None,
-                  closed_only: bool = False) -> tuple[SparkSession | None, list[Entry]]:
+                  closed_only: bool = False, share_classes: bool = False
+                  ) -> tuple[SparkSession | None, list[Entry]]:
     """The session for the input, with the files it will read (``closed_only``: not the
-    parts the router still writes); no session (None) when there is nothing to read. A local
-    input is listed before the session starts, so its size can choose the JVM's options; any
-    other is listed through the session's Hadoop file system, and its size sets the shuffle
-    partitions afterwards."""
+    parts the router still writes; ``share_classes``: see :func:`start_session`); no
+    session (None) when there is nothing to read. A local input is listed before the session
+    starts, so its size can choose the JVM's options; any other is listed through the
+    session's Hadoop file system, and its size sets the shuffle partitions afterwards."""
     spark = None
     if local_path(args.logs) is not None:
         files = input_files(LocalFiles(), args.logs, args.realm, args.since)
     else:
-        spark = start_session(fixed or Sizing.for_input(0), args.master, args.driver_memory)
+        spark = start_session(fixed or Sizing.for_input(0), args.master, args.driver_memory,
+                              share_classes=share_classes)
         files = input_files(HadoopFiles(spark), args.logs, args.realm, args.since)
     listed = len(files)
     if closed_only:
         files = [entry for entry in files if not is_open(entry)]
     if no_files(args, files, listed - len(files)):
         if spark is not None:
-            spark.stop()
+            stop_session(spark)
         return None, []
     sizing = fixed or Sizing.for_files(files)
     if spark is None:
-        spark = start_session(sizing, args.master, args.driver_memory)
+        spark = start_session(sizing, args.master, args.driver_memory,
+                              share_classes=share_classes)
     else:
         spark.conf.set("spark.sql.shuffle.partitions", sizing.shuffle_partitions)
     return spark, files
@@ -140,7 +143,7 @@ def describe_input(files: list[Entry]) -> str:
 
 def report_command(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    spark, files = sized_session(args)
+    spark, files = sized_session(args, share_classes=True)
     if spark is None:
         return 1
     print(f"Spark {spark.version} on {args.master} started in "
@@ -152,7 +155,7 @@ def report_command(args: argparse.Namespace) -> int:
         print(error, file=sys.stderr)
         return 1
     finally:
-        spark.stop()
+        stop_session(spark)
     print(shown(page))
     return 0
 

@@ -6,7 +6,7 @@ import os
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -145,6 +145,18 @@ def planned_for_many_small_queries(spark: SparkSession) -> Iterator[None]:
         yield
 
 
+def interpreted_over_stored_rollups(spark: SparkSession, records: DataFrame | None
+                                    ) -> AbstractContextManager[None]:
+    """When the report reads stored rollups only (``records`` None: every day compacted),
+    evaluate the queries' expressions interpreted, not as generated Java compiled by Janino.
+    The rollups are a few MiB: the ~340 distinct projections, predicates and orderings of a
+    report's queries cost more to compile (and to JIT the compiler) than they ever saved
+    there. Over JSON records (millions of rows scanned by each rollup) they are kept."""
+    if records is not None:
+        return nullcontext()
+    return session_setting(spark, "spark.sql.codegen.factoryMode", "NO_CODEGEN")
+
+
 UNCOMPRESSED_CACHE_BYTES_PER_JSON_BYTE = 0.65
 """The records' uncompressed cache per byte of JSON parts read (3M records: 459 MiB of 712)."""
 UNCOMPRESSED_CACHE_SHARE = 0.75
@@ -267,12 +279,13 @@ def _build_report(spark: SparkSession, files: HadoopFiles, logs: str, out: str,
     with progress.stage("reading event logs"):
         rollups, records = read_rollups(spark, files, logs, realm, since, snapshot)
         read = [records] if records is not None else []
-        count = sum(row["records"] for row in rollups["realms"].select("records").collect())
+        with interpreted_over_stored_rollups(spark, records):
+            count = sum(row["records"] for row in rollups["realms"].select("records").collect())
     if count == 0:
         unpersist([*rollups.values(), *read])
         raise NoEvents(f"no event-log records under {logs} ({describe_scope(realm, since)})")
     inputs = Inputs(rollups, {})
-    with one_shuffle_partition(spark):
+    with one_shuffle_partition(spark), interpreted_over_stored_rollups(spark, records):
         rows, total_rows = build_tables(inputs, out, progress)
     unpersist([*inputs.tables.values(), *rollups.values(), *read])
     # charts and page are drawn on the driver into a local folder, then copied to ``out``

@@ -5,13 +5,17 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from collections.abc import Iterable
 from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from spark_analytics.class_archive import ClassArchive
 from spark_analytics.progress import relay_jvm_stderr
 from spark_analytics.storage import Entry
 
@@ -96,16 +100,25 @@ def _point_java_home() -> None:
     os.environ["JAVA_HOME"] = str(Path(java).resolve().parent.parent)
 
 
+ARCHIVE_WRITE_SECONDS = 600
+"""How long the first report waits for its JVM to write the class archive (seconds)."""
+_ARCHIVES_AT_EXIT: list[ClassArchive] = []
+"""The class archive this process's driver JVM writes when it exits (at most one)."""
+
+
 def start_session(sizing: Sizing, master: str = "local[*]", driver_memory: str = "2g",
-                  app_name: str = "wamp-eventlog") -> SparkSession:
+                  app_name: str = "wamp-eventlog", share_classes: bool = False
+                  ) -> SparkSession:
     """Start (or reuse) the SparkSession; times are UTC so minutes and dates match the paths.
 
     A local master binds to the loopback address; with a cluster's master the driver binds
     as Spark decides (``SPARK_LOCAL_IP`` / ``spark.driver.host`` choose otherwise), since the
-    executors must reach it."""
+    executors must reach it. ``share_classes``: the driver JVM starts from the class archive
+    of :mod:`spark_analytics.class_archive`, or writes it (stop with :func:`stop_session`)."""
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     _point_java_home()
+    archive = ClassArchive.for_java(os.environ["JAVA_HOME"]) if share_classes else None
     handle, log_config = tempfile.mkstemp(prefix="spark-analytics-log4j2-", suffix=".properties")
     with os.fdopen(handle, "w") as config_file:
         config_file.write(QUIET_LOG4J2)
@@ -117,6 +130,10 @@ def start_session(sizing: Sizing, master: str = "local[*]", driver_memory: str =
                         if sizing.quick_jit else "")
     if sizing.quick_jit:
         java_options += " " + executor_options
+    if archive is not None:
+        java_options += " " + archive.java_options()
+        if archive.usable() is None:
+            _ARCHIVES_AT_EXIT.append(archive)
     try:
         with relay_jvm_stderr():
             spark = (SparkSession.builder.master(master).appName(app_name)
@@ -135,3 +152,25 @@ def start_session(sizing: Sizing, master: str = "local[*]", driver_memory: str =
         Path(log_config).unlink()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop the session. When its driver JVM writes the class archive as it exits, end the
+    JVM now and wait for the archive (once per installation: the first report takes longer)."""
+    spark.stop()
+    if not _ARCHIVES_AT_EXIT:
+        return
+    archive = _ARCHIVES_AT_EXIT.pop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    print("saving the JVM's classes for the next reports ...", file=sys.stderr, flush=True)
+    process = gateway.proc
+    gateway.shutdown()
+    process.stdin.close()  # the gateway's JVM exits at the end of its stdin
+    try:
+        status = process.wait(ARCHIVE_WRITE_SECONDS)
+    except subprocess.TimeoutExpired:
+        return  # left to finish alone; never used (not renamed), removed once stale
+    SparkContext._gateway = SparkContext._jvm = None
+    archive.finish(status)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from router.eventlog.schema import FIELD_NAMES
+from spark_analytics.class_archive import CACHE_ENV
 from spark_analytics.compact import compact_logs
 from spark_analytics.reader import input_files, read_events, read_json_events
 from spark_analytics.report import REPORT_STAGES, build_report
@@ -172,11 +174,14 @@ def filtered_cli_report(logged, tmp_path_factory):
     """``python -m spark_analytics report --realm alpha --since <day 2>``, started when the
     module starts: it runs its own JVM, so it overlaps with the in-process tests."""
     out = tmp_path_factory.mktemp("cli-report")
+    # a first report: its JVM writes the class archive (here, not in the user's cache)
+    cache = tmp_path_factory.mktemp("class-archive")
     process = subprocess.Popen(
         [sys.executable, "-m", "spark_analytics", "report", "--logs", str(logged[0]),
          "--out", str(out), "--realm", "alpha", "--since", DAY_2.isoformat()],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    yield out, process
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, CACHE_ENV: str(cache)})
+    yield out, process, cache
     process.kill()
     process.communicate()
 
@@ -292,10 +297,11 @@ def test_page_shows_summary_and_references_every_chart(report, logged):
 
 
 def test_cli_report_keeps_only_the_chosen_realm_and_dates(filtered_cli_report):
-    out, process = filtered_cli_report
-    stdout, stderr = process.communicate(timeout=110)
+    out, process, cache = filtered_cli_report
+    stdout, stderr = process.communicate(timeout=220)
     assert process.returncode == 0, stderr
     assert stdout.strip() == str(out / "report.html")
+    assert [path.suffix for path in cache.iterdir()] == [".jsa"], "the class archive is kept"
     assert f"[1/{REPORT_STAGES}] reading event logs" in stderr
     assert f"[{REPORT_STAGES}/{REPORT_STAGES}] HTML page" in stderr
     topics = read_table(out / "tables" / "topics")
