@@ -238,6 +238,34 @@ def test_a_node_that_missed_a_reaping_forgets_the_dead_nodes_interest(cluster, t
         missing.stop()
 
 
+async def forwarded_call(callee_node: RouterProcess, caller_node: RouterProcess,
+                         procedure: str, answer: asyncio.Event | None = None):
+    """A call from ``caller_node`` to a callee on ``callee_node``, invoked there and waiting
+    for ``answer`` (for ever when None): ``(caller, callee, the call's future)``."""
+    invoked = asyncio.Event()
+
+    async def slow(wait: bool) -> str:
+        if wait:
+            invoked.set()
+            await (answer.wait() if answer is not None
+                   else asyncio.get_running_loop().create_future())
+        return "here"
+
+    callee = await connect(callee_node, "rawsocket")
+    await callee.register(slow, procedure)
+    caller = await connect(caller_node, "rawsocket")
+    deadline = time.monotonic() + 10
+    while True:  # until the caller's node knows the registration
+        try:
+            assert await caller.call(procedure, False) == "here"
+            break
+        except Exception:
+            assert time.monotonic() < deadline, "the registration never reached the caller"
+    call = asyncio.ensure_future(caller.call(procedure, True))
+    await asyncio.wait_for(invoked.wait(), 10)
+    return caller, callee, call
+
+
 def test_a_node_that_missed_a_reaping_fails_what_waited_for_the_dead_node(cluster, tmp_path):
     """Node a12 is killed and reaped while a10's Redis subscription is down: a10 misses the
     announcement, with a call it forwarded to a12's callee unanswered and a QoS 1 publication
@@ -251,26 +279,7 @@ def test_a_node_that_missed_a_reaping_fails_what_waited_for_the_dead_node(cluste
     procedure = unique("hang").replace("/", ".")
 
     async def scenario():
-        invoked = asyncio.Event()
-
-        async def hang(wait: bool) -> str:
-            if wait:
-                invoked.set()
-                await asyncio.get_running_loop().create_future()  # answered by nobody
-            return "here"
-
-        callee = await connect(dying, "rawsocket")
-        await callee.register(hang, procedure)
-        caller = await connect(missing, "rawsocket")
-        deadline = time.monotonic() + 10
-        while True:  # until a10 knows the registration
-            try:
-                assert await caller.call(procedure, False) == "here"
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "the registration never reached a10"
-        call = asyncio.ensure_future(caller.call(procedure, True))
-        await asyncio.wait_for(invoked.wait(), 10)
+        caller, _, call = await forwarded_call(dying, missing, procedure)  # answered by nobody
         relay.hold()
         relay.cut_subscribers()  # a10 subscribes again, held until the reaping is over
         bound = NODE_TIMEOUT + HEARTBEAT + MARGIN
@@ -314,26 +323,8 @@ def test_a_node_redis_lost_unreaped_is_not_taken_for_dead(cluster, tmp_path):
     procedure = unique("slow").replace("/", ".")
 
     async def scenario():
-        invoked, answer = asyncio.Event(), asyncio.Event()
-
-        async def slow(wait: bool) -> str:
-            if wait:
-                invoked.set()
-                await answer.wait()
-            return "here"
-
-        callee = await connect(living, "rawsocket")
-        await callee.register(slow, procedure)
-        caller = await connect(missing, "rawsocket")
-        deadline = time.monotonic() + 10
-        while True:  # until a10 knows the registration
-            try:
-                assert await caller.call(procedure, False) == "here"
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "the registration never reached a10"
-        call = asyncio.ensure_future(caller.call(procedure, True))
-        await asyncio.wait_for(invoked.wait(), 10)
+        answer = asyncio.Event()
+        caller, callee, call = await forwarded_call(living, missing, procedure, answer)
         relay.hold()
         relay.cut_subscribers()
         # what Redis losing a13 leaves (out of the nodes set first: nobody reaps it)
