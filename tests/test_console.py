@@ -16,6 +16,7 @@ from tests.console_browser import (SECRETS, WAIT, BackgroundWamp, chromium, cons
                                    log_in, script_errors, wait_until)
 from tests.test_cli import router_cli
 
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as seen  # noqa: E402
 
@@ -80,6 +81,20 @@ def retained_row(driver, topic: str):
     return driver.find_elements(By.CSS_SELECTOR, f'#retained-rows tr[data-topic="{topic}"]')
 
 
+def click_in_row(driver, topic: str, button: str) -> None:
+    """Click ``button`` in the retained row of ``topic``, found again if a listing answered
+    meanwhile replaced the rows (the one the console loads on entering may answer after
+    the test's own)."""
+    def clicked(d) -> bool:
+        try:
+            retained_row(d, topic)[0].find_element(
+                By.XPATH, f".//button[text()='{button}']").click()
+        except (IndexError, StaleElementReferenceException):
+            return False
+        return True
+    wait_until(driver, clicked, f"no {button} button for {topic}")
+
+
 def show_retained(driver, mode: str, pattern: str) -> None:
     driver.find_element(By.CSS_SELECTOR, f'#retained-mode option[value="{mode}"]').click()
     field = driver.find_element(By.ID, "retained-pattern")
@@ -110,20 +125,16 @@ def test_operator_sees_the_real_session_count_and_deletes_a_retained_topic(page,
         wait_until(page, lambda d: len(d.find_elements(By.CSS_SELECTOR,
                                                        "#retained-rows tr[data-topic]")) == 3,
                    "the retained browser never listed the 3 home/# topics")
-        retained_row(page, "home.kitchen.temp")[0].find_element(
-            By.XPATH, ".//button[text()='View']").click()
+        click_in_row(page, "home.kitchen.temp", "View")
         shown(page, "retained-view-body", '"celsius": 21.5')
-        retained_row(page, "home.camera")[0].find_element(
-            By.XPATH, ".//button[text()='View']").click()
+        click_in_row(page, "home.camera", "View")
         shown(page, "retained-view-body", "000000  00 07 0e 15")
         shown(page, "retained-view-kind", "binary, 37 bytes")
-        retained_row(page, "home.door")[0].find_element(
-            By.XPATH, ".//button[text()='View']").click()
+        click_in_row(page, "home.door", "View")
         shown(page, "retained-view-body", "closed")
         shown(page, "retained-view-kind", "text")
 
-        retained_row(page, "home.door")[0].find_element(
-            By.XPATH, ".//button[text()='Delete']").click()
+        click_in_row(page, "home.door", "Delete")
         wait_until(page, seen.alert_is_present(), "no confirmation asked").accept()
         wait_until(page, lambda d: not retained_row(d, "home.door"),
                    "home.door is still listed after Delete")
@@ -174,8 +185,7 @@ def test_a_role_without_operator_rights_sees_403(page, router, mqtt):
     # what the role may do still works: reading retained events
     show_retained(page, "prefix", "home")
     wait_until(page, lambda d: retained_row(d, "home.door"), "home.door not listed for viewer")
-    retained_row(page, "home.door")[0].find_element(
-        By.XPATH, ".//button[text()='Delete']").click()
+    click_in_row(page, "home.door", "Delete")
     wait_until(page, seen.alert_is_present(), "no confirmation asked").accept()
     shown(page, "error", "403")
     assert api(router, "GET", "retained/home.door")[0] == 200
