@@ -318,7 +318,8 @@ class RetainedStore:
                 self._charge(old_owner, topic, -old_size, -1)
             if new_owner is not None:
                 self._charge(new_owner, topic, new_size, 1)
-        self._track(topic, old, entries)
+        if self._timed or len(entries) != 1 or entries[0].expires_at is not None:
+            self._track(topic, old, entries)  # (else nothing expires: nothing to keep in step)
 
     def _charge(self, owner: Owner, topic: Topic, size: int, topics: int) -> None:
         """Add ``size`` bytes (negative: take them back) to ``owner``; ``topics`` 1: the
