@@ -27,7 +27,7 @@ from router.core.meta import install_retention_admin
 from router.core.model import ELIGIBILITY_KEYS, Eligibility, Publication, SessionInfo
 from router.core.options import (parse_call_options, parse_publish_options,
                                  parse_subscribe_options)
-from router.core.payload import from_bytes
+from router.core.payload import UNMAPPED, JsonPayloadPublication, from_bytes
 from router.core.realm import Realm
 from router.core.retention import RetainedStore, RetentionPolicy
 from router.core.topic import from_uri as L
@@ -942,6 +942,11 @@ def test_retained_admin_lists_and_purges_topics_that_are_no_uri():
 def test_json_payload_mapping_reads_json_and_leaves_other_bytes_binary(data, expected):
     assert from_bytes(data, "json") == expected
     assert from_bytes(data, "binary") == ((None, None) if not data else ([data], None))
+    # an MQTT publish's publication maps its payload only when asked, the same way
+    for first in ("args", "kwargs"):
+        lazy = JsonPayloadPublication(1, ("t",), UNMAPPED, UNMAPPED, None, payload=data)
+        getattr(lazy, first)
+        assert (lazy.args, lazy.kwargs) == expected
 
 
 @settings(max_examples=500, deadline=None)

@@ -10,6 +10,7 @@ import msgpack
 import pytest
 
 from router.core.model import Eligibility, Publication, SessionInfo
+from router.core.payload import UNMAPPED, JsonPayloadPublication, from_bytes
 from router.core.retention import Owner, RetainedEvent
 from router.engines.embedded.sqlite import SqliteStore
 from router.engines.records import decode_retained, encode_retained
@@ -131,3 +132,14 @@ def test_the_retained_record_keeps_every_field_and_reads_the_named_form_stored_b
                     got.payload, got.properties, got.amqp, got.expires_at) == (
                 9, ("t", "x"), args, kwargs, True, publication.eligibility, False,
                 1234.5, 1, payload, {"content_type": "text/plain"}, b"amqp", 1e10)
+
+
+@pytest.mark.parametrize("payload", [b"21.5C", b"21.5", b'{"a": [1]}', b""])
+def test_a_retained_mqtt_payload_is_stored_once_and_mapped_only_when_read(payload):
+    publication = JsonPayloadPublication(9, ("t",), UNMAPPED, UNMAPPED, None, payload=payload)
+    blob = encode_retained(publication, None, None)
+    assert Publication.__dict__["args"].__get__(publication) is UNMAPPED  # storing: no mapping
+    assert blob.count(payload) == 1 or not payload
+    got = decode_retained(blob, "realm1").publication
+    assert type(got) is JsonPayloadPublication and got.payload == payload
+    assert (got.args, got.kwargs) == from_bytes(payload, "json")

@@ -30,7 +30,8 @@ import decimal
 import json
 import re
 import uuid
-from typing import Callable
+from enum import Enum
+from typing import Any, Callable
 
 from router.core.errors import PassthruRefused, Unencodable
 from router.core.model import Args, Kwargs, Publication
@@ -88,6 +89,49 @@ def from_bytes(data: bytes, mapping: str) -> tuple[Args | None, Kwargs | None]:
             return None, value
         return [value], None
     return [data], None
+
+
+class _Unmapped(Enum):
+    """Where :class:`JsonPayloadPublication` has not mapped its payload yet."""
+
+    UNMAPPED = "unmapped"
+
+
+UNMAPPED: Any = _Unmapped.UNMAPPED
+"""``args`` and ``kwargs`` to :meth:`Realm.publish <router.core.realm.Realm.publish>` of a
+byte payload under the ``json`` mapping: mapped when a receiver first reads them."""
+
+_ARGS: Any = Publication.__dict__["args"]
+_KWARGS: Any = Publication.__dict__["kwargs"]
+"""The slots under the properties of :class:`JsonPayloadPublication`."""
+
+
+class JsonPayloadPublication(Publication):
+    """A byte publisher's publication under the ``json`` mapping, whose ``args`` and
+    ``kwargs`` are mapped from its payload (:func:`from_bytes`) when first read, once: most
+    MQTT publications reach no WAMP receiver, and a retained one is stored without them
+    (its payload says what they are). Until then it holds no list of arguments either."""
+
+    __slots__ = ()
+
+    def _mapped_args(self) -> Args | None:
+        args = _ARGS.__get__(self)
+        if args is UNMAPPED:
+            args, kwargs = from_bytes(self.payload, "json")  # type: ignore[arg-type]
+            _ARGS.__set__(self, args)
+            _KWARGS.__set__(self, kwargs)
+        return args  # type: ignore[no-any-return]
+
+    def _mapped_kwargs(self) -> Kwargs | None:
+        if _KWARGS.__get__(self) is UNMAPPED:
+            self._mapped_args()  # maps both
+        return _KWARGS.__get__(self)  # type: ignore[no-any-return]
+
+    # set straight into the slots (no Python-level setter: the construction sets both)
+    args = property(_mapped_args, _ARGS.__set__,
+                    doc="The payload's mapped arguments.")
+    kwargs = property(_mapped_kwargs, _KWARGS.__set__,
+                      doc="The payload's mapped keyword arguments.")
 
 
 def to_bytes(publication: Publication) -> bytes:

@@ -28,6 +28,7 @@ from router.core.incidents import (DELIVERY_FAILED, EXPIRED, NOT_AUTHORIZED, OVE
                                    UNENCODABLE, Incidents)
 from router.core.model import Args, Details, Kwargs, Passthru, Publication, SessionInfo
 from router.core.options import CallOptions, PublishOptions, SubscribeOptions
+from router.core.payload import UNMAPPED, JsonPayloadPublication
 from router.core.peer import Peer, Registration, Subscription
 from router.core.retention import QUOTA, Owner, RetainedStore, RetainRefused
 from router.core.scheduler import Scheduler, turn_clock
@@ -202,6 +203,8 @@ class Realm:
         durable (retained state, QoS >= 1 copies queued for persistent sessions)
         is stored, at once when there is nothing to store: acknowledge then.
         ``passthru``: a Payload Passthru Mode publication (``args=[opaque bytes]``).
+        ``args`` and ``kwargs`` :data:`~router.core.payload.UNMAPPED`: the ``json`` mapping
+        of ``payload``, made when a receiver first reads them.
         """
         authorizer = self.authorizer
         first = topic[0]
@@ -211,10 +214,10 @@ class Realm:
         self.stats.received[options.qos][info.protocol] += 1
         disclose = options.disclose_me or (authorizer.disclosing
                                            and authorizer.discloses(info, "publish", topic))
-        publication = Publication(random_id(), topic, args, kwargs, info, disclose,
-                                  options.eligibility, options.exclude_me, options.retain,
-                                  options.retain_ttl, payload_bytes, options.qos, payload,
-                                  properties, expires_at, amqp, time(), passthru)
+        publication = (Publication if args is not UNMAPPED else JsonPayloadPublication)(
+            random_id(), topic, args, kwargs, info, disclose, options.eligibility,
+            options.exclude_me, options.retain, options.retain_ttl, payload_bytes, options.qos,
+            payload, properties, expires_at, amqp, time(), passthru)
         if uri is not None:
             publication.uri_view = uri
         if mqtt_topic is not None:

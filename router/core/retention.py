@@ -224,10 +224,20 @@ class RetainedStore:
             raise RetainRefused(f"{len(blob)} bytes, over the retained quota of "
                                 f"{min(policy.max_bytes_per_principal, policy.max_bytes)}")
         event = RetainedEvent(publication, expires_at, len(blob), blob, owner)
-        entries = self._topics.get(topic) or []
-        self._set(topic, self.supersede(entries, event), "set", publication, entries)
+        if publication.eligibility is None and not (publication.exclude_me
+                                                    and publication.publisher is not None):
+            # (the commonest: every MQTT retained publish) it replaces all the topic held,
+            # as :meth:`supersede` says: the trie is walked once, to look up and store
+            entries = [event]
+            old = self._topics.exchange(topic, entries) or []
+        else:
+            old = self._topics.get(topic) or []
+            entries = self.supersede(old, event)
+            self._topics.set(topic, entries)
+        self._account(topic, old, entries)
+        self._tell(topic, entries, "set", publication)
         if owner is not None:
-            if entries and entries[-1].owner == owner:  # a topic it held: now its newest
+            if old and old[-1].owner == owner:  # a topic it held: now its newest
                 self._owners[owner].topics.move_to_end(topic)
             self._enforce_limits(topic, owner, publication)
         return event
@@ -270,19 +280,31 @@ class RetainedStore:
         self._replace(topic, entries)
 
     def _set(self, topic: Topic, entries: list[RetainedEvent], action: str,
-             publication: Publication | None, old: list[RetainedEvent] | None = None) -> None:
-        self._replace(topic, entries, old)
+             publication: Publication | None) -> None:
+        self._replace(topic, entries)
+        self._tell(topic, entries, action, publication)
+
+    def _tell(self, topic: Topic, entries: list[RetainedEvent], action: str,
+              publication: Publication | None) -> None:
+        """Tell the listeners of a change, then drop the encodings offered to them."""
         for listener in self.listeners:
             listener(topic, entries, action, publication)
         for entry in entries:
             entry.blob = None
 
-    def _replace(self, topic: Topic, entries: list[RetainedEvent],
-                 old: list[RetainedEvent] | None = None) -> None:
-        """A topic's entries become ``entries``: bytes, owners, expiry heap and trie follow.
-        ``old``: its entries now, when the caller has just looked them up."""
-        if old is None:
-            old = self._topics.get(topic) or []
+    def _replace(self, topic: Topic, entries: list[RetainedEvent]) -> None:
+        """A topic's entries become ``entries``: trie, bytes, owners and expiry heap follow."""
+        old = self._topics.get(topic) or []
+        if entries:
+            self._topics.set(topic, entries)
+        else:
+            self._topics.pop(topic)
+        self._account(topic, old, entries)
+
+    def _account(self, topic: Topic, old: list[RetainedEvent],
+                 entries: list[RetainedEvent]) -> None:
+        """Bytes, owners and expiry heap after a topic's entries went from ``old`` to
+        ``entries`` (the trie holds them already)."""
         old_size = _size(old)
         new_size = _size(entries)
         self.bytes += new_size - old_size
@@ -296,11 +318,8 @@ class RetainedStore:
                 self._charge(old_owner, topic, -old_size, -1)
             if new_owner is not None:
                 self._charge(new_owner, topic, new_size, 1)
-        self._track(topic, old, entries)
-        if entries:
-            self._topics.set(topic, entries)
-        else:
-            self._topics.pop(topic)
+        if self._timed or len(entries) != 1 or entries[0].expires_at is not None:
+            self._track(topic, old, entries)  # (else nothing expires: nothing to keep in step)
 
     def _charge(self, owner: Owner, topic: Topic, size: int, topics: int) -> None:
         """Add ``size`` bytes (negative: take them back) to ``owner``; ``topics`` 1: the

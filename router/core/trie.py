@@ -64,16 +64,24 @@ class TopicTrie(Generic[V]):
 
     def set(self, key: Topic, value: V) -> None:
         """Store ``value`` under ``key``, creating the levels it needs."""
+        self.exchange(key, value)
+
+    def exchange(self, key: Topic, value: V) -> V | None:
+        """Store ``value`` under ``key`` (as :meth:`set`) and return the value it replaced,
+        None if there was none: a lookup and a store in one walk (a retained publish)."""
         node = self._root
         for part in key:
             child = node.children.get(part)
             if child is None:
                 child = node.children[part] = _Node()
             node = child
-        if node.value is _MISSING:
-            self._size += 1
+        old = node.value
         node.value = value
         node.key = key
+        if old is _MISSING:
+            self._size += 1
+            return None
+        return old
 
     def pop(self, key: Topic, default: V | None = None) -> V | None:
         """Remove and return the value under ``key``, pruning levels left empty so the trie does

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import msgpack
 
 from router.core.model import Eligibility, Passthru, Publication, SessionInfo
-from router.core.payload import as_text
+from router.core.payload import UNMAPPED, JsonPayloadPublication, as_text
 from router.core.retention import Owner, RetainedEvent, earliest
 from router.core.topic import Topic, from_uri
 
@@ -21,7 +21,11 @@ thread only: a Packer is not shared between threads."""
 
 _ARGS_ARE_PAYLOAD = True
 """Stored in place of ``args`` when they are ``[payload]`` itself (an MQTT or AMQP payload
-that is not JSON): the bytes once, not twice. Args are otherwise a list or None."""
+that is not JSON): the bytes once, not twice. Args are otherwise a list or None..."""
+
+_ARGS_MAP_PAYLOAD = False
+"""... or this, for a :class:`JsonPayloadPublication`: args and kwargs are the ``json``
+mapping of the payload, mapped again when read (the publish did not map them)."""
 
 
 def encode_retained(publication: Publication, expires_at: float | None,
@@ -33,15 +37,20 @@ def encode_retained(publication: Publication, expires_at: float | None,
     reads), about half the bytes to commit per retained publish."""
     publisher = publication.publisher
     payload = publication.payload
-    args: object = publication.args
-    if payload is not None and publication.args is not None and len(publication.args) == 1 \
-            and publication.args[0] is payload:
-        args = _ARGS_ARE_PAYLOAD
+    args: object
+    kwargs = None
+    if type(publication) is JsonPayloadPublication:
+        args = _ARGS_MAP_PAYLOAD
+    else:
+        args, kwargs = publication.args, publication.kwargs
+        if payload is not None and args is not None and len(args) == 1 \
+                and args[0] is payload:
+            args = _ARGS_ARE_PAYLOAD
     blob: bytes = _pack([
         publication.publication_id,
         publication.topic,
         args,
-        publication.kwargs,
+        kwargs,
         (publisher.session_id, publisher.authid, publisher.authrole)
         if publisher is not None else None,
         publication.disclose,
@@ -71,12 +80,18 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
      passthru) = data
     info = (SessionInfo(publisher[0], realm, publisher[1], publisher[2])
             if publisher is not None else None)
-    publication = Publication(publication_id, tuple(topic),
-                              [payload] if args is _ARGS_ARE_PAYLOAD else args, kwargs, info,
-                              disclose, Eligibility.from_json(eligibility) if eligibility else None,
-                              exclude_me, retain=True, timestamp=timestamp, qos=qos,
-                              payload=payload, properties=properties, amqp=amqp,
-                              expires_at=message_expires, passthru=Passthru.from_json(passthru))
+    if args is _ARGS_MAP_PAYLOAD:
+        kind: type[Publication] = JsonPayloadPublication
+        args = kwargs = UNMAPPED
+    else:
+        kind = Publication
+        if args is _ARGS_ARE_PAYLOAD:
+            args = [payload]
+    publication = kind(publication_id, tuple(topic), args, kwargs, info, disclose,
+                       Eligibility.from_json(eligibility) if eligibility else None,
+                       exclude_me, retain=True, timestamp=timestamp, qos=qos,
+                       payload=payload, properties=properties, amqp=amqp,
+                       expires_at=message_expires, passthru=Passthru.from_json(passthru))
     return RetainedEvent(publication, expires, len(blob),
                          owner=Owner(*owner) if owner is not None else None)
 

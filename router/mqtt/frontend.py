@@ -19,7 +19,7 @@ from router.core.incidents import INVALID_TOPIC, NOT_AUTHORIZED
 from router.core.model import Publication, SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.ownership import AnonymousInfo, owner
-from router.core.payload import from_bytes
+from router.core.payload import UNMAPPED, from_bytes
 from router.core.peer import Subscription
 from router.core.realm import Realm
 from router.core.router import Router
@@ -505,7 +505,8 @@ class MqttFrontend:
         through the core (raises RouterError when refused); ``on_durable(publication, ok)``
         once what it made durable is stored (or failed to be), as :meth:`Realm.publish`
         calls it."""
-        args, kwargs = from_bytes(payload, self.settings.payload_mapping)
+        mapping = self.settings.payload_mapping
+        args, kwargs = (UNMAPPED, UNMAPPED) if mapping == "json" else from_bytes(payload, mapping)
         expiry = properties.get("message_expiry_interval") if properties else None
         options = _PUBLISH_OPTIONS[qos, retain, not payload]
         levels = self._levels.get(topic)

@@ -142,7 +142,8 @@ class SqliteStore:
         """Queue a topic's retained entries for the writer (entries naming sessions are left out:
         the ids mean nothing after a restart); repeated writes of a topic in one batch
         coalesce."""
-        if len(entries) != 1 or _names_sessions(entries[0]):  # (the commonest: one, kept)
+        if len(entries) != 1 or entries[0].publication.eligibility is not None:
+            # (the commonest: one entry, for every subscriber, kept as it is)
             entries = [entry for entry in entries if not _names_sessions(entry)]
         self._queue_write()
         self._write_numbers += 1
