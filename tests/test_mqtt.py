@@ -811,6 +811,8 @@ MQTT_TO_WAMP = [
     (b"\xff\x00not json", [b"\xff\x00not json"], {}),
     (b"not json either", [b"not json either"], {}),
     (b"", [], {}),
+    # nested deeper than the decoder recurses: it stays bytes, like any payload not decoded
+    (b"[" * 5000 + b"]" * 5000, [b"[" * 5000 + b"]" * 5000], {}),
 ]
 
 

@@ -79,7 +79,8 @@ def from_bytes(data: bytes, mapping: str) -> tuple[Args | None, Kwargs | None]:
     if mapping == "json" and data[0] in _JSON_FIRST_BYTES:
         try:
             value = _json_value(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):  # (ValueError: a malformed value inside)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            # a malformed value inside, or nesting deeper than the decoder recurses
             return [data], None
         if value is _NOT_JSON:
             return [data], None
