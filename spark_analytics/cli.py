@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from datetime import date, datetime, timezone
 
 from pyspark.sql import SparkSession
 
 from spark_analytics.compact import compact_logs, describe_compacted, plan
 from spark_analytics.reader import input_files, is_open
-from spark_analytics.report import NoEvents, build_report, describe_scope
+from spark_analytics.report import NoEvents, build_report, describe_scope, report_inputs
 from spark_analytics.session import Sizing, start_session, stop_session
-from spark_analytics.storage import Entry, HadoopFiles, LocalFiles, local_path, shown, to_url
+from spark_analytics.storage import (Entry, Files, HadoopFiles, LocalFiles, local_path, shown,
+                                     to_url)
 from spark_analytics.stream import DEFAULT_WATERMARK_MINUTES, STATE_PARTITIONS, run_stream
 
 
@@ -101,21 +103,26 @@ def no_files(args: argparse.Namespace, files: list[Entry], still_open: int = 0) 
     return True
 
 
+Listing = Callable[[Files, str, str | None, date | None], list[Entry]]
+"""Lists the files a command reads: (file system, logs URL, realm, since)."""
+
+
 def sized_session(args: argparse.Namespace, fixed: Sizing | None = None,
-                  closed_only: bool = False, share_classes: bool = False
-                  ) -> tuple[SparkSession | None, list[Entry]]:
+                  closed_only: bool = False, share_classes: bool = False,
+                  listing: Listing = input_files) -> tuple[SparkSession | None, list[Entry]]:
     """The session for the input, with the files it will read (``closed_only``: not the
     parts the router still writes; ``share_classes``: see :func:`start_session`); no
-    session (None) when there is nothing to read. A local input is listed before the session
-    starts, so its size can choose the JVM's options; any other is listed through the
-    session's Hadoop file system, and its size sets the shuffle partitions afterwards."""
+    session (None) when there is nothing to read. ``listing`` lists the files the command
+    reads. A local input is listed before the session starts, so its size can choose the
+    JVM's options; any other is listed through the session's Hadoop file system, and its size
+    sets the shuffle partitions afterwards."""
     spark = None
     if local_path(args.logs) is not None:
-        files = input_files(LocalFiles(), args.logs, args.realm, args.since)
+        files = listing(LocalFiles(), args.logs, args.realm, args.since)
     else:
         spark = start_session(fixed or Sizing.for_input(0), args.master, args.driver_memory,
                               share_classes=share_classes)
-        files = input_files(HadoopFiles(spark), args.logs, args.realm, args.since)
+        files = listing(HadoopFiles(spark), args.logs, args.realm, args.since)
     listed = len(files)
     if closed_only:
         files = [entry for entry in files if not is_open(entry)]
@@ -143,7 +150,7 @@ def describe_input(files: list[Entry]) -> str:
 
 def report_command(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    spark, files = sized_session(args, share_classes=True)
+    spark, files = sized_session(args, share_classes=True, listing=report_inputs)
     if spark is None:
         return 1
     print(f"Spark {spark.version} on {args.master} started in "

@@ -18,8 +18,9 @@ from spark_analytics.charts import draw_charts
 from spark_analytics.page import render_page
 from spark_analytics.progress import Progress
 from spark_analytics.reader import compacted_days, json_parts, read_json_events
-from spark_analytics.rollups import Rollup, all_rollups, merged, read_stored_rollup
-from spark_analytics.storage import Files, HadoopFiles, join, to_url, upload_folder
+from spark_analytics.rollups import (Rollup, all_rollups, merged, read_stored_rollup,
+                                     stored_rollup_files)
+from spark_analytics.storage import Entry, Files, HadoopFiles, join, to_url, upload_folder
 from spark_analytics.tables import write_table
 
 TOP_ROWS = 20
@@ -218,6 +219,14 @@ def build_tables(inputs: Inputs, out: str, progress: Progress
             {name: count for name, (_, count) in results.items()})
 
 
+def report_inputs(files: Files, logs: str, realm: str | None, since: date | None
+                  ) -> list[Entry]:
+    """The files a report reads: the JSON parts of the days not compacted and the stored
+    rollups of the others (never their records)."""
+    return [*json_parts(files, logs, realm, since),
+            *stored_rollup_files(files, logs, compacted_days(files, logs, realm, since))]
+
+
 def read_rollups(spark: SparkSession, files: Files, logs: str, realm: str | None,
                  since: date | None, snapshot: str
                  ) -> tuple[dict[str, DataFrame], DataFrame | None]:
@@ -243,8 +252,9 @@ def read_rollups(spark: SparkSession, files: Files, logs: str, realm: str | None
         rows = merged(rollup, parts)
         return rows.cache() if rollup.name in SHARED_ROLLUPS else rows
 
-    # planning is driver work in the JVM (listing, analysis), one rollup per thread at a time
-    with ThreadPoolExecutor(TABLE_JOBS) as pool:
+    # planning is driver work in the JVM (listing, analysis), one rollup per thread at a time;
+    # on one shuffle partition, as the tables, since a shared rollup's cache is planned here
+    with ThreadPoolExecutor(TABLE_JOBS) as pool, one_shuffle_partition(spark):
         rollups = dict(zip((rollup.name for rollup in all_rollups()),
                            pool.map(plan, all_rollups())))
     return rollups, records
@@ -279,7 +289,7 @@ def _build_report(spark: SparkSession, files: HadoopFiles, logs: str, out: str,
     with progress.stage("reading event logs"):
         rollups, records = read_rollups(spark, files, logs, realm, since, snapshot)
         read = [records] if records is not None else []
-        with interpreted_over_stored_rollups(spark, records):
+        with one_shuffle_partition(spark), interpreted_over_stored_rollups(spark, records):
             count = sum(row["records"] for row in rollups["realms"].select("records").collect())
     if count == 0:
         unpersist([*rollups.values(), *read])

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from router.eventlog.schema import DAY_COLUMNS
 from spark_analytics.aggregates import (RETAINED_KINDS, acks_with_topic, epoch_hour,
                                         epoch_minute, is_kind, size_bucket, topic_counters)
-from spark_analytics.reader import event_ddl
-from spark_analytics.storage import join
+from spark_analytics.reader import day_of, event_ddl
+from spark_analytics.storage import Entry, Files, join
 
 SKETCH_K = 1000
 """KLL accuracy: a quantile's rank is off by about 0.3 % at most (Spark's default, 200, by
@@ -199,6 +200,18 @@ ROLLUPS_FOLDER = "_rollups"
 Parquet file each (Spark's listing of the logs skips names starting with ``_``)."""
 
 
+def stored_rollup_files(files: Files, logs: str, days: list[tuple[str, str]]) -> list[Entry]:
+    """The files of every stored rollup of the (realm, date) ``days``."""
+    wanted = set(days)
+    return [entry for entry in files.glob(join(logs, ROLLUPS_FOLDER, "*", "realm=*", "date=*",
+                                               "*.parquet"))
+            if day_of(entry.parent_names) in wanted]
+
+
+def is_stored_rollup(entry: Entry) -> bool:
+    return f"/{ROLLUPS_FOLDER}/" in entry.url
+
+
 def stored_rollup(logs: str, name: str) -> str:
     return join(logs, ROLLUPS_FOLDER, name)
 
@@ -211,12 +224,20 @@ def store_rollup(rollup: Rollup, records: DataFrame, logs: str) -> None:
         stored_rollup(logs, rollup.name))
 
 
+def no_records(spark: SparkSession) -> DataFrame:
+    """An empty frame of records, planned from an empty range: a rollup's ``source`` may run
+    a query on it (acks_with_topic's check), which over an empty range runs no Spark job
+    (over ``createDataFrame([])``, an RDD, it was one: seconds in a new JVM)."""
+    return spark.range(0).select(*(F.lit(None).cast(field.dataType).alias(field.name)
+                                   for field in StructType.fromDDL(event_ddl()).fields))
+
+
 def read_stored_rollup(spark: SparkSession, logs: str, rollup: Rollup,
                        days: list[tuple[str, str]]) -> DataFrame:
     """The stored ``rollup`` of the (realm, date) ``days`` as one DataFrame. The schema is
     the rollup's own (a day without rows for a rollup has no folder there); the day filter
     is on partition columns, so Spark opens only those days' files."""
-    schema = rollup.compute(spark.createDataFrame([], event_ddl()), by_day=True).schema
+    schema = rollup.compute(no_records(spark), by_day=True).schema
     day_key = F.concat_ws("/", *DAY_COLUMNS)
     return (spark.read.schema(schema).parquet(stored_rollup(logs, rollup.name))
             .where(day_key.isin(*(f"{realm}/{day}" for realm, day in days)))

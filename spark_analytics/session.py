@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from spark_analytics.class_archive import ClassArchive
 from spark_analytics.progress import relay_jvm_stderr
+from spark_analytics.rollups import is_stored_rollup
 from spark_analytics.storage import Entry
 
 SHUFFLE_BYTES_PER_PARTITION = 64 * 1024 * 1024
@@ -27,6 +28,13 @@ PARQUET_EXPANSION = 10
 bench/eventlog_report.py's log). The records make a run long, so Parquet bytes count ten
 times when a session is sized: else a compacted log of a million records (21 MiB) chose the
 quick-compile JIT, whose small code cache filled up and left the JVM interpreting."""
+STORED_ROLLUP_WEIGHT = 0.1
+"""A byte of a compacted day's stored rollups (all a report reads of that day) counts as a
+tenth of a byte of JSON parts: the report over them is dozens of small distinct queries,
+where C2's compiles cost far more than they save. A fresh report over a compacted
+10M-record log (29 MiB of rollups; bench/eventlog_report.py's log), 2 cores: 67.9 s of CPU
+with C2, 44.5 s with C1 alone, of which the tasks 13.7 s and 15.5 s: the quick tier stays
+ahead up to a few hundred MiB of rollups."""
 # The writer closes a part every 300 s by default: 288 small files per realm and day. Spark
 # packs files into read partitions up to maxPartitionBytes, counting each file as at least
 # openCostInBytes; its 4 MiB default makes a small part cost as much as a big one, so a log of
@@ -84,9 +92,16 @@ class Sizing:
 
     @classmethod
     def for_files(cls, files: Iterable[Entry]) -> Sizing:
-        """Sized for the files a run reads, Parquet weighed as the JSON it replaced."""
-        return cls.for_input(sum(entry.size * (PARQUET_EXPANSION if entry.name.endswith(
-            ".parquet") else 1) for entry in files))
+        """Sized for the files a run reads: compacted records weighed as the JSON they
+        replaced, stored rollups by :data:`STORED_ROLLUP_WEIGHT`."""
+        return cls.for_input(round(sum(entry.size * input_weight(entry) for entry in files)))
+
+
+def input_weight(entry: Entry) -> float:
+    """What a byte of this file counts as, in bytes of JSON parts (see :class:`Sizing`)."""
+    if is_stored_rollup(entry):
+        return STORED_ROLLUP_WEIGHT
+    return PARQUET_EXPANSION if entry.name.endswith(".parquet") else 1
 
 
 def _point_java_home() -> None:
