@@ -13,7 +13,8 @@ from router.core.model import Eligibility, Publication, SessionInfo
 from router.core.payload import UNMAPPED, JsonPayloadPublication, from_bytes
 from router.core.retention import Owner, RetainedEvent
 from router.engines.embedded.sqlite import SqliteStore
-from router.engines.records import decode_retained, encode_retained
+from router.engines.records import (decode_retained, encode_retained, pack_publication,
+                                    unpack_publication)
 
 
 def test_one_failing_durability_callback_does_not_cost_the_others(tmp_path, caplog):
@@ -134,12 +135,30 @@ def test_the_retained_record_keeps_every_field_and_reads_the_named_form_stored_b
                 1234.5, 1, payload, {"content_type": "text/plain"}, b"amqp", 1e10)
 
 
-@pytest.mark.parametrize("payload", [b"21.5C", b"21.5", b'{"a": [1]}', b""])
-def test_a_retained_mqtt_payload_is_stored_once_and_mapped_only_when_read(payload):
-    publication = JsonPayloadPublication(9, ("t",), UNMAPPED, UNMAPPED, None, payload=payload)
+def _stored_retained(publication: Publication) -> tuple[bytes, Publication]:
     blob = encode_retained(publication, None, None)
+    return blob, decode_retained(blob, "realm1").publication
+
+
+def _forwarded(publication: Publication) -> tuple[bytes, Publication]:
+    blob = pack_publication("realm1", publication)
+    return blob, unpack_publication(blob)[1]
+
+
+@pytest.mark.parametrize("form", [_stored_retained, _forwarded],
+                         ids=["retained entry", "to another node"])
+@pytest.mark.parametrize("payload", [b"21.5C", b"21.5", b'{"a": [1]}', b""])
+def test_an_mqtt_payload_is_stored_and_forwarded_once_and_mapped_only_when_read(payload, form):
+    publication = JsonPayloadPublication(9, ("t",), UNMAPPED, UNMAPPED, None, payload=payload)
+    blob, got = form(publication)
     assert Publication.__dict__["args"].__get__(publication) is UNMAPPED  # storing: no mapping
     assert blob.count(payload) == 1 or not payload
-    got = decode_retained(blob, "realm1").publication
     assert type(got) is JsonPayloadPublication and got.payload == payload
     assert (got.args, got.kwargs) == from_bytes(payload, "json")
+
+
+def test_a_payload_that_is_its_only_argument_is_forwarded_once():
+    payload = b"\xff binary"
+    blob, got = _forwarded(Publication(9, ("t",), [payload], None, None, payload=payload))
+    assert blob.count(payload) == 1
+    assert (got.args, got.kwargs, got.payload) == ([payload], None, payload)

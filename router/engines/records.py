@@ -28,6 +28,28 @@ _ARGS_MAP_PAYLOAD = False
 mapping of the payload, mapped again when read (the publish did not map them)."""
 
 
+def _stored_arguments(publication: Publication) -> tuple[object, Any]:
+    """``args`` and ``kwargs`` as stored or sent to another node: a marker where the payload
+    already says what they are (:data:`_ARGS_ARE_PAYLOAD`, :data:`_ARGS_MAP_PAYLOAD`)."""
+    if type(publication) is JsonPayloadPublication:
+        return _ARGS_MAP_PAYLOAD, None
+    args = publication.args
+    payload = publication.payload
+    if payload is not None and args is not None and len(args) == 1 and args[0] is payload:
+        return _ARGS_ARE_PAYLOAD, publication.kwargs
+    return args, publication.kwargs
+
+
+def _restored_arguments(args: Any, kwargs: Any, payload: bytes | None
+                        ) -> tuple[type[Publication], Any, Any]:
+    """The inverse of :func:`_stored_arguments`: the class to rebuild, its args and kwargs."""
+    if args is _ARGS_MAP_PAYLOAD:
+        return JsonPayloadPublication, UNMAPPED, UNMAPPED
+    if args is _ARGS_ARE_PAYLOAD:
+        return Publication, [payload], kwargs
+    return Publication, args, kwargs
+
+
 def encode_retained(publication: Publication, expires_at: float | None,
                     owner: Owner | None) -> bytes:
     """One retained entry as bytes; raises TypeError for payloads MessagePack cannot hold.
@@ -36,16 +58,7 @@ def encode_retained(publication: Publication, expires_at: float | None,
     entries written before were maps of named fields, which :func:`decode_retained` still
     reads), about half the bytes to commit per retained publish."""
     publisher = publication.publisher
-    payload = publication.payload
-    args: object
-    kwargs = None
-    if type(publication) is JsonPayloadPublication:
-        args = _ARGS_MAP_PAYLOAD
-    else:
-        args, kwargs = publication.args, publication.kwargs
-        if payload is not None and args is not None and len(args) == 1 \
-                and args[0] is payload:
-            args = _ARGS_ARE_PAYLOAD
+    args, kwargs = _stored_arguments(publication)
     blob: bytes = _pack([
         publication.publication_id,
         publication.topic,
@@ -59,7 +72,7 @@ def encode_retained(publication: Publication, expires_at: float | None,
         publication.timestamp,
         expires_at,
         publication.qos,
-        payload,
+        publication.payload,
         publication.properties,
         publication.amqp,
         publication.expires_at,
@@ -80,13 +93,7 @@ def decode_retained(blob: bytes, realm: str) -> RetainedEvent:
      passthru) = data
     info = (SessionInfo(publisher[0], realm, publisher[1], publisher[2])
             if publisher is not None else None)
-    if args is _ARGS_MAP_PAYLOAD:
-        kind: type[Publication] = JsonPayloadPublication
-        args = kwargs = UNMAPPED
-    else:
-        kind = Publication
-        if args is _ARGS_ARE_PAYLOAD:
-            args = [payload]
+    kind, args, kwargs = _restored_arguments(args, kwargs, payload)
     publication = kind(publication_id, tuple(topic), args, kwargs, info, disclose,
                        Eligibility.from_json(eligibility) if eligibility else None,
                        exclude_me, retain=True, timestamp=timestamp, qos=qos,
@@ -141,12 +148,13 @@ def unpack_topic(blob: bytes) -> list[bytes]:
 
 def pack_publication(realm: str, publication: Publication) -> bytes:
     """A publication as another node needs it to run its own fan-out; dates, UUIDs and
-    decimals (from CBOR publishers) go as the text every receiver but CBOR gets anyway."""
+    decimals (from CBOR publishers) go as the text every receiver but CBOR gets anyway.
+    Arguments the payload says go as a marker (the bytes once, mapped where read)."""
     publisher = publication.publisher
     eligibility = publication.eligibility
+    args, kwargs = _stored_arguments(publication)
     packed: bytes = msgpack.packb([
-        realm, publication.publication_id, publication.topic, publication.args,
-        publication.kwargs,
+        realm, publication.publication_id, publication.topic, args, kwargs,
         (publisher.session_id, publisher.authid, publisher.authrole, publisher.protocol)
         if publisher is not None else None,
         publication.disclose, eligibility.to_json() if eligibility is not None else None,
@@ -166,7 +174,8 @@ def unpack_publication(data: bytes, exclude_me: bool = False) -> tuple[str, Publ
      payload_bytes, *passthru) = msgpack.unpackb(data, raw=False, strict_map_key=False)
     info = SessionInfo(publisher[0], realm, publisher[1], publisher[2],
                        protocol=publisher[3]) if publisher is not None else None
-    return realm, Publication(
+    kind, args, kwargs = _restored_arguments(args, kwargs, payload)
+    return realm, kind(
         publication_id, tuple(topic), args, kwargs, info, disclose,
         Eligibility.from_json(eligibility) if eligibility is not None else None,
         exclude_me=exclude_me,
