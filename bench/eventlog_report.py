@@ -64,7 +64,7 @@ from spark_analytics.progress import Progress  # noqa: E402
 from spark_analytics.compact import compact_logs  # noqa: E402
 from spark_analytics.reader import COMPACTED, event_ddl, input_files  # noqa: E402
 from spark_analytics.storage import LocalFiles, to_url  # noqa: E402
-from spark_analytics.report import REPORT_STAGES, build_report, report_inputs  # noqa: E402
+from spark_analytics.report import REPORT_STAGES, build_report  # noqa: E402
 from spark_analytics.rollups import ROLLUPS_FOLDER  # noqa: E402
 from spark_analytics.session import Sizing, start_session  # noqa: E402
 
@@ -339,10 +339,6 @@ def main() -> None:
             compact = step("compact", lambda: compact_logs(spark, logs))
             parquet = input_files(LocalFiles(), to_url(logs))
             parquet_bytes = sum(entry.size for entry in parquet)
-            # as the command line sizes a report by the files it reads: now the stored
-            # rollups (its JIT choice needs a new process: see --fresh)
-            spark.conf.set("spark.sql.shuffle.partitions", Sizing.for_files(report_inputs(
-                LocalFiles(), to_url(logs), None, None)).shuffle_partitions)
             compacted = step("report after compact", lambda: build_report(
                 spark, logs, work / "out-parquet", progress=Progress(REPORT_STAGES)))
         finally:

@@ -64,13 +64,19 @@ def day_files(files: Files, logs: str, realm: str | None, name_glob: str) -> lis
             *files.glob(join(day_glob, "node=*", name_glob))]
 
 
-def compacted_days(files: Files, logs: str, realm: str | None = None,
-                   since: date | None = None) -> list[tuple[str, str]]:
-    """(realm, date) of each day ``compact`` finished writing (its marker)."""
+def compaction_markers(files: Files, logs: str, realm: str | None = None,
+                       since: date | None = None) -> list[Entry]:
+    """The marker of each day in scope that ``compact`` finished writing."""
     markers = files.glob(join(logs, COMPACTED, f"realm={realm or '*'}", "date=*",
                               COMPACTED_MARKER))
-    days = (day_of(marker.parent_names) for marker in markers)
-    return [day for day in days if in_scope(day, since)]
+    return [marker for marker in markers if in_scope(day_of(marker.parent_names), since)]
+
+
+def compacted_days(files: Files, logs: str, realm: str | None = None,
+                   since: date | None = None) -> list[tuple[str, str]]:
+    """(realm, date) of each day in scope that ``compact`` finished writing."""
+    return [day_of(marker.parent_names)
+            for marker in compaction_markers(files, logs, realm, since)]
 
 
 def input_files(files: Files, logs: str, realm: str | None = None,
@@ -78,14 +84,10 @@ def input_files(files: Files, logs: str, realm: str | None = None,
     """The part files a read with these filters will touch (Parquet for compacted days, JSON
     for the others, the parts still open included: see :func:`is_open`), to size the session
     and to say clearly when there is nothing to read."""
-    compacted = set(compacted_days(files, logs, realm, since))
-    found = [entry for day in sorted(compacted)
-             for entry in files.glob(join(compacted_folder(logs, *day), COMPACTED_FILE_GLOB))]
-    for entry in day_files(files, logs, realm, PART_FILE_GLOB):
-        day = day_of(entry.parent_names)
-        if in_scope(day, since) and day not in compacted:
-            found.append(entry)
-    return found
+    compacted = compacted_days(files, logs, realm, since)
+    return [*(entry for day in sorted(compacted)
+              for entry in files.glob(join(compacted_folder(logs, *day), COMPACTED_FILE_GLOB))),
+            *json_parts(files, logs, realm, since, compacted)]
 
 
 def is_open(entry: Entry) -> bool:
@@ -94,11 +96,13 @@ def is_open(entry: Entry) -> bool:
     return entry.name.startswith(".")
 
 
-def json_parts(files: Files, logs: str, realm: str | None = None,
-               since: date | None = None) -> list[Entry]:
-    """The JSON parts a read with these filters parses (none: compacted days only)."""
-    return [entry for entry in input_files(files, logs, realm, since)
-            if not entry.name.endswith(COMPACTED_FILE_GLOB.lstrip("*"))]
+def json_parts(files: Files, logs: str, realm: str | None, since: date | None,
+               compacted: list[tuple[str, str]]) -> list[Entry]:
+    """The JSON parts a read with these filters parses: those of the days in scope not
+    ``compacted`` (:func:`compacted_days`), the parts still open included."""
+    skipped = set(compacted)
+    return [entry for entry in day_files(files, logs, realm, PART_FILE_GLOB)
+            if (day := day_of(entry.parent_names)) not in skipped and in_scope(day, since)]
 
 
 def read_json_events(spark: SparkSession, logs: str, compacted: list[tuple[str, str]],

@@ -17,7 +17,8 @@ from spark_analytics import aggregates
 from spark_analytics.charts import draw_charts
 from spark_analytics.page import render_page
 from spark_analytics.progress import Progress
-from spark_analytics.reader import compacted_days, json_parts, read_json_events
+from spark_analytics.reader import (compacted_days, compaction_markers, day_of, json_parts,
+                                    read_json_events)
 from spark_analytics.rollups import (Rollup, all_rollups, merged, read_stored_rollup,
                                      stored_rollup_files)
 from spark_analytics.storage import Entry, Files, HadoopFiles, join, to_url, upload_folder
@@ -221,10 +222,12 @@ def build_tables(inputs: Inputs, out: str, progress: Progress
 
 def report_inputs(files: Files, logs: str, realm: str | None, since: date | None
                   ) -> list[Entry]:
-    """The files a report reads: the JSON parts of the days not compacted and the stored
-    rollups of the others (never their records)."""
-    return [*json_parts(files, logs, realm, since),
-            *stored_rollup_files(files, logs, compacted_days(files, logs, realm, since))]
+    """The files a report reads: the JSON parts of the days not compacted, and the markers
+    and stored rollups of the others (never their records)."""
+    markers = compaction_markers(files, logs, realm, since)
+    compacted = [day_of(marker.parent_names) for marker in markers]
+    return [*json_parts(files, logs, realm, since, compacted), *markers,
+            *stored_rollup_files(files, logs, realm, compacted)]
 
 
 def read_rollups(spark: SparkSession, files: Files, logs: str, realm: str | None,
@@ -238,7 +241,7 @@ def read_rollups(spark: SparkSession, files: Files, logs: str, realm: str | None
     built."""
     compacted = compacted_days(files, logs, realm, since)
     records = None
-    parts = json_parts(files, logs, realm, since)
+    parts = json_parts(files, logs, realm, since, compacted)
     if parts or not compacted:
         with records_cache(spark, sum(entry.size for entry in parts)):
             records = read_json_events(spark, logs, compacted, realm, since,

@@ -200,11 +200,13 @@ ROLLUPS_FOLDER = "_rollups"
 Parquet file each (Spark's listing of the logs skips names starting with ``_``)."""
 
 
-def stored_rollup_files(files: Files, logs: str, days: list[tuple[str, str]]) -> list[Entry]:
-    """The files of every stored rollup of the (realm, date) ``days``."""
+def stored_rollup_files(files: Files, logs: str, realm: str | None,
+                        days: list[tuple[str, str]]) -> list[Entry]:
+    """The files of every stored rollup of the (realm, date) ``days`` (of ``realm`` if
+    given)."""
     wanted = set(days)
-    return [entry for entry in files.glob(join(logs, ROLLUPS_FOLDER, "*", "realm=*", "date=*",
-                                               "*.parquet"))
+    return [entry for entry in files.glob(join(logs, ROLLUPS_FOLDER, "*", f"realm={realm or '*'}",
+                                               "date=*", "*.parquet"))
             if day_of(entry.parent_names) in wanted]
 
 

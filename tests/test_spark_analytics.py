@@ -27,7 +27,7 @@ from router.eventlog.schema import FIELD_NAMES
 from spark_analytics.class_archive import CACHE_ENV
 from spark_analytics.compact import compact_logs
 from spark_analytics.reader import input_files, read_events, read_json_events
-from spark_analytics.report import REPORT_STAGES, build_report
+from spark_analytics.report import REPORT_STAGES, NoEvents, build_report, report_inputs
 from spark_analytics.session import Sizing, start_session
 from spark_analytics.storage import HadoopFiles, LocalFiles, to_url
 from spark_analytics.stream import run_stream
@@ -410,7 +410,29 @@ def test_compacted_days_give_the_same_tables(spark, logged, report, tmp_path):
     assert listed == [entry.name for entry in input_files(HadoopFiles(spark), to_url(logs))]
     assert all(name.endswith((".parquet", ".jsonl")) for name in listed)
     assert len([name for name in listed if name.endswith(".parquet")]) == 3
+    # a report reads the JSON of the day left and the compacted days' rollups, of its realm
+    for realm, days in (("beta", 2), (None, 3)):
+        read = report_inputs(LocalFiles(), to_url(logs), realm, None)
+        assert sum(entry.name == "_COMPACTED" for entry in read) == days
+        assert all(f"realm={realm}/" in entry.url for entry in read if realm)
+        assert any("/_rollups/" in entry.url for entry in read)
+    assert [entry.name for entry in report_inputs(LocalFiles(), to_url(logs), "alpha", DAY_2)
+            ] == [".part-1.jsonl", "part-0.jsonl"]
     assert_same_tables(spark, logs, report, tmp_path / "report")
+
+
+def test_a_compacted_day_without_a_record_is_reported_as_such(spark, tmp_path):
+    """A day whose only line is torn compacts to no records: a report over it says there
+    are no records, not that there are no files (it reads the day's marker)."""
+    logs = tmp_path / "logs"
+    folder = logs / "realm=alpha" / f"date={DAY_1.isoformat()}"
+    folder.mkdir(parents=True)
+    (folder / "part-0.jsonl").write_text('{"ts": 1772323200, "ki')
+    assert compact_logs(spark, logs, today=DAY_2) == [("alpha", DAY_1.isoformat())]
+    assert [entry.name for entry in report_inputs(LocalFiles(), to_url(logs), None, None)
+            ] == ["_COMPACTED"]
+    with pytest.raises(NoEvents, match="no event-log records"):
+        build_report(spark, logs, tmp_path / "out")
 
 
 def assert_same_tables(spark, logs: Path, report: Path, out: Path) -> None:
