@@ -17,9 +17,14 @@ does nothing. Each trim is counted with its time and the resident memory it gave
 
 What the trim cannot give back is Python's own small-object memory: pymalloc returns an
 arena (1 MiB) to the system only once every object in it is freed, and the few objects
-that outlive a crowd of closed connections pin most of the arenas those connections
-filled (bench/RESULTS.md: ~60 MB after 19,800 idle MQTT sessions closed, with the C
-heap back at its size). ``PYTHONMALLOC=malloc`` in the router's environment puts those
+that outlive a crowd of closed connections pin arenas those connections filled: after
+19,800 idle MQTT sessions closed, 11 arenas each held by 1-4 pools of a few blocks (the
+periodic loops' pending calls, the last ``$SYS`` values, the float free list, Twisted's
+adapter caches filled at the first close). Making such objects again after the crowd does
+not free their arenas: pymalloc serves each size from the partly used pools it freed into
+last, which are those same arenas, so the new copies and every later short-lived object
+land there (measured: ``$SYS`` figures published again after the crowd, no change beyond
+the runs' spread). ``PYTHONMALLOC=malloc`` in the router's environment puts those
 objects on the C heap, which the trim does release, at a measured cost in CPU and
 per-session memory (docs/configuration.md, ``memory``).
 
