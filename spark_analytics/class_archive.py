@@ -13,12 +13,15 @@ times) and ignores one that does not; its messages about the archive are kept of
 command's stdout. A truncated archive, though, crashes the JVM when mapped: an archive is
 renamed into place only once the JVM that wrote it exited cleanly, its name records its size,
 and one of another size is never used. The name also holds a key of the Java installation,
-the Spark jars and the class-path settings, so an upgrade creates a new archive; the folder
-keeps one archive (about 200 MiB).
+the Spark jars and the class-path settings, so an upgrade creates a new archive. The folder
+keeps the archives of the :data:`KEPT_ARCHIVES` installations used last (about 200 MiB each):
+two installations used in turn (a user's and a test run's virtualenv) must not each delete
+the other's and pay for writing theirs again at every switch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -38,6 +41,8 @@ QUIET = "-Xlog:cds*=off"
 STALE_SECONDS = 24 * 3600
 """An unfinished archive this old is left over from a process that died: removed."""
 PREFIX = "driver-"
+KEPT_ARCHIVES = 2
+"""How many installations' archives the folder keeps, the ones mapped or written last."""
 
 
 def cache_folder() -> Path | None:
@@ -113,25 +118,42 @@ class ClassArchive:
         """The driver's options: map the archive, or write it when the JVM exits."""
         archive = self.usable()
         if archive is not None:
+            _mark_used(archive)
             return f"-XX:SharedArchiveFile={archive} {QUIET}"
         return f"-XX:ArchiveClassesAtExit={self.being_written()} {QUIET}"
 
     def finish(self, exit_status: int) -> Path | None:
         """After the JVM that was told to write the archive exited with ``exit_status``: put
-        a whole archive in place (an atomic rename) and remove every other archive of the
-        folder and unfinished ones left by dead processes. Returns the archive."""
+        a whole archive in place (an atomic rename) and remove the archives of installations
+        not used lately (beyond :data:`KEPT_ARCHIVES`) and unfinished ones left by dead
+        processes. Returns the archive."""
         written = self.being_written()
         if exit_status != 0 or not written.is_file():
             written.unlink(missing_ok=True)
             return None
         archive = self.folder / f"{PREFIX}{self.key}-{written.stat().st_size}.jsa"
         os.replace(written, archive)
-        for other in self.folder.glob(f"{PREFIX}*"):
-            unfinished = other.suffix == ".tmp"
-            try:
-                if other != archive and (not unfinished or
-                                         time.time() - other.stat().st_mtime > STALE_SECONDS):
-                    other.unlink()
-            except OSError:
-                continue
+        others = [path for path in self.folder.glob(f"{PREFIX}*") if path != archive]
+        finished = sorted((path for path in others if path.suffix == ".jsa"),
+                          key=_last_used, reverse=True)
+        stale = [path for path in others if path.suffix == ".tmp"
+                 and time.time() - _last_used(path) > STALE_SECONDS]
+        for path in finished[KEPT_ARCHIVES - 1:] + stale:
+            with contextlib.suppress(OSError):
+                path.unlink()
         return archive
+
+
+def _last_used(path: Path) -> float:
+    """When an archive was last mapped or written (its modification time, see
+    :func:`_mark_used`); 0 for one that went meanwhile."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _mark_used(archive: Path) -> None:
+    """Record that a JVM maps ``archive`` now, so the folder keeps it over ones unused longer."""
+    with contextlib.suppress(OSError):  # a read-only cache folder: the archive is still mapped
+        os.utime(archive)

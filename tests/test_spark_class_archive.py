@@ -51,9 +51,17 @@ def test_a_truncated_archive_is_never_mapped(archive):
     assert "ArchiveClassesAtExit" in archive.java_options()
 
 
-def test_one_archive_is_kept(archive, tmp_path):
-    other_installation = archive.folder / "driver-0123456789abcdef-77.jsa"
-    other_installation.write_bytes(b"y" * 77)
+def test_the_archives_of_the_installations_used_last_are_kept(archive):
+    """Two installations used in turn (a user's virtualenv and a test run's) keep both their
+    archives; a third written removes the one mapped longest ago, and unfinished leftovers of
+    dead processes, never one still being written."""
+    used_lately = archive.folder / "driver-0123456789abcdef-77.jsa"
+    used_long_ago = archive.folder / "driver-fedcba9876543210-66.jsa"
+    for written_at, path in enumerate((used_lately, used_long_ago)):
+        path.write_bytes(b"y" * int(path.stem.rsplit("-", 1)[1]))
+        os.utime(path, (written_at, written_at))
+    mapped = ClassArchive(archive.folder, "0123456789abcdef")
+    assert mapped.java_options().startswith(f"-XX:SharedArchiveFile={used_lately} ")
     running_elsewhere = archive.folder / f"driver-{archive.key}.1.tmp"
     running_elsewhere.write_bytes(b"z")
     left_by_a_dead_process = archive.folder / "driver-0123456789abcdef.2.tmp"
@@ -61,7 +69,8 @@ def test_one_archive_is_kept(archive, tmp_path):
     os.utime(left_by_a_dead_process, (0, 0))
     archive.being_written().write_bytes(b"x" * 10)
     kept = archive.finish(0)
-    assert sorted(archive.folder.iterdir()) == sorted([kept, running_elsewhere])
+    assert sorted(archive.folder.iterdir()) == sorted([kept, used_lately, running_elsewhere])
+    assert mapped.usable() == used_lately
 
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs Java")
