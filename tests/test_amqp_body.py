@@ -204,6 +204,28 @@ def test_mqtt5_properties_and_payloads_reach_amqp(router, amqp):
         pool.close()
 
 
+def test_the_longest_mqtt5_message_expiry_reaches_amqp_as_the_longest_ttl(router, amqp):
+    # 2**32 - 1 s, legal in MQTT 5, is more milliseconds than AMQP's 32-bit ttl holds: it
+    # goes as the longest ttl (~49.7 days); it was lost (an encoding error) with the message
+    # after it on the link
+    topic = address()
+    pool = ClientPool(router)
+    try:
+        receiver = amqp.create_receiver(topic, credit=10, name=unique("r"), options=Receive(1))
+        mqtt = pool(V5)
+        mqtt.publish(topic.replace(".", "/"), b"far", qos=1, properties=publish_properties(
+            MessageExpiryInterval=0xFFFFFFFF))
+        mqtt.publish(topic.replace(".", "/"), b"next", qos=1)
+        got, delivery = received(receiver)
+        settle(receiver, delivery)
+        assert (bytes(got.body), got.ttl) == (b"far", 0xFFFFFFFF / 1000)
+        got, delivery = received(receiver)
+        settle(receiver, delivery)
+        assert bytes(got.body) == b"next"
+    finally:
+        pool.close()
+
+
 @pytest.mark.parametrize("body,inferred,payload", [
     ("héllo", False, "héllo".encode()),
     (b"\x00\x01", True, b"\x00\x01"),

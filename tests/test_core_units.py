@@ -470,6 +470,7 @@ def test_publication_discloses_only_when_asked():
     {"eligible": ["1"]}, {"exclude_authid": [123]}, {"eligible_authid": "alice"},
     {"exclude_authrole": [None]}, {"eligible_authrole": [["x"]]},
     {"_retain_ttl": 0}, {"_retain_ttl": -5}, {"_retain_ttl": "10"}, {"_retain_ttl": True},
+    {"_retain_ttl": float("nan")}, {"_retain_ttl": float("inf")},
 ])
 def test_publish_option_type_errors_are_protocol_violations(options):
     with pytest.raises(ProtocolViolation):

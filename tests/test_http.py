@@ -159,6 +159,45 @@ def test_a_retained_event_with_a_message_expiry_is_gone_after_it(router):
     assert request(router, "POST", "/publish", {"topic": topic, "expires_in": -1}).status == 400
 
 
+def test_an_expiry_further_off_than_a_wire_can_say_is_delivered_with_the_longest(router):
+    # an expires_in of ~31,700 years: MQTT 5's message expiry interval (32-bit seconds) and
+    # AMQP's ttl (32-bit milliseconds) carry their largest value; the message was lost
+    # (an encoding error) for MQTT 5 and AMQP receivers, delivered to MQTT 3.1.1 only
+    name = unique("far")
+    mqtt = MqttClient(router)
+    mqtt.connect()
+    mqtt.subscribe((f"{name}/t", 1))
+    amqp = amqp_clients.connect(router)
+    receiver = amqp.create_receiver(f"{name}/t", credit=10,
+                                    options=amqp_clients.Receive(qos=1))
+    try:
+        reply = request(router, "POST", "/publish", {"mqtt_topic": f"{name}/t", "args": [1],
+                                                     "qos": 1, "expires_in": 1e12})
+        assert reply.status == 200, reply.body
+        message = mqtt.next_message()
+        assert message.payload == b"1"
+        assert message.properties.MessageExpiryInterval == 0xFFFFFFFF
+        message, delivery = amqp_clients.received(receiver)
+        assert message.body == 1 and message.ttl == 0xFFFFFFFF / 1000
+        amqp_clients.settle(receiver, delivery)
+    finally:
+        mqtt.close()
+        amqp.close()
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity"])
+def test_a_not_finite_expiry_or_retained_ttl_is_refused(router, value):
+    # a NaN retained TTL made `retained list` fail for the whole realm (its JSON cannot say
+    # NaN) and, at the top of the expiry heap, would stop every retained event's expiry
+    topic = unique("nan").replace("-", "_")
+    for key in ("expires_in", "retain_ttl"):
+        body = f'{{"topic": "{topic}", "args": [1], "retain": true, "{key}": {value}}}'
+        reply = request(router, "POST", "/publish", None,
+                        {"Content-Type": "application/json"}, body.encode())
+        assert reply.status == 400, (key, reply.body)
+    assert request(router, "GET", f"/retained/{topic}").status == 404
+
+
 def test_eligibility_lists_choose_the_receivers(router):
     topic = unique("elig").replace("-", "_")
 

@@ -7,6 +7,7 @@ violation (as the WAMP test vectors expect); unknown keys are ignored.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -80,8 +81,11 @@ def parse_publish_options(options: Details) -> PublishOptions:
         eligible_authid=_id_list(options, "eligible_authid", str),
         eligible_authrole=_id_list(options, "eligible_authrole", str))
     ttl = options.get("_retain_ttl")
-    if ttl is not None and (type(ttl) not in (int, float) or ttl <= 0):
-        raise ProtocolViolation("option '_retain_ttl' must be a positive number of seconds")
+    if ttl is not None and (type(ttl) not in (int, float) or not 0 < ttl < math.inf):
+        # (not NaN: a NaN deadline at the top of the realm's expiry heap compares false with
+        # every time, so no retained event of anyone would expire again)
+        raise ProtocolViolation("option '_retain_ttl' must be a positive, finite number of "
+                                "seconds")
     qos = options.get("_qos", 0)
     if type(qos) is not int or qos not in QOS_LEVELS:
         raise ProtocolViolation("option '_qos' must be 0, 1 or 2")

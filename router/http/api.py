@@ -18,6 +18,7 @@ import io
 import itertools
 import json
 import logging
+import math
 import time
 from datetime import datetime
 from dataclasses import dataclass
@@ -325,8 +326,9 @@ class HttpApi(Resource):
         topic, name_kind = _publish_topic(spec)
         options = _publish_options(spec, empty=not args and not kwargs and not payload)
         expires_in = spec.get("expires_in")
-        if expires_in is not None and (type(expires_in) not in (int, float) or expires_in < 0):
-            raise bad("'expires_in' must be a non-negative number of seconds")
+        if expires_in is not None and (type(expires_in) not in (int, float)
+                                       or not 0 <= expires_in < math.inf):  # (not NaN)
+            raise bad("'expires_in' must be a non-negative, finite number of seconds")
         if name_kind == "uri":
             self.realm.check_uri(spec["topic"])
         answer: defer.Deferred = defer.Deferred()
