@@ -536,10 +536,16 @@ class MqttConnection(ServerCodec):
         self._send(Pingresp())
 
     def _on_disconnect(self, packet: Disconnect) -> None:
+        expiry = packet.properties.get("session_expiry_interval")
+        if expiry and not self.session.persistent:
+            # not a valid DISCONNECT (MQTT-3.14.2-2: from 0 to more): a protocol error, so
+            # the will stays due and is published
+            raise MqttProtocolError(ReasonCode.PROTOCOL_ERROR, "DISCONNECT sets a session "
+                                    "expiry on a session that had none")
         if packet.reason_code != ReasonCode.DISCONNECT_WITH_WILL_MESSAGE:
             self._will = None
-        if self.version == 5 and "session_expiry_interval" in packet.properties:
-            self.frontend.set_expiry(self.session, packet.properties["session_expiry_interval"])
+        if expiry is not None:
+            self.frontend.set_expiry(self.session, expiry)
         self._close_now()
 
     # bytes out ----------------------------------------------------------------------------
