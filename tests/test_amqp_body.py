@@ -226,6 +226,25 @@ def test_the_longest_mqtt5_message_expiry_reaches_amqp_as_the_longest_ttl(router
         pool.close()
 
 
+def test_an_amqp_expiry_centuries_away_reaches_mqtt5_as_the_longest_interval(router, amqp):
+    # an absolute-expiry-time ~317 years away is more seconds than MQTT 5's 32-bit message
+    # expiry interval holds: it goes as the longest; it was lost (an encoding error) for
+    # MQTT 5 subscribers
+    topic = address()
+    pool = ClientPool(router)
+    try:
+        mqtt = pool(V5)
+        assert mqtt.subscribe((topic.replace(".", "/"), 1)) == [1]
+        sender = amqp.create_sender(topic, name=unique("s"), options=Send(1))
+        msg = Message(body=b"far", inferred=True)
+        msg.expiry_time = time.time() + 10 ** 10
+        send(sender, msg)
+        got = mqtt.next_message()
+        assert (got.payload, got.properties.MessageExpiryInterval) == (b"far", 0xFFFFFFFF)
+    finally:
+        pool.close()
+
+
 @pytest.mark.parametrize("body,inferred,payload", [
     ("héllo", False, "héllo".encode()),
     (b"\x00\x01", True, b"\x00\x01"),

@@ -18,7 +18,6 @@ import io
 import itertools
 import json
 import logging
-import math
 import time
 from datetime import datetime
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from router.config import HttpSettings
 from router.core import errors
 from router.core.errors import ProtocolViolation, RouterError
 from router.core.history import TimeWindow, rfc3339
-from router.core.model import Publication, SessionInfo
+from router.core.model import LONGEST_EXPIRY, Publication, SessionInfo
 from router.core.options import CallOptions, parse_publish_options
 from router.core.payload import from_bytes
 from router.core.realm import Realm
@@ -327,8 +326,9 @@ class HttpApi(Resource):
         options = _publish_options(spec, empty=not args and not kwargs and not payload)
         expires_in = spec.get("expires_in")
         if expires_in is not None and (type(expires_in) not in (int, float)
-                                       or not 0 <= expires_in < math.inf):  # (not NaN)
-            raise bad("'expires_in' must be a non-negative, finite number of seconds")
+                                       or not 0 <= expires_in <= LONGEST_EXPIRY):  # (not NaN)
+            raise bad(f"'expires_in' must be a non-negative number of seconds, at most "
+                      f"{LONGEST_EXPIRY}")
         if name_kind == "uri":
             self.realm.check_uri(spec["topic"])
         answer: defer.Deferred = defer.Deferred()
