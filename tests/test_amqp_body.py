@@ -226,6 +226,23 @@ def test_the_longest_mqtt5_message_expiry_reaches_amqp_as_the_longest_ttl(router
         pool.close()
 
 
+def test_an_amqp_message_without_content_type_reaches_mqtt5_without_one(router, amqp):
+    # proton reads an absent content-type as the symbol 'None': every such message reached
+    # MQTT 5 subscribers with ContentType "None"
+    topic = address()
+    pool = ClientPool(router)
+    try:
+        mqtt = pool(V5)
+        assert mqtt.subscribe((topic.replace(".", "/"), 1)) == [1]
+        sender = amqp.create_sender(topic, name=unique("s"), options=Send(1))
+        send(sender, Message(body=b"plain", inferred=True))
+        got = mqtt.next_message()
+        assert got.payload == b"plain"
+        assert getattr(got.properties, "ContentType", None) is None
+    finally:
+        pool.close()
+
+
 def test_an_amqp_expiry_centuries_away_reaches_mqtt5_as_the_longest_interval(router, amqp):
     # an absolute-expiry-time ~317 years away is more seconds than MQTT 5's 32-bit message
     # expiry interval holds: it goes as the longest; it was lost (an encoding error) for

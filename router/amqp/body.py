@@ -34,6 +34,7 @@ import functools
 import time
 import uuid
 
+from cproton import pn_message_get_content_type
 from proton import (Array, Described, Message, decimal32, decimal64, decimal128, symbol,
                     timestamp, uint)
 
@@ -91,8 +92,11 @@ class Inbound:
                 self.args = [value]
         # what clears a retained event: no body, null or an empty data section
         self.empty = body is None or (message.inferred and self.payload == b"")
-        if message.content_type:
-            properties["content_type"] = str(message.content_type)
+        content_type = pn_message_get_content_type(message._msg)
+        if content_type:
+            # (not ``message.content_type``: proton makes an absent one the symbol 'None',
+            # which every MQTT 5 receiver got as the ContentType of every such message)
+            properties["content_type"] = content_type
         correlation = message.correlation_id
         if correlation is not None:
             properties["correlation_data"] = (
