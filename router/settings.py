@@ -27,6 +27,9 @@ class WampSettings:
     """Subscriptions one session may hold; more are refused (``limit_exceeded``)."""
     max_registrations: int = 10_000
     """Registrations one session may hold; more are refused (``limit_exceeded``)."""
+    max_pending_calls: int = 1000
+    """Calls one session may have in progress (sent to a callee, not answered yet); more
+    are refused (``limit_exceeded``)."""
 
 
 @dataclass(frozen=True)

@@ -131,8 +131,12 @@ class Dealer:
         limit, and dropped when it leaves, without a look at anyone else's."""
         self.procedures: dict[str, RouterProcedure] = {}
         self._invocation_ids: dict[int, int] = {}
-        self._by_invocation: dict[tuple[int, int], Invocation] = {}
-        self._by_call: dict[tuple[int, int], Invocation] = {}
+        self._invocations: dict[int, dict[int, Invocation]] = {}
+        """Calls in progress by callee session id, then invocation request id: a leaving
+        callee settles its own without a look at anyone else's."""
+        self._calls: dict[int, dict[int, Invocation]] = {}
+        """Calls in progress by caller session id, then the caller's request id: its CANCEL,
+        its bound and its leaving look at its own only."""
         self._deadlines: CallDeadlines[Invocation] = CallDeadlines(scheduler, self._timed_out)
 
     def register(self, peer: Peer, uri: str, match: str, policy: str,
@@ -186,10 +190,13 @@ class Dealer:
 
     def call(self, caller: Peer, call_request: int, procedure: str, args: Args | None,
              kwargs: Kwargs | None, receive_progress: bool = False, timeout_ms: int = 0,
-             disclose_caller: bool = False, passthru: Passthru | None = None) -> None:
+             disclose_caller: bool = False, passthru: Passthru | None = None,
+             limit: int | None = None) -> None:
         """Route a call; the outcome reaches ``caller`` through its Peer callbacks.
         A ``passthru`` call goes only to a callee of this node that announced its feature
-        (else ``wamp.error.feature_not_supported``)."""
+        (else ``wamp.error.feature_not_supported``). ``limit``: how many calls the caller
+        may have in progress on this node's callees (one more raises ``limit_exceeded``;
+        calls forwarded to other nodes are the cluster's to bound)."""
         self.stats.calls += 1
         builtin = self.procedures.get(procedure)
         if passthru is not None and (builtin is not None or self.cluster is not None):
@@ -201,6 +208,10 @@ class Dealer:
             return
         if is_reserved(procedure):
             raise self.no_such_procedure(procedure)
+        if limit is not None and len(self._calls.get(caller.info.session_id, ())) >= limit:
+            self.stats.call_errors += 1
+            raise RouterError(errors.LIMIT_EXCEEDED,
+                              f"the session has {limit} calls in progress, the maximum")
         if self.cluster is not None:
             self.cluster.call(caller, call_request, procedure, args, kwargs, receive_progress,
                               timeout_ms, disclose_caller)
@@ -242,8 +253,14 @@ class Dealer:
             details["caller_authrole"] = caller.info.authrole
         if timeout_ms > 0:
             self._deadlines.start(invocation, timeout_ms / 1000.0)
-        self._by_invocation[(callee_id, request_id)] = invocation
-        self._by_call[(caller.info.session_id, call_request)] = invocation
+        invocations = self._invocations.get(callee_id)
+        if invocations is None:
+            invocations = self._invocations[callee_id] = {}
+        invocations[request_id] = invocation
+        calls = self._calls.get(caller.info.session_id)
+        if calls is None:
+            calls = self._calls[caller.info.session_id] = {}
+        calls[call_request] = invocation
         try:
             callee.send_invocation(invocation)
         except Unencodable as exc:
@@ -278,8 +295,7 @@ class Dealer:
     def yield_(self, callee: Peer, request_id: int, args: Args | None, kwargs: Kwargs | None,
                progress: bool, passthru: Passthru | None = None) -> None:
         """A callee's (progressive) result; unknown ids are late yields after a cancel."""
-        key = (callee.info.session_id, request_id)
-        invocation = self._by_invocation.get(key)
+        invocation = self._invocation(callee, request_id)
         if invocation is None:
             return
         if progress:
@@ -311,7 +327,7 @@ class Dealer:
                          kwargs: Kwargs | None, passthru: Passthru | None = None) -> None:
         """The callee's ERROR for an invocation: passed to the caller, and the call is settled
         (unknown ids are late replies after a cancel or timeout)."""
-        invocation = self._by_invocation.get((callee.info.session_id, request_id))
+        invocation = self._invocation(callee, request_id)
         if invocation is None:
             return
         self.stats.call_errors += 1
@@ -333,7 +349,8 @@ class Dealer:
         it can be, and the caller answered unless ``kill`` waits for the callee's own answer."""
         if mode not in CANCEL_MODES:
             raise RouterError(errors.INVALID_ARGUMENT, f"unknown cancel mode '{mode}'")
-        invocation = self._by_call.get((caller.info.session_id, call_request))
+        calls = self._calls.get(caller.info.session_id)
+        invocation = None if calls is None else calls.get(call_request)
         if invocation is None:
             if self.cluster is not None:
                 self.cluster.cancel(caller, call_request, mode)
@@ -357,10 +374,15 @@ class Dealer:
         self._finish(invocation)
         answer_timed_out(invocation.caller, invocation.call_request, self.stats)
 
+    def _invocation(self, callee: Peer, request_id: int) -> Invocation | None:
+        """The call in progress at ``callee`` under ``request_id``, if any."""
+        invocations = self._invocations.get(callee.info.session_id)
+        return None if invocations is None else invocations.get(request_id)
+
     def _finish(self, invocation: Invocation) -> None:
         self._deadlines.stop(invocation)
-        self._by_call.pop((invocation.caller.info.session_id, invocation.call_request), None)
-        self._by_invocation.pop((invocation.callee.info.session_id, invocation.request_id), None)
+        _forget(self._calls, invocation.caller.info.session_id, invocation.call_request)
+        _forget(self._invocations, invocation.callee.info.session_id, invocation.request_id)
 
     def remove_session(self, peer: Peer) -> None:
         """Unregister a leaving session and settle the calls it was part of."""
@@ -372,20 +394,29 @@ class Dealer:
             if registrations:
                 self.cluster.unregister(peer, registrations)
             self.cluster.caller_left(session_id)
-        for (callee_id, _), invocation in list(self._by_invocation.items()):
-            if callee_id == session_id:
-                self._finish(invocation)
-                if invocation.cancel_mode is None or invocation.cancel_mode == "kill":
-                    invocation.caller.send_call_error(
-                        invocation.call_request, errors.CANCELED, ["callee left"], None)
-        for (caller_id, _), invocation in list(self._by_call.items()):
-            if caller_id == session_id:
-                self._finish(invocation)
-                if invocation.callee.supports("callee", "call_canceling"):
-                    invocation.callee.send_interrupt(invocation, "killnowait", errors.CANCELED)
+        for invocation in list(self._invocations.get(session_id, {}).values()):
+            self._finish(invocation)
+            if invocation.cancel_mode is None or invocation.cancel_mode == "kill":
+                invocation.caller.send_call_error(
+                    invocation.call_request, errors.CANCELED, ["callee left"], None)
+        for invocation in list(self._calls.get(session_id, {}).values()):
+            self._finish(invocation)
+            if invocation.callee.supports("callee", "call_canceling"):
+                invocation.callee.send_interrupt(invocation, "killnowait", errors.CANCELED)
         self._invocation_ids.pop(session_id, None)
 
     def was_issued(self, callee: Peer, request_id: int) -> bool:
         """Did this callee ever get an invocation with ``request_id``? (Late replies are fine.)"""
         return 0 < request_id <= self._invocation_ids.get(callee.info.session_id, 0)
 
+
+
+def _forget(by_session: dict[int, dict[int, Invocation]], session_id: int,
+            request: int) -> None:
+    """Drop ``request`` of ``session_id`` from one of the dealer's two indexes (and the
+    session's entry with its last call: an idle session holds nothing there)."""
+    requests = by_session.get(session_id)
+    if requests is not None:
+        requests.pop(request, None)
+        if not requests:
+            del by_session[session_id]
