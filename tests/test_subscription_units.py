@@ -7,14 +7,16 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
 from router.core import errors
 from router.core.authorization import Authorizer, PermissionRule, Role
 from router.core.broker import Broker
-from router.core.peer import Subscription
+from router.core.peer import Registration, Subscription
 from router.core.subscriptions import SubscriptionIndex
-from router.core.dealer import Dealer
+from router.core.dealer import Dealer, RegistrationIndex
 from router.core.errors import RouterError
 from router.core.model import SessionInfo
 from router.core.options import PublishOptions, SubscribeOptions
@@ -161,3 +163,41 @@ def test_mqtt_clients_with_overlapping_filters_pay_for_their_own_not_for_the_oth
     realm.publish(SessionInfo(99, "r", "pub", "any"), topic, ["x"], None, PublishOptions())
     # the dispatch's walk, and one more for all the clients that combine their filters
     assert walked == 2 * (len(crowd) + 2)
+
+
+def test_a_call_looks_at_a_few_prefix_registrations_not_every_one():
+    # a call to a procedure no exact registration has tried every prefix registration of
+    # the realm: 10,000 of another session's made each such call ~10x as costly
+    index: RegistrationIndex[object] = RegistrationIndex()
+    for n in range(10_000):
+        index.add(Registration(n + 1, f"com.crowd.p{n}.", PREFIX, "single"))
+    for uri in ("com.", "com.victim.", "com.victim.proc.deeper"):
+        index.add(Registration(len(index.prefix) + 1, uri, PREFIX, "single"))
+
+    class Asked(str):
+        """A procedure name that counts the prefix tests made on it."""
+        count = 0
+
+        def startswith(self, *args, **kwargs) -> bool:  # type: ignore[override]
+            Asked.count += 1
+            return super().startswith(*args, **kwargs)
+
+    found = index.lookup(Asked("com.victim.proc"))
+    assert found is not None and found.uri == "com.victim."
+    assert Asked.count <= 2
+    index.remove(index.prefix["com.victim."])
+    assert index.lookup("com.victim.proc").uri == "com."  # type: ignore[union-attr]
+    assert index.lookup("org.x") is None
+
+
+@given(st.sets(st.text("ab.", max_size=5), max_size=12), st.lists(st.text("ab.", max_size=7)))
+def test_a_call_finds_the_longest_prefix_registration_that_starts_it(uris, procedures):
+    index: RegistrationIndex[object] = RegistrationIndex()
+    for n, uri in enumerate(sorted(uris)):
+        index.add(Registration(n + 1, uri, PREFIX, "single"))
+    for procedure in procedures:
+        if procedure in index.exact:
+            continue
+        longest = max((uri for uri in uris if procedure.startswith(uri)), key=len, default=None)
+        found = index._longest_prefix(procedure)
+        assert found == longest, (sorted(uris), procedure)
