@@ -15,7 +15,7 @@ from router.core import errors
 from router.core.authorization import Authorizer, PermissionRule, Role
 from router.core.broker import Broker
 from router.core.peer import Registration, Subscription
-from router.core.subscriptions import SubscriptionIndex
+from router.core.subscriptions import FEW_SHAPES, SubscriptionIndex
 from router.core.dealer import Dealer, RegistrationIndex
 from router.core.errors import RouterError
 from router.core.model import SessionInfo
@@ -23,6 +23,7 @@ from router.core.options import PublishOptions, SubscribeOptions
 from router.core.realm import Realm
 from router.core.shared import SharedGroups
 from router.core.topic import from_uri as L
+from router.core.topic import prefix_matches
 from router.core.uri import MQTT, PREFIX
 from router.mqtt import spread as spread_module
 from router.mqtt.packets import shared_options
@@ -201,3 +202,44 @@ def test_a_call_finds_the_longest_prefix_registration_that_starts_it(uris, proce
         longest = max((uri for uri in uris if procedure.startswith(uri)), key=len, default=None)
         found = index._longest_prefix(procedure)
         assert found == longest, (sorted(uris), procedure)
+
+
+def test_prefixes_of_many_lengths_cost_a_publish_its_topics_prefixes_not_every_shape():
+    # one session's prefix subscriptions on 10,000 lengths of a level ('q', 'qq', ...) were
+    # 10,000 shapes each publish in the realm walked
+    index: SubscriptionIndex[Subscription] = SubscriptionIndex()
+    for n in range(1, 10_001):
+        index.add(Subscription(n, ("q" * n,), PREFIX))
+    mine = [Subscription(20_001, ("home", "kit"), PREFIX), Subscription(20_002, ("home", ""),
+                                                                         PREFIX)]
+    for subscription in mine:
+        index.add(subscription)
+
+    class Walked(list):
+        """The index's shapes, counting how many a publish steps through."""
+        steps = 0
+
+        def __iter__(self):
+            for shape in super().__iter__():
+                Walked.steps += 1
+                yield shape
+
+    index._prefix_shapes = Walked(index._prefix_shapes)
+    assert [s.id for s in index.matching(("home", "kitchen"))] == [20_002, 20_001]
+    assert [s.id for s in index.matching(("qqq",))] == [1, 2, 3]
+    assert Walked.steps == 0
+
+
+@given(st.sets(st.lists(st.text("ab", max_size=3), min_size=1, max_size=3).map(tuple),
+               max_size=10),
+       st.lists(st.lists(st.text("ab", max_size=4), min_size=1, max_size=4).map(tuple)))
+def test_a_topic_finds_the_same_prefixes_however_many_shapes(prefixes, topics):
+    many: SubscriptionIndex[Subscription] = SubscriptionIndex()
+    for n in range(1, FEW_SHAPES + 2):  # more shapes than FEW_SHAPES: the topic's own probed
+        many.add(Subscription(100 + n, ("z" * n,), PREFIX))
+    for n, prefix in enumerate(sorted(prefixes)):
+        many.add(Subscription(n + 1, prefix, PREFIX))
+    for topic in topics:
+        expected = sorted(n + 1 for n, prefix in enumerate(sorted(prefixes))
+                          if prefix_matches(prefix, topic))
+        assert sorted(s.id for s in many.matching(topic) if s.id < 100) == expected
