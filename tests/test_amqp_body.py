@@ -201,28 +201,30 @@ def test_mqtt5_properties_and_payloads_reach_amqp(router, amqp):
         assert (bytes(got.body), got.inferred) == (b"\xff raw", True)
         # (proton reads an absent content-type as the symbol 'None')
         assert (got.content_type, got.properties, got.ttl) == ("None", None, 0)
+
+        # 2**32 - 1 s, legal in MQTT 5, is more milliseconds than AMQP's 32-bit ttl holds:
+        # the longest ttl (~49.7 days); it was lost (an encoding error), and the message
+        # after it on the link too
+        mqtt.publish(mqtt_topic, b"far", qos=1, properties=publish_properties(
+            MessageExpiryInterval=0xFFFFFFFF))
+        mqtt.publish(mqtt_topic, b"next", qos=1)
+        for body, ttl in ((b"far", 0xFFFFFFFF / 1000), (b"next", 0)):
+            got, delivery = received(receiver)
+            settle(receiver, delivery)
+            assert (bytes(got.body), got.ttl) == (body, ttl)
     finally:
         pool.close()
 
 
-def test_the_longest_mqtt5_message_expiry_reaches_amqp_as_the_longest_ttl(router, amqp):
-    # 2**32 - 1 s, legal in MQTT 5, is more milliseconds than AMQP's 32-bit ttl holds: it
-    # goes as the longest ttl (~49.7 days); it was lost (an encoding error) with the message
-    # after it on the link
+def amqp_to_mqtt5(router, amqp, msg: Message):
+    """What an MQTT 5 subscriber gets of ``msg`` sent by an AMQP client."""
     topic = address()
     pool = ClientPool(router)
     try:
-        receiver = amqp.create_receiver(topic, credit=10, name=unique("r"), options=Receive(1))
         mqtt = pool(V5)
-        mqtt.publish(topic.replace(".", "/"), b"far", qos=1, properties=publish_properties(
-            MessageExpiryInterval=0xFFFFFFFF))
-        mqtt.publish(topic.replace(".", "/"), b"next", qos=1)
-        got, delivery = received(receiver)
-        settle(receiver, delivery)
-        assert (bytes(got.body), got.ttl) == (b"far", 0xFFFFFFFF / 1000)
-        got, delivery = received(receiver)
-        settle(receiver, delivery)
-        assert bytes(got.body) == b"next"
+        assert mqtt.subscribe((topic.replace(".", "/"), 1)) == [1]
+        send(amqp.create_sender(topic, name=unique("s"), options=Send(1)), msg)
+        return mqtt.next_message()
     finally:
         pool.close()
 
@@ -230,18 +232,9 @@ def test_the_longest_mqtt5_message_expiry_reaches_amqp_as_the_longest_ttl(router
 def test_an_amqp_message_without_content_type_reaches_mqtt5_without_one(router, amqp):
     # proton reads an absent content-type as the symbol 'None': every such message reached
     # MQTT 5 subscribers with ContentType "None"
-    topic = address()
-    pool = ClientPool(router)
-    try:
-        mqtt = pool(V5)
-        assert mqtt.subscribe((topic.replace(".", "/"), 1)) == [1]
-        sender = amqp.create_sender(topic, name=unique("s"), options=Send(1))
-        send(sender, Message(body=b"plain", inferred=True))
-        got = mqtt.next_message()
-        assert got.payload == b"plain"
-        assert getattr(got.properties, "ContentType", None) is None
-    finally:
-        pool.close()
+    got = amqp_to_mqtt5(router, amqp, Message(body=b"plain", inferred=True))
+    assert got.payload == b"plain"
+    assert getattr(got.properties, "ContentType", None) is None
 
 
 @pytest.mark.parametrize("expiry_time", [1e15, -1e15], ids=["year 31690708", "before 1970"])
@@ -265,19 +258,10 @@ def test_an_amqp_expiry_centuries_away_reaches_mqtt5_as_the_longest_interval(rou
     # an absolute-expiry-time ~317 years away is more seconds than MQTT 5's 32-bit message
     # expiry interval holds: it goes as the longest; it was lost (an encoding error) for
     # MQTT 5 subscribers
-    topic = address()
-    pool = ClientPool(router)
-    try:
-        mqtt = pool(V5)
-        assert mqtt.subscribe((topic.replace(".", "/"), 1)) == [1]
-        sender = amqp.create_sender(topic, name=unique("s"), options=Send(1))
-        msg = Message(body=b"far", inferred=True)
-        msg.expiry_time = time.time() + 10 ** 10
-        send(sender, msg)
-        got = mqtt.next_message()
-        assert (got.payload, got.properties.MessageExpiryInterval) == (b"far", 0xFFFFFFFF)
-    finally:
-        pool.close()
+    msg = Message(body=b"far", inferred=True)
+    msg.expiry_time = time.time() + 10 ** 10
+    got = amqp_to_mqtt5(router, amqp, msg)
+    assert (got.payload, got.properties.MessageExpiryInterval) == (b"far", 0xFFFFFFFF)
 
 
 @pytest.mark.parametrize("body,inferred,payload", [
