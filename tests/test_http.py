@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+from urllib.parse import quote
 
 import jsonschema
 import pytest
@@ -197,6 +198,29 @@ def test_a_not_finite_or_too_long_expiry_or_retained_ttl_is_refused(router, valu
                         {"Content-Type": "application/json"}, body.encode())
         assert reply.status == 400, (key, reply.body)
     assert request(router, "GET", f"/retained/{topic}").status == 404
+
+
+def test_deleting_a_listed_one_level_mqtt_topic_with_a_dot_deletes_that_topic(router):
+    # the MQTT topic "x.y" (one level) and the URI x.y (two levels) were both listed as
+    # "x.y", and DELETE /retained/x.y (the console's Delete of either) purged the URI's
+    name = unique("dot").replace("-", "_")
+    mqtt = MqttClient(router)
+    mqtt.connect()
+    try:
+        mqtt.publish(f"{name}.mqtt", b"one level", qos=1, retain=True)
+    finally:
+        mqtt.close()
+    assert request(router, "POST", "/publish", {"topic": f"{name}.mqtt", "args": ["two levels"],
+                                                "retain": True}).status == 200
+    listed = request(router, "GET", f"/retained?prefix={name}").json["topics"]
+    by_name = {event["topic"]: event for event in listed}
+    assert len(by_name) == 2, listed
+    one_level = by_name[json.dumps([f"{name}.mqtt"])]
+    deleted = request(router, "DELETE", "/retained/" + quote(one_level["topic"], safe=""),
+                      headers=OP)
+    assert deleted.json == {"purged": 1}
+    assert [event["args"] for event in request(
+        router, "GET", f"/retained?prefix={name}").json["topics"]] == [["two levels"]]
 
 
 def test_eligibility_lists_choose_the_receivers(router):

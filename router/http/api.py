@@ -760,7 +760,17 @@ def _pattern(query: dict[str, str], realm: Realm) -> tuple[tuple[str, ...], str]
 
 
 def _path_topic(text: str) -> tuple[str, ...]:
-    """A topic in a path: dotted (a WAMP URI), or with ``/`` an MQTT topic name."""
+    """A topic in a path, in any form :func:`router.core.topic.display` names it: dotted (a
+    WAMP URI), with ``/`` an MQTT topic name, or a JSON list of its levels."""
     if not text:
         raise bad("the topic is missing from the path")
+    if text.startswith("["):
+        try:
+            levels = json.loads(text)
+        except ValueError:
+            levels = None
+        if (type(levels) is not list or not levels
+                or any(type(level) is not str for level in levels)):
+            raise bad("a topic in brackets must be a JSON list of its levels (strings)")
+        return tuple(levels)
     return from_mqtt(text) if "/" in text else from_uri(text)
