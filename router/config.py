@@ -643,7 +643,7 @@ def _one_of(reader: _Reader, key: str, allowed: tuple[str, ...], default: str) -
 def _wamp(reader: _Reader) -> WampSettings:
     reader.reject_unknown({"granted_qos", "qos_policy", "ack_timeout", "max_redeliveries",
                            "max_testaments", "max_unacked", "max_subscriptions",
-                           "max_registrations"})
+                           "max_registrations", "max_pending_calls"})
     defaults = WampSettings()
     granted = reader.get("granted_qos", int, defaults.granted_qos)
     if granted not in QOS_LEVELS:
@@ -657,7 +657,8 @@ def _wamp(reader: _Reader) -> WampSettings:
                         _positive(reader, "max_testaments", int, defaults.max_testaments),
                         _positive(reader, "max_unacked", int, defaults.max_unacked),
                         _positive(reader, "max_subscriptions", int, defaults.max_subscriptions),
-                        _positive(reader, "max_registrations", int, defaults.max_registrations))
+                        _positive(reader, "max_registrations", int, defaults.max_registrations),
+                        _positive(reader, "max_pending_calls", int, defaults.max_pending_calls))
 
 
 def _history_rule(reader: _Reader, check: str) -> HistoryRule:

@@ -433,7 +433,7 @@ class Node:
         if listener.type == "amqp":
             from router.amqp.transports import AmqpTcpFactory
             return AmqpTcpFactory(self.amqp[listener.realm], new_flow,
-                                  tls=listener.tls is not None)
+                                  listener.max_message_size, tls=listener.tls is not None)
         if listener.type == "mqtt":
             return MqttTcpFactory(self.mqtt[listener.realm], new_flow,
                                   tls=listener.tls is not None)

@@ -27,6 +27,9 @@ class WampSettings:
     """Subscriptions one session may hold; more are refused (``limit_exceeded``)."""
     max_registrations: int = 10_000
     """Registrations one session may hold; more are refused (``limit_exceeded``)."""
+    max_pending_calls: int = 1000
+    """Calls one session may have in progress (sent to a callee, not answered yet); more
+    are refused (``limit_exceeded``)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,6 @@ class AmqpSettings:
     max_queued: int = 10_000
     """Messages waiting to be sent on one receiver link (for credit, or while its connection
     is paused); more are dropped (counted as ``queue_full``)."""
-    max_message_size: int = 1024 * 1024
     inbound_window: int = 100
     """Unsettled deliveries a client's sender link may have: credit is given back only as
     deliveries are answered, so a slow store holds the sender instead of queueing."""

@@ -8,9 +8,11 @@ The blocking client waits with timeouts; nothing here sleeps for correctness.
 from __future__ import annotations
 
 import socket
-from typing import Any
+import time
+from typing import Any, Callable
 
-from proton import Data, Delivery, Link, Message, Terminus, symbol
+from proton import (Collector, Connection, Data, Delivery, Link, Message, Terminus, Transport,
+                    symbol)
 from proton.reactor import ReceiverOption, SenderOption
 from proton.utils import BlockingConnection, BlockingReceiver
 
@@ -168,6 +170,69 @@ def raw_socket(router, data: bytes, timeout: float = 5.0) -> bytes:
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(data)
         return read_until_closed(sock, timeout)
+
+
+class EngineClient:
+    """A proton engine driven by hand over a socket (SASL ANONYMOUS): for what the blocking
+    client cannot do, such as leave a delivery unfinished (some of its transfers sent, the
+    last one never)."""
+
+    def __init__(self, router) -> None:
+        host, port, _ = router.address("amqp")
+        self.sock = socket.create_connection((host, port), timeout=TIMEOUT)
+        self.transport = Transport()
+        self.transport.sasl().allowed_mechs("ANONYMOUS")
+        self.connection = Connection()
+        self.connection.collect(Collector())
+        self.transport.bind(self.connection)
+        self.connection.open()
+        self.closed = False
+        """The router closed the socket."""
+
+    def sender(self, address: str) -> Link:
+        """A sender link (unsettled, first) on a session of its own, attached and given
+        credit."""
+        session = self.connection.session()
+        session.open()
+        link = session.sender(unique_name(address))
+        link.target.address = address
+        link.open()
+        self.run(lambda: link.credit > 0, f"credit on {address}")
+        return link
+
+    def run(self, until: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
+        """Exchange bytes with the router until ``until()`` or the router closes."""
+        deadline = time.monotonic() + timeout
+        while not until():
+            if self.closed:
+                raise ConnectionError(f"closed while waiting for {what}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {what} within {timeout}s")
+            pending = self.transport.pending()
+            if pending > 0:
+                self.sock.sendall(self.transport.peek(pending))
+                self.transport.pop(pending)
+            self.sock.settimeout(0.01)
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                self.closed = True
+                continue
+            while data and self.transport.capacity() > 0:
+                taken = data[:self.transport.capacity()]
+                self.transport.push(taken)
+                data = data[len(taken):]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def unique_name(address: str) -> str:
+    return f"{address}-{time.monotonic_ns()}"
 
 
 TERMINAL = (Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED)

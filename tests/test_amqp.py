@@ -16,9 +16,9 @@ import pytest
 from proton import ConnectionException, Delivery, LinkException, Message, symbol
 
 from router.amqp.connection import terminus_capabilities
-from tests.amqp_clients import (TIMEOUT, Receive, Send, amqp_listeners, annotation, body_bytes,
-                                connect, expect_body, message, raw_socket, received, send,
-                                settle)
+from tests.amqp_clients import (TIMEOUT, EngineClient, Receive, Send, amqp_listeners, annotation,
+                                body_bytes, connect, expect_body, message, raw_socket, received,
+                                send, settle)
 from tests.clients import connect as wamp_connect
 from tests.clients import next_item, run
 from tests.mqtt_clients import mqtt_realm, unique
@@ -625,6 +625,50 @@ def test_accepted_deliveries_are_in_the_event_log(tmp_path):
             if record["kind"] == "ack" and record["topic"] == address]
     assert len(acks) == 1
     assert acks[0]["qos"] == 1 and acks[0]["latency_ms"] >= 0
+
+
+# --- message size -------------------------------------------------------------------------------
+
+MAX_MESSAGE = 1024 * 1024
+"""The listener's max_message_size (its default)."""
+
+
+def test_a_message_over_max_message_size_closes_its_link(router):
+    # it was accepted whatever its size (the link's max-message-size was only announced),
+    # and one over the session's 4 MiB window hung for ever
+    client = EngineClient(router)
+    try:
+        big = client.sender(topic())
+        assert big.remote_max_message_size == MAX_MESSAGE
+        big.delivery(b"big")
+        big.send(b"x" * (MAX_MESSAGE + 1))
+        big.advance()
+        client.run(lambda: big.remote_condition is not None, "the link's detach")
+        assert big.remote_condition.name == "amqp:link:message-size-exceeded"
+        small = client.sender(topic())  # the connection goes on
+        delivery = small.delivery(b"small")
+        small.send(Message(body=b"ok").encode())
+        small.advance()
+        client.run(lambda: delivery.remote_state == Delivery.ACCEPTED, "accepted")
+    finally:
+        client.close()
+
+
+def test_messages_under_way_over_one_message_worth_together_close_the_connection(router):
+    # each link may hold a message under way up to max_message_size; a connection with
+    # amqp.max_links (1,000) links held that much each (180 MB measured with 200 links)
+    client = EngineClient(router)
+    try:
+        links = [client.sender(topic()) for _ in range(3)]
+        for link in links:
+            link.delivery(b"unfinished")
+            link.send(b"x" * (MAX_MESSAGE // 2))  # no advance: more to come, never sent
+        client.run(lambda: client.connection.remote_condition is not None or client.closed,
+                   "the connection's close")
+        condition = client.connection.remote_condition
+        assert condition is not None and condition.name == "amqp:resource-limit-exceeded"
+    finally:
+        client.close()
 
 
 # --- three protocols ------------------------------------------------------------------------------

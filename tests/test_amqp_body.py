@@ -14,10 +14,11 @@ import pytest
 from proton import (Delivery, Described, Message, char, decimal64, float32, int32, symbol,
                     timestamp, ubyte, ulong)
 
-from tests.amqp_clients import (Receive, Send, amqp_listeners, annotation, connect, received,
-                                materialized, send, settle)
+from tests.amqp_clients import (X_OPT_RETAIN, Receive, Send, amqp_listeners, annotation,
+                                connect, materialized, received, send, settle)
 from tests.clients import connect as wamp_connect
 from tests.clients import next_item, run
+from router.admin_socket import ask
 from tests.harness import RouterProcess
 from tests.mqtt_clients import V5, ClientPool, mqtt_realm, publish_properties, unique
 
@@ -200,8 +201,67 @@ def test_mqtt5_properties_and_payloads_reach_amqp(router, amqp):
         assert (bytes(got.body), got.inferred) == (b"\xff raw", True)
         # (proton reads an absent content-type as the symbol 'None')
         assert (got.content_type, got.properties, got.ttl) == ("None", None, 0)
+
+        # 2**32 - 1 s, legal in MQTT 5, is more milliseconds than AMQP's 32-bit ttl holds:
+        # the longest ttl (~49.7 days); it was lost (an encoding error), and the message
+        # after it on the link too
+        mqtt.publish(mqtt_topic, b"far", qos=1, properties=publish_properties(
+            MessageExpiryInterval=0xFFFFFFFF))
+        mqtt.publish(mqtt_topic, b"next", qos=1)
+        for body, ttl in ((b"far", 0xFFFFFFFF / 1000), (b"next", 0)):
+            got, delivery = received(receiver)
+            settle(receiver, delivery)
+            assert (bytes(got.body), got.ttl) == (body, ttl)
     finally:
         pool.close()
+
+
+def amqp_to_mqtt5(router, amqp, msg: Message):
+    """What an MQTT 5 subscriber gets of ``msg`` sent by an AMQP client."""
+    topic = address()
+    pool = ClientPool(router)
+    try:
+        mqtt = pool(V5)
+        assert mqtt.subscribe((topic.replace(".", "/"), 1)) == [1]
+        send(amqp.create_sender(topic, name=unique("s"), options=Send(1)), msg)
+        return mqtt.next_message()
+    finally:
+        pool.close()
+
+
+def test_an_amqp_message_without_content_type_reaches_mqtt5_without_one(router, amqp):
+    # proton reads an absent content-type as the symbol 'None': every such message reached
+    # MQTT 5 subscribers with ContentType "None"
+    got = amqp_to_mqtt5(router, amqp, Message(body=b"plain", inferred=True))
+    assert got.payload == b"plain"
+    assert getattr(got.properties, "ContentType", None) is None
+
+
+@pytest.mark.parametrize("expiry_time", [1e15, -1e15], ids=["year 31690708", "before 1970"])
+def test_a_retained_amqp_message_with_any_expiry_time_leaves_the_retained_list_working(
+        router, amqp, expiry_time):
+    # an absolute-expiry-time may be any millisecond of +-292 million years; the retained
+    # event kept it, and `router retained list` (wamp.retained.list) failed for the whole
+    # realm: "year 31690708 is out of range"
+    topic = address()
+    sender = amqp.create_sender(topic, name=unique("s"), options=Send(1))
+    msg = Message(body=b"kept", inferred=True)
+    msg.expiry_time = expiry_time
+    msg.annotations = {X_OPT_RETAIN: True}
+    send(sender, msg)
+    listed = ask(router.workdir / "data" / "admin.sock",
+                 {"realm": "realm1", "call": "wamp.retained.list", "kwargs": {"prefix": topic}})
+    assert [item["topic"] for item in listed] in ([topic], [])  # (an expired one may be gone)
+
+
+def test_an_amqp_expiry_centuries_away_reaches_mqtt5_as_the_longest_interval(router, amqp):
+    # an absolute-expiry-time ~317 years away is more seconds than MQTT 5's 32-bit message
+    # expiry interval holds: it goes as the longest; it was lost (an encoding error) for
+    # MQTT 5 subscribers
+    msg = Message(body=b"far", inferred=True)
+    msg.expiry_time = time.time() + 10 ** 10
+    got = amqp_to_mqtt5(router, amqp, msg)
+    assert (got.payload, got.properties.MessageExpiryInterval) == (b"far", 0xFFFFFFFF)
 
 
 @pytest.mark.parametrize("body,inferred,payload", [

@@ -23,6 +23,7 @@ from tests.amqp_clients import Receive
 from tests.amqp_clients import connect as amqp_connect
 from tests.clients import raw_connect, run
 from tests.harness import RouterProcess, realm_file
+from tests.lean_websocket import masked_frame
 from tests.mqtt_clients import V5, RawMqtt, unique
 from tests.retention_helpers import EVENT, joined, publish, subscribe
 
@@ -115,6 +116,42 @@ def test_a_stalled_wamp_subscriber_is_bounded_dropped_and_disconnected(router, t
         assert rss_mb(router) - start < GROWTH_MB
 
     run(scenario(), timeout=120)
+
+
+@pytest.mark.parametrize("path,protocol,hello", [
+    ("/ws", "wamp.2.json", json.dumps([1, "realm1", {"roles": {"subscriber": {}}}]).encode()),
+    ("/mqtt", "mqtt", None)])
+def test_a_client_that_pings_and_never_reads_is_bounded_and_disconnected(tmp_path, path,
+                                                                         protocol, hello):
+    # every WebSocket ping was answered, and a client that did not read piled the pongs up
+    # in the router without bound (940,000 pings in 30 s: +145 MB), never disconnected
+    listeners = [dict(type="websocket", host="127.0.0.1", port=0, path="/ws", **FLOW),
+                 dict(type="mqtt-websocket", host="127.0.0.1", port=0, path="/mqtt",
+                      realm="realm1", **FLOW)]
+    router = RouterProcess(tmp_path, [realm_file("realm1")], listeners=listeners,
+                           extra_config=QUICK_STOP).start()
+    try:
+        host, port, _ = router.address("websocket" if path == "/ws" else "mqtt-websocket")
+        sock = socket.socket()
+        stall(sock)
+        sock.connect((host, port))
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                     "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                     f"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {protocol}\r\n"
+                     "\r\n".encode())
+        assert sock.recv(1024).startswith(b"HTTP/1.1 101")
+        if hello is not None:
+            sock.sendall(masked_frame(0x1, hello))
+        pings = masked_frame(0x9, b"p" * 125) * 1000
+        start = rss_mb(router)
+        sock.settimeout(30)
+        with pytest.raises(OSError):  # reset or broken pipe, once the router closes it
+            for _ in range(1000):  # a million pings at most (127 MB of pongs)
+                sock.sendall(pings)
+        assert rss_mb(router) - start < GROWTH_MB
+        router.wait_for_log("stayed over its outbound bound for 1s: disconnecting")
+    finally:
+        router.stop()
 
 
 def test_the_bound_is_what_keeps_memory_flat(tmp_path):

@@ -470,6 +470,7 @@ def test_publication_discloses_only_when_asked():
     {"eligible": ["1"]}, {"exclude_authid": [123]}, {"eligible_authid": "alice"},
     {"exclude_authrole": [None]}, {"eligible_authrole": [["x"]]},
     {"_retain_ttl": 0}, {"_retain_ttl": -5}, {"_retain_ttl": "10"}, {"_retain_ttl": True},
+    {"_retain_ttl": float("nan")}, {"_retain_ttl": float("inf")}, {"_retain_ttl": 2 ** 32},
 ])
 def test_publish_option_type_errors_are_protocol_violations(options):
     with pytest.raises(ProtocolViolation):
@@ -517,6 +518,7 @@ def test_subscribe_options_ignore_unknown_keys():
 
 @pytest.mark.parametrize("options", [
     {"timeout": -1}, {"timeout": 1.5}, {"timeout": "10"}, {"timeout": True}, {"timeout": None},
+    {"timeout": 2 ** 32 * 1000},
     {"receive_progress": 1}, {"receive_progress": "true"}, {"disclose_me": "yes"},
 ])
 def test_call_option_type_errors_are_protocol_violations(options):

@@ -744,6 +744,21 @@ def test_will_on_mqtt5_disconnect_with_will_message(clients, raw):
     observer.expect(topic, b"asked for")
 
 
+def test_disconnect_setting_an_expiry_on_a_session_without_one_is_a_protocol_error(clients,
+                                                                                     raw):
+    # MQTT-3.14.2-2: not a valid DISCONNECT, so the server answers 0x82 and the will stays
+    # due; it was taken as a normal DISCONNECT: no will, the expiry silently ignored
+    topic = f"will/{unique('expiry')}"
+    observer = clients(V311)
+    assert observer.subscribe((topic, 1)) == [1]
+    client = raw()
+    client.connect_ok(V5, unique("noexpiry"), will=Will(topic, b"still due", 1))
+    client.send(Disconnect(properties={"session_expiry_interval": 60}))
+    assert client.recv() == Disconnect(0x82)  # protocol error
+    client.wait_closed()
+    observer.expect(topic, b"still due")
+
+
 def test_mqtt5_will_properties_pass_through(clients, raw):
     topic = f"will/{unique('props')}"
     observer = clients(V5)

@@ -172,6 +172,29 @@ def test_protocol_violation_aborts_and_closes(pv_router, name, established, acti
     run(scenario())
 
 
+HUGE = 10 ** 400
+"""An integer JSON and CBOR carry and no float can hold."""
+
+
+@pytest.mark.parametrize("serializer", ["json", "cbor"])
+@pytest.mark.parametrize("message", [
+    [PUBLISH, 1, {"retain": True, "_retain_ttl": HUGE}, "com.pv.topic", [1]],
+    [48, 1, {"timeout": HUGE}, "com.pv.procedure", [1]],  # CALL
+], ids=["publish _retain_ttl", "call timeout"])
+def test_a_duration_no_float_can_hold_is_a_protocol_violation(pv_router, serializer, message):
+    # it was an unexpected error (OverflowError converting it to seconds): the connection
+    # dropped without ABORT, a traceback logged at ERROR
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            client = await raw_connect(pv_router, "websocket", serializer)
+            await join(client)
+            client.send(message)
+            await assert_aborted(client)
+            await witness.check()
+
+    run(scenario())
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_nothing_processed_after_violation(pv_router, transport):
     """A message sent right behind the offending one is not processed."""

@@ -116,19 +116,37 @@ def test_a_frame_cut_inside_its_length_prefix_arrives(router):
 
 
 @pytest.mark.parametrize("cut", [None, 1, 3], ids=["whole", "prefix-1+3", "prefix-3+1"])
-def test_a_frame_over_the_limit_is_refused(router, cut):
-    """A length prefix over the listener's maximum drops the connection, before its
-    octets arrive, whether the prefix came in one piece or two (after a frame begun in an
+def test_a_frame_of_a_reserved_type_is_refused(router, cut):
+    """A prefix whose first octet is a frame type the spec reserves (3: a length over the
+    24 bits a frame has, 16 MiB, read as 32) drops the connection, before its octets
+    arrive, whether the prefix came in one piece or two (after a frame begun in an
     earlier read)."""
     peer = Peer(router)
     try:
         peer.join_and_subscribe("frames.over")
-        prefix = struct.pack("!I", MAX_MESSAGE_SIZE + 1)
+        prefix = struct.pack("!I", 3 * MAX_MESSAGE_SIZE + 1)
         if cut is None:
             peer.sock.sendall(prefix + b"\x00" * 1000)
         else:
             peer.sock.sendall(prefix[:cut])
             peer.sock.sendall(prefix[cut:] + b"\x00" * 1000)
         assert peer.closed_by_router()
+    finally:
+        peer.close()
+
+
+def test_a_ping_is_answered_with_a_pong_and_the_session_goes_on(router):
+    """RawSocket frame type 1 (PING) gets frame type 2 (PONG) with the same payload; it was
+    read as a 16 MiB length and the connection dropped ("over the limit")."""
+    peer = Peer(router)
+    try:
+        peer.join_and_subscribe("frames.ping")
+        payload = b"are you there?"
+        peer.sock.sendall(bytes([1]) + len(payload).to_bytes(3, "big") + payload
+                          + bytes([2, 0, 0, 0]))  # and an unasked PONG, which needs nothing
+        assert peer._read(4 + len(payload)) == bytes([2]) + len(payload).to_bytes(3, "big") \
+            + payload
+        peer.sock.sendall(msgpack_frame([PUBLISH, 2, {"acknowledge": True}, "frames.ping", []]))
+        assert peer.recv()[:2] == [PUBLISHED, 2]
     finally:
         peer.close()

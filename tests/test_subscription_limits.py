@@ -14,6 +14,7 @@ SUBACK within 2 s) are measured by ``bench/big_subscribe.py``.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -25,14 +26,14 @@ from proton.utils import LinkDetached
 from router.mqtt.packets import (Pingreq, Pingresp, Publish, Puback, Suback, Subscribe,
                                  SubscriptionOptions)
 from tests.amqp_clients import Receive, Send, amqp_listeners, connect
-from tests.clients import Sessions, run
+from tests.clients import Sessions, next_item, run
 from tests.harness import RouterProcess
 from tests.metrics_scrape import delta, scrape
 from tests.mqtt_clients import (V5, V311, ClientPool, RawMqtt, listeners, mqtt_realm, options,
                                 unique)
 
 BIG = 20_000
-MQTT_CAP, WAMP_SUBSCRIPTIONS, WAMP_REGISTRATIONS, AMQP_LINKS = 3, 2, 2, 2
+MQTT_CAP, WAMP_SUBSCRIPTIONS, WAMP_REGISTRATIONS, AMQP_LINKS, WAMP_CALLS = 3, 2, 2, 2, 2
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,8 @@ def router(tmp_path_factory):
     """Small caps on every protocol, and a metrics listener to see them counted."""
     realm = mqtt_realm("realm1", mqtt={"max_subscriptions": MQTT_CAP},
                        wamp={"max_subscriptions": WAMP_SUBSCRIPTIONS,
-                             "max_registrations": WAMP_REGISTRATIONS},
+                             "max_registrations": WAMP_REGISTRATIONS,
+                             "max_pending_calls": WAMP_CALLS},
                        amqp={"max_links": AMQP_LINKS})
     process = RouterProcess(
         tmp_path_factory.mktemp("caps"), [realm],
@@ -234,6 +236,40 @@ def test_wamp_subscriptions_and_registrations_per_session_are_capped(router):
             assert await session.call(f"{prefix}.again") == "again"
         assert delta(before, scrape(router), "router_incidents_total", realm="realm1",
                      protocol="wamp", reason="over_limit") == 2
+
+    run(scenario())
+
+
+def test_wamp_calls_in_progress_per_session_are_capped(router):
+    # a caller's calls to a callee that answers late were held without bound: 100,000 of
+    # them (1 KB of arguments each) grew the router by 184 MB
+    async def scenario():
+        before = scrape(router)
+        async with Sessions(router) as open_session:
+            callee, caller = await open_session(), await open_session()
+            procedure = f"com.cap.{unique('calls')}"
+            reached: asyncio.Queue[asyncio.Future] = asyncio.Queue()
+
+            def late() -> asyncio.Future:
+                answer = asyncio.get_running_loop().create_future()
+                reached.put_nowait(answer)
+                return answer
+
+            await callee.register(late, procedure)
+            pending = [asyncio.ensure_future(caller.call(procedure)) for _ in range(WAMP_CALLS)]
+            answers = [await next_item(reached) for _ in range(WAMP_CALLS)]  # at the callee
+            with pytest.raises(ApplicationError) as refused:
+                await caller.call(procedure)
+            assert refused.value.error == "wamp.error.limit_exceeded"
+            answers[0].set_result("first")
+            assert await pending[0] == "first"  # room again
+            again = asyncio.ensure_future(caller.call(procedure))
+            answers.append(await next_item(reached))
+            for answer in answers[1:]:
+                answer.set_result("later")
+            assert [await pending[1], await again] == ["later", "later"]
+        assert delta(before, scrape(router), "router_incidents_total", realm="realm1",
+                     protocol="wamp", reason="over_limit") == 1
 
     run(scenario())
 

@@ -34,12 +34,13 @@ import functools
 import time
 import uuid
 
+from cproton import pn_message_get_content_type
 from proton import (Array, Described, Message, decimal32, decimal64, decimal128, symbol,
                     timestamp, uint)
 
 from router.amqp.encoding import compound, encode, list_fields, section, sections, skip
 from router.core.errors import Unencodable
-from router.core.model import Publication
+from router.core.model import LONGEST_EXPIRY, Publication
 from router.core.payload import from_bytes, json_bytes, opaque_refusal
 
 HEADER, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x72, 0x73
@@ -91,8 +92,11 @@ class Inbound:
                 self.args = [value]
         # what clears a retained event: no body, null or an empty data section
         self.empty = body is None or (message.inferred and self.payload == b"")
-        if message.content_type:
-            properties["content_type"] = str(message.content_type)
+        content_type = pn_message_get_content_type(message._msg)
+        if content_type:
+            # (not ``message.content_type``: proton makes an absent one the symbol 'None',
+            # which every MQTT 5 receiver got as the ContentType of every such message)
+            properties["content_type"] = content_type
         correlation = message.correlation_id
         if correlation is not None:
             properties["correlation_data"] = (
@@ -104,10 +108,18 @@ class Inbound:
             properties["user_property"] = [(str(key), _text(value))
                                            for key, value in message.properties.items()]
         self.properties = properties or None
-        expiries = [time.time() + message.ttl] if message.ttl else []
-        if message.expiry_time:
-            expiries.append(float(message.expiry_time))
-        self.expires_at = min(expiries) if expiries else None
+        ttl, expiry_time = message.ttl, message.expiry_time
+        self.expires_at = None
+        if ttl or expiry_time:
+            now = time.time()
+            expiries = [now + ttl] if ttl else []
+            if expiry_time:
+                # a timestamp may name any millisecond of +-292 million years: one further
+                # off than the longest expiry a wire carries is that far, one before 1970
+                # is 1970 (a retained event expiring in the year 31,690,708 made `router
+                # retained list` fail for the whole realm)
+                expiries.append(min(max(float(expiry_time), 0.0), now + LONGEST_EXPIRY))
+            self.expires_at = min(expiries)
 
 
 def _text(value) -> str:

@@ -16,6 +16,7 @@ SHARED_GROUP = "x-shared-group"
 """Receiver link property: join this shared group (each message to one member)."""
 INTERNAL_ERROR = "amqp:internal-error"
 LINK_STOLEN = "amqp:link:stolen"
+MESSAGE_SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
 RESOURCE_LIMIT_EXCEEDED = "amqp:resource-limit-exceeded"
 
 

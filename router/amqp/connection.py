@@ -20,6 +20,10 @@ router receives) publishes. Inbound QoS, per message:
 * a sender link has the realm's ``amqp.inbound_window`` of credit, given back only
   as the router settles deliveries: with a slow disk the client waits for credit,
   and the unsettled deliveries per link never exceed the window.
+* a message over the listener's ``max_message_size`` closes its link
+  (``amqp:link:message-size-exceeded``); the messages under way (some transfers
+  received, more to come) of all the links of a connection may hold that much
+  together, more closes the connection (``amqp:resource-limit-exceeded``).
 
 Exactly-once receive: on a durable sender link (target durability other than
 ``none``, receiver settle mode ``second``) the tag of every QoS 2 delivery that
@@ -59,14 +63,14 @@ from proton import (Collector, Condition, Connection, Data, Delivery, Endpoint, 
 from router.amqp.addresses import AddressTopic, InvalidAddress, address_to_topic
 from router.amqp.body import Inbound, UnsupportedBody, plain
 from router.amqp.conditions import (INTERNAL_ERROR, INVALID_FIELD, LINK_STOLEN,
-                                    RESOURCE_LIMIT_EXCEEDED, SHARED_GROUP, UNAUTHORIZED,
-                                    AttachRefused,
+                                    MESSAGE_SIZE_EXCEEDED, RESOURCE_LIMIT_EXCEEDED,
+                                    SHARED_GROUP, UNAUTHORIZED, AttachRefused,
                                     refusal_condition, router_error_condition)
 from router.amqp.sasl import Identity, SaslServer
 from router.amqp.subscriber import AmqpSubscriber
 from router.core import errors
 from router.core.errors import RouterError
-from router.core.incidents import OVER_LIMIT, UNSUPPORTED
+from router.core.incidents import OVER_LIMIT, TOO_LARGE, UNSUPPORTED
 from router.core.model import SessionInfo
 from router.core.options import valid_group_name
 from router.core.qos import POLICIES
@@ -80,6 +84,10 @@ log = logging.getLogger(__name__)
 
 IDLE_TIMEOUT = 60.0
 MAX_FRAME_SIZE = 64 * 1024
+SESSION_CAPACITY = 4 * 1024 * 1024
+"""Bytes a session may have received and not yet handed over (its incoming window), unless
+the listener's ``max_message_size`` needs more: a message must fit, or its sender would
+wait for window for ever."""
 
 def terminus_capabilities(terminus) -> list[str]:
     data = terminus.capabilities
@@ -116,6 +124,8 @@ class _Publisher:
         """(container id, link name) of a durable QoS 2 link: its tags are remembered."""
         self.unsettled: set[bytes] = set()
         """Tags of the deliveries received and not yet settled by the router."""
+        self.unfinished = 0
+        """Bytes of its delivery under way (received in part: more transfers to come)."""
 
 
 def delivery_tag(delivery) -> bytes:
@@ -134,8 +144,14 @@ class AmqpConnection:
     """The protocol state of one connection (the core Peer that publishes)."""
 
     def __init__(self, frontend: "AmqpFrontend", write: Callable[[bytes], None],
-                 close: Callable[[], None], peer: str, flow: "ConnectionFlow") -> None:
+                 close: Callable[[], None], peer: str, flow: "ConnectionFlow",
+                 max_message_size: int) -> None:
         self.frontend = frontend
+        self.max_message_size = max_message_size
+        """The listener's: the largest message a client may send (a delivery over it closes
+        its link), and the most its deliveries under way may hold together."""
+        self._unfinished_bytes = 0
+        """What the deliveries under way of all its sender links hold together."""
         self.flow = flow
         """Outbound bound (QoS 0 dropped while ``flow.over``, QoS >= 1 queues wait while
         ``flow.paused``) and intake pausing."""
@@ -302,7 +318,8 @@ class AmqpConnection:
                 connection.open()
         elif kind == Event.SESSION_REMOTE_OPEN:
             if event.session.state & Endpoint.LOCAL_UNINIT:
-                event.session.incoming_capacity = 4 * 1024 * 1024
+                event.session.incoming_capacity = max(
+                    SESSION_CAPACITY, self.max_message_size + 2 * MAX_FRAME_SIZE)
                 event.session.open()
         elif kind == Event.LINK_REMOTE_OPEN:
             if event.link.state & Endpoint.LOCAL_UNINIT:
@@ -318,6 +335,11 @@ class AmqpConnection:
                 handler.disposition(delivery)
             elif isinstance(handler, _Publisher):
                 self._incoming(handler, delivery)
+            elif delivery.readable:  # on a link the router closed (too large): let go
+                if delivery.pending:
+                    delivery.link.recv(delivery.pending)
+                if not delivery.partial:
+                    delivery.settle()
         elif kind == Event.LINK_REMOTE_CLOSE:
             self._link_gone(event.link, closed=True)
             if not event.link.state & Endpoint.LOCAL_CLOSED:
@@ -467,7 +489,7 @@ class AmqpConnection:
                    and link.remote_snd_settle_mode != Link.SND_SETTLED)
         self.links[key] = _Publisher(
             link, named, (self.connection.remote_container or "", link.name) if durable else None)
-        link.max_message_size = self.frontend.settings.max_message_size
+        link.max_message_size = self.max_message_size
         link.open()
         link.flow(self.frontend.settings.inbound_window)
 
@@ -489,6 +511,7 @@ class AmqpConnection:
         if isinstance(handler, AmqpSubscriber):
             self.frontend.unlinked(handler, closed)
         elif isinstance(handler, _Publisher):
+            self._unfinished(handler, 0)
             for waiting_key, delivery in list(self._awaiting_settle.items()):
                 if delivery.link == link:
                     del self._awaiting_settle[waiting_key]
@@ -538,12 +561,21 @@ class AmqpConnection:
         if not delivery.readable:
             return
         publisher.unsettled.add(tag)  # from its first frame on: it took a credit
-        if delivery.partial:
-            return
         if delivery.aborted:
+            if publisher.unfinished:
+                self._unfinished(publisher, 0)
             self._settle(publisher, delivery)
             return
-        data = bytes(link.recv(delivery.pending))
+        size = delivery.pending
+        if size > self.max_message_size:
+            self._too_large(publisher, size)
+            return
+        if delivery.partial:
+            self._unfinished(publisher, size)
+            return
+        if publisher.unfinished:  # (it came in more than one part)
+            self._unfinished(publisher, 0)
+        data = bytes(link.recv(size))
         link.advance()
         presettled = delivery.settled
         message = Message()
@@ -587,6 +619,41 @@ class AmqpConnection:
             return
         if not acknowledged:
             self._outcome(publisher, delivery, presettled, Delivery.ACCEPTED, None)
+
+    def _too_large(self, publisher: _Publisher, size: int) -> None:
+        """A message over ``max_message_size`` (AMQP 1.0 section 2.7.3): its link is closed
+        with ``amqp:link:message-size-exceeded``, its bytes let go; counted."""
+        link = publisher.link
+        realm = self.frontend.realm
+        realm.incidents.count(realm.name, "amqp", TOO_LARGE,
+                              f"connection {self.peer}: link {link.name!r}: a message of "
+                              f"{size} bytes or more, over max_message_size "
+                              f"({self.max_message_size}): link closed", level=logging.INFO)
+        link.recv(size)  # (what comes after on the closed link is dropped as it comes)
+        self._link_gone(link, closed=True)
+        link.condition = Condition(MESSAGE_SIZE_EXCEEDED, f"a message is over the maximum "
+                                   f"size of {self.max_message_size} bytes")
+        link.close()
+
+    def _unfinished(self, publisher: _Publisher, size: int) -> None:
+        """The delivery under way on ``publisher``'s link holds ``size`` bytes now. Those of
+        all the connection's links together may be one message's worth at most (a client
+        writes a message's transfers one after the other): more closes the connection with
+        ``amqp:resource-limit-exceeded``, counted, as each link's may be a message's worth
+        and a connection may have ``amqp.max_links`` links."""
+        total = self._unfinished_bytes = self._unfinished_bytes + size - publisher.unfinished
+        publisher.unfinished = size
+        if total > self.max_message_size and not self.connection.state & Endpoint.LOCAL_CLOSED:
+            realm = self.frontend.realm
+            realm.incidents.count(realm.name, "amqp", OVER_LIMIT,
+                                  f"connection {self.peer}: messages under way on several "
+                                  f"links hold {total} bytes together, over max_message_size "
+                                  f"({self.max_message_size}): connection closed",
+                                  level=logging.INFO)
+            self.connection.condition = Condition(
+                RESOURCE_LIMIT_EXCEEDED, f"the messages under way hold more than "
+                f"{self.max_message_size} bytes together")
+            self.connection.close()
 
     def _durable(self, publisher: _Publisher, delivery, ok: bool) -> None:
         if self._closed or self.links.get(self._key(publisher.link)) is not publisher:

@@ -41,7 +41,7 @@ from router.amqp.body import bare_message, delivery_prefix
 from router.amqp.outlet import Outlet, SubscriberOwner
 from router.amqp.persistence import Outgoing
 from router.core.incidents import EXPIRED, QUEUE_FULL, SLOW_CONSUMER, UNREPRESENTABLE
-from router.core.model import Publication, SessionInfo
+from router.core.model import Publication, SessionInfo, remaining
 from router.core.options import SubscribeOptions
 from router.core.peer import Subscription
 from router.core.qos import delivered_qos
@@ -265,7 +265,7 @@ class AmqpSubscriber:
             tag = f"{item.seq}.{item.delivery_count}"
             delivery = link.delivery(tag)
             ttl = (None if item.expires_at is None
-                   else max(1, int((item.expires_at - time.time()) * 1000)))
+                   else remaining(item.expires_at, time.time(), 1000))
             link.send(delivery_prefix(item.qos > 0, item.delivery_count, item.published_qos,
                                       item.retained, ttl))
             link.send(item.bare)  # the same bytes for every receiver of the publication

@@ -29,7 +29,7 @@ class AmqpTcpProtocol(GatedProtocol, FlowingProtocol, Protocol):
         self.held = HeldTransport(frontend.scheduler, self.flow.counting(),
                                   self.flow.lose_connection)
         self.connection = AmqpConnection(frontend, self.held.write, self.held.close, self.peer,
-                                         self.flow)
+                                         self.flow, self.factory.max_message_size)
         # the gate's methods, not the protocol's (which holds the connection): no reference
         # cycle, so a closed connection is freed at once, not by a full collection
         self.connection.handshake_done = self.gate.passed
@@ -76,7 +76,9 @@ class AmqpTcpFactory(Factory):
     protocol = AmqpTcpProtocol
 
     def __init__(self, frontend: AmqpFrontend, new_flow: Callable[[object], ConnectionFlow],
-                 tls: bool = False) -> None:
+                 max_message_size: int, tls: bool = False) -> None:
         self.frontend = frontend
         self.new_flow = new_flow
+        self.max_message_size = max_message_size
+        """The listener's ``max_message_size``: the largest message a client may send."""
         self.tls = tls

@@ -40,7 +40,7 @@ from router.bridge.settings import BridgeConfig, TopicMapping
 from router.core.bridge_queue import BridgeQueueStore
 from router.core.errors import RouterError
 from router.core.incidents import BRIDGE_OFFLINE, EXPIRED, QUEUE_FULL, UNREPRESENTABLE
-from router.core.model import Publication, SessionInfo
+from router.core.model import Publication, SessionInfo, remaining
 from router.core.options import PublishOptions, SubscribeOptions
 from router.core.payload import from_bytes, to_bytes
 from router.core.peer import Registration, Subscription
@@ -495,8 +495,8 @@ class Bridge:
                  dup: bool = False) -> Publish:
         properties = message.properties
         if message.expires_at is not None and self.config.protocol == MQTT_5:
-            properties = dict(properties, message_expiry_interval=max(
-                1, int(message.expires_at - time.time())))
+            properties = dict(properties, message_expiry_interval=remaining(
+                message.expires_at, time.time()))
         qos = 0 if packet_id is None else min(message.qos, self._max_qos)
         return Publish(message.topic, message.payload, qos,
                        message.retain and self._retain_available, dup and qos > 0, packet_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from enum import Enum
@@ -17,6 +18,21 @@ Kwargs: TypeAlias = dict[str, Any]
 Details: TypeAlias = dict[str, Any]
 """A WAMP options or details dictionary: keys the router knows are read one by one and
 checked (:mod:`router.core.options`); the others are passed on or ignored."""
+
+LONGEST_EXPIRY = 0xFFFFFFFF
+"""The most units of time a wire carries for a message's remaining lifetime: MQTT 5's
+message expiry interval (seconds) and AMQP's header ttl (milliseconds) are both 32-bit."""
+
+
+def remaining(expires_at: float, now: float, per_second: int = 1) -> int:
+    """What is left of a message's lifetime (``expires_at``), in whole ``1 / per_second``
+    seconds: rounded up, so a message not yet expired never says 0, and at most
+    :data:`LONGEST_EXPIRY`, so an expiry further off than the receiver's wire can say (an
+    HTTP ``expires_in`` of years, an MQTT interval of 136 years for an AMQP receiver's
+    milliseconds) goes out as the longest it can, not as an encoding error that loses
+    the message."""
+    return min(LONGEST_EXPIRY, max(1, math.ceil((expires_at - now) * per_second)))
+
 
 class _Unknown(Enum):
     """A publication's topic view not worked out yet (None is a real answer: no such name)."""

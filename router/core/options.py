@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from router.core.errors import ProtocolViolation
-from router.core.model import Details, Eligibility
+from router.core.model import LONGEST_EXPIRY, Details, Eligibility
 from router.core.qos import POLICIES, QOS_LEVELS
 from router.core.topic import valid_group_name
 from router.core.uri import EXACT, MATCH_POLICIES
@@ -80,8 +80,12 @@ def parse_publish_options(options: Details) -> PublishOptions:
         eligible_authid=_id_list(options, "eligible_authid", str),
         eligible_authrole=_id_list(options, "eligible_authrole", str))
     ttl = options.get("_retain_ttl")
-    if ttl is not None and (type(ttl) not in (int, float) or ttl <= 0):
-        raise ProtocolViolation("option '_retain_ttl' must be a positive number of seconds")
+    if ttl is not None and (type(ttl) not in (int, float) or not 0 < ttl <= LONGEST_EXPIRY):
+        # (not NaN: a NaN deadline at the top of the realm's expiry heap compares false with
+        # every time, so no retained event of anyone would expire again; not an integer no
+        # float can hold)
+        raise ProtocolViolation(f"option '_retain_ttl' must be a positive number of seconds, "
+                                f"at most {LONGEST_EXPIRY}")
     qos = options.get("_qos", 0)
     if type(qos) is not int or qos not in QOS_LEVELS:
         raise ProtocolViolation("option '_qos' must be 0, 1 or 2")
@@ -137,7 +141,8 @@ def parse_call_options(options: Details) -> CallOptions:
     if not options:
         return NO_CALL_OPTIONS
     timeout = options.get("timeout", 0)
-    if type(timeout) is not int or timeout < 0:
-        raise ProtocolViolation("option 'timeout' must be a non-negative integer (ms)")
+    if type(timeout) is not int or not 0 <= timeout <= LONGEST_EXPIRY * 1000:
+        raise ProtocolViolation(f"option 'timeout' must be a non-negative integer (ms), at "
+                                f"most {LONGEST_EXPIRY * 1000}")
     return CallOptions(_bool(options, "receive_progress", False), timeout,
                        _bool(options, "disclose_me", False))

@@ -403,9 +403,12 @@ class Realm:
         cluster.register(peer, registration, claimed)
 
     def call(self, peer: Peer, request: int, procedure: str, args: Args | None,
-             kwargs: Kwargs | None, options: CallOptions, passthru: Passthru | None = None) -> None:
+             kwargs: Kwargs | None, options: CallOptions, passthru: Passthru | None = None,
+             limit: int | None = None) -> None:
         """A CALL: checked and authorized, then answered by a router procedure or routed to a
-        callee (on this node or, in a cluster, another)."""
+        callee (on this node or, in a cluster, another); ``limit``: the calls a session of
+        its protocol may have in progress (past it ``limit_exceeded``, counted as
+        ``over_limit``)."""
         levels = self._procedures.get(procedure)
         if levels is None:
             self.check_uri(procedure)
@@ -419,8 +422,9 @@ class Realm:
                     or self.authorizer.discloses(peer.info, "call", levels))
         try:
             self.dealer.call(peer, request, procedure, args, kwargs, options.receive_progress,
-                             options.timeout_ms, disclose, passthru)
+                             options.timeout_ms, disclose, passthru, limit)
         except RouterError as exc:
+            self._count_limit(peer.info, f"call {procedure}", exc)
             if exc.uri == errors.FEATURE_NOT_SUPPORTED:
                 self.incidents.count(self.name, family(peer.info.protocol), PASSTHRU_SKIPPED,
                                      f"session {peer.info.session_id}, call {procedure}: "

@@ -87,10 +87,13 @@ def dotted_form(topic: Topic) -> bool:
 
 def display(topic: Topic) -> str:
     """A readable, unambiguous name (logs, incidents, event log, meta API): the dotted form
-    when it splits back to the same levels, else the MQTT form, else a JSON list."""
+    when it splits back to the same levels, else the MQTT form when it has a ``/`` to tell
+    it from a dotted one, else a JSON list (the one-level MQTT topic ``sensor.1`` is
+    ``["sensor.1"]``: as ``sensor.1`` it read back as the two levels of the URI, and the
+    console's Delete of it purged that other topic)."""
     if dotted_form(topic):
         return ".".join(topic)
-    if not any("/" in level for level in topic):
+    if len(topic) > 1 and not any("/" in level for level in topic):
         return "/".join(topic)
     return json.dumps(list(topic), ensure_ascii=False)
 

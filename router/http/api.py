@@ -34,7 +34,7 @@ from router.config import HttpSettings
 from router.core import errors
 from router.core.errors import ProtocolViolation, RouterError
 from router.core.history import TimeWindow, rfc3339
-from router.core.model import Publication, SessionInfo
+from router.core.model import LONGEST_EXPIRY, Publication, SessionInfo
 from router.core.options import CallOptions, parse_publish_options
 from router.core.payload import from_bytes
 from router.core.realm import Realm
@@ -325,8 +325,10 @@ class HttpApi(Resource):
         topic, name_kind = _publish_topic(spec)
         options = _publish_options(spec, empty=not args and not kwargs and not payload)
         expires_in = spec.get("expires_in")
-        if expires_in is not None and (type(expires_in) not in (int, float) or expires_in < 0):
-            raise bad("'expires_in' must be a non-negative number of seconds")
+        if expires_in is not None and (type(expires_in) not in (int, float)
+                                       or not 0 <= expires_in <= LONGEST_EXPIRY):  # (not NaN)
+            raise bad(f"'expires_in' must be a non-negative number of seconds, at most "
+                      f"{LONGEST_EXPIRY}")
         if name_kind == "uri":
             self.realm.check_uri(spec["topic"])
         answer: defer.Deferred = defer.Deferred()
@@ -758,7 +760,17 @@ def _pattern(query: dict[str, str], realm: Realm) -> tuple[tuple[str, ...], str]
 
 
 def _path_topic(text: str) -> tuple[str, ...]:
-    """A topic in a path: dotted (a WAMP URI), or with ``/`` an MQTT topic name."""
+    """A topic in a path, in any form :func:`router.core.topic.display` names it: dotted (a
+    WAMP URI), with ``/`` an MQTT topic name, or a JSON list of its levels."""
     if not text:
         raise bad("the topic is missing from the path")
+    if text.startswith("["):
+        try:
+            levels = json.loads(text)
+        except ValueError:
+            levels = None
+        if (type(levels) is not list or not levels
+                or any(type(level) is not str for level in levels)):
+            raise bad("a topic in brackets must be a JSON list of its levels (strings)")
+        return tuple(levels)
     return from_mqtt(text) if "/" in text else from_uri(text)

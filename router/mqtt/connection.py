@@ -9,7 +9,6 @@ session it attaches to (and everything routing-related) lives elsewhere.
 from __future__ import annotations
 
 import logging
-import math
 import struct
 import time
 from functools import lru_cache, partial
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, TypeV
 from router.core import errors
 from router.core.errors import RouterError
 from router.core.incidents import TOO_LARGE
+from router.core.model import remaining
 from router.flow import disconnect_slow_consumer
 from router.held import HeldTransport
 from router.mqtt.codec import BARE_ACK, PUBACK, PUBCOMP, PUBREC, PUBREL, ServerCodec
@@ -536,10 +536,16 @@ class MqttConnection(ServerCodec):
         self._send(Pingresp())
 
     def _on_disconnect(self, packet: Disconnect) -> None:
+        expiry = packet.properties.get("session_expiry_interval")
+        if expiry and not self.session.persistent:
+            # not a valid DISCONNECT (MQTT-3.14.2-2: from 0 to more): a protocol error, so
+            # the will stays due and is published
+            raise MqttProtocolError(ReasonCode.PROTOCOL_ERROR, "DISCONNECT sets a session "
+                                    "expiry on a session that had none")
         if packet.reason_code != ReasonCode.DISCONNECT_WITH_WILL_MESSAGE:
             self._will = None
-        if self.version == 5 and "session_expiry_interval" in packet.properties:
-            self.frontend.set_expiry(self.session, packet.properties["session_expiry_interval"])
+        if expiry is not None:
+            self.frontend.set_expiry(self.session, expiry)
         self._close_now()
 
     # bytes out ----------------------------------------------------------------------------
@@ -589,8 +595,7 @@ class MqttConnection(ServerCodec):
             properties = dict(properties)
             # the received interval minus the time waited (MQTT-3.3.2-6), rounded up: a
             # message sent at once keeps its interval, and one not yet expired never says 0
-            properties["message_expiry_interval"] = max(
-                1, math.ceil(message.expires_at - time.time()))
+            properties["message_expiry_interval"] = remaining(message.expires_at, time.time())
         return Publish(topic, message.payload, message.qos if packet_id else 0, message.retain,
                        dup, packet_id, properties)
 

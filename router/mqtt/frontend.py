@@ -393,9 +393,9 @@ class MqttFrontend:
                                 session.expiry, disconnected_at)
 
     def set_expiry(self, session: MqttSession, seconds: int) -> None:
-        """MQTT 5 DISCONNECT may change the session expiry (not from 0 to more)."""
-        if session.persistent or seconds == 0:
-            self._set_persistence(session, self.capped_expiry(seconds))
+        """MQTT 5 DISCONNECT changes the session expiry (the connection refused one from 0
+        to more)."""
+        self._set_persistence(session, self.capped_expiry(seconds))
 
     def disconnected(self, connection: Outlet, session: MqttSession,
                      will: Will | None) -> None:

@@ -90,6 +90,10 @@ times acknowledgements by) stays 0.0 for one sent at once while the realm has no
 SEQ, PACKET_ID, STATE, MESSAGE, SENT_AT, GROUP, PUBLICATION = range(7)
 
 
+_MATCHING = "mqtt-matching"
+"""A publication's wire-cache key for its matching core subscriptions by id, made by the
+first client with overlapping filters that it reaches (see :meth:`MqttSession._combined`)."""
+
 _NONE_QUEUED: tuple[int, ...] = ()
 """The queue of a session that never queued: its deque (760 bytes) is made on first use."""
 _NO_PACKET_IDS: frozenset[int] = frozenset()
@@ -371,16 +375,33 @@ class MqttSession:
     def _combined(self, publication: Publication) -> tuple[int, bool, tuple | None] | None:
         """(QoS, retain, subscription identifiers) of the one copy for all this client's
         subscriptions matching ``publication``; None if no-local rules out every one.
-        The realm's index says which match: that scales with the topic, not with the
-        client's subscriptions."""
+        The realm's index says which match, walked once per publication (kept in its wire
+        cache for the dispatch); each client then looks at the fewer of its own
+        subscriptions and the matching ones: a client with two filters pays for two,
+        however many filters other clients hold that match (each client walking the
+        matches was clients x matches: 5,000 of one client's filters made every publish
+        to 200 clients with '#' and 'a/#' cost 429 ms of the reactor instead of 1.5)."""
+        cache = publication.wire_cache
+        if cache is None:
+            cache = publication.wire_cache = {}
+        matching = cache.get(_MATCHING)
+        if matching is None:
+            matching = cache[_MATCHING] = {
+                core.id: core for core in self.frontend.realm.broker.index.matching(
+                    publication.topic)}
         by_core_id = self._by_core_id
+        if len(by_core_id) <= len(matching):
+            both = [(mine, matching[core_id]) for core_id, mine in by_core_id.items()
+                    if core_id in matching]
+        else:
+            both = [(by_core_id[core_id], core) for core_id, core in matching.items()
+                    if core_id in by_core_id]
         publisher = publication.publisher
         own = publisher is not None and publisher.session_id == self.info.session_id
         policy = self.frontend.settings.qos_policy
         qos, retain, identifiers = -1, False, []
-        for core in self.frontend.realm.broker.index.matching(publication.topic):
-            mine = by_core_id.get(core.id)
-            if mine is None or (own and mine.options.no_local) or self._behind_retained(core):
+        for mine, core in both:
+            if (own and mine.options.no_local) or self._behind_retained(core):
                 continue  # (one waiting behind its retained events gets its own copy later)
             options = mine.options
             qos = max(qos, delivered_qos(publication.qos, options.qos, policy))

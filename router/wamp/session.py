@@ -524,7 +524,7 @@ class WampSession:
                                           msg.payload, "CALL")
         try:
             self._realm.call(self, msg.request, msg.procedure, args, msg.kwargs, options,
-                             passthru)
+                             passthru, self._listener.settings.max_pending_calls)
         except RouterError as exc:
             self._send_error(m.Call.MESSAGE_TYPE, msg.request, exc)
 

@@ -31,6 +31,8 @@ from router.websocket import WampWebSocketServerFactory, WampWebSocketServerProt
 log = logging.getLogger(__name__)
 
 RAWSOCKET_MAGIC = 0x7F
+RAWSOCKET_PING, RAWSOCKET_PONG = 1, 2
+"""Frame types (a frame header's first octet; 0 is a WAMP message)."""
 RAWSOCKET_ERROR_SERIALIZER_UNSUPPORTED = 1
 RAWSOCKET_ERROR_RESERVED_BITS = 3
 RAWSOCKET_ERROR_MAX_CONNECTIONS = 4
@@ -202,7 +204,7 @@ class RouterRawSocketProtocol(SlottedGatedProtocol, FlowingProtocol, _RawSocketE
                 return
         if self._session is None:
             return  # refused at the handshake, closing: TLS still hands over later records
-        limit = self.factory.max_length
+        limit = self.factory.frame_limit
         buffer = self._buffer
         if buffer:
             # a frame begun in an earlier read: its reads are gathered in one bytearray
@@ -213,23 +215,28 @@ class RouterRawSocketProtocol(SlottedGatedProtocol, FlowingProtocol, _RawSocketE
                 return
             length = RAWSOCKET_LENGTH.unpack_from(buffer)[0]
             if length > limit:
-                self.lengthLimitExceeded(length)
-                return
+                length = self._control_length(length)
+                if length < 0:
+                    return
             if len(buffer) < 4 + length:
                 return
             data = bytes(buffer)
             self._buffer = b""
         offset, end = 0, len(data)
         while end - offset >= 4:
-            length = RAWSOCKET_LENGTH.unpack_from(data, offset)[0]
-            if length > limit:
-                self.lengthLimitExceeded(length)
-                return
+            header = length = RAWSOCKET_LENGTH.unpack_from(data, offset)[0]
+            if length > limit:  # (a regular frame's header is its length: the commonest)
+                length = self._control_length(header)
+                if length < 0:
+                    return
             start = offset + 4
             offset = start + length
             if offset > end:
                 offset = start - 4
                 break
+            if header > limit:
+                self._control(header >> 24, data[start:offset])
+                continue
             self._session.on_payload(data[start:offset], None)  # type: ignore[union-attr]
         if offset < end:
             self._buffer = bytearray(memoryview(data)[offset:])
@@ -298,6 +305,34 @@ class RouterRawSocketProtocol(SlottedGatedProtocol, FlowingProtocol, _RawSocketE
                                        f"{self._max_len_send}")
         self.flow.write(RAWSOCKET_LENGTH.pack(len(payload)) + payload)  # (rawsocket_frame)
 
+    def _control_length(self, header: int) -> int:
+        """The payload length of a frame whose header is over the length limit: a PING or
+        PONG (its first octet the frame type 1 or 2, RawSocket's 24-bit length after it);
+        -1 once the connection is closed for any other (too long, or a reserved type)."""
+        kind, length = header >> 24, header & 0xFFFFFF
+        if kind not in (RAWSOCKET_PING, RAWSOCKET_PONG):
+            if kind:
+                log.info("RawSocket peer %s sent a frame of reserved type %d: closing",
+                         self.peer, kind)
+                self._buffer = b""
+                self.transport.abortConnection()
+            else:
+                self.lengthLimitExceeded(header)
+            return -1
+        if length > self.factory.frame_limit:
+            self.lengthLimitExceeded(length)
+            return -1
+        return length
+
+    def _control(self, kind: int, payload: bytes) -> None:
+        """A PING is answered with a PONG of its payload (counted as any write while the
+        client does not read, not sent once it is over its bound, as a WebSocket pong); a
+        PONG needs nothing."""
+        if kind != RAWSOCKET_PING:
+            return
+        if not self.flow.over:
+            self.flow.write(bytes((RAWSOCKET_PONG,)) + len(payload).to_bytes(3, "big") + payload)
+
     def lengthLimitExceeded(self, length: int) -> None:
         log.info("RawSocket peer %s sent %d octets, over the limit of %d: closing",
                  self.peer, length, self.factory.max_length)
@@ -325,6 +360,9 @@ class RouterRawSocketFactory(Factory):
         ``max_message_size`` (as autobahn rounded it)."""
         self.max_length = 2 ** (9 + self.length_exponent)
         """The longest frame a peer may send."""
+        self.frame_limit = min(self.max_length, 0xFFFFFF)
+        """The longest regular frame it can send: its header is its length, 24 bits (the
+        first octet is the frame type, 0)."""
         self.new_flow = new_flow
 
     def buildProtocol(self, addr: Any) -> RouterRawSocketProtocol:
