@@ -272,6 +272,16 @@ def test_message_to_anonymous_relay_is_rejected_where_denied(amqp):
     assert delivery.remote.condition.name == "amqp:unauthorized-access"
 
 
+def test_message_to_anonymous_relay_without_an_address_is_rejected_saying_so(amqp):
+    """A message on a link without a target needs its own ``to``; the refusal names that."""
+    connection = amqp()
+    sender = connection.create_sender(None, options=Send(1))
+    delivery = send(sender, Message(body=b"x", inferred=True))
+    assert delivery.remote_state == Delivery.REJECTED
+    assert delivery.remote.condition.name == "amqp:invalid-field"
+    assert "'to' address" in delivery.remote.condition.description
+
+
 def test_sasl_plain_wrong_password_refused(amqp):
     with pytest.raises(ConnectionException):
         amqp(user="alice", password="wrong")

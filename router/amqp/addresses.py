@@ -90,6 +90,9 @@ def address_to_pattern(address: str | None, uri_check: str) -> AddressTopic:
 
 def address_to_topic(address: str | None, uri_check: str) -> AddressTopic:
     """The topic a publisher's target address (or message ``to``) names."""
+    if not address:  # (a link without a target: each message names where it goes)
+        raise InvalidAddress("a message on a link without a target address needs a 'to' "
+                             "address")
     named = address_to_pattern(address, uri_check)
     if named.match != EXACT or (named.mqtt and not valid_topic_name(named.text)):
         raise InvalidAddress(f"cannot publish to the pattern {address!r}")
