@@ -619,7 +619,7 @@ def _expiry_cap(reader: _Reader, key: str, default: int) -> int:
 
 def _amqp(reader: _Reader, mqtt: MqttSettings) -> AmqpSettings:
     reader.reject_unknown({"payload_mapping", "qos_policy", "max_queued", "inbound_window",
-                           "max_link_expiry", "max_links"})
+                           "max_link_expiry", "max_links", "max_sessions"})
     defaults = AmqpSettings()
     return AmqpSettings(payload_mapping=_one_of(reader, "payload_mapping", MAPPINGS,
                                                 mqtt.payload_mapping),
@@ -629,7 +629,9 @@ def _amqp(reader: _Reader, mqtt: MqttSettings) -> AmqpSettings:
                                                  defaults.inbound_window),
                         max_link_expiry=_expiry_cap(reader, "max_link_expiry",
                                                     defaults.max_link_expiry),
-                        max_links=_positive(reader, "max_links", int, defaults.max_links))
+                        max_links=_positive(reader, "max_links", int, defaults.max_links),
+                        max_sessions=_positive(reader, "max_sessions", int,
+                                               defaults.max_sessions))
 
 
 def _one_of(reader: _Reader, key: str, allowed: tuple[str, ...], default: str) -> str:

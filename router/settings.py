@@ -76,6 +76,9 @@ class AmqpSettings:
     max_links: int = 1_000
     """Links one connection may have attached; one more is refused
     (``amqp:resource-limit-exceeded``)."""
+    max_sessions: int = 16
+    """Sessions one connection may have begun (its channel-max): each may hold a message
+    under way, so together they bound what a connection's unfinished messages hold."""
 
 
 @dataclass(frozen=True)

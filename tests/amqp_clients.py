@@ -11,8 +11,8 @@ import socket
 import time
 from typing import Any, Callable
 
-from proton import (Collector, Connection, Data, Delivery, Link, Message, Terminus, Transport,
-                    symbol)
+from proton import (Collector, Connection, Data, Delivery, Link, Message, Session, Terminus,
+                    Transport, symbol)
 from proton.reactor import ReceiverOption, SenderOption
 from proton.utils import BlockingConnection, BlockingReceiver
 
@@ -189,12 +189,16 @@ class EngineClient:
         self.closed = False
         """The router closed the socket."""
 
-    def sender(self, address: str) -> Link:
-        """A sender link (unsettled, first) on a session of its own, attached and given
-        credit."""
+    def session(self) -> Session:
+        """A new session, begun."""
         session = self.connection.session()
         session.open()
-        link = session.sender(unique_name(address))
+        return session
+
+    def sender(self, address: str, session: Session | None = None) -> Link:
+        """A sender link (unsettled, first) on ``session`` (else on a session of its own),
+        attached and given credit."""
+        link = (session or self.session()).sender(unique_name(address))
         link.target.address = address
         link.open()
         self.run(lambda: link.credit > 0, f"credit on {address}")

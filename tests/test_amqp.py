@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from proton import ConnectionException, Delivery, LinkException, Message, symbol
+from proton import ConnectionException, Delivery, Endpoint, LinkException, Message, symbol
 
 from router.amqp.connection import terminus_capabilities
+from router.settings import AmqpSettings
 from tests.amqp_clients import (TIMEOUT, EngineClient, Receive, Send, amqp_listeners, annotation,
                                 body_bytes, connect, expect_body, message, raw_socket, received,
                                 send, settle)
@@ -664,12 +665,13 @@ def test_a_message_over_max_message_size_closes_its_link(router):
         client.close()
 
 
-def test_messages_under_way_over_one_message_worth_together_close_the_connection(router):
-    # each link may hold a message under way up to max_message_size; a connection with
+def test_messages_under_way_on_one_session_over_one_message_worth_close_the_connection(router):
+    # each link may hold a message under way up to max_message_size; a session with
     # amqp.max_links (1,000) links held that much each (180 MB measured with 200 links)
     client = EngineClient(router)
     try:
-        links = [client.sender(topic()) for _ in range(3)]
+        session = client.session()
+        links = [client.sender(topic(), session) for _ in range(3)]
         for link in links:
             link.delivery(b"unfinished")
             link.send(b"x" * (MAX_MESSAGE // 2))  # no advance: more to come, never sent
@@ -679,6 +681,52 @@ def test_messages_under_way_over_one_message_worth_together_close_the_connection
         assert condition is not None and condition.name == "amqp:resource-limit-exceeded"
     finally:
         client.close()
+
+
+def test_sessions_each_with_a_message_under_way_go_on(router, amqp):
+    """A client writing big messages on several sessions at once (each session's window
+    stops one part-way) is within its bound: each session may hold one message's worth."""
+    client = EngineClient(router)
+    try:
+        address = topic()
+        links = [client.sender(address) for _ in range(3)]
+        receiver = amqp().create_receiver(address, credit=10, options=Receive(0))
+        encoded = Message(body=b"x" * (MAX_MESSAGE // 2), inferred=True).encode()
+        deliveries = []
+        for link in links:
+            deliveries.append(link.delivery(b"big"))
+            link.send(encoded[:-10])  # each session's links hold half a message
+        for link in links:
+            link.send(encoded[-10:])
+            link.advance()
+        client.run(lambda: all(delivery.remote_state for delivery in deliveries),
+                   "the messages' outcomes")
+        assert client.connection.remote_condition is None and not client.closed
+        assert [len(body_bytes(received(receiver)[0])) for _ in links] == [MAX_MESSAGE // 2] * 3
+    finally:
+        client.close()
+
+
+def test_a_session_over_max_sessions_closes_the_connection(router):
+    """The connection's channel-max is ``amqp.max_sessions - 1``: a client within it goes
+    on; one that begins more (before it read the router's OPEN) is closed."""
+    sessions = AmqpSettings().max_sessions
+    within = EngineClient(router)
+    over = EngineClient(router)
+    try:
+        opened = [within.session() for _ in range(sessions)]
+        within.run(lambda: all(session.state & Endpoint.REMOTE_ACTIVE for session in opened),
+                   "the sessions' BEGIN")
+        assert within.transport.remote_channel_max == sessions - 1
+        for _ in range(sessions + 1):  # all sent with the OPEN, on channels 0 .. sessions
+            over.session()
+        over.run(lambda: over.connection.remote_condition is not None or over.closed,
+                 "the connection's close")
+        within.run(lambda: True, "a turn")
+        assert within.connection.remote_condition is None and not within.closed
+    finally:
+        within.close()
+        over.close()
 
 
 # --- three protocols ------------------------------------------------------------------------------

@@ -22,8 +22,9 @@ router receives) publishes. Inbound QoS, per message:
   and the unsettled deliveries per link never exceed the window.
 * a message over the listener's ``max_message_size`` closes its link
   (``amqp:link:message-size-exceeded``); the messages under way (some transfers
-  received, more to come) of all the links of a connection may hold that much
-  together, more closes the connection (``amqp:resource-limit-exceeded``).
+  received, more to come) of all the links of a session may hold that much
+  together, more closes the connection (``amqp:resource-limit-exceeded``); a
+  connection may begin ``amqp.max_sessions`` sessions (its channel-max).
 
 Exactly-once receive: on a durable sender link (target durability other than
 ``none``, receiver settle mode ``second``) the tag of every QoS 2 delivery that
@@ -150,8 +151,9 @@ class AmqpConnection:
         self.max_message_size = max_message_size
         """The listener's: the largest message a client may send (a delivery over it closes
         its link), and the most its deliveries under way may hold together."""
-        self._unfinished_bytes = 0
-        """What the deliveries under way of all its sender links hold together."""
+        self._unfinished_bytes: dict[object, int] = {}
+        """What the deliveries under way of each session's sender links hold together (only
+        sessions holding some)."""
         self.flow = flow
         """Outbound bound (QoS 0 dropped while ``flow.over``, QoS >= 1 queues wait while
         ``flow.paused``) and intake pausing."""
@@ -222,6 +224,7 @@ class AmqpConnection:
         transport.require_auth(False)
         transport.max_frame_size = MAX_FRAME_SIZE
         transport.idle_timeout = IDLE_TIMEOUT
+        transport.channel_max = self.frontend.settings.max_sessions - 1  # (channels from 0)
         connection = Connection()
         collector = Collector()
         connection.collect(collector)
@@ -637,22 +640,28 @@ class AmqpConnection:
 
     def _unfinished(self, publisher: _Publisher, size: int) -> None:
         """The delivery under way on ``publisher``'s link holds ``size`` bytes now. Those of
-        all the connection's links together may be one message's worth at most (a client
-        writes a message's transfers one after the other): more closes the connection with
-        ``amqp:resource-limit-exceeded``, counted, as each link's may be a message's worth
-        and a connection may have ``amqp.max_links`` links."""
-        total = self._unfinished_bytes = self._unfinished_bytes + size - publisher.unfinished
+        all the links of one session together may be one message's worth at most (a client
+        writes a message's transfers one after the other on a session): more closes the
+        connection with ``amqp:resource-limit-exceeded``, counted, as each link's may be a
+        message's worth and a session may have ``amqp.max_links`` links. A connection has at
+        most ``amqp.max_sessions`` sessions (its channel-max), which bounds the whole."""
+        session = publisher.link.session
+        held = self._unfinished_bytes.get(session, 0) + size - publisher.unfinished
         publisher.unfinished = size
-        if total > self.max_message_size and not self.connection.state & Endpoint.LOCAL_CLOSED:
+        if held:
+            self._unfinished_bytes[session] = held
+        else:
+            self._unfinished_bytes.pop(session, None)
+        if held > self.max_message_size and not self.connection.state & Endpoint.LOCAL_CLOSED:
             realm = self.frontend.realm
             realm.incidents.count(realm.name, "amqp", OVER_LIMIT,
                                   f"connection {self.peer}: messages under way on several "
-                                  f"links hold {total} bytes together, over max_message_size "
-                                  f"({self.max_message_size}): connection closed",
-                                  level=logging.INFO)
+                                  f"links of a session hold {held} bytes together, over "
+                                  f"max_message_size ({self.max_message_size}): connection "
+                                  f"closed", level=logging.INFO)
             self.connection.condition = Condition(
-                RESOURCE_LIMIT_EXCEEDED, f"the messages under way hold more than "
-                f"{self.max_message_size} bytes together")
+                RESOURCE_LIMIT_EXCEEDED, f"the messages under way on a session hold more "
+                f"than {self.max_message_size} bytes together")
             self.connection.close()
 
     def _durable(self, publisher: _Publisher, delivery, ok: bool) -> None:
