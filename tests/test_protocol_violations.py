@@ -195,6 +195,25 @@ def test_a_duration_no_float_can_hold_is_a_protocol_violation(pv_router, seriali
     run(scenario())
 
 
+def test_a_call_reusing_the_request_id_of_one_in_progress_is_a_protocol_violation(pv_router):
+    # the second call replaced the first in the caller's calls in progress: the caller's
+    # bound (wamp.max_pending_calls) never grew past one, and the first call was orphaned
+    register, registered, call, invocation = 64, 65, 48, 68
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            client = await raw_connect(pv_router, "rawsocket", "json")
+            await client.hello("realm1", {"roles": {"caller": {}, "callee": {}}})
+            client.send([register, 1, {}, "com.pv.late"])
+            assert (await client.recv())[:2] == [registered, 1]
+            client.send([call, 7, {}, "com.pv.late"])
+            assert (await client.recv())[0] == invocation  # never answered
+            client.send([call, 7, {}, "com.pv.late"])
+            await assert_aborted(client)
+            await witness.check()
+
+    run(scenario())
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_nothing_processed_after_violation(pv_router, transport):
     """A message sent right behind the offending one is not processed."""
