@@ -14,11 +14,14 @@ from urllib.parse import quote
 
 import jsonschema
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from autobahn.wamp.types import CallResult, RegisterOptions
 
 from router.config import ConfigError, load_config
 from router.core.credentials import hash_secret
-from router.http.api import openapi_document
+from router.core.topic import display
+from router.http.api import _path_topic, openapi_document
 from tests import amqp_clients
 from tests.auth_helpers import client_context, make_certs
 from tests.clients import connect, next_item, run
@@ -198,6 +201,14 @@ def test_a_not_finite_or_too_long_expiry_or_retained_ttl_is_refused(router, valu
                         {"Content-Type": "application/json"}, body.encode())
         assert reply.status == 400, (key, reply.body)
     assert request(router, "GET", f"/retained/{topic}").status == 404
+
+
+@given(st.lists(st.text(st.sampled_from("ab.[]/\"#"), max_size=4), min_size=1, max_size=3))
+def test_a_listed_topic_name_in_a_path_is_that_topic(levels):
+    """What GET /retained lists (:func:`display`) names the same topic in a path: a name
+    beginning with '[' read as a JSON list was another topic, or refused."""
+    topic = tuple(levels)
+    assert _path_topic(display(topic)) == topic
 
 
 def test_deleting_a_listed_one_level_mqtt_topic_with_a_dot_deletes_that_topic(router):

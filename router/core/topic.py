@@ -90,11 +90,16 @@ def display(topic: Topic) -> str:
     when it splits back to the same levels, else the MQTT form when it has a ``/`` to tell
     it from a dotted one, else a JSON list (the one-level MQTT topic ``sensor.1`` is
     ``["sensor.1"]``: as ``sensor.1`` it read back as the two levels of the URI, and the
-    console's Delete of it purged that other topic)."""
-    if dotted_form(topic):
-        return ".".join(topic)
-    if len(topic) > 1 and not any("/" in level for level in topic):
-        return "/".join(topic)
+    console's Delete of it purged that other topic). A name with a ``/`` in a level, or one
+    that would begin with ``[``, is a JSON list too: those are how the MQTT form and a JSON
+    list are told from the others."""
+    if not any("/" in level for level in topic):
+        if dotted_form(topic):
+            text = ".".join(topic)
+            if not text.startswith("["):
+                return text
+        elif len(topic) > 1 and not topic[0].startswith("["):
+            return "/".join(topic)
     return json.dumps(list(topic), ensure_ascii=False)
 
 
