@@ -286,16 +286,37 @@ class _Reader:
         return _Reader(self.source, data, self._join(suffix))
 
 
+class _NotJsonNumber(ValueError):
+    """NaN, Infinity or a number too large for a float: Python's json module reads them,
+    JSON has none, and NaN would pass every range check (``NaN <= 0`` is false)."""
+
+
+def _not_a_constant(text: str) -> Any:
+    raise _NotJsonNumber(f"{text} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _NotJsonNumber(f"{text} is too large for a number")
+    return value
+
+
 def _load_json(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(path, "", f"cannot read file ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, "", f"not UTF-8 text (byte {exc.start}: "
+                          f"{exc.object[exc.start:exc.start + 1]!r})") from exc
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_a_constant, parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise ConfigError(path, "", f"invalid JSON at line {exc.lineno} column {exc.colno}: "
                           f"{exc.msg}") from exc
+    except _NotJsonNumber as exc:
+        raise ConfigError(path, "", f"invalid JSON: {exc}") from exc
 
 
 def _tls(reader: _Reader, base: Path) -> TlsConfig:
@@ -872,6 +893,8 @@ def load_config(path: Path | str) -> NodeConfig:
     if not listeners:
         raise reader.fail("listeners", "must define at least one listener")
     timeout = reader.get("shutdown_timeout", (int, float), 5.0)
+    if timeout < 0:
+        raise reader.fail("shutdown_timeout", f"must not be negative, got {timeout}")
     eventlog = _eventlog(reader.child("eventlog", reader.get("eventlog", dict, {})), names)
     backoff_reader = reader.child("login_backoff", reader.get("login_backoff", dict, {}))
     backoff_reader.reject_unknown({"after_failures", "window", "max_delay",

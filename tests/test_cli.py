@@ -178,6 +178,18 @@ BAD_CONFIGS = [
      "config.json", ["cluster.call_timeout"]),
     ("cluster.heartbeat_interval zero", _set(["config", "cluster"], {"heartbeat_interval": 0}),
      "config.json", ["cluster.heartbeat_interval", "positive"]),
+    ("shutdown_timeout negative", _set(["config", "shutdown_timeout"], -1), "config.json",
+     ["shutdown_timeout", "negative"]),
+    # Python's json module reads NaN, Infinity and 1e400 (infinite), which no JSON number is;
+    # every "> 0" check passes NaN, so a NaN timeout would be taken
+    ("NaN in config.json", _replace("config", '{"realms": ["realm1"], "shutdown_timeout": NaN,'
+                                    ' "listeners": [{"type": "websocket", "port": 0}]}'),
+     "config.json", ["JSON", "NaN"]),
+    ("1e400 in config.json", _replace("config", '{"realms": ["realm1"], "sys_interval": 1e400,'
+                                      ' "listeners": [{"type": "websocket", "port": 0}]}'),
+     "config.json", ["JSON", "1e400"]),
+    ("Infinity in realm file", _set(["realm", "wamp"], {"max_unacked": float("inf")}),
+     "realm1.json", ["JSON", "Infinity"]),
     ("cluster.node_timeout not above two heartbeats",
      _set(["config", "cluster"], {"heartbeat_interval": 1, "node_timeout": 2}),
      "config.json", ["cluster.node_timeout", "more than twice heartbeat_interval"]),
@@ -218,6 +230,15 @@ def test_run_refuses_bad_config(tmp_path, mutation, file_name, words):
     assert file_name in result.stderr and all(word in result.stderr for word in words), \
         result.stderr
     assert "ready:" not in result.stderr
+
+
+def test_a_config_file_that_is_not_utf8_is_a_clear_error_not_a_traceback(tmp_path):
+    config_path = write(tmp_path, *good_config())
+    config_path.write_bytes(b"\xff\xfe" + config_path.read_bytes())
+    result = router_cli("check-config", "--config", str(config_path))
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "config.json" in result.stderr and "UTF-8" in result.stderr, result.stderr
 
 
 def test_run_refuses_missing_config_file(tmp_path):
