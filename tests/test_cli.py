@@ -381,3 +381,15 @@ def test_sigterm_with_unresponsive_client_still_exits_zero(fresh_router):
 
     run(scenario())
     assert fresh_router.proc.wait(15) == 0
+
+
+@pytest.mark.parametrize("args", [["status", "--interval", "-1"], ["status", "--interval", "nan"],
+                                  ["reload", "--timeout", "-1"], ["reload", "--timeout", "inf"]],
+                         ids=["interval -1", "interval nan", "timeout -1", "timeout inf"])
+def test_a_negative_or_non_finite_number_of_seconds_is_a_usage_error(args):
+    """`status --interval -1` ended in a ValueError traceback from time.sleep; a reload that
+    would wait -1 s said the router "did not report within -1 s"."""
+    result = router_cli(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert args[1] in result.stderr and "seconds" in result.stderr, result.stderr
