@@ -457,6 +457,23 @@ def test_websocket_wrong_path_refused(pv_router, path):
     run(scenario())
 
 
+@pytest.mark.parametrize("target", ["/ws", "/wrong", "/ws?redirect=https%3A%2F%2Fevil.example%2F"])
+def test_a_plain_http_request_gets_no_status_page_and_no_redirect(pv_router, target):
+    """Without an Upgrade header autobahn served its HTML status page (with its version) on
+    any path, and ``?redirect=URL`` answered 303 to that URL: an open redirect on the
+    router's address. A WebSocket listener answers such a request 426 Upgrade Required."""
+    async def scenario():
+        host, port, _ = pv_router.address("websocket")
+        reader, writer = await open_tcp(pv_router, "websocket")
+        writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)).decode("latin-1")
+        writer.close()
+        assert head.split()[1] == "426", head
+        assert "evil.example" not in head, head
+
+    run(scenario())
+
+
 # authentication ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("transport,serializer", COMBINATIONS)
