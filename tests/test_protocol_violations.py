@@ -210,6 +210,31 @@ def test_unknown_realm(pv_router, transport):
     run(scenario())
 
 
+LONE_SURROGATES = {
+    "realm in HELLO": b'[1, "realm\\ud800", {"roles": {"subscriber": {}}}]',
+    "authid in HELLO": b'[1, "realm1", {"roles": {"subscriber": {}}, "authid": "\\udc00", '
+                       b'"authmethods": ["ticket"]}]',
+}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("where", list(LONE_SURROGATES))
+def test_a_lone_surrogate_escape_in_json_is_a_protocol_violation(pv_router, transport, where):
+    """JSON's escape "\\ud800" decodes (in Python) to a lone surrogate, which is no Unicode
+    text and which no serializer can write: the router's ABORT naming that realm or authid
+    raised in the reactor instead of being sent (no answer, a traceback in the log). It is
+    refused as undecodable, as MessagePack and CBOR refuse invalid UTF-8."""
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            client = await raw_connect(pv_router, transport, "json")
+            client.send_bytes(LONE_SURROGATES[where])
+            abort = await assert_aborted(client)
+            assert "undecodable" in abort[1]["message"], abort
+            await witness.check()
+
+    run(scenario())
+
+
 # oversize messages ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
