@@ -247,6 +247,18 @@ def test_run_refuses_missing_config_file(tmp_path):
     assert "nope.json" in result.stderr
 
 
+def test_run_names_the_file_and_data_dir_when_the_data_dir_cannot_be_made(tmp_path):
+    """A data_dir that is a file said only "cannot start: [Errno 17] File exists: ..."."""
+    config, realm = good_config()
+    (tmp_path / "occupied").write_text("a file, not a directory")
+    config["data_dir"] = "occupied"
+    config_path = write(tmp_path, config, realm)
+    result = router_cli("run", "--config", str(config_path), timeout=20)
+    assert result.returncode != 0
+    assert f"{config_path}: data_dir: cannot create" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
 def test_run_refuses_port_in_use_naming_the_listener_and_the_file(tmp_path):
     config, realm = good_config()
     with socket.socket() as busy:
