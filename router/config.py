@@ -585,8 +585,12 @@ def _retention(reader: _Reader, check: str) -> RetentionPolicy:
         entry_reader = declined_reader.child(index, entry)
         entry_reader.reject_unknown({"uri", "match"})
         declined.append(_pattern(entry_reader, check))
+    default_ttl = _positive(reader, "default_ttl", (int, float, type(None)), None)
+    if default_ttl is not None and default_ttl > MAX_FOUR_BYTE:  # (as MQTT's expiry interval)
+        raise reader.fail("default_ttl", f"must be at most {MAX_FOUR_BYTE} seconds, got "
+                          f"{default_ttl}: an expiry past year 9999 has no date")
     return RetentionPolicy(
-        default_ttl=_positive(reader, "default_ttl", (int, float, type(None)), None),
+        default_ttl=default_ttl,
         max_topics=_positive(reader, "max_topics", int, defaults.max_topics),
         max_bytes=_positive(reader, "max_bytes", int, defaults.max_bytes),
         max_restricted=_positive(reader, "max_restricted", int, defaults.max_restricted),

@@ -117,6 +117,9 @@ BAD_CONFIGS = [
      ["wamp.max_testaments", "positive"]),
     ("max_session_expiry over four bytes", _set(["realm", "mqtt"], {"max_session_expiry": 2 ** 32}),
      "realm1.json", ["mqtt.max_session_expiry", "4294967295"]),
+    # an expiry past year 9999 made every retained listing fail ("year 33715 is out of range")
+    ("retention.default_ttl too long", _set(["realm", "retention"], {"default_ttl": 1e12}),
+     "realm1.json", ["retention.default_ttl", "4294967295"]),
     ("max_keepalive over two bytes", _set(["realm", "mqtt"], {"max_keepalive": 65536}),
      "realm1.json", ["mqtt.max_keepalive", "65535"]),
     ("topic_alias_maximum negative", _set(["realm", "mqtt"], {"topic_alias_maximum": -1}),
