@@ -494,8 +494,12 @@ def _init(args: argparse.Namespace) -> int:
 
     try:
         written = write_starter(Path(args.folder), args.force, args.host, args.data_dir)
-    except FileExistsError as exc:
-        print(f"not overwriting {exc} (--force replaces them)", file=sys.stderr)
+    except OSError as exc:
+        if isinstance(exc, FileExistsError) and exc.errno is None:  # write_starter's own
+            print(f"not overwriting {exc} (--force replaces them)", file=sys.stderr)
+        else:
+            print(f"cannot write the starter files into {args.folder}: {exc.strerror} "
+                  f"({exc.filename})", file=sys.stderr)
         return 1
     for path in written:
         print(f"wrote {path}")

@@ -408,3 +408,19 @@ def test_a_negative_or_non_finite_number_of_seconds_is_a_usage_error(args):
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr, result.stderr
     assert args[1] in result.stderr and "seconds" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "realms-is-a-file"])
+def test_init_where_it_cannot_write_says_so_without_a_traceback(tmp_path, where):
+    """`init /proc/x` (or a folder under a file) ended in a FileNotFoundError traceback."""
+    (tmp_path / "file").write_text("")
+    if where == "under-a-file":
+        folder = tmp_path / "file" / "starter"
+    else:
+        folder = tmp_path / "starter"
+        folder.mkdir()
+        (folder / "realms").write_text("")
+    result = router_cli("init", str(folder))
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert f"cannot write the starter files into {folder}" in result.stderr, result.stderr
