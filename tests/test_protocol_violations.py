@@ -465,6 +465,37 @@ def test_welcome_over_the_clients_rawsocket_limit_aborts_the_session(pv_router):
     run(scenario())
 
 
+def test_an_error_over_the_clients_rawsocket_limit_still_answers_the_request(pv_router):
+    """The router's ERROR names the client's URI ("no callee registered for '<1,000
+    octets>'"): over the 1024 octets the client announced, it was not sent at all (only
+    counted too_large), and the CALL or SUBSCRIBE waited forever. The ERROR goes without
+    its message then: the request is answered, with the URI that says why."""
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            reader, writer = await open_tcp(pv_router, "rawsocket")
+            try:
+                writer.write(bytes([0x7F, 1 << 4 | 1, 0, 0]))  # at most 1024 octets to us
+                assert (await asyncio.wait_for(reader.readexactly(4), TIMEOUT))[0] == 0x7F
+
+                async def exchange(message: list) -> list:
+                    data = json.dumps(message).encode()
+                    writer.write(struct.pack("!I", len(data)) + data)
+                    header = await asyncio.wait_for(reader.readexactly(4), TIMEOUT)
+                    length = struct.unpack("!I", header)[0] & 0xFFFFFF
+                    return json.loads(await reader.readexactly(length))
+
+                assert (await exchange([HELLO, "realm1", {"roles": ROLES}]))[0] == WELCOME
+                answer = await exchange([48, 1, {}, "nope." + "x" * 1000, []])
+                assert answer == [8, 48, 1, {}, "wamp.error.no_such_procedure"], answer
+                answer = await exchange([32, 2, {}, "wamp." + "y" * 1000])
+                assert answer == [8, 32, 2, {}, "wamp.error.not_authorized"], answer
+            finally:
+                writer.close()
+            await witness.check()
+
+    run(scenario())
+
+
 # WebSocket path ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", ["/wrong", "/", "/ws/extra", "/WS"])

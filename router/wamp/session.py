@@ -644,8 +644,17 @@ class WampSession:
         self._close_transport()
 
     def _send_error(self, request_type: int, request: int, exc: RouterError) -> None:
-        self.send(WireMessage(_with_payload([ERROR, request_type, request, {}, exc.uri],
-                                             exc.args_list, exc.kwargs)))
+        """Answer a request with ERROR; one over the peer's maximum message size (its message
+        may name the client's long URI) goes without its message: the request must be
+        answered, and the URI says why."""
+        try:
+            self.transport.send(WireMessage(_with_payload(
+                [ERROR, request_type, request, {}, exc.uri], exc.args_list, exc.kwargs)))
+        except PayloadExceededError as too_large:
+            self._too_large(too_large)
+            self.send(WireMessage([ERROR, request_type, request, {}, exc.uri]))
+        except TransportLost:
+            pass
 
     def send(self, msg: WireMessage) -> None:
         try:
