@@ -496,6 +496,39 @@ def test_an_error_over_the_clients_rawsocket_limit_still_answers_the_request(pv_
     run(scenario())
 
 
+def test_a_result_over_the_callers_rawsocket_limit_ends_the_call_with_an_error(pv_router):
+    """A final RESULT larger than the caller announced it can take was dropped (counted
+    too_large) and the call never ended for the caller. It gets ERROR
+    wamp.error.payload_size_exceeded instead, as autobahn's own peers answer."""
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            callee = await connect(pv_router, "websocket", "json")
+            await callee.register(lambda size: "r" * size, "pv.big_result")
+            reader, writer = await open_tcp(pv_router, "rawsocket")
+            try:
+                writer.write(bytes([0x7F, 1 << 4 | 1, 0, 0]))  # at most 1024 octets to us
+                assert (await asyncio.wait_for(reader.readexactly(4), TIMEOUT))[0] == 0x7F
+
+                async def exchange(message: list) -> list:
+                    data = json.dumps(message).encode()
+                    writer.write(struct.pack("!I", len(data)) + data)
+                    header = await asyncio.wait_for(reader.readexactly(4), TIMEOUT)
+                    length = struct.unpack("!I", header)[0] & 0xFFFFFF
+                    return json.loads(await reader.readexactly(length))
+
+                assert (await exchange([HELLO, "realm1", {"roles": ROLES}]))[0] == WELCOME
+                assert (await exchange([48, 1, {}, "pv.big_result", [10]]))[:4] == [50, 1, {},
+                                                                                    ["r" * 10]]
+                answer = await exchange([48, 2, {}, "pv.big_result", [2000]])
+                assert answer[:5] == [8, 48, 2, {}, "wamp.error.payload_size_exceeded"], answer
+            finally:
+                writer.close()
+                await callee.close()
+            await witness.check()
+
+    run(scenario())
+
+
 # WebSocket path ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", ["/wrong", "/", "/ws/extra", "/WS"])

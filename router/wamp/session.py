@@ -578,9 +578,16 @@ class WampSession:
                                             args)))  # type: ignore[arg-type]
             return
         try:
-            self.send_once(_with_payload([RESULT, call_request, details], args, kwargs))
+            self.transport.send_once(_with_payload([RESULT, call_request, details], args, kwargs))
         except Unencodable as exc:
             self._send_unencodable(call_request, "result", exc)
+        except PayloadExceededError as exc:  # over the caller's RawSocket maximum
+            self._too_large(exc)
+            if not progress:  # the call ends: with an error, not with silence
+                self._send_error(m.Call.MESSAGE_TYPE, call_request, RouterError(
+                    PAYLOAD_SIZE_EXCEEDED, f"the result does not fit: {exc}"))
+        except TransportLost:
+            pass
 
     def send_call_error(self, call_request: int, error: str, args: list | None,
                         kwargs: dict | None, passthru: Passthru | None = None) -> None:
