@@ -465,6 +465,25 @@ def test_welcome_over_the_clients_rawsocket_limit_aborts_the_session(pv_router):
     run(scenario())
 
 
+class SmallRawSocketClient:
+    """A JSON RawSocket client that announces it takes at most 1024 octets, joined to realm1;
+    :meth:`exchange` sends one message and reads the next one back."""
+
+    async def open(self, router) -> "SmallRawSocketClient":
+        self.reader, self.writer = await open_tcp(router, "rawsocket")
+        self.writer.write(bytes([0x7F, 1 << 4 | 1, 0, 0]))
+        assert (await asyncio.wait_for(self.reader.readexactly(4), TIMEOUT))[0] == 0x7F
+        assert (await self.exchange([HELLO, "realm1", {"roles": ROLES}]))[0] == WELCOME
+        return self
+
+    async def exchange(self, message: list) -> list:
+        data = json.dumps(message).encode()
+        self.writer.write(struct.pack("!I", len(data)) + data)
+        header = await asyncio.wait_for(self.reader.readexactly(4), TIMEOUT)
+        length = struct.unpack("!I", header)[0] & 0xFFFFFF
+        return json.loads(await self.reader.readexactly(length))
+
+
 def test_an_error_over_the_clients_rawsocket_limit_still_answers_the_request(pv_router):
     """The router's ERROR names the client's URI ("no callee registered for '<1,000
     octets>'"): over the 1024 octets the client announced, it was not sent at all (only
@@ -472,25 +491,14 @@ def test_an_error_over_the_clients_rawsocket_limit_still_answers_the_request(pv_
     its message then: the request is answered, with the URI that says why."""
     async def scenario():
         async with Witness(pv_router) as witness:
-            reader, writer = await open_tcp(pv_router, "rawsocket")
+            client = await SmallRawSocketClient().open(pv_router)
             try:
-                writer.write(bytes([0x7F, 1 << 4 | 1, 0, 0]))  # at most 1024 octets to us
-                assert (await asyncio.wait_for(reader.readexactly(4), TIMEOUT))[0] == 0x7F
-
-                async def exchange(message: list) -> list:
-                    data = json.dumps(message).encode()
-                    writer.write(struct.pack("!I", len(data)) + data)
-                    header = await asyncio.wait_for(reader.readexactly(4), TIMEOUT)
-                    length = struct.unpack("!I", header)[0] & 0xFFFFFF
-                    return json.loads(await reader.readexactly(length))
-
-                assert (await exchange([HELLO, "realm1", {"roles": ROLES}]))[0] == WELCOME
-                answer = await exchange([48, 1, {}, "nope." + "x" * 1000, []])
+                answer = await client.exchange([48, 1, {}, "nope." + "x" * 1000, []])
                 assert answer == [8, 48, 1, {}, "wamp.error.no_such_procedure"], answer
-                answer = await exchange([32, 2, {}, "wamp." + "y" * 1000])
+                answer = await client.exchange([32, 2, {}, "wamp." + "y" * 1000])
                 assert answer == [8, 32, 2, {}, "wamp.error.not_authorized"], answer
             finally:
-                writer.close()
+                client.writer.close()
             await witness.check()
 
     run(scenario())
@@ -504,25 +512,14 @@ def test_a_result_over_the_callers_rawsocket_limit_ends_the_call_with_an_error(p
         async with Witness(pv_router) as witness:
             callee = await connect(pv_router, "websocket", "json")
             await callee.register(lambda size: "r" * size, "pv.big_result")
-            reader, writer = await open_tcp(pv_router, "rawsocket")
+            client = await SmallRawSocketClient().open(pv_router)
             try:
-                writer.write(bytes([0x7F, 1 << 4 | 1, 0, 0]))  # at most 1024 octets to us
-                assert (await asyncio.wait_for(reader.readexactly(4), TIMEOUT))[0] == 0x7F
-
-                async def exchange(message: list) -> list:
-                    data = json.dumps(message).encode()
-                    writer.write(struct.pack("!I", len(data)) + data)
-                    header = await asyncio.wait_for(reader.readexactly(4), TIMEOUT)
-                    length = struct.unpack("!I", header)[0] & 0xFFFFFF
-                    return json.loads(await reader.readexactly(length))
-
-                assert (await exchange([HELLO, "realm1", {"roles": ROLES}]))[0] == WELCOME
-                assert (await exchange([48, 1, {}, "pv.big_result", [10]]))[:4] == [50, 1, {},
-                                                                                    ["r" * 10]]
-                answer = await exchange([48, 2, {}, "pv.big_result", [2000]])
+                small = await client.exchange([48, 1, {}, "pv.big_result", [10]])
+                assert small[:4] == [50, 1, {}, ["r" * 10]], small
+                answer = await client.exchange([48, 2, {}, "pv.big_result", [2000]])
                 assert answer[:5] == [8, 48, 2, {}, "wamp.error.payload_size_exceeded"], answer
             finally:
-                writer.close()
+                client.writer.close()
                 await callee.close()
             await witness.check()
 
