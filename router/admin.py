@@ -22,7 +22,8 @@ from typing import Any, Callable
 from router.admin_socket import NotRunning, ask
 from router.config import NodeConfig
 from router.core.errors import NOT_AUTHORIZED, RouterError
-from router.core.topic import ONE, REST, SERVER_OWNED, Topic, filter_matches, from_mqtt, from_uri
+from router.core.topic import (ONE, REST, SERVER_OWNED, Topic, filter_matches, from_mqtt,
+                               from_uri, valid_topic_filter)
 
 ALL = 2 ** 31 - 1
 """``limit`` of the list a filtered purge reads (every matching topic)."""
@@ -111,6 +112,9 @@ def topic_filter(text: str) -> Topic:
     """``--topic``: an MQTT topic or filter when it has ``/``, ``+`` or ``#``, else a WAMP
     URI (``a.b``); either way its levels."""
     if "/" in text or ONE in text or REST in text:
+        if not valid_topic_filter(text):  # 'a/#/b' matched all of a/ (and purged it)
+            raise SystemExit(f"--topic {text!r} is not an MQTT topic filter ('+' fills a "
+                             "whole level, '#' a whole last level)")
         return from_mqtt(text)
     return from_uri(text)
 

@@ -394,6 +394,18 @@ def _status(args: argparse.Namespace) -> int:
     return status_command(args, config)
 
 
+def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds, 0 or more (``time.sleep`` refuses a
+    negative one with a traceback, and NaN or inf would wait forever or not at all)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds must be a finite number >= 0")
+    return value
+
+
 def _realm_file_command(commands, name: str, handler, help_text: str) -> argparse.ArgumentParser:
     """A subcommand about one realm file: ``--realm`` and ``--config``."""
     command = commands.add_parser(name, help=help_text)
@@ -419,7 +431,7 @@ def _realm_management_commands(commands, principal_commands, role_commands) -> N
     reload = commands.add_parser(
         "reload", help="apply changed roles and principals to the running router (SIGHUP)")
     reload.add_argument("--config", default="config.json", help="node configuration file")
-    reload.add_argument("--timeout", type=float, default=30.0,
+    reload.add_argument("--timeout", type=_seconds, default=30.0,
                         help="seconds to wait for the router's answer")
     reload.set_defaults(handler=_reload)
 
@@ -482,8 +494,12 @@ def _init(args: argparse.Namespace) -> int:
 
     try:
         written = write_starter(Path(args.folder), args.force, args.host, args.data_dir)
-    except FileExistsError as exc:
-        print(f"not overwriting {exc} (--force replaces them)", file=sys.stderr)
+    except OSError as exc:
+        if isinstance(exc, FileExistsError) and exc.errno is None:  # write_starter's own
+            print(f"not overwriting {exc} (--force replaces them)", file=sys.stderr)
+        else:
+            print(f"cannot write the starter files into {args.folder}: {exc.strerror} "
+                  f"({exc.filename})", file=sys.stderr)
         return 1
     for path in written:
         print(f"wrote {path}")
@@ -586,7 +602,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                         help="node configuration (to find the metrics listener)")
     status.add_argument("--url", help="metrics URL (default: from --config)")
     status.add_argument("--token", help="bearer token (default: from --config)")
-    status.add_argument("--interval", type=float, default=2.0,
+    status.add_argument("--interval", type=_seconds, default=2.0,
                         help="seconds between the two scrapes the rates come from")
     status.set_defaults(handler=_status)
     _init_command(commands)

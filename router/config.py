@@ -286,16 +286,37 @@ class _Reader:
         return _Reader(self.source, data, self._join(suffix))
 
 
+class _NotJsonNumber(ValueError):
+    """NaN, Infinity or a number too large for a float: Python's json module reads them,
+    JSON has none, and NaN would pass every range check (``NaN <= 0`` is false)."""
+
+
+def _not_a_constant(text: str) -> Any:
+    raise _NotJsonNumber(f"{text} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _NotJsonNumber(f"{text} is too large for a number")
+    return value
+
+
 def _load_json(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(path, "", f"cannot read file ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, "", f"not UTF-8 text (byte {exc.start}: "
+                          f"{exc.object[exc.start:exc.start + 1]!r})") from exc
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_a_constant, parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise ConfigError(path, "", f"invalid JSON at line {exc.lineno} column {exc.colno}: "
                           f"{exc.msg}") from exc
+    except _NotJsonNumber as exc:
+        raise ConfigError(path, "", f"invalid JSON: {exc}") from exc
 
 
 def _tls(reader: _Reader, base: Path) -> TlsConfig:
@@ -564,8 +585,12 @@ def _retention(reader: _Reader, check: str) -> RetentionPolicy:
         entry_reader = declined_reader.child(index, entry)
         entry_reader.reject_unknown({"uri", "match"})
         declined.append(_pattern(entry_reader, check))
+    default_ttl = _positive(reader, "default_ttl", (int, float, type(None)), None)
+    if default_ttl is not None and default_ttl > MAX_FOUR_BYTE:  # (as MQTT's expiry interval)
+        raise reader.fail("default_ttl", f"must be at most {MAX_FOUR_BYTE} seconds, got "
+                          f"{default_ttl}: an expiry past year 9999 has no date")
     return RetentionPolicy(
-        default_ttl=_positive(reader, "default_ttl", (int, float, type(None)), None),
+        default_ttl=default_ttl,
         max_topics=_positive(reader, "max_topics", int, defaults.max_topics),
         max_bytes=_positive(reader, "max_bytes", int, defaults.max_bytes),
         max_restricted=_positive(reader, "max_restricted", int, defaults.max_restricted),
@@ -875,6 +900,8 @@ def load_config(path: Path | str) -> NodeConfig:
     if not listeners:
         raise reader.fail("listeners", "must define at least one listener")
     timeout = reader.get("shutdown_timeout", (int, float), 5.0)
+    if timeout < 0:
+        raise reader.fail("shutdown_timeout", f"must not be negative, got {timeout}")
     eventlog = _eventlog(reader.child("eventlog", reader.get("eventlog", dict, {})), names)
     backoff_reader = reader.child("login_backoff", reader.get("login_backoff", dict, {}))
     backoff_reader.reject_unknown({"after_failures", "window", "max_delay",

@@ -18,7 +18,7 @@ from twisted.internet.interfaces import IListeningPort, IReactorCore
 
 from router.admin_socket import SOCKET_MODE, AdminFactory
 from router.bridge.bridge import Bridge
-from router.config import SERIALIZERS, ListenerConfig, NodeConfig
+from router.config import SERIALIZERS, ConfigError, ListenerConfig, NodeConfig
 from router.core.engine import Engine
 from router.core.login_guard import LoginGuard
 from router.core.meta import (install_event_history, install_retention_admin,
@@ -148,7 +148,11 @@ class Node:
     def __init__(self, config: NodeConfig, reactor: IReactorCore) -> None:
         self.config = config
         self.reactor = reactor
-        config.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            config.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # named as every configuration error is: file, key, reason
+            raise ConfigError(config.source, "data_dir",
+                              f"cannot create {config.data_dir} ({exc.strerror})") from exc
         self.store = SqliteStore(config.data_dir / "router.sqlite3", reactor.callFromThread,
                                  config.store.max_bytes, config.store.max_queued_writes,
                                  getattr(reactor, "at_turn_end", None)

@@ -136,6 +136,10 @@ class WebSocketServerFactory(protocol.WebSocketServerFactory, ServerFactory):
             from twisted.internet import reactor
         self.reactor = reactor
         protocol.WebSocketServerFactory.__init__(self, *args, **kwargs)
+        # autobahn's default answers a request without Upgrade with an HTML status page
+        # (naming its version) on any path, and ``?redirect=URL`` with a 303 to that URL
+        # (an open redirect); without it such a request gets 426 Upgrade Required
+        self.setProtocolOptions(webStatus=False)
 
 
 class WampWebSocketServerProtocol(wamp_websocket.WampWebSocketServerProtocol,

@@ -117,6 +117,9 @@ BAD_CONFIGS = [
      ["wamp.max_testaments", "positive"]),
     ("max_session_expiry over four bytes", _set(["realm", "mqtt"], {"max_session_expiry": 2 ** 32}),
      "realm1.json", ["mqtt.max_session_expiry", "4294967295"]),
+    # an expiry past year 9999 made every retained listing fail ("year 33715 is out of range")
+    ("retention.default_ttl too long", _set(["realm", "retention"], {"default_ttl": 1e12}),
+     "realm1.json", ["retention.default_ttl", "4294967295"]),
     ("max_keepalive over two bytes", _set(["realm", "mqtt"], {"max_keepalive": 65536}),
      "realm1.json", ["mqtt.max_keepalive", "65535"]),
     ("topic_alias_maximum negative", _set(["realm", "mqtt"], {"topic_alias_maximum": -1}),
@@ -178,6 +181,18 @@ BAD_CONFIGS = [
      "config.json", ["cluster.call_timeout"]),
     ("cluster.heartbeat_interval zero", _set(["config", "cluster"], {"heartbeat_interval": 0}),
      "config.json", ["cluster.heartbeat_interval", "positive"]),
+    ("shutdown_timeout negative", _set(["config", "shutdown_timeout"], -1), "config.json",
+     ["shutdown_timeout", "negative"]),
+    # Python's json module reads NaN, Infinity and 1e400 (infinite), which no JSON number is;
+    # every "> 0" check passes NaN, so a NaN timeout would be taken
+    ("NaN in config.json", _replace("config", '{"realms": ["realm1"], "shutdown_timeout": NaN,'
+                                    ' "listeners": [{"type": "websocket", "port": 0}]}'),
+     "config.json", ["JSON", "NaN"]),
+    ("1e400 in config.json", _replace("config", '{"realms": ["realm1"], "sys_interval": 1e400,'
+                                      ' "listeners": [{"type": "websocket", "port": 0}]}'),
+     "config.json", ["JSON", "1e400"]),
+    ("Infinity in realm file", _set(["realm", "wamp"], {"max_unacked": float("inf")}),
+     "realm1.json", ["JSON", "Infinity"]),
     ("cluster.node_timeout not above two heartbeats",
      _set(["config", "cluster"], {"heartbeat_interval": 1, "node_timeout": 2}),
      "config.json", ["cluster.node_timeout", "more than twice heartbeat_interval"]),
@@ -220,10 +235,31 @@ def test_run_refuses_bad_config(tmp_path, mutation, file_name, words):
     assert "ready:" not in result.stderr
 
 
+def test_a_config_file_that_is_not_utf8_is_a_clear_error_not_a_traceback(tmp_path):
+    config_path = write(tmp_path, *good_config())
+    config_path.write_bytes(b"\xff\xfe" + config_path.read_bytes())
+    result = router_cli("check-config", "--config", str(config_path))
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "config.json" in result.stderr and "UTF-8" in result.stderr, result.stderr
+
+
 def test_run_refuses_missing_config_file(tmp_path):
     result = router_cli("run", "--config", str(tmp_path / "nope.json"), timeout=20)
     assert result.returncode != 0
     assert "nope.json" in result.stderr
+
+
+def test_run_names_the_file_and_data_dir_when_the_data_dir_cannot_be_made(tmp_path):
+    """A data_dir that is a file said only "cannot start: [Errno 17] File exists: ..."."""
+    config, realm = good_config()
+    (tmp_path / "occupied").write_text("a file, not a directory")
+    config["data_dir"] = "occupied"
+    config_path = write(tmp_path, config, realm)
+    result = router_cli("run", "--config", str(config_path), timeout=20)
+    assert result.returncode != 0
+    assert f"{config_path}: data_dir: cannot create" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 def test_run_refuses_port_in_use_naming_the_listener_and_the_file(tmp_path):
@@ -360,3 +396,31 @@ def test_sigterm_with_unresponsive_client_still_exits_zero(fresh_router):
 
     run(scenario())
     assert fresh_router.proc.wait(15) == 0
+
+
+@pytest.mark.parametrize("args", [["status", "--interval", "-1"], ["status", "--interval", "nan"],
+                                  ["reload", "--timeout", "-1"], ["reload", "--timeout", "inf"]],
+                         ids=["interval -1", "interval nan", "timeout -1", "timeout inf"])
+def test_a_negative_or_non_finite_number_of_seconds_is_a_usage_error(args):
+    """`status --interval -1` ended in a ValueError traceback from time.sleep; a reload that
+    would wait -1 s said the router "did not report within -1 s"."""
+    result = router_cli(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert args[1] in result.stderr and "seconds" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "realms-is-a-file"])
+def test_init_where_it_cannot_write_says_so_without_a_traceback(tmp_path, where):
+    """`init /proc/x` (or a folder under a file) ended in a FileNotFoundError traceback."""
+    (tmp_path / "file").write_text("")
+    if where == "under-a-file":
+        folder = tmp_path / "file" / "starter"
+    else:
+        folder = tmp_path / "starter"
+        folder.mkdir()
+        (folder / "realms").write_text("")
+    result = router_cli("init", str(folder))
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert f"cannot write the starter files into {folder}" in result.stderr, result.stderr

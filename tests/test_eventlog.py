@@ -286,3 +286,17 @@ def test_an_idle_routers_part_closes_within_its_rotation_time_plus_a_second(tmp_
     assert closed - opened <= age + 1.0, f"closed {closed - opened:.2f} s after it was seen open"
     assert "com.log.once" in [r.get("topic") for r in read_records(router.workdir / "data"
                                                                     / "eventlog")]
+
+
+def test_a_record_orjson_cannot_write_costs_neither_its_batch_nor_the_backlog(tmp_path):
+    """A lone surrogate (an HTTP publish's JSON topic "a.\\ud800") made orjson raise for the
+    whole batch: the other clients' records in it were lost, and, never counted as written,
+    they stayed in the backlog for good (at max_queued_records every later record is
+    dropped). It is written with the surrogate escaped, as JSON can."""
+    writer = EventLogWriter(tmp_path)
+    writer.append("r", {"ts": DAY1, "kind": "publish", "topic": "before"})
+    writer.append("r", {"ts": DAY1 + 1, "kind": "publish", "topic": "a.\ud800"})
+    writer.append("r", {"ts": DAY1 + 2, "kind": "publish", "topic": "after"})
+    writer.close()
+    assert [r["topic"] for r in read_records(tmp_path)] == ["before", "a.\ud800", "after"]
+    assert writer.backlog == 0

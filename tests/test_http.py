@@ -269,6 +269,11 @@ def test_bad_publishes_are_400_and_oversize_413(router):
     assert big.status == 413 and big.json["error"] == "wamp.error.payload_size_exceeded"
     reserved = request(router, "POST", "/publish", {"topic": "wamp.x", "args": [1]})
     assert reserved.status == 403 and reserved.json["error"] == "wamp.error.not_authorized"
+    # JSON's "\ud800" is a lone surrogate: no MQTT topic, log or store can write it (MQTT
+    # receivers failed with a traceback each), so no topic of a loose realm either
+    surrogate = request(router, "POST", "/publish", raw=b'{"topic": "a.\\ud800", "args": [1]}',
+                        headers={"Content-Type": "application/json"})
+    assert surrogate.status == 400 and surrogate.json["error"] == "wamp.error.invalid_uri"
 
 
 def test_acknowledged_retained_publish_survives_kill9(tmp_path):

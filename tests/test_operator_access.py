@@ -101,6 +101,19 @@ def test_retained_list_json_and_mqtt_topic_filters(shipped, retained):
     assert [item["topic"] for item in json.loads(sys_filter.stdout)] == ["$SYS.broker.uptime"]
 
 
+@pytest.mark.parametrize("typo", ["{base}/#/temp", "{base}/kit+/temp"])
+def test_an_invalid_mqtt_filter_purges_nothing_and_says_why(shipped, retained, typo):
+    """'home/#/temp' (a '#' not last) purged every retained topic under home/, neither of
+    them ending in /temp alone: an invalid filter is refused, as any MQTT broker does."""
+    purge = retained_cli(shipped, "purge", "--topic", typo.format(base=retained))
+    assert purge.returncode != 0 and "purged" not in purge.stdout, purge.stdout
+    assert "not an MQTT topic filter" in purge.stderr, purge.stderr
+    listed = retained_cli(shipped, "list", "--topic", typo.format(base=retained))
+    assert listed.returncode != 0 and "not an MQTT topic filter" in listed.stderr
+    left = retained_cli(shipped, "list", "--json", "--topic", f"{retained}/#")
+    assert len(json.loads(left.stdout)) == 2
+
+
 def test_retained_purge_by_filter_and_by_prefix_says_how_many(shipped, retained):
     by_filter = retained_cli(shipped, "purge", "--topic", f"{retained}/+/temp")
     assert by_filter.returncode == 0, by_filter.stderr

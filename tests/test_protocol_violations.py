@@ -252,6 +252,31 @@ def test_unknown_realm(pv_router, transport):
     run(scenario())
 
 
+LONE_SURROGATES = {
+    "realm in HELLO": b'[1, "realm\\ud800", {"roles": {"subscriber": {}}}]',
+    "authid in HELLO": b'[1, "realm1", {"roles": {"subscriber": {}}, "authid": "\\udc00", '
+                       b'"authmethods": ["ticket"]}]',
+}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("where", list(LONE_SURROGATES))
+def test_a_lone_surrogate_escape_in_json_is_a_protocol_violation(pv_router, transport, where):
+    """JSON's escape "\\ud800" decodes (in Python) to a lone surrogate, which is no Unicode
+    text and which no serializer can write: the router's ABORT naming that realm or authid
+    raised in the reactor instead of being sent (no answer, a traceback in the log). It is
+    refused as undecodable, as MessagePack and CBOR refuse invalid UTF-8."""
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            client = await raw_connect(pv_router, transport, "json")
+            client.send_bytes(LONE_SURROGATES[where])
+            abort = await assert_aborted(client)
+            assert "undecodable" in abort[1]["message"], abort
+            await witness.check()
+
+    run(scenario())
+
+
 # oversize messages ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -482,6 +507,67 @@ def test_welcome_over_the_clients_rawsocket_limit_aborts_the_session(pv_router):
     run(scenario())
 
 
+class SmallRawSocketClient:
+    """A JSON RawSocket client that announces it takes at most 1024 octets, joined to realm1;
+    :meth:`exchange` sends one message and reads the next one back."""
+
+    async def open(self, router) -> "SmallRawSocketClient":
+        self.reader, self.writer = await open_tcp(router, "rawsocket")
+        self.writer.write(bytes([0x7F, 1 << 4 | 1, 0, 0]))
+        assert (await asyncio.wait_for(self.reader.readexactly(4), TIMEOUT))[0] == 0x7F
+        assert (await self.exchange([HELLO, "realm1", {"roles": ROLES}]))[0] == WELCOME
+        return self
+
+    async def exchange(self, message: list) -> list:
+        data = json.dumps(message).encode()
+        self.writer.write(struct.pack("!I", len(data)) + data)
+        header = await asyncio.wait_for(self.reader.readexactly(4), TIMEOUT)
+        length = struct.unpack("!I", header)[0] & 0xFFFFFF
+        return json.loads(await self.reader.readexactly(length))
+
+
+def test_an_error_over_the_clients_rawsocket_limit_still_answers_the_request(pv_router):
+    """The router's ERROR names the client's URI ("no callee registered for '<1,000
+    octets>'"): over the 1024 octets the client announced, it was not sent at all (only
+    counted too_large), and the CALL or SUBSCRIBE waited forever. The ERROR goes without
+    its message then: the request is answered, with the URI that says why."""
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            client = await SmallRawSocketClient().open(pv_router)
+            try:
+                answer = await client.exchange([48, 1, {}, "nope." + "x" * 1000, []])
+                assert answer == [8, 48, 1, {}, "wamp.error.no_such_procedure"], answer
+                answer = await client.exchange([32, 2, {}, "wamp." + "y" * 1000])
+                assert answer == [8, 32, 2, {}, "wamp.error.not_authorized"], answer
+            finally:
+                client.writer.close()
+            await witness.check()
+
+    run(scenario())
+
+
+def test_a_result_over_the_callers_rawsocket_limit_ends_the_call_with_an_error(pv_router):
+    """A final RESULT larger than the caller announced it can take was dropped (counted
+    too_large) and the call never ended for the caller. It gets ERROR
+    wamp.error.payload_size_exceeded instead, as autobahn's own peers answer."""
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            callee = await connect(pv_router, "websocket", "json")
+            await callee.register(lambda size: "r" * size, "pv.big_result")
+            client = await SmallRawSocketClient().open(pv_router)
+            try:
+                small = await client.exchange([48, 1, {}, "pv.big_result", [10]])
+                assert small[:4] == [50, 1, {}, ["r" * 10]], small
+                answer = await client.exchange([48, 2, {}, "pv.big_result", [2000]])
+                assert answer[:5] == [8, 48, 2, {}, "wamp.error.payload_size_exceeded"], answer
+            finally:
+                client.writer.close()
+                await callee.close()
+            await witness.check()
+
+    run(scenario())
+
+
 # WebSocket path ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", ["/wrong", "/", "/ws/extra", "/WS"])
@@ -495,6 +581,23 @@ def test_websocket_wrong_path_refused(pv_router, path):
             assert status.split()[1] == "404", status
             writer.close()
             await witness.check()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("target", ["/ws", "/wrong", "/ws?redirect=https%3A%2F%2Fevil.example%2F"])
+def test_a_plain_http_request_gets_no_status_page_and_no_redirect(pv_router, target):
+    """Without an Upgrade header autobahn served its HTML status page (with its version) on
+    any path, and ``?redirect=URL`` answered 303 to that URL: an open redirect on the
+    router's address. A WebSocket listener answers such a request 426 Upgrade Required."""
+    async def scenario():
+        host, port, _ = pv_router.address("websocket")
+        reader, writer = await open_tcp(pv_router, "websocket")
+        writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)).decode("latin-1")
+        writer.close()
+        assert head.split()[1] == "426", head
+        assert "evil.example" not in head, head
 
     run(scenario())
 

@@ -70,3 +70,18 @@ def test_binary_and_big_integers_survive_both_ways(value):
 def test_malformed_json_is_refused(text):
     with pytest.raises(Exception):
         FAST.unserialize(text)
+
+
+@pytest.mark.parametrize("text", [b'[16, 1, {}, "t", ["\\ud800"]]', b'[1, "r\\uDC00", {}]',
+                                  b'[16, 1, {}, "t", [], {"\\ud83d": 1}]',
+                                  b'[16, 1, {}, "t", ["\\u0000QUJD", "\\udbff"]]'])
+def test_a_lone_surrogate_is_refused(text):
+    """No UTF-8 (so no receiver, store or log) can hold it; orjson refuses it, autobahn's
+    decoder did not."""
+    with pytest.raises(ValueError):
+        FAST.unserialize(text)
+
+
+def test_an_escaped_surrogate_pair_and_an_escaped_backslash_are_text():
+    assert FAST.unserialize(b'["\\ud83d\\ude00", "\\\\ud800", "\\u0000QUJD"]') == \
+        [["\U0001F600", "\\ud800", b"ABC"]]

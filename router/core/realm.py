@@ -143,7 +143,9 @@ class Realm:
         """Refuse a URI that the realm's ``uri_check`` (loose or strict) rejects for ``match``,
         before it reaches an index."""
         if not is_valid_uri(uri, self.uri_check, match):
-            raise RouterError(errors.INVALID_URI, f"invalid URI '{uri}' for match '{match}'")
+            # (shown with a lone surrogate escaped: the answer must be writable in UTF-8)
+            shown = uri.encode("utf-8", "backslashreplace").decode() if type(uri) is str else uri
+            raise RouterError(errors.INVALID_URI, f"invalid URI '{shown}' for match '{match}'")
 
     def authorize(self, info: SessionInfo, action: str, topic: Topic,
                   match: str = EXACT) -> None:

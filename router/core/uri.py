@@ -12,9 +12,11 @@ MQTT = "mqtt"
 _STRICT = re.compile(r"^([0-9a-z_]+\.)*([0-9a-z_]+)$")
 _STRICT_LAST_EMPTY = re.compile(r"^([0-9a-z_]+\.)*([0-9a-z_]*)$")
 _STRICT_EMPTY = re.compile(r"^(([0-9a-z_]+\.)|\.)*([0-9a-z_]+)?$")
-_LOOSE = re.compile(r"^([^\s\.#]+\.)*([^\s\.#]+)$")
-_LOOSE_LAST_EMPTY = re.compile(r"^([^\s\.#]+\.)*([^\s\.#]*)$")
-_LOOSE_EMPTY = re.compile(r"^(([^\s\.#]+\.)|\.)*([^\s\.#]+)?$")
+# a loose component is anything but white space, '.', '#' and a UTF-16 surrogate (JSON's
+# "\ud800" gives one: no UTF-8, so no MQTT topic, store or log, can hold it)
+_LOOSE = re.compile(r"^([^\s\.#\ud800-\udfff]+\.)*([^\s\.#\ud800-\udfff]+)$")
+_LOOSE_LAST_EMPTY = re.compile(r"^([^\s\.#\ud800-\udfff]+\.)*([^\s\.#\ud800-\udfff]*)$")
+_LOOSE_EMPTY = re.compile(r"^(([^\s\.#\ud800-\udfff]+\.)|\.)*([^\s\.#\ud800-\udfff]+)?$")
 
 _PATTERNS = {
     ("strict", EXACT): _STRICT,

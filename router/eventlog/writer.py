@@ -23,6 +23,7 @@ behind by ``max_queued_records`` records, further records are dropped and counte
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -136,7 +137,10 @@ class EventLogWriter:
             now = self._clock()
             touched: dict[str, _PartFile] = {}
             for realm, record in batch:
-                line = dumps(record, default=str) + b"\n"
+                try:
+                    line = dumps(record, default=str) + b"\n"
+                except TypeError:  # a lone surrogate, which orjson refuses: JSON escapes it
+                    line = json.dumps(record, default=str).encode() + b"\n"
                 part = touched.get(realm)
                 timestamp = record["ts"]
                 if (part is None or not part.day_start <= timestamp < part.day_end

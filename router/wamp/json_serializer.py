@@ -6,8 +6,9 @@ scanner was the largest single cost of a WebSocket+JSON router. orjson decodes i
 result is taken whenever the input cannot show a difference: no escaped NUL (so no binary
 value) and no run of 19 digits (orjson turns integers beyond 64 bits into floats, the
 standard library keeps them exact). Anything else, and anything orjson refuses (NaN,
-lone surrogates, big integers on the way out), goes through autobahn's own code, so a
-message decodes and encodes to the same values either way.
+big integers on the way out), goes through autobahn's own code, so a message decodes and
+encodes to the same values either way; except a lone surrogate escape (``"\\ud800"``), which
+autobahn would decode and which is refused as undecodable.
 
 One deliberate difference: a non-finite float (from a MsgPack or CBOR peer) is written as
 ``null``, as JSON has no such value; autobahn would write the invalid token ``NaN``.
@@ -23,6 +24,8 @@ from autobahn.wamp.serializer import JsonObjectSerializer, JsonSerializer, Seria
 from router.core.payload import json_default
 
 _NEEDS_AUTOBAHN = re.compile(rb"\\u0000|[0-9]{19}")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""An escaped UTF-16 surrogate, maybe lone: only then can autobahn's decoder give one."""
 _DUMPS_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
 """Dates go to :func:`json_default`, as for every other receiver without a date type."""
 
@@ -45,7 +48,29 @@ class FastJsonObjectSerializer(JsonObjectSerializer):
                 return [orjson.loads(payload)]
             except orjson.JSONDecodeError:
                 pass  # autobahn decides: it accepts a few things orjson does not (NaN)
-        return super().unserialize(payload)
+        decoded = super().unserialize(payload)
+        if _SURROGATE_ESCAPE.search(payload):
+            _refuse_lone_surrogates(decoded)
+        return decoded
+
+
+def _refuse_lone_surrogates(decoded: list) -> None:
+    """Raise UnicodeEncodeError for a lone surrogate (``"\\ud800"``) in any string or key:
+    orjson refuses one, autobahn's decoder does not, and it is no Unicode text: no
+    serializer, store or log can write it (an ABORT naming such a realm raised in the
+    reactor), so it is undecodable as invalid UTF-8 is in MessagePack and CBOR."""
+    stack: list = [decoded]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():
+                item.encode("utf-8")
+        elif kind is list:
+            stack.extend(item)
+        elif kind is dict:
+            stack.extend(item)
+            stack.extend(item.values())
 
 
 class FastJsonSerializer(JsonSerializer):

@@ -578,9 +578,16 @@ class WampSession:
                                             args)))  # type: ignore[arg-type]
             return
         try:
-            self.send_once(_with_payload([RESULT, call_request, details], args, kwargs))
+            self.transport.send_once(_with_payload([RESULT, call_request, details], args, kwargs))
         except Unencodable as exc:
             self._send_unencodable(call_request, "result", exc)
+        except PayloadExceededError as exc:  # over the caller's RawSocket maximum
+            self._too_large(exc)
+            if not progress:  # the call ends: with an error, not with silence
+                self._send_error(m.Call.MESSAGE_TYPE, call_request, RouterError(
+                    PAYLOAD_SIZE_EXCEEDED, f"the result does not fit: {exc}"))
+        except TransportLost:
+            pass
 
     def send_call_error(self, call_request: int, error: str, args: list | None,
                         kwargs: dict | None, passthru: Passthru | None = None) -> None:
@@ -644,8 +651,17 @@ class WampSession:
         self._close_transport()
 
     def _send_error(self, request_type: int, request: int, exc: RouterError) -> None:
-        self.send(WireMessage(_with_payload([ERROR, request_type, request, {}, exc.uri],
-                                             exc.args_list, exc.kwargs)))
+        """Answer a request with ERROR; one over the peer's maximum message size (its message
+        may name the client's long URI) goes without its message: the request must be
+        answered, and the URI says why."""
+        try:
+            self.transport.send(WireMessage(_with_payload(
+                [ERROR, request_type, request, {}, exc.uri], exc.args_list, exc.kwargs)))
+        except PayloadExceededError as too_large:
+            self._too_large(too_large)
+            self.send(WireMessage([ERROR, request_type, request, {}, exc.uri]))
+        except TransportLost:
+            pass
 
     def send(self, msg: WireMessage) -> None:
         try:
