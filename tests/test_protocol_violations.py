@@ -15,6 +15,7 @@ import os
 import struct
 
 import pytest
+from autobahn.exception import PayloadExceededError
 from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import PublishOptions
 
@@ -519,8 +520,14 @@ class SmallRawSocketClient:
         return self
 
     async def exchange(self, message: list) -> list:
+        self.send(message)
+        return await self.read()
+
+    def send(self, message: list) -> None:
         data = json.dumps(message).encode()
         self.writer.write(struct.pack("!I", len(data)) + data)
+
+    async def read(self) -> list:
         header = await asyncio.wait_for(self.reader.readexactly(4), TIMEOUT)
         length = struct.unpack("!I", header)[0] & 0xFFFFFF
         return json.loads(await self.reader.readexactly(length))
@@ -563,6 +570,33 @@ def test_a_result_over_the_callers_rawsocket_limit_ends_the_call_with_an_error(p
             finally:
                 client.writer.close()
                 await callee.close()
+            await witness.check()
+
+    run(scenario())
+
+
+def test_an_invocation_over_the_callees_rawsocket_limit_ends_the_call_with_an_error(pv_router):
+    """An INVOCATION larger than the callee announced it can take was dropped (counted
+    too_large) and the caller waited for ever (or until its timeout): it gets ERROR
+    wamp.error.payload_size_exceeded, and the callee's next call goes on."""
+    async def scenario():
+        async with Witness(pv_router) as witness:
+            callee = await SmallRawSocketClient().open(pv_router)
+            caller = await connect(pv_router, "websocket", "json")
+            try:
+                registered = await callee.exchange([64, 1, {}, "pv.small_callee"])
+                assert registered[:2] == [65, 1], registered
+                with pytest.raises(PayloadExceededError) as failure:  # autobahn's for the URI
+                    await caller.call("pv.small_callee", "a" * 2000)
+                assert "callee's maximum" in str(failure.value)
+                small = asyncio.ensure_future(caller.call("pv.small_callee", "b"))
+                invocation = await callee.read()
+                assert invocation[0] == 68 and invocation[4] == ["b"], invocation
+                callee.send([70, invocation[1], {}, ["done"]])  # YIELD
+                assert await asyncio.wait_for(small, TIMEOUT) == "done"
+            finally:
+                callee.writer.close()
+                await caller.close()
             await witness.check()
 
     run(scenario())

@@ -298,6 +298,9 @@ class Dealer:
             self._finish(invocation)
             raise RouterError(errors.INVALID_ARGUMENT,
                               f"the arguments cannot be sent to the callee: {exc}") from None
+        except RouterError:  # (the callee cannot take it: over its maximum message size)
+            self._finish(invocation)
+            raise
 
     def _call_builtin(self, caller: Peer, call_request: int, procedure: RouterProcedure,
                       args: Args | None, kwargs: Kwargs | None) -> None:

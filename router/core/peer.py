@@ -54,7 +54,8 @@ class Peer(Caller, Protocol):
         slow-consumer clock, so a client that stopped reading is disconnected."""
 
     def send_invocation(self, invocation: "Invocation") -> None:
-        """Ask this callee to run a procedure."""
+        """Ask this callee to run a procedure; raises :class:`Unencodable` or a
+        :class:`RouterError` for the caller when this callee cannot be given the call."""
 
     def send_interrupt(self, invocation: "Invocation", mode: str, reason: str) -> None:
         """Tell this callee to stop working on an invocation."""

@@ -558,13 +558,22 @@ class WampSession:
                                             passthru)
 
     def send_invocation(self, invocation: Invocation) -> None:
+        """Raises :class:`RouterError` (``payload_size_exceeded``) when the INVOCATION is over
+        this callee's maximum message size, so the caller is answered instead of waiting."""
         details = invocation.details
         head = [INVOCATION, invocation.request_id, invocation.registration.id, details]
-        if invocation.passthru is not None:
-            self.send(WireMessage(ppt.write(head, details, invocation.passthru,
-                                            invocation.args)))  # type: ignore[arg-type]
-            return
-        self.send_once(_with_payload(head, invocation.args, invocation.kwargs))
+        try:
+            if invocation.passthru is not None:
+                self.transport.send(WireMessage(ppt.write(
+                    head, details, invocation.passthru, invocation.args)))  # type: ignore[arg-type]
+            else:
+                self.transport.send_once(_with_payload(head, invocation.args, invocation.kwargs))
+        except PayloadExceededError as exc:
+            self._too_large(exc)
+            raise RouterError(PAYLOAD_SIZE_EXCEEDED,
+                              f"the call does not fit the callee's maximum: {exc}") from None
+        except TransportLost:
+            pass
 
     def send_interrupt(self, invocation: Invocation, mode: str, reason: str) -> None:
         self.send(WireMessage([INTERRUPT, invocation.request_id,
