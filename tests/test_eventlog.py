@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 import time
@@ -286,6 +287,49 @@ def test_an_idle_routers_part_closes_within_its_rotation_time_plus_a_second(tmp_
     assert closed - opened <= age + 1.0, f"closed {closed - opened:.2f} s after it was seen open"
     assert "com.log.once" in [r.get("topic") for r in read_records(router.workdir / "data"
                                                                     / "eventlog")]
+
+
+class FullDisk:
+    """A file whose writes fail with ENOSPC until the test makes room."""
+
+    room = threading.Event()
+
+    def __init__(self, path: Path) -> None:
+        self._file = open(path, "xb")
+
+    def write(self, data: bytes) -> int:
+        if not FullDisk.room.is_set():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self._file.write(data)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def test_a_batch_a_full_disk_refuses_is_counted_and_the_writer_goes_on(tmp_path):
+    """A batch failing with OSError was logged as a bug and never counted as written: the
+    backlog stayed up for good, so after max_queued_records more every record was dropped,
+    the disk's room back or not. It is counted as dropped, and later batches are written."""
+    FullDisk.room.clear()
+    writer = EventLogWriter(tmp_path, opener=FullDisk, max_queued_records=10)
+    writer.incidents = Incidents()
+    for n in range(5):
+        writer.append("r", {"ts": DAY1 + n, "kind": "publish", "topic": f"lost{n}"})
+    writer.flush()
+    deadline = time.monotonic() + 30
+    while writer.backlog and time.monotonic() < deadline:
+        time.sleep(0.01)  # the writer thread settles the batch
+    assert writer.backlog == 0
+    assert writer.incidents.totals[("r", "eventlog", EVENTLOG_DROPPED)] == 5
+    FullDisk.room.set()
+    for n in range(10):  # as many as max_queued_records: none dropped
+        writer.append("r", {"ts": DAY1 + 10 + n, "kind": "publish", "topic": f"kept{n}"})
+    writer.close()
+    assert writer.incidents.totals[("r", "eventlog", EVENTLOG_DROPPED)] == 5
+    assert [r["topic"] for r in read_records(tmp_path)] == [f"kept{n}" for n in range(10)]
 
 
 def test_a_record_orjson_cannot_write_costs_neither_its_batch_nor_the_backlog(tmp_path):

@@ -26,8 +26,10 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import IO, Callable
 
@@ -136,27 +138,45 @@ class EventLogWriter:
                 self._asked = None  # the check asked for has come: ask again for what is left
             now = self._clock()
             touched: dict[str, _PartFile] = {}
-            for realm, record in batch:
-                try:
-                    line = dumps(record, default=str) + b"\n"
-                except TypeError:  # a lone surrogate, which orjson refuses: JSON escapes it
-                    line = json.dumps(record, default=str).encode() + b"\n"
-                part = touched.get(realm)
-                timestamp = record["ts"]
-                if (part is None or not part.day_start <= timestamp < part.day_end
-                        or part.size >= self.max_file_bytes):
-                    part = touched[realm] = self._part_for(realm, timestamp, now)
-                part.lines.append(line)
-                part.size += len(line)
-            for part in touched.values():
-                self._write_out(part)
-                part.handle.flush()
+            try:
+                for realm, record in batch:
+                    try:
+                        line = dumps(record, default=str) + b"\n"
+                    except TypeError:  # a lone surrogate, which orjson refuses: JSON escapes it
+                        line = json.dumps(record, default=str).encode() + b"\n"
+                    part = touched.get(realm)
+                    timestamp = record["ts"]
+                    if (part is None or not part.day_start <= timestamp < part.day_end
+                            or part.size >= self.max_file_bytes):
+                        part = touched[realm] = self._part_for(realm, timestamp, now)
+                    part.lines.append(line)
+                    part.size += len(line)
+                for part in touched.values():
+                    self._write_out(part)
+                    part.handle.flush()
+            except OSError as exc:  # a full disk: the batch is lost, counted, and the writer
+                for part in touched.values():  # goes on with the next (once there is room)
+                    part.lines.clear()
+                self._lost(batch, exc)
             self._written += len(batch)
         for realm, part in list(self._files.items()):
             if now >= self._due(part):
                 _finish(part)
                 del self._files[realm]
         self._ask_for_age_check()
+
+    def _lost(self, batch: list[tuple[str, dict]], error: OSError) -> None:
+        """Count a batch that could not be written (writer thread): on the reactor when
+        the writer runs under one, else here."""
+        if self.incidents is None:
+            return
+        for realm, lost in Counter(realm for realm, _ in batch).items():
+            count = partial(self.incidents.count, realm, "eventlog", EVENTLOG_DROPPED,
+                            f"{lost} record(s) not written: {error}", lost)
+            if self._reactor is not None:
+                self._reactor.callFromThread(count)
+            else:
+                count()
 
     def _due(self, part: _PartFile) -> float:
         """When ``part`` is old enough to close."""
