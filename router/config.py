@@ -655,8 +655,18 @@ def _amqp(reader: _Reader, mqtt: MqttSettings) -> AmqpSettings:
                         max_link_expiry=_expiry_cap(reader, "max_link_expiry",
                                                     defaults.max_link_expiry),
                         max_links=_positive(reader, "max_links", int, defaults.max_links),
-                        max_sessions=_positive(reader, "max_sessions", int,
-                                               defaults.max_sessions))
+                        max_sessions=_max_sessions(reader, defaults.max_sessions))
+
+
+MAX_AMQP_SESSIONS = 32768
+"""Proton takes a channel-max up to 32767 (channels 0 .. 32767)."""
+
+
+def _max_sessions(reader: _Reader, default: int) -> int:
+    value = _positive(reader, "max_sessions", int, default)
+    if value > MAX_AMQP_SESSIONS:
+        raise reader.fail("max_sessions", f"must be at most {MAX_AMQP_SESSIONS}, got {value}")
+    return value
 
 
 def _one_of(reader: _Reader, key: str, allowed: tuple[str, ...], default: str) -> str:

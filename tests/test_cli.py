@@ -128,6 +128,8 @@ BAD_CONFIGS = [
      "realm1.json", ["amqp.max_link_expiry", "int"]),
     ("inbound_window negative", _set(["realm", "amqp"], {"inbound_window": -1}), "realm1.json",
      ["amqp.inbound_window", "positive"]),
+    ("amqp.max_sessions over the channels", _set(["realm", "amqp"], {"max_sessions": 65537}),
+     "realm1.json", ["amqp.max_sessions", "at most 32768"]),
     ("amqp.qos_policy unknown", _set(["realm", "amqp"], {"qos_policy": "best"}), "realm1.json",
      ["amqp.qos_policy", "minimum", "'best'"]),
     ("amqp.max_queued zero", _set(["realm", "amqp"], {"max_queued": 0}), "realm1.json",

@@ -561,12 +561,20 @@ def test_a_result_over_the_callers_rawsocket_limit_ends_the_call_with_an_error(p
         async with Witness(pv_router) as witness:
             callee = await connect(pv_router, "websocket", "json")
             await callee.register(lambda size: "r" * size, "pv.big_result")
+
+            def refuse(size: int) -> None:
+                raise ApplicationError("com.pv.refused", "e" * size)
+
+            await callee.register(refuse, "pv.big_error")
             client = await SmallRawSocketClient().open(pv_router)
             try:
                 small = await client.exchange([48, 1, {}, "pv.big_result", [10]])
                 assert small[:4] == [50, 1, {}, ["r" * 10]], small
                 answer = await client.exchange([48, 2, {}, "pv.big_result", [2000]])
                 assert answer[:5] == [8, 48, 2, {}, "wamp.error.payload_size_exceeded"], answer
+                # the callee's own ERROR, over the maximum, was lost the same way
+                answer = await client.exchange([48, 3, {}, "pv.big_error", [2000]])
+                assert answer[:5] == [8, 48, 3, {}, "wamp.error.payload_size_exceeded"], answer
             finally:
                 client.writer.close()
                 await callee.close()

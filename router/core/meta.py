@@ -14,7 +14,7 @@ from router.core.model import Args, Details, Kwargs, Publication, SessionInfo
 from router.core.peer import Subscription
 from router.core.history import TimeWindow, rfc3339
 from router.core.realm import Realm
-from router.core.topic import Topic, display, dotted_form, from_uri
+from router.core.topic import Topic, from_uri, name_fields
 from router.core.uri import EXACT, MATCH_POLICIES, PREFIX
 
 
@@ -236,8 +236,7 @@ def install_retention_admin(realm: Realm) -> None:
             if len(listed) >= limit:
                 break
             listed.append({
-                "topic": display(topic),
-                **({} if dotted_form(topic) else {"levels": list(topic)}),
+                **name_fields(topic),
                 "owner": str(entries[-1].owner) if entries[-1].owner is not None else None,
                 "events": [{"publication": e.publication.publication_id,
                             "timestamp": rfc3339(e.publication.timestamp),

@@ -93,14 +93,30 @@ def display(topic: Topic) -> str:
     console's Delete of it purged that other topic). A name with a ``/`` in a level, or one
     that would begin with ``[``, is a JSON list too: those are how the MQTT form and a JSON
     list are told from the others."""
-    if not any("/" in level for level in topic):
-        if dotted_form(topic):
-            text = ".".join(topic)
-            if not text.startswith("["):
-                return text
-        elif len(topic) > 1 and not topic[0].startswith("["):
-            return "/".join(topic)
+    dotted = dotted_name(topic)
+    if dotted is not None:
+        return dotted
+    if len(topic) > 1 and not topic[0].startswith("[") and not any("/" in t for t in topic):
+        return "/".join(topic)
     return json.dumps(list(topic), ensure_ascii=False)
+
+
+def dotted_name(topic: Topic) -> str | None:
+    """The dotted form, when :func:`display` names the topic by it; else None."""
+    if dotted_form(topic):
+        text = ".".join(topic)
+        if "/" not in text and not text.startswith("["):
+            return text
+    return None
+
+
+def name_fields(topic: Topic) -> dict[str, object]:
+    """``topic``, its :func:`display` name, and ``levels`` when that is not the dotted form
+    (the fields the event log, the HTTP events and the retained listing give a topic)."""
+    dotted = dotted_name(topic)
+    if dotted is not None:
+        return {"topic": dotted}
+    return {"topic": display(topic), "levels": list(topic)}
 
 
 def is_reserved(topic: Topic) -> bool:

@@ -11,7 +11,7 @@ from typing import Callable
 from router.core.incidents import EVENTLOG_DROPPED
 from router.core.model import ELIGIBILITY_KEYS, Publication, SessionInfo
 from router.core.peer import Subscription
-from router.core.topic import Topic, display, dotted_form, pattern_text
+from router.core.topic import Topic, name_fields, pattern_text
 from router.core.uri import EXACT
 from router.eventlog.schema import KINDS
 from router.eventlog.writer import EventLogWriter
@@ -50,7 +50,7 @@ class RealmEventLog:
         if "publish" not in self._kinds:
             return
         publisher = publication.publisher
-        record = {"ts": publication.timestamp, "kind": "publish", **_topic(publication.topic),
+        record = {"ts": publication.timestamp, "kind": "publish", **name_fields(publication.topic),
                   "publication": publication.publication_id, "session": publisher.session_id,
                   "authid": publisher.authid, "authrole": publisher.authrole,
                   "protocol": publisher.protocol, "qos": publication.qos,
@@ -67,7 +67,7 @@ class RealmEventLog:
         kind = f"retained_{action}"
         if kind not in self._kinds:
             return
-        record = {"ts": self._clock(), "kind": kind, **_topic(topic)}
+        record = {"ts": self._clock(), "kind": kind, **name_fields(topic)}
         if publication is not None:
             record["publication"] = publication.publication_id
         self._append(record)
@@ -108,7 +108,7 @@ class RealmEventLog:
     def acknowledged(self, session: SessionInfo, topic: Topic, qos: int,
                      latency_ms: float) -> None:
         if "ack" in self._kinds:
-            self._append(dict(self._session_fields(session), kind="ack", **_topic(topic),
+            self._append(dict(self._session_fields(session), kind="ack", **name_fields(topic),
                               qos=qos, latency_ms=latency_ms))
 
     def joined(self, session: SessionInfo) -> None:
@@ -132,12 +132,5 @@ def _pattern(pattern: Topic, match: str) -> dict:
     """A pattern's fields: ``pattern`` and ``match``, and ``topic`` when it names one topic."""
     fields = {"pattern": pattern_text(pattern, match), "match": match}
     if match == EXACT:
-        fields.update(_topic(pattern))
+        fields.update(name_fields(pattern))
     return fields
-
-
-def _topic(topic: Topic) -> dict:
-    """The ``topic`` field (and ``levels`` where the name is not the dotted form)."""
-    if dotted_form(topic):
-        return {"topic": ".".join(topic)}
-    return {"topic": display(topic), "levels": list(topic)}

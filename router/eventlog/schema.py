@@ -35,8 +35,9 @@ FIELDS: tuple[tuple[str, str], ...] = (
                                  # that has one (WAMP topics exactly as WAMP names them); a
                                  # topic that has none (an MQTT topic with an empty level or
                                  # a "." inside a level: /a, a//b, a.b/c) in MQTT "/" form,
-                                 # or, with one level or a "/" inside one, as the JSON list
-                                 # of its levels (["a.b"]), with `levels`; never a pattern
+                                 # or, with one level, a "/" inside one or a first "[",
+                                 # as the JSON list of its levels (["a.b"]), with `levels`;
+                                 # never a pattern
     ("levels", "array<string>"),  # the topic's levels, present only where `topic` is not the
                                  # dotted form (so split(topic, ".") is the levels otherwise)
     ("publication", "long"),     # publication id (publish, retained_set, retained_expire)

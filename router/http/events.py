@@ -12,16 +12,14 @@ import json
 from router.core.history import rfc3339
 from router.core.model import Publication
 from router.core.payload import json_default
-from router.core.topic import display, dotted_form
+from router.core.topic import name_fields
 
 
 def event_json(publication: Publication) -> dict:
     """The JSON object of one event."""
     topic = publication.topic
-    event: dict = {"topic": display(topic), "publication": publication.publication_id,
+    event: dict = {**name_fields(topic), "publication": publication.publication_id,
                    "timestamp": rfc3339(publication.timestamp)}
-    if not dotted_form(topic):
-        event["levels"] = list(topic)
     if publication.args:
         event["args"] = publication.args
     if publication.kwargs:

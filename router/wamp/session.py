@@ -18,7 +18,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 from autobahn.wamp import message as m
 from autobahn.exception import PayloadExceededError
@@ -583,33 +583,40 @@ class WampSession:
                     progress: bool, passthru: Passthru | None = None) -> None:
         details = {"progress": True} if progress else {}
         if passthru is not None:
-            self.send(WireMessage(ppt.write([RESULT, call_request, details], details, passthru,
-                                            args)))  # type: ignore[arg-type]
-            return
-        try:
-            self.transport.send_once(_with_payload([RESULT, call_request, details], args, kwargs))
-        except Unencodable as exc:
-            self._send_unencodable(call_request, "result", exc)
-        except PayloadExceededError as exc:  # over the caller's RawSocket maximum
-            self._too_large(exc)
-            if not progress:  # the call ends: with an error, not with silence
-                self._send_error(m.Call.MESSAGE_TYPE, call_request, RouterError(
-                    PAYLOAD_SIZE_EXCEEDED, f"the result does not fit: {exc}"))
-        except TransportLost:
-            pass
+            self._answer(call_request, "result", not progress, self.transport.send, WireMessage(
+                ppt.write([RESULT, call_request, details], details, passthru,
+                          args)))  # type: ignore[arg-type]
+        else:
+            self._answer(call_request, "result", not progress, self.transport.send_once,
+                         _with_payload([RESULT, call_request, details], args, kwargs))
 
     def send_call_error(self, call_request: int, error: str, args: list | None,
                         kwargs: dict | None, passthru: Passthru | None = None) -> None:
         if passthru is not None:
             details: dict = {}
-            self.send(WireMessage(ppt.write([ERROR, m.Call.MESSAGE_TYPE, call_request, details,
-                                             error], details, passthru, args)))  # type: ignore[arg-type]
-            return
-        try:
-            self.send_once(_with_payload(
+            self._answer(call_request, "error", True, self.transport.send, WireMessage(ppt.write(
+                [ERROR, m.Call.MESSAGE_TYPE, call_request, details, error], details, passthru,
+                args)))  # type: ignore[arg-type]
+        else:
+            self._answer(call_request, "error", True, self.transport.send_once, _with_payload(
                 [ERROR, m.Call.MESSAGE_TYPE, call_request, {}, error], args, kwargs))
+
+    def _answer(self, call_request: int, what: str, final: bool,
+                send: Callable[[Any], None], message: Any) -> None:
+        """Send this caller a RESULT or its callee's ERROR: one over the caller's maximum
+        message size (RawSocket) is not sent, and a final one ends the call with ERROR
+        ``payload_size_exceeded`` instead of silence (a progressive result is only counted)."""
+        try:
+            send(message)
         except Unencodable as exc:
-            self._send_unencodable(call_request, "error", exc)
+            self._send_unencodable(call_request, what, exc)
+        except PayloadExceededError as exc:
+            self._too_large(exc)
+            if final:
+                self._send_error(m.Call.MESSAGE_TYPE, call_request, RouterError(
+                    PAYLOAD_SIZE_EXCEEDED, f"the {what} does not fit: {exc}"))
+        except TransportLost:
+            pass
 
     def _send_unencodable(self, call_request: int, what: str, exc: Unencodable) -> None:
         """The callee answered with values this caller's serializer cannot carry."""
