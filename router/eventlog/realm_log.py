@@ -60,7 +60,7 @@ class RealmEventLog:
             record["eligibility"] = ",".join(
                 key for key in ELIGIBILITY_KEYS if getattr(publication.eligibility, key) is not None)
         if self._payloads:
-            record["payload"] = json.dumps([publication.args, publication.kwargs], default=repr)
+            record["payload"] = _payload_text(publication.args, publication.kwargs)
         self._append(record)
 
     def retained(self, topic: Topic, action: str, publication: Publication | None) -> None:
@@ -126,6 +126,16 @@ class RealmEventLog:
         return {"ts": now if now is not None else self._clock(), "session": session.session_id,
                 "authid": session.authid, "authrole": session.authrole,
                 "protocol": session.protocol}
+
+
+def _payload_text(args: object, kwargs: object) -> str:
+    """The payload as JSON text (values JSON has not, such as bytes, as their repr); one JSON
+    cannot hold at all (a map with a binary key, from MessagePack or CBOR) as its repr: the
+    publish it records goes on either way."""
+    try:
+        return json.dumps([args, kwargs], default=repr)
+    except (TypeError, ValueError):
+        return repr([args, kwargs])
 
 
 def _pattern(pattern: Topic, match: str) -> dict:

@@ -154,8 +154,10 @@ class EventLogWriter:
                 for part in touched.values():
                     self._write_out(part)
                     part.handle.flush()
-            except OSError as exc:  # a full disk: the batch is lost, counted, and the writer
-                for part in touched.values():  # goes on with the next (once there is room)
+            except Exception as exc:  # a full disk, or a bug: the batch is lost, counted, and
+                if not isinstance(exc, OSError):  # the writer goes on with the next
+                    log.exception("event log: a batch of %d record(s) failed", len(batch))
+                for part in touched.values():
                     part.lines.clear()
                 self._lost(batch, exc)
             self._written += len(batch)
@@ -165,7 +167,7 @@ class EventLogWriter:
                 del self._files[realm]
         self._ask_for_age_check()
 
-    def _lost(self, batch: list[tuple[str, dict]], error: OSError) -> None:
+    def _lost(self, batch: list[tuple[str, dict]], error: Exception) -> None:
         """Count a batch that could not be written (writer thread): on the reactor when
         the writer runs under one, else here."""
         if self.incidents is None:
