@@ -211,6 +211,12 @@ def test_a_listed_topic_name_in_a_path_is_that_topic(levels):
     assert _path_topic(display(topic)) == topic
 
 
+def test_a_path_topic_with_a_lone_surrogate_is_refused(router):
+    # the refusal named it, and encoding that name failed: a 500 with a traceback
+    answer = request(router, "GET", "/retained/" + quote('["\\ud800"]', safe=""))
+    assert answer.status == 400 and "surrogate" in answer.json["message"]
+
+
 def test_deleting_a_listed_one_level_mqtt_topic_with_a_dot_deletes_that_topic(router):
     # the MQTT topic "x.y" (one level) and the URI x.y (two levels) were both listed as
     # "x.y", and DELETE /retained/x.y (the console's Delete of either) purged the URI's

@@ -772,5 +772,9 @@ def _path_topic(text: str) -> tuple[str, ...]:
         if (type(levels) is not list or not levels
                 or any(type(level) is not str for level in levels)):
             raise bad("a topic in brackets must be a JSON list of its levels (strings)")
+        try:
+            "".join(levels).encode()
+        except UnicodeEncodeError:  # a lone surrogate escape ("\ud800"): no topic has it
+            raise bad("a topic's levels must be Unicode text (no lone surrogates)") from None
         return tuple(levels)
     return from_mqtt(text) if "/" in text else from_uri(text)
