@@ -122,9 +122,10 @@ LATE_C2_OPTIONS = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4CompileThreshold
 calls and loop iterations (4 times its combined count), so C2 compiles the scans' and
 aggregations' hot loops, not the thousands of methods each query's planning, generated code
 and writers warm up once. Report over 3M records on JSON, fresh processes, 2 cores, load
-3.6-7, alternating: C2's CPU 25.7-27.0 s against 44.0-44.2 s, the process's CPU 134-144 s
-against 165-166 s, its tasks' no more. The bare read (one query) gains nothing from it (CPU
-36-37 s against 37-42 s, wall no better), and a larger threshold (30 times) did worse."""
+3.6-7, 4 pairs alternating with the defaults: C2's CPU 10-18 s lower (26-28 s against
+38-44 s), the process's 0-20 % lower (130-144 s against 139-166 s; the tasks' at times a
+little higher). The bare read (one query) gains nothing from it (CPU 36-37 s against
+37-42 s, wall no better), and a larger threshold (30 times) did worse."""
 ARCHIVE_WRITE_SECONDS = 600
 """How long the first report waits for its JVM to write the class archive (seconds)."""
 _ARCHIVES_AT_EXIT: list[ClassArchive] = []
