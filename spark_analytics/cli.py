@@ -109,9 +109,11 @@ Listing = Callable[[Files, str, str | None, date | None], list[Entry]]
 
 def sized_session(args: argparse.Namespace, fixed: Sizing | None = None,
                   closed_only: bool = False, share_classes: bool = False,
-                  listing: Listing = input_files) -> tuple[SparkSession | None, list[Entry]]:
+                  many_queries: bool = False, listing: Listing = input_files
+                  ) -> tuple[SparkSession | None, list[Entry]]:
     """The session for the input, with the files it will read (``closed_only``: not the
-    parts the router still writes; ``share_classes``: see :func:`start_session`); no
+    parts the router still writes; ``share_classes``, ``many_queries``: see
+    :func:`start_session`); no
     session (None) when there is nothing to read. ``listing`` lists the files the command
     reads. A local input is listed before the session starts, so its size can choose the
     JVM's options; any other is listed through the session's Hadoop file system, and its size
@@ -121,7 +123,7 @@ def sized_session(args: argparse.Namespace, fixed: Sizing | None = None,
         files = listing(LocalFiles(), args.logs, args.realm, args.since)
     else:
         spark = start_session(fixed or Sizing.for_input(0), args.master, args.driver_memory,
-                              share_classes=share_classes)
+                              share_classes=share_classes, many_queries=many_queries)
         files = listing(HadoopFiles(spark), args.logs, args.realm, args.since)
     listed = len(files)
     if closed_only:
@@ -133,7 +135,7 @@ def sized_session(args: argparse.Namespace, fixed: Sizing | None = None,
     sizing = fixed or Sizing.for_files(files)
     if spark is None:
         spark = start_session(sizing, args.master, args.driver_memory,
-                              share_classes=share_classes)
+                              share_classes=share_classes, many_queries=many_queries)
     else:
         spark.conf.set("spark.sql.shuffle.partitions", sizing.shuffle_partitions)
     return spark, files
@@ -150,7 +152,8 @@ def describe_input(files: list[Entry]) -> str:
 
 def report_command(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    spark, files = sized_session(args, share_classes=True, listing=report_inputs)
+    spark, files = sized_session(args, share_classes=True, many_queries=True,
+                                 listing=report_inputs)
     if spark is None:
         return 1
     print(f"Spark {spark.version} on {args.master} started in "
