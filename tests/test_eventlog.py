@@ -77,17 +77,13 @@ def test_a_restart_never_appends_to_a_torn_file(tmp_path):
     assert [r["kind"] for r in read_records(tmp_path)] == ["publish", "subscribe"]
 
 
-class GatedFile:
-    """A file whose writes wait until the test opens the gate: a disk that stalls."""
+class DiskFile:
+    """A new file the writer opens, for a test's disk to change how its writes go."""
 
-    def __init__(self, path: Path, gate: threading.Event, entered: threading.Event) -> None:
+    def __init__(self, path: Path) -> None:
         self._file = open(path, "xb")
-        self._gate = gate
-        self._entered = entered
 
     def write(self, data: bytes) -> int:
-        self._entered.set()
-        assert self._gate.wait(30), "the test never released the disk"
         return self._file.write(data)
 
     def flush(self) -> None:
@@ -95,6 +91,20 @@ class GatedFile:
 
     def close(self) -> None:
         self._file.close()
+
+
+class GatedFile(DiskFile):
+    """A file whose writes wait until the test opens the gate: a disk that stalls."""
+
+    def __init__(self, path: Path, gate: threading.Event, entered: threading.Event) -> None:
+        super().__init__(path)
+        self._gate = gate
+        self._entered = entered
+
+    def write(self, data: bytes) -> int:
+        self._entered.set()
+        assert self._gate.wait(30), "the test never released the disk"
+        return super().write(data)
 
 
 def test_a_stalled_disk_never_blocks_the_caller(tmp_path):
@@ -293,24 +303,15 @@ def test_an_idle_routers_part_closes_within_its_rotation_time_plus_a_second(tmp_
                                                                     / "eventlog")]
 
 
-class FullDisk:
+class FullDisk(DiskFile):
     """A file whose writes fail with ENOSPC until the test makes room."""
 
     room = threading.Event()
 
-    def __init__(self, path: Path) -> None:
-        self._file = open(path, "xb")
-
     def write(self, data: bytes) -> int:
         if not FullDisk.room.is_set():
             raise OSError(errno.ENOSPC, "No space left on device")
-        return self._file.write(data)
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
+        return super().write(data)
 
 
 def test_a_batch_a_full_disk_refuses_is_counted_and_the_writer_goes_on(tmp_path):
