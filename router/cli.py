@@ -167,14 +167,14 @@ def _rewrite_realm(args: argparse.Namespace, path: Path, data: dict, done: str) 
 def _principal_add(args: argparse.Namespace) -> int:
     """Write one principal's credential (hash, derived key or public key) to a realm file."""
     from router.core.credentials import derive_wampcra, hash_secret, normalize_pubkey
-    from router.core.ownership import assigned_to_anonymous
+    from router.core.ownership import principal_name_refusal
 
     realm = _realm(args)
     if realm is None:
         return 2
-    if assigned_to_anonymous(args.authid):
-        print(f"'{args.authid}': names of the form 'anonymous-...' are the router's for "
-              "anonymous clients", file=sys.stderr)
+    refusal = principal_name_refusal(args.authid)
+    if refusal is not None:
+        print(f"{args.authid!r}: {refusal}", file=sys.stderr)
         return 2
     if args.role not in realm.roles:
         print(f"{realm.source}: roles: there is no role '{args.role}' (roles: "

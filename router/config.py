@@ -24,7 +24,7 @@ from router.core.credentials import (MOSQUITTO_HASHES, SCHEME, Principal, WampCr
 from router.core.engine import ClusterLimits
 from router.core.history import HistoryRule
 from router.core.model import SessionInfo
-from router.core.ownership import assigned_to_anonymous
+from router.core.ownership import principal_name_refusal
 from router.core.payload import MAPPINGS
 from router.core.qos import POLICIES, QOS_LEVELS
 from router.core.topic import SERVER_OWNED
@@ -505,9 +505,9 @@ def parse_rule(source: Path, where: str, rule: Any, uri_check: str) -> Permissio
 
 
 def _principal(reader: _Reader, authid: str, roles: dict) -> Principal:
-    if assigned_to_anonymous(authid):
-        raise ConfigError(reader.source, reader.path, "a principal may not be named "
-                          "'anonymous-...': the router names anonymous clients so")
+    refusal = principal_name_refusal(authid)
+    if refusal is not None:
+        raise ConfigError(reader.source, reader.path, refusal)
     reader.reject_unknown({"role", "ticket", "wampcra", "cryptosign"})
     role = reader.get("role", str)
     if role not in roles:

@@ -270,14 +270,24 @@ def test_principal_add_refuses_a_secret_with_a_nul(tmp_path):
                        "--authid", "anonymous-1f", "--role", "user", "--method", "ticket",
                        stdin="x-secret\n")
     assert named.returncode == 2 and "anonymous-" in named.stderr
+    # an empty name, or one with a newline (it forged log lines), was written as given
+    for authid, why in (("", "empty"), ("eve\nadmin", "control character")):
+        named = router_cli("principal", "add", "--realm", "realm1", "--config", config,
+                           "--authid", authid, "--role", "user", "--method", "ticket",
+                           stdin="x-secret\n")
+        assert named.returncode == 2 and why in named.stderr
+    assert '"": {' not in (tmp_path / "realms" / "realm1.json").read_text()
+    assert "eve" not in (tmp_path / "realms" / "realm1.json").read_text()
 
 
-def test_a_realm_file_may_not_name_a_principal_like_an_anonymous_client(tmp_path):
+@pytest.mark.parametrize("authid,why", [("anonymous-1f", "anonymous-"), ("", "empty"),
+                                        ("eve\tx", "control character")])
+def test_a_realm_file_refuses_a_principal_name_no_client_may_have(tmp_path, authid, why):
     realm = identity_realm()
-    realm["principals"]["anonymous-1f"] = realm["principals"]["bob"]
+    realm["principals"][authid] = realm["principals"]["bob"]
     process = RouterProcess(tmp_path, [realm])
     checked = router_cli("check-config", "--config", str(process.config_path), stdin="")
-    assert checked.returncode != 0 and "principals.anonymous-1f" in checked.stderr
+    assert checked.returncode != 0 and why in checked.stderr
 
 
 # --- wills: takeover and reconnect --------------------------------------------------------

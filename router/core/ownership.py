@@ -12,6 +12,8 @@ own owner; anything else is refused and left as it is.
 
 from __future__ import annotations
 
+import unicodedata
+
 from router.core.model import SessionInfo
 
 ANONYMOUS = "anonymous"
@@ -27,6 +29,24 @@ def assigned_to_anonymous(authid: str) -> bool:
     """Whether ``authid`` has the form the router gives anonymous clients (no principal may
     be named so: an ``eligible_authid`` list must not reach an anonymous client by chance)."""
     return authid.startswith(ANONYMOUS + "-")
+
+
+def principal_name_refusal(authid: str) -> str | None:
+    """Why ``authid`` cannot name a principal, None when it can: empty, a control character
+    (a newline in a name forges log lines and breaks one-line-per-principal files), a lone
+    surrogate (no log or store can write it), or the router's own ``anonymous-...`` form."""
+    if not authid:
+        return "a principal's name may not be empty"
+    if any(unicodedata.category(character) == "Cc" for character in authid):
+        return "a principal's name may not hold a control character (a newline, a tab)"
+    try:
+        authid.encode()
+    except UnicodeEncodeError:
+        return "a principal's name must be Unicode text (no lone surrogate)"
+    if assigned_to_anonymous(authid):
+        return ("a principal may not be named 'anonymous-...': the router names anonymous "
+                "clients so")
+    return None
 
 
 def owner(authid: str, authmethod: str) -> str:
