@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
+from collections.abc import Mapping
 from functools import partial
+from types import MappingProxyType
 from typing import Callable, Generic, Protocol
 
 from twisted.python.failure import Failure
@@ -31,6 +33,9 @@ from router.core.uri import EXACT, PREFIX, is_reserved
 INVOKE_POLICIES = ("single", "roundrobin", "random", "first", "last")
 CANCEL_MODES = ("skip", "kill", "killnowait")
 
+
+_NO_CALLS: Mapping[int, Invocation] = MappingProxyType({})
+"""The calls in progress of a session that has none: no dict made per call to say so."""
 
 RouterProcedure = Callable[[SessionInfo, Args, Kwargs], object]
 """A procedure the router implements itself: (caller, args, kwargs) -> result, or a
@@ -235,7 +240,7 @@ class Dealer:
             return
         if is_reserved(procedure):
             raise self.no_such_procedure(procedure)
-        calls = self._calls.get(caller.info.session_id, {})
+        calls = self._calls.get(caller.info.session_id, _NO_CALLS)
         if call_request in calls:  # (it would hide the first call from the bound and the caller)
             raise ProtocolViolation(f"CALL {call_request}: a call with that request id is in "
                                     f"progress")
@@ -428,14 +433,14 @@ class Dealer:
             if registrations:
                 self.cluster.unregister(peer, registrations)
             self.cluster.caller_left(session_id)
-        for invocation in list(self._invocations.get(session_id, {}).values()):
+        for invocation in list(self._invocations.get(session_id, _NO_CALLS).values()):
             self._finish(invocation)
             if invocation.caller is peer:
                 continue  # its own call: nothing goes to a session that is gone
             if invocation.cancel_mode is None or invocation.cancel_mode == "kill":
                 invocation.caller.send_call_error(
                     invocation.call_request, errors.CANCELED, ["callee left"], None)
-        for invocation in list(self._calls.get(session_id, {}).values()):
+        for invocation in list(self._calls.get(session_id, _NO_CALLS).values()):
             self._finish(invocation)
             if invocation.callee.supports("callee", "call_canceling"):
                 invocation.callee.send_interrupt(invocation, "killnowait", errors.CANCELED)
